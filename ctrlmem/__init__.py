@@ -1,0 +1,39 @@
+"""ctrlmem: design, simulate, draw and run pipeline-parallel schedules with controllable memory.
+
+A research kit for *Pipeline Parallelism with Controllable Memory* (Qi et al., NeurIPS 2024).
+Public API (DESIGN.md)::
+
+    import ctrlmem as cm
+    s = cm.build("1f1b", num_devices=8, num_microbatches=32)
+    cm.validate(s)
+    r = cm.simulate(s, cm.Costs(f=1, b=1, w=1, comm=0))
+    r.makespan, r.device_spans, r.bubble_rate, r.peak_memory, r.passes
+
+Importing ctrlmem does not import torch; real execution lives in ``ctrlmem.runtime``.
+"""
+
+from .costs import Costs, MemoryModel
+from .ir import Op, Pass, Placement, Schedule
+from .schedules import SCHEDULES, ScheduleSpec, build, register
+from .simulate import SimResult, TimedPass, simulate
+from .validate import ScheduleError, validate
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Costs",
+    "MemoryModel",
+    "Op",
+    "Pass",
+    "Placement",
+    "Schedule",
+    "SCHEDULES",
+    "ScheduleSpec",
+    "build",
+    "register",
+    "SimResult",
+    "TimedPass",
+    "simulate",
+    "ScheduleError",
+    "validate",
+]

@@ -1,0 +1,192 @@
+"""The ``ctrlmem`` command line (DESIGN.md "Public API contract").
+
+Subcommands here: ``list``, ``simulate``, ``export``. Feature modules add their own (``draw``,
+``run``, ``sweep``, ``reproduce``) by defining ``add_commands(subparsers)``; list them in
+``_COMMAND_MODULES``. A module that cannot be imported (a missing optional dependency) leaves
+its commands out and says why in ``ctrlmem --help``.
+
+Bad input exits with status 2 and one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Callable, Sequence
+
+from . import Costs, MemoryModel, ScheduleError, build, simulate
+from .schedules import SCHEDULES
+
+__all__ = ["main", "add_schedule_arguments", "schedule_from_args", "CliError"]
+
+# Modules that contribute subcommands through ``add_commands(subparsers)``.
+_COMMAND_MODULES: tuple[str, ...] = ()
+
+
+class CliError(Exception):
+    """A user error: printed as one line, exit status 2."""
+
+
+def add_schedule_arguments(parser: argparse.ArgumentParser, name: bool = True) -> None:
+    """The arguments that pick and size a schedule, shared by every subcommand."""
+    if name:
+        parser.add_argument("name", help="schedule name (see `ctrlmem list`)")
+    parser.add_argument("-p", "--devices", type=int, default=4, help="number of devices p (default 4)")
+    parser.add_argument("-m", "--microbatches", type=int, default=8, help="number of microbatches m (default 8)")
+    parser.add_argument(
+        "--costs",
+        default="1,1,1,0",
+        help="F,B,W[,COMM]: pass times of one full device-stage and the hop latency (default 1,1,1,0)",
+    )
+    parser.add_argument(
+        "--memory-limit", type=float, default=None,
+        help="activation budget as a fraction of 1F1B's peak (memory-budgeted schedules only)",
+    )
+    parser.add_argument(
+        "--param", action="append", default=[], metavar="KEY=VALUE",
+        help="extra generator parameter, e.g. --param num_chunks=4 (repeatable)",
+    )
+
+
+def _parse_params(items: Sequence[str]) -> dict[str, object]:
+    params: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--param expects KEY=VALUE, got {item!r}")
+        try:
+            params[key] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key] = value
+    return params
+
+
+def schedule_from_args(args: argparse.Namespace, name: str | None = None):
+    """Build ``(schedule, costs)`` from parsed arguments; raises ``ValueError`` on bad input."""
+    costs = Costs.parse(args.costs)
+    schedule = build(
+        name or args.name,
+        args.devices,
+        args.microbatches,
+        costs=costs,
+        memory_limit=args.memory_limit,
+        **_parse_params(args.param),
+    )
+    return schedule, costs
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    if args.json:
+        print(json.dumps(
+            {n: {"summary": s.summary, "source": s.source, "uses_costs": s.uses_costs,
+                 "memory_limit": s.memory_limit, "params": {k: repr(v) for k, v in s.params.items()}}
+             for n, s in SCHEDULES.items()},
+            indent=2,
+        ))
+        return 0
+    width = max(len(n) for n in SCHEDULES)
+    for name, spec in SCHEDULES.items():
+        extras = []
+        if spec.memory_limit:
+            extras.append("--memory-limit")
+        if spec.params:
+            extras.append(", ".join(f"{k}={v!r}" for k, v in spec.params.items()))
+        tail = f"  [{'; '.join(extras)}]" if extras else ""
+        print(f"{name.ljust(width)}  {spec.summary}{tail}")
+    return 0
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    schedule, costs = schedule_from_args(args)
+    memory = MemoryModel(release_at_b=args.release_at_b)
+    result = simulate(schedule, costs, memory)
+    if args.json:
+        print(json.dumps(result.to_dict(include_passes=args.passes)))
+        return 0
+    one = simulate(build("1f1b", schedule.num_devices, schedule.num_microbatches), costs, memory)
+    ref = max(one.peak_memory)
+    print(f"{schedule.name}: p={schedule.num_devices} m={schedule.num_microbatches} "
+          f"stages={schedule.num_stages} ({schedule.placement.kind}) costs={args.costs}")
+    print(f"  makespan      {result.makespan:g}   (1f1b: {one.makespan:g}, speed-up {one.makespan / result.makespan:.3f}x)")
+    print(f"  bubble rate   {result.bubble_rate:.4f}   (1f1b: {one.bubble_rate:.4f})")
+    print(f"  peak memory   {max(result.peak_memory):g} a = {max(result.peak_memory) / ref:.3f} of 1f1b's {ref:g} a")
+    print("  per device    " + "  ".join(
+        f"d{d}: span {s:g} bubble {b:g} peak {pk:g}"
+        for d, (s, b, pk) in enumerate(zip(result.device_spans, result.device_bubbles, result.peak_memory))
+    ))
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    schedule, _ = schedule_from_args(args)
+    if args.torch_csv:
+        schedule.to_torch_csv(args.torch_csv)
+        print(f"wrote {args.torch_csv} ({schedule.num_passes} actions on {schedule.num_devices} ranks)")
+    if args.text:
+        with open(args.text, "w") as fh:
+            fh.write(schedule.to_text())
+        print(f"wrote {args.text}")
+    if not (args.torch_csv or args.text):
+        sys.stdout.write(schedule.to_text())
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ctrlmem",
+        description="Design, simulate, draw and run pipeline schedules with controllable memory.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p_list = sub.add_parser("list", help="list the registered schedules")
+    p_list.add_argument("--json", action="store_true", help="print JSON")
+    p_list.set_defaults(func=_cmd_list)
+
+    p_sim = sub.add_parser("simulate", help="simulate a schedule and print its statistics")
+    add_schedule_arguments(p_sim)
+    p_sim.add_argument("--release-at-b", type=float, default=0.0,
+                       help="fraction of a stage's activation freed at B (default 0)")
+    p_sim.add_argument("--json", action="store_true", help="print one JSON object (SimResult fields)")
+    p_sim.add_argument("--passes", action="store_true", help="with --json, include every timed pass")
+    p_sim.set_defaults(func=_cmd_simulate)
+
+    p_exp = sub.add_parser("export", help="write a schedule as torch CSV or ctrlmem text")
+    add_schedule_arguments(p_exp)
+    p_exp.add_argument("--torch-csv", metavar="FILE", help="torch.distributed.pipelining CSV")
+    p_exp.add_argument("--text", metavar="FILE", help="ctrlmem's text form")
+    p_exp.set_defaults(func=_cmd_export)
+
+    missing = []
+    for module in _COMMAND_MODULES:
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as exc:
+            missing.append(f"{module} ({exc})")
+            continue
+        mod.add_commands(sub)
+    if missing:
+        parser.epilog = "unavailable commands: " + "; ".join(missing)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args) or 0
+    except (CliError, ScheduleError, ValueError, KeyError, FileNotFoundError, IsADirectoryError) as exc:
+        msg = exc.args[0] if exc.args else str(exc)
+        if isinstance(exc, ScheduleError):
+            msg = exc.reason
+        first = str(msg).splitlines()[0] if str(msg) else type(exc).__name__
+        print(f"ctrlmem {args.command}: error: {first}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

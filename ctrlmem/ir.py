@@ -1,0 +1,370 @@
+"""The schedule data model: passes, placements, schedules, and their text and torch-CSV forms.
+
+Notation (DESIGN.md, PAPER.md §1.1):
+
+* ``F`` forward, ``B`` backward for the input (activation gradient), ``W`` backward for the
+  weights, ``BW`` a fused backward (B and W in one pass, as in 1F1B).
+* ``p`` devices (the paper's *d*), ``m`` microbatches, ``S`` virtual stages; a device holds
+  ``v = S / p`` stages, its *chunks*, in ascending stage order (chunk 0 is its lowest stage).
+* A :class:`Schedule` is data: for every device, the ordered list of passes it runs.
+
+The compact text form writes a pass as ``<stage><op><microbatch>`` with ctrlmem's letters, for
+example ``3F0`` or ``5BW2``; it is the form torch uses, but with our letters. Torch's letters
+differ (its ``I`` is our ``B``, its ``B`` is our ``BW``); :meth:`Schedule.to_torch_csv` and
+:meth:`Schedule.from_torch_csv` translate.
+"""
+
+from __future__ import annotations
+
+import csv
+import enum
+import io
+import re
+from dataclasses import dataclass, field
+from os import PathLike
+from typing import Iterable, Sequence
+
+__all__ = ["Op", "Pass", "Placement", "Schedule"]
+
+
+class Op(str, enum.Enum):
+    """Kind of a pass: forward, input backward, weight backward, or fused backward."""
+
+    F = "F"
+    B = "B"
+    W = "W"
+    BW = "BW"
+
+    def __str__(self) -> str:  # "F", not "Op.F"
+        return self.value
+
+
+_TORCH_LETTER = {Op.F: "F", Op.B: "I", Op.W: "W", Op.BW: "B"}
+_FROM_TORCH_LETTER = {v: k for k, v in _TORCH_LETTER.items()}
+_PASS_RE = re.compile(r"^(\d+)(BW|F|B|W)(\d+)$")
+_TORCH_RE = re.compile(r"^(\d+)([A-Za-z_]+)(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """One pass of one microbatch through one stage."""
+
+    op: Op
+    stage: int
+    microbatch: int
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.op.value}{self.microbatch}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Pass":
+        """Parse ``"3F0"`` / ``"5BW2"`` (stage, op, microbatch) back into a :class:`Pass`."""
+        match = _PASS_RE.match(text.strip())
+        if not match:
+            raise ValueError(
+                f"cannot parse pass {text!r}: expected <stage><F|B|W|BW><microbatch>, e.g. '3F0'"
+            )
+        return cls(Op(match.group(2)), int(match.group(1)), int(match.group(3)))
+
+    def to_torch(self) -> str:
+        """The pass in torch's action letters (``F``, ``I`` for B, ``W``, ``B`` for BW)."""
+        return f"{self.stage}{_TORCH_LETTER[self.op]}{self.microbatch}"
+
+
+PLACEMENT_KINDS = ("sequential", "interleaved", "v-shape", "custom")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which device holds each virtual stage.
+
+    ``stage_device[s]`` is the device of stage ``s``. Use the constructors
+    :meth:`sequential`, :meth:`interleaved` and :meth:`v_shape` for the standard layouts; any
+    other mapping is ``kind="custom"``. Every device must hold the same number of stages.
+    """
+
+    kind: str
+    stage_device: tuple[int, ...]
+    num_devices: int
+    _stages_of: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in PLACEMENT_KINDS:
+            raise ValueError(f"unknown placement kind {self.kind!r}; expected one of {PLACEMENT_KINDS}")
+        if self.num_devices < 1:
+            raise ValueError(f"num_devices must be >= 1, got {self.num_devices}")
+        stages_of: list[list[int]] = [[] for _ in range(self.num_devices)]
+        for stage, device in enumerate(self.stage_device):
+            if not 0 <= device < self.num_devices:
+                raise ValueError(
+                    f"placement puts stage {stage} on device {device}, outside 0..{self.num_devices - 1}"
+                )
+            stages_of[device].append(stage)
+        counts = {len(s) for s in stages_of}
+        if len(counts) != 1 or 0 in counts:
+            raise ValueError(
+                "every device must hold the same, non-zero number of stages; got "
+                + ", ".join(f"device {d}: {len(s)}" for d, s in enumerate(stages_of))
+            )
+        object.__setattr__(self, "_stages_of", tuple(tuple(s) for s in stages_of))
+
+    @classmethod
+    def sequential(cls, num_devices: int) -> "Placement":
+        """One stage per device: device ``i`` holds stage ``i`` (1F1B, GPipe, ZB-H1/H2)."""
+        return cls("sequential", tuple(range(num_devices)), num_devices)
+
+    @classmethod
+    def interleaved(cls, num_devices: int, num_chunks: int) -> "Placement":
+        """Looped placement: device ``i`` holds stages ``i, i+p, i+2p, ...`` (Megatron VPP)."""
+        if num_chunks < 1:
+            raise ValueError(f"num_chunks must be >= 1, got {num_chunks}")
+        return cls(
+            "interleaved",
+            tuple(s % num_devices for s in range(num_devices * num_chunks)),
+            num_devices,
+        )
+
+    @classmethod
+    def v_shape(cls, num_devices: int) -> "Placement":
+        """V-shape: ``2p`` stages; device ``i`` holds stage ``i`` and stage ``2p-1-i`` (PAPER.md §1.4)."""
+        p = num_devices
+        return cls("v-shape", tuple(s if s < p else 2 * p - 1 - s for s in range(2 * p)), p)
+
+    @classmethod
+    def infer(cls, stage_device: Sequence[int], num_devices: int) -> "Placement":
+        """The placement for an explicit mapping, recognising the standard kinds."""
+        mapping = tuple(stage_device)
+        num_stages = len(mapping)
+        if num_devices >= 1 and num_stages % num_devices == 0:
+            v = num_stages // num_devices
+            for candidate in (
+                cls.sequential(num_devices) if v == 1 else None,
+                cls.v_shape(num_devices) if v == 2 else None,
+                cls.interleaved(num_devices, v),
+            ):
+                if candidate is not None and candidate.stage_device == mapping:
+                    return candidate
+        return cls("custom", mapping, num_devices)
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stage_device)
+
+    @property
+    def num_chunks(self) -> int:
+        """Stages per device (``v``)."""
+        return self.num_stages // self.num_devices
+
+    def device_of(self, stage: int) -> int:
+        return self.stage_device[stage]
+
+    def stages_of(self, device: int) -> tuple[int, ...]:
+        """The stages a device holds, ascending (its chunks 0, 1, ...)."""
+        return self._stages_of[device]
+
+    def chunk_of(self, stage: int) -> int:
+        """Index of ``stage`` among its device's stages (0 = the device's lowest stage)."""
+        return self._stages_of[self.stage_device[stage]].index(stage)
+
+    def to_text(self) -> str:
+        return f"{self.kind}:" + ",".join(map(str, self.stage_device))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Per-device ordered passes plus the placement they run on.
+
+    Attributes:
+        name: the generator's registered name (or any label for hand-written schedules).
+        num_devices: ``p``.
+        num_microbatches: ``m``.
+        placement: which device holds each stage; ``placement.num_stages`` is ``S``.
+        device_passes: ``device_passes[d]`` is device ``d``'s passes in execution order.
+        params: the generator's parameters (for display and export), e.g. ``{"num_chunks": 2}``.
+
+    A ``Schedule`` is only data; :func:`ctrlmem.validate` checks it and
+    :func:`ctrlmem.simulate` times it.
+    """
+
+    name: str
+    num_devices: int
+    num_microbatches: int
+    placement: Placement
+    device_passes: tuple[tuple[Pass, ...], ...]
+    params: tuple[tuple[str, object], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.placement.num_devices != self.num_devices:
+            raise ValueError(
+                f"placement has {self.placement.num_devices} devices but the schedule has {self.num_devices}"
+            )
+        if len(self.device_passes) != self.num_devices:
+            raise ValueError(
+                f"device_passes has {len(self.device_passes)} rows but the schedule has "
+                f"{self.num_devices} devices"
+            )
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def from_orders(
+        cls,
+        name: str,
+        placement: Placement,
+        num_microbatches: int,
+        orders: Iterable[Iterable[Pass | tuple[Op, int, int]]],
+        params: dict | None = None,
+    ) -> "Schedule":
+        """Build a schedule from per-device sequences of passes (or ``(op, stage, mb)`` tuples)."""
+        rows = tuple(
+            tuple(x if isinstance(x, Pass) else Pass(Op(x[0]), int(x[1]), int(x[2])) for x in order)
+            for order in orders
+        )
+        return cls(
+            name=name,
+            num_devices=placement.num_devices,
+            num_microbatches=num_microbatches,
+            placement=placement,
+            device_passes=rows,
+            params=tuple(sorted((params or {}).items())),
+        )
+
+    # -- derived ---------------------------------------------------------------------------
+    @property
+    def num_stages(self) -> int:
+        return self.placement.num_stages
+
+    @property
+    def num_passes(self) -> int:
+        return sum(len(row) for row in self.device_passes)
+
+    @property
+    def split_backward(self) -> bool:
+        """True when the schedule uses separate B and W passes (zero-bubble family)."""
+        return any(ps.op is Op.W for row in self.device_passes for ps in row)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    # -- text form ---------------------------------------------------------------------------
+    def to_text(self) -> str:
+        """Compact, human-readable text that :meth:`from_text` parses back exactly.
+
+        ``schedule NAME p=P m=M placement=KIND:DEV,DEV,...`` then one line per device,
+        ``dN: 0F0 0F1 ...``.
+        """
+        head = (
+            f"schedule {self.name} p={self.num_devices} m={self.num_microbatches} "
+            f"placement={self.placement.to_text()}"
+        )
+        if self.params:
+            head += " " + " ".join(f"{k}={v}" for k, v in self.params)
+        lines = [head]
+        for d, row in enumerate(self.device_passes):
+            lines.append(f"d{d}: " + " ".join(map(str, row)))
+        return "\n".join(lines) + "\n"
+
+    @classmethod
+    def from_text(cls, text: str) -> "Schedule":
+        lines = [ln for ln in text.strip().splitlines() if ln.strip() and not ln.startswith("#")]
+        if not lines or not lines[0].startswith("schedule "):
+            raise ValueError("schedule text must start with 'schedule NAME p=P m=M placement=...'")
+        tokens = lines[0].split()
+        name = tokens[1]
+        fields: dict[str, str] = {}
+        for tok in tokens[2:]:
+            key, sep, value = tok.partition("=")
+            if not sep:
+                raise ValueError(f"bad header token {tok!r}: expected key=value")
+            fields[key] = value
+        try:
+            p, m = int(fields.pop("p")), int(fields.pop("m"))
+            kind, _, mapping = fields.pop("placement").partition(":")
+        except KeyError as exc:
+            raise ValueError(f"schedule header is missing {exc.args[0]}=...") from None
+        stage_device = tuple(int(x) for x in mapping.split(",") if x)
+        placement = Placement(kind, stage_device, p)
+        rows: list[tuple[Pass, ...]] = [() for _ in range(p)]
+        for line in lines[1:]:
+            label, sep, rest = line.partition(":")
+            if not sep or not label.strip().startswith("d"):
+                raise ValueError(f"bad device line {line!r}: expected 'dN: 0F0 0F1 ...'")
+            d = int(label.strip()[1:])
+            if not 0 <= d < p:
+                raise ValueError(f"device line {label.strip()!r} is outside 0..{p - 1}")
+            rows[d] = tuple(Pass.parse(tok) for tok in rest.split())
+        params = tuple(sorted((k, _parse_literal(v)) for k, v in fields.items()))
+        return cls(name, p, m, placement, tuple(rows), params)
+
+    # -- torch CSV ---------------------------------------------------------------------------
+    def to_torch_csv(self, path: str | PathLike | None = None) -> str:
+        """Write (and return) the schedule in ``torch.distributed.pipelining``'s CSV format.
+
+        One row per rank, one cell per action, in torch's letters: ``F``, ``I`` (our B),
+        ``W``, ``B`` (our BW); for example ``0F3,7I2,7W2,1B0``.
+        """
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        for row in self.device_passes:
+            writer.writerow([ps.to_torch() for ps in row])
+        text = buf.getvalue()
+        if path is not None:
+            with open(path, "w", newline="") as fh:
+                fh.write(text)
+        return text
+
+    @classmethod
+    def from_torch_csv(
+        cls,
+        source: str | PathLike,
+        num_microbatches: int | None = None,
+        name: str = "torch-csv",
+    ) -> "Schedule":
+        """Read a torch pipelining CSV (a path, or the CSV text itself if it contains a comma
+        or newline). The placement is inferred from which rank runs each stage; communication
+        actions (``SEND_F``, ``RECV_B``, ...) are rejected, since ctrlmem schedules are
+        compute-only."""
+        text = str(source)
+        if "\n" not in text and "," not in text:
+            with open(source, newline="") as fh:
+                text = fh.read()
+        rows: list[tuple[Pass, ...]] = []
+        for rank, cells in enumerate(csv.reader(io.StringIO(text))):
+            row = []
+            for col, cell in enumerate(c.strip() for c in cells):
+                if not cell:
+                    continue
+                match = _TORCH_RE.match(cell)
+                letter = match.group(2) if match else None
+                if letter not in _FROM_TORCH_LETTER:
+                    raise ValueError(
+                        f"rank {rank}, column {col}: cannot read torch action {cell!r}; only the "
+                        "compute actions F, I, W and B are supported (no communication actions)"
+                    )
+                row.append(Pass(_FROM_TORCH_LETTER[letter], int(match.group(1)), int(match.group(3))))
+            rows.append(tuple(row))
+        if not rows:
+            raise ValueError("torch CSV is empty")
+        p = len(rows)
+        stage_device: dict[int, int] = {}
+        for d, row in enumerate(rows):
+            for ps in row:
+                prev = stage_device.setdefault(ps.stage, d)
+                if prev != d:
+                    raise ValueError(f"stage {ps.stage} appears on rank {prev} and on rank {d}")
+        num_stages = max(stage_device) + 1
+        missing = [s for s in range(num_stages) if s not in stage_device]
+        if missing:
+            raise ValueError(f"torch CSV has no action for stage(s) {missing}")
+        placement = Placement.infer([stage_device[s] for s in range(num_stages)], p)
+        if num_microbatches is None:
+            num_microbatches = 1 + max(ps.microbatch for row in rows for ps in row)
+        return cls(name, p, num_microbatches, placement, tuple(rows))
+
+
+def _parse_literal(value: str) -> object:
+    for conv in (int, float):
+        try:
+            return conv(value)
+        except ValueError:
+            pass
+    return value

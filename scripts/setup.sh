@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Idempotent set-up: a venv in .venv with the pinned requirements and ctrlmem itself, plus
+# Debian's chromium (for plotly/kaleido static export and browser tests) when missing and root.
+# Usage: bash scripts/setup.sh        (safe to run again; it only installs what is missing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.ctrlmem-requirements
+want=$(cat requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -r requirements.txt
+  .venv/bin/python -m pip install --quiet --no-deps -e .
+  echo "$want" > "$stamp"
+fi
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing Debian chromium (for PNG/SVG export and browser tests)..." >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+      || echo "warning: could not install chromium; PNG/SVG export and browser tests will be skipped" >&2
+  else
+    echo "note: chromium not found and not root; PNG/SVG export and browser tests will be skipped" >&2
+  fi
+fi

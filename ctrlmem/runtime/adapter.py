@@ -1,0 +1,261 @@
+"""Run a ctrlmem :class:`~ctrlmem.Schedule` on ``torch.distributed.pipelining`` (torch 2.13).
+
+This is the only module that touches torch's private pipelining API (``_PipelineScheduleRuntime``,
+``_Action``, ``_ComputationType``, ``_prepare_schedule_with_comms``, ``stage_index_to_group_rank``).
+
+**Letters.** ctrlmem's passes follow the paper: ``F`` forward, ``B`` input backward, ``W`` weight
+backward, ``BW`` fused backward. Torch's letters differ: its ``I`` (BACKWARD_INPUT) is our ``B``,
+its ``B`` (FULL_BACKWARD) is our ``BW``; ``F`` and ``W`` agree. :func:`to_torch_actions` is the
+one place that translates.
+
+**Placement.** Torch infers which rank runs each stage from the actions; :class:`Pipeline` checks
+that its inference equals the schedule's placement and raises otherwise. A rank's stages are
+handed to torch in ascending stage order (DESIGN.md: other orders break the warm-up handshake).
+
+**Memory fidelity.** Out of the box torch's ``I`` keeps the whole autograd graph until ``W``,
+stashes intermediate gradients as well, and keeps every sent tensor until the step ends, so
+split-backward schedules hold more than their theory. Here, without patching torch:
+
+* every stage gets a ``dw_builder`` (:meth:`WeightGradStash.take
+  <ctrlmem.runtime.models.WeightGradStash.take>`): torch then runs a *full* autograd backward at
+  ``I`` with the stage's linear layers in deferred mode, which frees the graph and keeps only each
+  linear layer's ``(input, grad_output)`` for ``W``, as the paper's runtime does;
+* :class:`TrackedStage` issues its own sends and drops each send's tensor as soon as the send has
+  completed, instead of at the end of the step.
+
+:class:`TrackedStage` also times every pass (thread CPU time on CPU, CUDA events on GPU) and
+remembers the pass it is in, so a failure can name it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining.schedules import (
+    BACKWARD_INPUT,
+    BACKWARD_WEIGHT,
+    FORWARD,
+    FULL_BACKWARD,
+    _Action,
+    _PipelineScheduleRuntime,
+)
+
+from ..ir import Op, Pass, Schedule
+
+__all__ = ["to_torch_actions", "torch_stage_to_rank", "PassRecord", "TrackedStage", "Pipeline"]
+
+log = logging.getLogger(__name__)
+
+_TO_TORCH = {Op.F: FORWARD, Op.B: BACKWARD_INPUT, Op.W: BACKWARD_WEIGHT, Op.BW: FULL_BACKWARD}
+
+
+def to_torch_actions(schedule: Schedule) -> dict[int, list[_Action]]:
+    """Torch's compute-only actions per rank (our ``B`` → torch ``I``, our ``BW`` → torch ``B``)."""
+    return {
+        rank: [_Action(ps.stage, _TO_TORCH[ps.op], ps.microbatch) for ps in row]
+        for rank, row in enumerate(schedule.device_passes)
+    }
+
+
+def torch_stage_to_rank(runtime: _PipelineScheduleRuntime) -> dict[int, int]:
+    """The stage → rank mapping torch inferred from the actions it was given."""
+    return dict(runtime.stage_index_to_group_rank)
+
+
+@dataclass
+class PassRecord:
+    """One executed pass: which, and how long (``cpu_s`` thread CPU time, ``wall_s`` wall)."""
+
+    op: str
+    stage: int
+    microbatch: int
+    cpu_s: float
+    wall_s: float
+    start: float
+
+
+@dataclass
+class _Fault:
+    """Test-only fault injection: ``mode`` is ``"crash"`` or ``"hang"`` at pass ``pass_`` on ``rank``."""
+
+    rank: int
+    pass_: str
+    mode: str
+
+
+class TrackedStage(PipelineStage):
+    """A ``PipelineStage`` that times its passes, names the current one, and frees sent buffers.
+
+    ``on_pass(stage, op, mb)`` is called before every pass (progress / watchdog); ``fault`` makes
+    the rank crash or hang at one pass (failure-handling tests).
+    """
+
+    def __init__(self, *args, on_pass: Callable[[str], None] | None = None,
+                 fault: _Fault | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.records: list[PassRecord] = []
+        self._on_pass = on_pass
+        self._fault = fault
+        self._inflight_sends: list[dist.Work] = []
+        self.cuda = self.device.type == "cuda"
+
+    # -- timing ---------------------------------------------------------------------------
+    def _timed(self, op: Op, mb: int, fn: Callable[[], object]) -> object:
+        label = str(Pass(op, self.stage_index, mb))
+        self._reap_sends()
+        if self._on_pass is not None:
+            self._on_pass(label)
+        if self._fault is not None and self._fault.pass_ == label:
+            if self._fault.mode == "hang":
+                log.warning("fault injection: pass %s hangs", label)
+                while True:
+                    time.sleep(1.0)
+            raise RuntimeError(f"fault injection: pass {label} crashed")
+        wall0 = time.perf_counter()
+        if self.cuda:
+            start_ev, end_ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start_ev.record()
+            out = fn()
+            end_ev.record()
+            end_ev.synchronize()
+            cpu = start_ev.elapsed_time(end_ev) / 1e3
+        else:
+            cpu0 = time.thread_time()
+            out = fn()
+            cpu = time.thread_time() - cpu0
+        self.records.append(PassRecord(op.value, self.stage_index, mb, cpu, time.perf_counter() - wall0, wall0))
+        return out
+
+    def add_to_last(self, op: Op, mb: int, cpu_s: float, wall_s: float) -> None:
+        """Add time spent outside the stage (the loss) to its latest ``op`` pass of ``mb``."""
+        for rec in reversed(self.records):
+            if rec.op == op.value and rec.microbatch == mb:
+                rec.cpu_s += cpu_s
+                rec.wall_s += wall_s
+                return
+
+    def forward_one_chunk(self, fwd_chunk_id, args, kwargs=None, save_forward_output=True):
+        return self._timed(Op.F, fwd_chunk_id, lambda: super(TrackedStage, self).forward_one_chunk(
+            fwd_chunk_id, args, kwargs, save_forward_output))
+
+    def backward_one_chunk(self, bwd_chunk_id, loss=None, full_backward=True, last_backward=False):
+        op = Op.BW if full_backward else Op.B
+        return self._timed(op, bwd_chunk_id, lambda: super(TrackedStage, self).backward_one_chunk(
+            bwd_chunk_id, loss=loss, full_backward=full_backward, last_backward=last_backward))
+
+    def backward_weight_one_chunk(self, bwd_chunk_id, last_backward=False):
+        return self._timed(Op.W, bwd_chunk_id, lambda: super(TrackedStage, self).backward_weight_one_chunk(
+            bwd_chunk_id, last_backward=last_backward))
+
+    # -- sends: issue them here, drop each tensor as soon as its send completes -----------
+    def _issue(self, ops: list[dist.P2POp]) -> list[dist.P2POp]:
+        for op in ops:
+            self._inflight_sends.append(op.op(op.tensor, op.peer, op.group, op.tag))
+        return []
+
+    def _reap_sends(self) -> None:
+        if self._inflight_sends:
+            self._inflight_sends = [w for w in self._inflight_sends if not w.is_completed()]
+
+    def get_fwd_send_ops(self, fwd_chunk_id: int) -> list[dist.P2POp]:
+        return self._issue(super().get_fwd_send_ops(fwd_chunk_id))
+
+    def get_bwd_send_ops(self, bwd_chunk_id: int) -> list[dist.P2POp]:
+        return self._issue(super().get_bwd_send_ops(bwd_chunk_id))
+
+    def finish_sends(self) -> None:
+        for work in self._inflight_sends:
+            work.wait()
+        self._inflight_sends = []
+
+
+@dataclass
+class Pipeline:
+    """One rank's share of a schedule, ready to ``step``.
+
+    Build with :meth:`create`; ``stages`` are this rank's :class:`TrackedStage` in ascending
+    stage order.
+    """
+
+    schedule: Schedule
+    rank: int
+    runtime: _PipelineScheduleRuntime
+    stages: list[TrackedStage]
+    loss_records: list[tuple[int, float, float]] = field(default_factory=list)
+
+    @classmethod
+    def create(
+        cls,
+        schedule: Schedule,
+        rank: int,
+        modules: dict[int, torch.nn.Module],
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        io_shapes: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
+        device: torch.device,
+        group: dist.ProcessGroup | None = None,
+        dw_builders: dict[int, Callable[[], Callable[[], None]]] | None = None,
+        on_pass: Callable[[str], None] | None = None,
+        fault: tuple[int, str, str] | None = None,
+    ) -> "Pipeline":
+        """``modules[s]`` for every stage ``s`` this rank holds; ``io_shapes(s)`` gives example
+        ``(input, output)`` tensors of stage ``s`` for one microbatch; ``dw_builders[s]`` (optional)
+        turns torch's ``I`` into a full backward whose weight part runs at ``W``."""
+        mine = schedule.placement.stages_of(rank)
+        if sorted(modules) != list(mine):
+            raise ValueError(f"rank {rank} holds stages {list(mine)} but got modules for {sorted(modules)}")
+        flt = _Fault(*fault) if fault is not None and fault[0] == rank else None
+        pipeline: Pipeline | None = None
+        stages = []
+        for s in mine:  # ascending: torch's warm-up handshake needs it
+            example_in, example_out = io_shapes(s)
+            stages.append(TrackedStage(
+                modules[s], s, schedule.num_stages, device,
+                input_args=example_in, output_args=example_out, group=group,
+                dw_builder=(dw_builders or {}).get(s), on_pass=on_pass, fault=flt,
+            ))
+        last = stages[-1] if stages[-1].is_last else None
+
+        def timed_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            cpu0, wall0 = time.thread_time(), time.perf_counter()
+            loss = loss_fn(output, target)
+            if pipeline is not None and last is not None and last.records:
+                last.add_to_last(Op.F, last.records[-1].microbatch,
+                                 time.thread_time() - cpu0, time.perf_counter() - wall0)
+            return loss
+
+        runtime = _PipelineScheduleRuntime(stages, schedule.num_microbatches, loss_fn=timed_loss, scale_grads=True)
+        runtime._prepare_schedule_with_comms(to_torch_actions(schedule))
+        inferred = torch_stage_to_rank(runtime)
+        expected = {s: schedule.placement.device_of(s) for s in range(schedule.num_stages)}
+        if inferred != expected:
+            diff = {s: (expected[s], inferred.get(s)) for s in expected if inferred.get(s) != expected[s]}
+            raise RuntimeError(
+                f"torch placed stages differently from the schedule ({schedule.placement.kind}): "
+                f"stage: (ours, torch's) = {diff}"
+            )
+        pipeline = cls(schedule, rank, runtime, stages)
+        return pipeline
+
+    def step(self, inputs: torch.Tensor | None, targets: torch.Tensor | None) -> list[torch.Tensor]:
+        """One training step over ``m`` microbatches; returns the losses (last stage only)."""
+        for st in self.stages:
+            st.records.clear()
+        losses: list[torch.Tensor] = []
+        args = (inputs,) if self.stages[0].is_first else ()
+        has_last = self.stages[-1].is_last
+        self.runtime.step(*args, target=targets if has_last else None,
+                          losses=losses if has_last else None, return_outputs=False)
+        for st in self.stages:
+            st.finish_sends()
+        return losses
+
+    @property
+    def records(self) -> list[PassRecord]:
+        """This step's passes on this rank, in execution order."""
+        return sorted((r for st in self.stages for r in st.records), key=lambda r: r.start)

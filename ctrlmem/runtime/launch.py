@@ -1,0 +1,286 @@
+"""Launch real runs: validate the config, start ``torch.distributed.run``, collect ``result.json``.
+
+:func:`run` is what ``ctrlmem run`` calls. It checks everything that can be checked before
+launching (schedule name and size, model preset, layers divisible among the stages, ``m ≥ p``),
+then runs ``python -m torch.distributed.run --nproc-per-node P -m ctrlmem.runtime.worker``
+with a wall-clock timeout. Rank 0 writes ``result.json`` (:func:`assemble`); if the run fails or
+times out, the launcher writes a ``result.json`` with ``status: "failed"`` and the failing
+rank's message (which rank, which pass). :func:`emit_sbatch` writes the same run as a Slurm script
+(``srun`` + torchrun with c10d rendezvous across nodes); see ``docs/cluster.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..costs import Costs
+from ..ir import Schedule
+from ..schedules import build
+from ..simulate import simulate
+from ..validate import validate
+
+__all__ = ["RunConfig", "RunError", "prepare", "run", "assemble", "emit_sbatch"]
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("gloo", "nccl")
+
+
+class RunError(ValueError):
+    """An invalid run configuration, found before launching."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One real run.
+
+    Attributes:
+        schedule: registered schedule name (``ctrlmem list``).
+        num_devices: ``p``, the number of ranks.
+        num_microbatches: ``m`` (at least ``p``).
+        model: model preset (:data:`ctrlmem.runtime.models.PRESETS`).
+        steps: timed steps after the checking and memory steps.
+        backend: ``gloo`` (CPU) or ``nccl`` (GPU).
+        out: output folder; ``result.json`` goes there.
+        model_overrides: preset fields to change, e.g. ``{"num_layers": 4}``.
+        schedule_params: extra generator parameters (``{"num_chunks": 2}``).
+        seed: weights and data seed.
+        threads_per_rank: intra-op threads per rank on CPU.
+        pin_cores: pin each rank to its own cores (CPU timing runs).
+        timeout_s: wall-clock limit for the whole launch.
+        comm_timeout_s: ``init_process_group`` timeout (a missing message fails after this).
+        hang_timeout_s: a rank that starts no pass for this long reports where it is and exits.
+        fault: test-only fault injection ``(rank, pass, "crash" | "hang")``.
+    """
+
+    schedule: str
+    num_devices: int
+    num_microbatches: int
+    model: str = "tiny"
+    steps: int = 3
+    backend: str = "gloo"
+    out: str = "runs/latest"
+    model_overrides: dict = field(default_factory=dict)
+    schedule_params: dict = field(default_factory=dict)
+    seed: int = 0
+    threads_per_rank: int = 1
+    pin_cores: bool = False
+    timeout_s: float = 600.0
+    comm_timeout_s: float = 120.0
+    hang_timeout_s: float = 60.0
+    fault: tuple | None = None
+
+
+def prepare(config: RunConfig) -> tuple[Schedule, dict]:
+    """Validate ``config`` and return the schedule and the workers' JSON config.
+
+    Raises :class:`RunError` naming what is wrong and how to fix it.
+    """
+    from .models import get_preset, layers_per_stage
+
+    if config.backend not in BACKENDS:
+        raise RunError(f"backend must be one of {BACKENDS}, got {config.backend!r}")
+    if config.steps < 0:
+        raise RunError(f"steps must be >= 0, got {config.steps}")
+    try:
+        model = get_preset(config.model, **config.model_overrides)
+    except (ValueError, TypeError) as exc:
+        raise RunError(str(exc)) from None
+    try:
+        schedule = build(config.schedule, config.num_devices, config.num_microbatches, **config.schedule_params)
+        validate(schedule)
+    except Exception as exc:  # ValueError, KeyError, ScheduleError: all user errors here
+        raise RunError(f"schedule {config.schedule!r}: {getattr(exc, 'reason', None) or exc}") from None
+    if config.num_microbatches < config.num_devices:
+        raise RunError(
+            f"m={config.num_microbatches} is too small for p={config.num_devices}: ctrlmem run needs "
+            f"m >= p (every schedule here is defined for m >= p); use -m {config.num_devices} or more"
+        )
+    try:
+        layers_per_stage(model.num_layers, schedule.num_stages)
+    except ValueError as exc:
+        raise RunError(f"model {model.name!r} on {config.schedule} ({schedule.num_stages} stages): {exc}") from None
+    worker = {
+        "schedule_text": schedule.to_text(),
+        "model": model.to_dict(),
+        "steps": config.steps,
+        "backend": config.backend,
+        "out": str(Path(config.out).resolve()),
+        "seed": config.seed,
+        "threads_per_rank": config.threads_per_rank,
+        "pin_cores": config.pin_cores,
+        "comm_timeout_s": config.comm_timeout_s,
+        "hang_timeout_s": config.hang_timeout_s,
+        "fault": list(config.fault) if config.fault else None,
+        "run_config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()},
+    }
+    return schedule, worker
+
+
+def _torchrun_args(config: RunConfig, config_path: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", "1", "--nproc-per-node", str(config.num_devices),
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
+        "--max-restarts", "0",
+        "-m", "ctrlmem.runtime.worker", str(config_path),
+    ]
+
+
+def run(config: RunConfig) -> dict:
+    """Launch ``config`` locally and return the result (also written to ``out/result.json``)."""
+    schedule, worker = prepare(config)
+    out = Path(worker["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in list(out.glob("rank*.json")) + [out / "result.json"]:
+        stale.unlink(missing_ok=True)
+    config_path = out / "worker_config.json"
+    config_path.write_text(json.dumps(worker, indent=2))
+    env = dict(os.environ)
+    if config.backend == "gloo":
+        env.update(OMP_NUM_THREADS=str(config.threads_per_rank), MKL_NUM_THREADS=str(config.threads_per_rank))
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo") if config.backend == "gloo" else None
+    cmd = _torchrun_args(config, config_path)
+    log.info("launching: %s", shlex.join(cmd))
+    t0 = time.monotonic()
+    status, reason = "ok", None
+    with open(out / "launch.log", "w") as logf:
+        try:
+            proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, timeout=config.timeout_s)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            rc, status, reason = None, "failed", f"the run exceeded its timeout of {config.timeout_s:g} s"
+    elapsed = time.monotonic() - t0
+    result_path = out / "result.json"
+    if rc == 0 and result_path.exists():
+        return json.loads(result_path.read_text())
+    errors = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.error.json"))]
+    if errors:
+        first = min(errors, key=lambda e: (e["reason"].startswith("no progress"), e["rank"]))
+        reason = f"rank {first['rank']} failed in {first['where']}: {first['reason']}" + (
+            f" ({reason})" if reason else "")
+    elif reason is None:
+        reason = f"torchrun exited with status {rc} and no rank reported an error; see {out / 'launch.log'}"
+    result = {"status": "failed", "failure": reason, "rank_errors": errors, "elapsed_s": elapsed,
+              "config": worker["run_config"], "log": str(out / "launch.log")}
+    result_path.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
+    """``result.json`` from every rank's measurements (called on rank 0)."""
+    from .measure import costs_from_records, stage_pass_times, summarize, theory_peak_bytes
+
+    ranks = sorted(ranks, key=lambda r: r["rank"])
+    model = worker["model"]
+    S, m = schedule.num_stages, schedule.num_microbatches
+    act, kept = [0.0] * S, [0.0] * S
+    for r in ranks:
+        for s, pr in r["probe"].items():
+            act[int(s)], kept[int(s)] = pr["activation_bytes"], pr["kept_for_w_bytes"]
+    theory = theory_peak_bytes(schedule, act, kept)
+    records = [rec for r in ranks for rec in r["records"]]
+    step_times = [max(ts) for ts in zip(*(r["step_times_s"] for r in ranks))] if ranks[0]["step_times_s"] else []
+    steps = summarize(step_times)
+    costs = costs_from_records(records, S) if records else None
+    predicted = simulate(schedule, costs).makespan if costs is not None else None
+    per_stage: dict[str, dict] = {}
+    for s in range(S):
+        kinds = {}
+        for op in ("F", "B", "W", "BW"):
+            xs = [rec["cpu_s"] for rec in records if rec["stage"] == s and rec["op"] == op]
+            if xs:
+                kinds[op] = summarize(xs)
+        per_stage[str(s)] = kinds
+    grad_scale = max(r["grad_scale"] for r in ranks)
+    grad_diff = max(r["grad_max_abs_diff"] for r in ranks)
+    last = next(r for r in ranks if S - 1 in r["stages"])
+    tokens = m * model["microbatch_size"] * model["seq_len"]
+    return {
+        "status": "ok",
+        "config": worker["run_config"],
+        "model": model,
+        "schedule": {"name": schedule.name, "num_devices": schedule.num_devices, "num_microbatches": m,
+                     "num_stages": S, "placement": schedule.placement.kind},
+        "loss": last["loss"],
+        "ref_loss": last["ref_loss"],
+        "loss_abs_diff": abs(last["loss"] - last["ref_loss"]),
+        "grad_max_abs_diff": grad_diff,
+        "grad_scale": grad_scale,
+        "grad_rel_diff": grad_diff / grad_scale if grad_scale else 0.0,
+        "step_time_s": steps,
+        "step_times_s": step_times,
+        "tokens_per_s": tokens / steps["median"] if steps["median"] else None,
+        "pass_time_s": per_stage,
+        "pass_time_kind": "cuda events" if worker["backend"] == "nccl" else "thread CPU time",
+        "measured_costs": costs.to_dict() if costs is not None else None,
+        "predicted_step_s": predicted,
+        "measured_step_s": steps["median"] if step_times else None,
+        "prediction_rel_error": (predicted - steps["median"]) / steps["median"] if step_times else None,
+        "peak_saved_bytes": [r["peak_saved_bytes"] for r in ranks],
+        "peak_alloc_bytes": [r["peak_alloc_bytes"] for r in ranks],
+        "theory_peak_bytes": theory,
+        "saved_over_theory": [r["peak_saved_bytes"] / t if t else None for r, t in zip(ranks, theory)],
+        "alloc_over_theory": [r["peak_alloc_bytes"] / t if t else None for r, t in zip(ranks, theory)],
+        "stage_activation_bytes": act,
+        "stage_kept_for_w_bytes": kept,
+        "records": records,
+    }
+
+
+def emit_sbatch(config: RunConfig, nodes: int, gpus_per_node: int, path: str | os.PathLike,
+                partition: str | None = None, time_limit: str = "00:30:00", account: str | None = None) -> str:
+    """Write a Slurm batch script for ``config`` across ``nodes`` nodes and return its text.
+
+    One ``srun`` task per node starts ``torchrun`` with ``nproc_per_node = gpus_per_node`` and a
+    c10d rendezvous on the first node; ``num_devices`` must equal ``nodes × gpus_per_node``.
+    """
+    if nodes * gpus_per_node != config.num_devices:
+        raise RunError(
+            f"{nodes} nodes x {gpus_per_node} GPUs = {nodes * gpus_per_node} ranks, but p={config.num_devices}; "
+            f"choose nodes and GPUs per node whose product is p"
+        )
+    _, worker = prepare(config)
+    cfg_path = Path(worker["out"]) / "worker_config.json"
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name=ctrlmem-{config.schedule}-p{config.num_devices}",
+        f"#SBATCH --nodes={nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --gpus-per-node={gpus_per_node}" if config.backend == "nccl" else "#SBATCH --exclusive",
+        f"#SBATCH --time={time_limit}",
+        f"#SBATCH --output={worker['out']}/slurm-%j.out",
+    ]
+    if partition:
+        lines.append(f"#SBATCH --partition={partition}")
+    if account:
+        lines.append(f"#SBATCH --account={account}")
+    lines += [
+        "set -euo pipefail",
+        f"# ctrlmem run --schedule {config.schedule} -p {config.num_devices} -m {config.num_microbatches} "
+        f"--model {config.model} --backend {config.backend}",
+        f"mkdir -p {shlex.quote(worker['out'])}",
+        f"cat > {shlex.quote(str(cfg_path))} <<'CTRLMEM_CONFIG'",
+        json.dumps(worker, indent=2),
+        "CTRLMEM_CONFIG",
+        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "export MASTER_PORT=${MASTER_PORT:-29500}",
+        f"export OMP_NUM_THREADS={config.threads_per_rank}",
+        f"srun --kill-on-bad-exit=1 python -m torch.distributed.run \\",
+        f"    --nnodes={nodes} --nproc-per-node={gpus_per_node} \\",
+        '    --rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$head_node:$MASTER_PORT" \\',
+        "    --max-restarts=0 \\",
+        f"    -m ctrlmem.runtime.worker {shlex.quote(str(cfg_path))}",
+        f"echo \"result: {worker['out']}/result.json\"",
+    ]
+    text = "\n".join(lines) + "\n"
+    Path(path).write_text(text)
+    return text

@@ -1,0 +1,208 @@
+"""Measuring activation memory and pass costs honestly (DESIGN.md "Real execution").
+
+* :class:`SavedTensorMeter` counts what autograd saves for backward
+  (``torch.autograd.graph.saved_tensors_hooks``): deduplicated by storage, parameters skipped,
+  each tensor packed as ``t.detach()`` (no reference cycle) and released when autograd drops
+  the packed object. Tensors held for a deferred ``W`` register with the same meter, so a
+  tensor both saved and stashed is counted once. ``peak`` is the high-water mark in bytes.
+* :class:`AllocatorPeak` reads the allocator: ``torch.cuda.max_memory_allocated`` on GPU, the
+  profiler's memory events (``profile_memory=True``) on CPU; bytes above the level at entry.
+* :func:`theory_peak_bytes` replays a device's pass order with per-stage activation bytes: the
+  peak the schedule promises for this model (F allocates the stage's activation, B frees the
+  part ``W`` does not need, W or BW frees the rest).
+* :func:`costs_from_records` turns measured passes into a per-stage :class:`ctrlmem.Costs`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Iterable, Sequence
+
+import torch
+
+from ..costs import Costs
+from ..ir import Op, Schedule
+
+__all__ = ["SavedTensorMeter", "AllocatorPeak", "theory_peak_bytes", "costs_from_records", "summarize"]
+
+
+class _Packed:
+    __slots__ = ("tensor", "meter", "key", "__weakref__")
+
+    def __init__(self, tensor: torch.Tensor, meter: "SavedTensorMeter", key: int) -> None:
+        self.tensor, self.meter, self.key = tensor, meter, key
+
+    def __del__(self) -> None:
+        self.meter._release_key(self.key)
+
+
+class SavedTensorMeter:
+    """Bytes of activation held for backward, deduplicated by storage (see module doc)."""
+
+    def __init__(self) -> None:
+        self.current = 0
+        self.peak = 0
+        self._refs: dict[int, int] = defaultdict(int)
+        self._size: dict[int, int] = {}
+        self._hooks: torch.autograd.graph.saved_tensors_hooks | None = None
+        self._excluded: set[int] = set()
+
+    def exclude(self, tensors: Iterable[torch.Tensor]) -> "SavedTensorMeter":
+        """Never count these tensors' storages (the parameters, and views of them such as
+        ``weight.t()`` that autograd saves for a matmul)."""
+        self._excluded.update(t.untyped_storage().data_ptr() for t in tensors)
+        return self
+
+    def reset_peak(self) -> None:
+        self.peak = self.current
+
+    def _acquire(self, t: torch.Tensor) -> int:
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if self._refs[key] == 0:
+            self._size[key] = storage.nbytes()
+            self.current += storage.nbytes()
+            self.peak = max(self.peak, self.current)
+        self._refs[key] += 1
+        return key
+
+    def _release_key(self, key: int) -> None:
+        self._refs[key] -= 1
+        if self._refs[key] == 0:
+            self.current -= self._size.pop(key)
+            del self._refs[key]
+
+    def hold(self, t: torch.Tensor) -> int:
+        """Count ``t`` as held (a deferred-W stash); returns a key for :meth:`drop`."""
+        return self._acquire(t)
+
+    def drop(self, key: int) -> None:
+        self._release_key(key)
+
+    def _pack(self, t: torch.Tensor):
+        if (isinstance(t, torch.nn.Parameter) or t.device.type == "meta"
+                or t.untyped_storage().data_ptr() in self._excluded):
+            return t
+        d = t.detach()
+        return _Packed(d, self, self._acquire(d))
+
+    @staticmethod
+    def _unpack(obj):
+        return obj.tensor if isinstance(obj, _Packed) else obj
+
+    def __enter__(self) -> "SavedTensorMeter":
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        assert self._hooks is not None
+        self._hooks.__exit__(*exc)
+        self._hooks = None
+
+
+class AllocatorPeak:
+    """Peak allocator bytes above the level at entry (CUDA stats on GPU, profiler on CPU)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.peak = 0
+        self._prof = None
+        self._base = 0
+
+    def __enter__(self) -> "AllocatorPeak":
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            from torch.profiler import ProfilerActivity, profile
+
+            self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.peak = torch.cuda.max_memory_allocated(self.device) - self._base
+            return
+        self._prof.__exit__(*exc)
+        events = self._prof.profiler.kineto_results.events()
+        deltas = sorted((e.start_ns(), e.nbytes()) for e in events
+                        if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
+        level = peak = 0
+        for _, nbytes in deltas:
+            level += nbytes
+            peak = max(peak, level)
+        self.peak = peak
+
+
+def theory_peak_bytes(
+    schedule: Schedule,
+    stage_activation: Sequence[float],
+    stage_kept_for_w: Sequence[float],
+) -> list[float]:
+    """Per device, the schedule's peak activation bytes for a model whose stage ``s`` stores
+    ``stage_activation[s]`` bytes per microbatch at ``F``, of which ``stage_kept_for_w[s]`` wait
+    for ``W`` after ``B``. Memory depends only on each device's own order, not on timing."""
+    peaks = []
+    for row in schedule.device_passes:
+        level = peak = 0.0
+        for ps in row:
+            a, keep = stage_activation[ps.stage], stage_kept_for_w[ps.stage]
+            if ps.op is Op.F:
+                level += a
+                peak = max(peak, level)
+            elif ps.op is Op.B:
+                level -= a - keep
+            elif ps.op is Op.W:
+                level -= keep
+            else:
+                level -= a
+        peaks.append(peak)
+    return peaks
+
+
+def _median(xs: Iterable[float]) -> float:
+    xs = list(xs)
+    return statistics.median(xs) if xs else 0.0
+
+
+def stage_pass_times(records: Iterable[dict], num_stages: int) -> dict[str, list[float]]:
+    """Median thread-CPU time of each pass kind per stage; ``BW`` is split into ``B``+``W`` when
+    both are also measured, else counted as ``B`` with ``W`` = 0 for that stage."""
+    by: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for r in records:
+        by[(r["op"], r["stage"])].append(r["cpu_s"])
+    out: dict[str, list[float]] = {"f": [], "b": [], "w": [], "bw": []}
+    for s in range(num_stages):
+        f = _median(by[("F", s)])
+        b, w, bw = _median(by[("B", s)]), _median(by[("W", s)]), _median(by[("BW", s)])
+        if not by[("B", s)] and bw:
+            b, w = bw, 0.0
+        out["f"].append(f)
+        out["b"].append(b)
+        out["w"].append(w)
+        out["bw"].append(bw)
+    return out
+
+
+def costs_from_records(records: Iterable[dict], num_stages: int, comm: float = 0.0) -> Costs:
+    """A per-stage :class:`ctrlmem.Costs` from measured pass records (median per stage and kind).
+
+    For a schedule with fused backward only (``BW``), ``b`` carries the whole backward and
+    ``w`` is 0, so the simulator's ``BW = b + w`` is the measured one.
+    """
+    t = stage_pass_times(records, num_stages)
+    return Costs(f=t["f"], b=t["b"], w=t["w"], comm=comm)
+
+
+def summarize(values: Sequence[float]) -> dict[str, float]:
+    """Median, min, max and relative spread ``(max − min) / median`` of a sample."""
+    if not values:
+        return {"median": 0.0, "min": 0.0, "max": 0.0, "spread": 0.0, "n": 0}
+    med = statistics.median(values)
+    return {"median": med, "min": min(values), "max": max(values),
+            "spread": (max(values) - min(values)) / med if med else 0.0, "n": len(values)}

@@ -1,0 +1,252 @@
+"""The per-rank entry point that ``torch.distributed.run`` starts (``python -m ctrlmem.runtime.worker CONFIG``).
+
+One run, on every rank: build this rank's stages of the model, check one pipelined step against
+a non-pipelined reference step (loss and every gradient), measure activation memory (autograd
+saved tensors in that step, the allocator in the next), then time ``steps`` steps. Each rank
+writes ``rank<R>.json`` into the output folder; rank 0 gathers all of them into
+``result.json`` (:func:`ctrlmem.runtime.launch.assemble`). A rank that fails or stops making
+progress writes ``rank<R>.error.json`` naming the pass it was in, then exits non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from ..ir import Schedule
+from .adapter import Pipeline
+from .measure import AllocatorPeak, SavedTensorMeter
+from .models import FullModel, ModelConfig, build_stages, loss_fn, make_batch
+
+log = logging.getLogger("ctrlmem.runtime.worker")
+
+
+class Progress:
+    """Which pass this rank is in, and a watchdog that ends the rank if it stops moving."""
+
+    def __init__(self, rank: int, out: Path, hang_timeout: float) -> None:
+        self.rank, self.out, self.hang_timeout = rank, out, hang_timeout
+        self.phase = "start-up"
+        self.label: str | None = None
+        self.last = time.monotonic()
+        self.done = False
+        self._lock = threading.Lock()
+
+    def on_pass(self, label: str) -> None:
+        with self._lock:
+            self.label, self.last = label, time.monotonic()
+
+    def set_phase(self, phase: str) -> None:
+        with self._lock:
+            self.phase, self.label, self.last = phase, None, time.monotonic()
+
+    def where(self) -> str:
+        if self.label is None:
+            return f"{self.phase} (before its first pass)"
+        return f"{self.phase}, pass {self.label} or the communication after it"
+
+    def fail(self, reason: str, detail: str = "") -> None:
+        record = {"rank": self.rank, "phase": self.phase, "pass": self.label, "where": self.where(),
+                  "reason": reason, "detail": detail[-4000:]}
+        (self.out / f"rank{self.rank}.error.json").write_text(json.dumps(record, indent=2))
+        log.error("rank %d failed in %s: %s", self.rank, self.where(), reason)
+
+    def start_watchdog(self) -> None:
+        def watch() -> None:
+            while not self.done:
+                time.sleep(0.5)
+                if not self.done and time.monotonic() - self.last > self.hang_timeout:
+                    self.fail(f"no progress for {self.hang_timeout:g} s (hang)")
+                    os._exit(3)
+
+        threading.Thread(target=watch, daemon=True, name="ctrlmem-watchdog").start()
+
+
+def _probe_stage(mod, cfg: ModelConfig, is_first: bool, is_last: bool, device) -> tuple[int, int]:
+    """Bytes one microbatch's F of this stage stores, and how many of them wait for W after B."""
+    meter = SavedTensorMeter().exclude(mod.parameters())
+    mod.stash.meter, mod.stash.active = meter, True
+    b, s, h = cfg.microbatch_size, cfg.seq_len, cfg.hidden
+    g = torch.Generator().manual_seed(1)
+    if is_first:
+        x = torch.randint(0, cfg.vocab, (b, s), generator=g).to(device)
+    else:
+        x = torch.randn((b, s, h), generator=g).to(device=device, dtype=cfg.torch_dtype).requires_grad_()
+    with meter:
+        out = mod(x)
+        if is_last:
+            out = loss_fn(out, torch.randint(0, cfg.vocab, (b, s), generator=g).to(device))
+    act = meter.current
+    grad = None if is_last else torch.randn(out.shape, generator=g).to(device=device, dtype=out.dtype)
+    torch.autograd.backward(out, grad)
+    del out
+    kept = meter.current
+    mod.stash.take()()
+    mod.stash.meter = None
+    mod.zero_grad(set_to_none=True)
+    return act, kept
+
+
+def run(config: dict) -> None:
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    out = Path(config["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    progress = Progress(rank, out, float(config["hang_timeout_s"]))
+    progress.start_watchdog()
+    try:
+        _run(config, rank, world, out, progress)
+    except BaseException as exc:  # noqa: BLE001 - report any failure, then re-raise
+        progress.fail(f"{type(exc).__name__}: {exc}".splitlines()[0], traceback.format_exc())
+        progress.done = True
+        raise
+    progress.done = True
+
+
+def _run(config: dict, rank: int, world: int, out: Path, progress: Progress) -> None:
+    threads = int(config.get("threads_per_rank", 1))
+    torch.set_num_threads(threads)
+    if config.get("pin_cores") and hasattr(os, "sched_setaffinity"):
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[(int(os.environ.get("LOCAL_RANK", rank)) * threads + i) % len(cpus)]
+                                 for i in range(threads)})
+    backend = config["backend"]
+    if backend == "nccl":
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+    else:
+        device = torch.device("cpu")
+    progress.set_phase("init_process_group")
+    dist.init_process_group(backend, timeout=timedelta(seconds=float(config["comm_timeout_s"])))
+    schedule = Schedule.from_text(config["schedule_text"])
+    if schedule.num_devices != world:
+        raise ValueError(f"schedule has {schedule.num_devices} devices but torchrun started {world} ranks")
+    cfg = ModelConfig(**config["model"])
+    seed = int(config.get("seed", 0))
+    S, m = schedule.num_stages, schedule.num_microbatches
+    mine = list(schedule.placement.stages_of(rank))
+    modules = build_stages(cfg, S, stages=mine, seed=seed, device=device)
+
+    progress.set_phase("probe")
+    probe = {s: _probe_stage(modules[s], cfg, s == 0, s == S - 1, device) for s in mine}
+
+    b, sl, h = cfg.microbatch_size, cfg.seq_len, cfg.hidden
+
+    def io_shapes(s: int):
+        x = (torch.zeros((b, sl), dtype=torch.long, device=device) if s == 0
+             else torch.zeros((b, sl, h), dtype=cfg.torch_dtype, device=device, requires_grad=True))
+        y = torch.zeros((b, sl, cfg.vocab if s == S - 1 else h), dtype=cfg.torch_dtype, device=device,
+                        requires_grad=True)
+        return x, y
+
+    fault = tuple(config["fault"]) if config.get("fault") else None
+    progress.set_phase("pipeline set-up")
+    pipe = Pipeline.create(schedule, rank, modules, loss_fn, io_shapes, device,
+                           dw_builders={s: modules[s].stash.take for s in mine},
+                           on_pass=progress.on_pass, fault=fault)
+    tokens, targets = make_batch(cfg, m, seed)
+    tokens, targets = tokens.to(device), targets.to(device)
+    params = [p for s in mine for p in modules[s].parameters()]
+
+    def zero_grads() -> None:
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            else:
+                p.grad.zero_()
+
+    # Step 1: exactness against the reference, with autograd saved tensors counted.
+    progress.set_phase("step 1 (gradient check, saved-tensor memory)")
+    zero_grads()
+    meter = SavedTensorMeter().exclude(params)
+    for s in mine:
+        modules[s].stash.meter = meter
+    with meter:
+        losses = pipe.step(tokens, targets)
+    for s in mine:
+        modules[s].stash.meter = None
+    pipe_grads = {(s, n): p.grad.detach().clone() for s in mine for n, p in modules[s].named_parameters()}
+    pipe_loss = float(torch.stack([l.detach().float() for l in losses]).mean()) if losses else None
+
+    progress.set_phase("reference step")
+    ref = FullModel(cfg, S, seed=seed).to(device)
+    ref_loss = loss_fn(ref(tokens), targets)
+    ref_loss.backward()
+    grad_diff, grad_scale = 0.0, 0.0
+    for s in mine:
+        for n, p in ref.stages[s].named_parameters():
+            gr = p.grad.float()
+            grad_scale = max(grad_scale, float(gr.abs().max()))
+            grad_diff = max(grad_diff, float((pipe_grads[(s, n)].float() - gr).abs().max()))
+    ref_loss_value = float(ref_loss)
+    del ref, ref_loss, pipe_grads
+
+    # Step 2: allocator peak (profiler on CPU perturbs timing, so it gets its own step).
+    progress.set_phase("step 2 (allocator memory)")
+    zero_grads()
+    dist.barrier()
+    with AllocatorPeak(device) as alloc:
+        pipe.step(tokens, targets)
+
+    # Steps 3..: timing.
+    step_times, records = [], []
+    for i in range(int(config["steps"])):
+        progress.set_phase(f"timed step {i + 1}")
+        zero_grads()
+        dist.barrier()
+        t0 = time.perf_counter()
+        pipe.step(tokens, targets)
+        dist.barrier()
+        step_times.append(time.perf_counter() - t0)
+        records.extend({"step": i, "op": r.op, "stage": r.stage, "microbatch": r.microbatch,
+                        "cpu_s": r.cpu_s, "wall_s": r.wall_s} for r in pipe.records)
+
+    mine_result = {
+        "rank": rank,
+        "stages": mine,
+        "grad_max_abs_diff": grad_diff,
+        "grad_scale": grad_scale,
+        "loss": pipe_loss,
+        "ref_loss": ref_loss_value,
+        "peak_saved_bytes": meter.peak,
+        "peak_alloc_bytes": alloc.peak,
+        "probe": {str(s): {"activation_bytes": a, "kept_for_w_bytes": k} for s, (a, k) in probe.items()},
+        "step_times_s": step_times,
+        "records": records,
+    }
+    (out / f"rank{rank}.json").write_text(json.dumps(mine_result))
+    progress.set_phase("gather")
+    gathered: list = [None] * world
+    dist.all_gather_object(gathered, mine_result)
+    if rank == 0:
+        from .launch import assemble
+
+        result = assemble(config, schedule, gathered)
+        (out / "result.json").write_text(json.dumps(result, indent=2))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m ctrlmem.runtime.worker CONFIG.json", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s rank%(process)d %(name)s: %(message)s")
+    config = json.loads(Path(argv[0]).read_text())
+    run(config)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+"""``ctrlmem run``: execute a schedule for real (see :mod:`ctrlmem.runtime.launch`).
+
+Imports torch only when the command runs, so ``ctrlmem --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+__all__ = ["add_commands"]
+
+
+def add_commands(subparsers) -> None:
+    p = subparsers.add_parser(
+        "run", help="run a schedule for real on torch.distributed.pipelining (gloo/CPU or NCCL/GPU)",
+        description="Launch `python -m torch.distributed.run` locally (or write a Slurm script) and "
+                    "write DIR/result.json: exactness vs a non-pipelined step, step and pass times, "
+                    "measured and theoretical activation memory, the simulator's predicted step time.",
+    )
+    p.add_argument("--schedule", required=True, help="schedule name (see `ctrlmem list`)")
+    p.add_argument("-p", "--devices", type=int, default=2, help="number of ranks p (default 2)")
+    p.add_argument("-m", "--microbatches", type=int, default=4, help="number of microbatches m (default 4)")
+    p.add_argument("--model", default="tiny", help="model preset: tiny, small, medium, 9.6b, 21b, 38.5b, 98.5b")
+    p.add_argument("--layers", type=int, default=None, help="override the preset's number of layers")
+    p.add_argument("--dtype", default=None, help="override the preset's dtype (float32, bfloat16, float16)")
+    p.add_argument("--steps", type=int, default=3, help="timed steps after the check and memory steps (default 3)")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="gloo on CPU (default), nccl on GPUs")
+    p.add_argument("--out", default="runs/latest", help="output folder for result.json (default runs/latest)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra schedule generator parameter, e.g. --param num_chunks=2 (repeatable)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank on CPU (default 1)")
+    p.add_argument("--pin", action="store_true", help="pin each rank to its own core(s) (timing runs)")
+    p.add_argument("--timeout", type=float, default=600.0, help="wall-clock limit of the run in s (default 600)")
+    p.add_argument("--comm-timeout", type=float, default=120.0, help="init_process_group timeout in s (default 120)")
+    p.add_argument("--hang-timeout", type=float, default=60.0,
+                   help="a rank that starts no pass for this long reports where it is and exits (default 60)")
+    p.add_argument("--emit-sbatch", metavar="FILE", default=None,
+                   help="write a Slurm script (srun + torchrun, c10d rendezvous) instead of running")
+    p.add_argument("--nodes", type=int, default=1, help="with --emit-sbatch: number of nodes")
+    p.add_argument("--gpus-per-node", type=int, default=None, help="with --emit-sbatch: ranks per node (default p/nodes)")
+    p.add_argument("--partition", default=None, help="with --emit-sbatch: Slurm partition")
+    p.add_argument("--time-limit", default="00:30:00", help="with --emit-sbatch: Slurm time limit")
+    p.add_argument("--json", action="store_true", help="print the whole result.json")
+    p.set_defaults(func=_cmd_run)
+
+
+def _config(args: argparse.Namespace):
+    from ..cli import _parse_params
+    from .launch import RunConfig
+
+    overrides = {}
+    if args.layers is not None:
+        overrides["num_layers"] = args.layers
+    if args.dtype is not None:
+        overrides["dtype"] = args.dtype
+    return RunConfig(
+        schedule=args.schedule, num_devices=args.devices, num_microbatches=args.microbatches,
+        model=args.model, steps=args.steps, backend=args.backend, out=args.out,
+        model_overrides=overrides, schedule_params=_parse_params(args.param), seed=args.seed,
+        threads_per_rank=args.threads, pin_cores=args.pin, timeout_s=args.timeout,
+        comm_timeout_s=args.comm_timeout, hang_timeout_s=args.hang_timeout,
+    )
+
+
+def _fmt_bytes(x: float) -> str:
+    return f"{x / 2**20:.2f} MiB"
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .launch import emit_sbatch, run
+
+    config = _config(args)
+    if args.emit_sbatch:
+        gpn = args.gpus_per_node or max(1, config.num_devices // max(1, args.nodes))
+        emit_sbatch(config, args.nodes, gpn, args.emit_sbatch, partition=args.partition, time_limit=args.time_limit)
+        print(f"wrote {args.emit_sbatch}: sbatch it; the result lands in {config.out}/result.json")
+        return 0
+    result = run(config)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    elif result["status"] != "ok":
+        print(f"run failed: {result['failure']}")
+        print(f"  log: {result['log']}")
+    else:
+        st = result["step_time_s"]
+        print(f"{config.schedule}: p={config.num_devices} m={config.num_microbatches} model={config.model} "
+              f"backend={config.backend} -> {config.out}/result.json")
+        print(f"  loss {result['loss']:.6f}  |loss - ref| {result['loss_abs_diff']:.2e}  "
+              f"max|grad - ref| {result['grad_max_abs_diff']:.2e} ({result['grad_rel_diff']:.2e} of grad scale)")
+        if st["n"]:
+            print(f"  step time median {st['median'] * 1e3:.1f} ms (min {st['min'] * 1e3:.1f}, max {st['max'] * 1e3:.1f}); "
+                  f"simulated from measured pass costs {result['predicted_step_s'] * 1e3:.1f} ms; "
+                  f"{result['tokens_per_s']:.0f} tokens/s")
+        for r, (sv, al, th) in enumerate(zip(result["peak_saved_bytes"], result["peak_alloc_bytes"],
+                                             result["theory_peak_bytes"])):
+            print(f"  rank {r}: peak saved {_fmt_bytes(sv)}, allocator {_fmt_bytes(al)}, theory {_fmt_bytes(th)}"
+                  f" (saved/theory {sv / th:.3f}, allocator/theory {al / th:.3f})")
+    return 0 if result["status"] == "ok" else 1

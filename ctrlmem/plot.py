@@ -1,0 +1,813 @@
+"""Plotly figures of schedules: Gantt diagrams, memory curves, building blocks, trade-offs.
+
+Every function takes data (a :class:`~ctrlmem.SimResult`, a :class:`~ctrlmem.Schedule`, or a
+:class:`Timeline`) plus its style as keyword arguments, and returns a new
+``plotly.graph_objects.Figure``; nothing here touches global state (no templates, no renderers).
+
+* :func:`schedule_figure`: one row per device, one box per pass at the simulator's start and end
+  times, coloured by pass kind (F, B, W, BW) and shaded by chunk, microbatch number in the box
+  when it fits, idle time in grey; several schedules stacked on one shared time axis.
+* :func:`memory_figure`: activation memory of every device over time (units of ``a``), with the
+  schedule's theoretical peak and 1F1B's peak as reference lines.
+* :func:`block_figure` / :func:`lifespan_figure`: the paper's building-block views (Fig. 1, 3,
+  11, 18: block → repeat → squeeze → reorder) and per-device lifespan bars (Fig. 2).
+* :func:`tradeoff_points`, :func:`bubble_memory_figure`, :func:`pareto_figure`: bubble rate
+  against memory limit, and throughput against memory with the Pareto frontier (Fig. 7, 9).
+
+Units follow DESIGN.md: time in the units of :class:`~ctrlmem.Costs`, memory in ``a``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence, Union
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .costs import Costs, MemoryModel
+from .ir import Op, Placement, Schedule
+from .schedules import SCHEDULES, build
+from .simulate import SimResult, TimedPass, simulate
+
+__all__ = [
+    "DEFAULT_COLORS",
+    "IDLE_COLOR",
+    "Timeline",
+    "pass_color",
+    "schedule_figure",
+    "schedule_spec",
+    "memory_figure",
+    "memory_spec",
+    "theoretical_peak",
+    "one_f_one_b_peak",
+    "repeat_block",
+    "squeeze",
+    "paper_block",
+    "slot_timeline",
+    "block_timelines",
+    "block_figure",
+    "lifespans",
+    "lifespan_figure",
+    "tradeoff_points",
+    "bubble_memory_figure",
+    "pareto_figure",
+    "pareto_frontier",
+    "write_figure",
+]
+
+log = logging.getLogger(__name__)
+
+#: Colour of each pass kind, one shade per chunk (chunk 0 dark, chunk 1 light, ...).
+DEFAULT_COLORS: Mapping[Op, tuple[str, ...]] = {
+    Op.F: ("#3A6EA5", "#8DB8E6", "#1F4670", "#C3DBF3"),
+    Op.B: ("#E07B1A", "#F7BE7E", "#9E520C", "#FBDDB9"),
+    Op.W: ("#3F9142", "#99D296", "#24622A", "#CBEBC8"),
+    Op.BW: ("#8E5BA8", "#CFA9E0", "#5E3A72", "#E8D6F0"),
+}
+#: Background of a device row: what shows through where the device is idle.
+IDLE_COLOR = "#E6E6E6"
+#: Default line colours of devices in memory plots (cycled).
+DEVICE_COLORS = (
+    "#3A6EA5", "#E07B1A", "#3F9142", "#C23B3B", "#8E5BA8", "#8C6D4F", "#D46FB4", "#7F7F7F",
+    "#B5B829", "#2AB3C4",
+)
+
+Item = Union[SimResult, Schedule, "Timeline"]
+
+
+def pass_color(op: Op, chunk: int, colors: Mapping[Op, Sequence[str]] = DEFAULT_COLORS) -> str:
+    """The fill colour of a pass of kind ``op`` on ``chunk`` (shades cycle over chunks)."""
+    shades = colors[Op(op)]
+    return shades[chunk % len(shades)]
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Timed passes to draw: what :func:`schedule_figure` needs from a simulation.
+
+    A :class:`SimResult` converts with :meth:`of`; the building-block views build timelines
+    that are not simulations (a raw repetition of a block may overlap itself on purpose).
+    """
+
+    title: str
+    num_devices: int
+    placement: Placement
+    passes: tuple[TimedPass, ...]
+
+    @property
+    def makespan(self) -> float:
+        return max((tp.end for tp in self.passes), default=0.0)
+
+    @classmethod
+    def of(cls, item: Item, costs: Costs | None = None, title: str | None = None) -> "Timeline":
+        """A timeline from a SimResult, a Schedule (simulated under ``costs``) or a Timeline."""
+        if isinstance(item, Timeline):
+            return item if title is None else cls(title, item.num_devices, item.placement, item.passes)
+        if isinstance(item, Schedule):
+            item = simulate(item, costs)
+        if not isinstance(item, SimResult):
+            raise TypeError(f"expected a SimResult, Schedule or Timeline, got {type(item).__name__}")
+        s = item.schedule
+        return cls(title if title is not None else _default_title(item), s.num_devices,
+                   s.placement, tuple(item.passes))
+
+
+def _default_title(result: SimResult) -> str:
+    s = result.schedule
+    return (f"{s.name} (p={s.num_devices}, m={s.num_microbatches}): makespan {result.makespan:g}, "
+            f"bubble rate {result.bubble_rate:.3f}, peak {max(result.peak_memory):g} a")
+
+
+def _as_list(items: Item | Sequence[Item]) -> list:
+    if isinstance(items, (SimResult, Schedule, Timeline)):
+        return [items]
+    return list(items)
+
+
+# -- schedule diagram ------------------------------------------------------------------------
+
+_OPS = tuple(Op)
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """A timeline as numpy columns (what the figure needs, without one object per pass)."""
+
+    title: str
+    num_devices: int
+    placement: Placement
+    device: np.ndarray
+    op: np.ndarray  # index into _OPS
+    stage: np.ndarray
+    microbatch: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+    @property
+    def makespan(self) -> float:
+        return float(self.end.max()) if len(self.end) else 0.0
+
+
+def _columns(item: Item, costs: Costs | None, title: str | None) -> _Columns:
+    if isinstance(item, Schedule):
+        item = simulate(item, costs)
+    if isinstance(item, SimResult):
+        sched = item.schedule
+        n = sched.num_passes
+        dev, op, stage, mb = (np.empty(n, np.int32) for _ in range(4))
+        start, end = np.empty(n), np.empty(n)
+        op_index = {o: i for i, o in enumerate(_OPS)}
+        k = 0
+        timing = item.timing
+        for d, row in enumerate(sched.device_passes):
+            for pos, ps in enumerate(row):
+                dev[k], op[k], stage[k], mb[k] = d, op_index[ps.op], ps.stage, ps.microbatch
+                start[k], end[k] = timing(d, pos)
+                k += 1
+        return _Columns(title if title is not None else _default_title(item), sched.num_devices,
+                        sched.placement, dev, op, stage, mb, start, end)
+    tl = Timeline.of(item, costs, title)
+    n = len(tl.passes)
+    op_index = {o: i for i, o in enumerate(_OPS)}
+    return _Columns(
+        tl.title, tl.num_devices, tl.placement,
+        np.fromiter((tp.device for tp in tl.passes), np.int32, n),
+        np.fromiter((op_index[tp.op] for tp in tl.passes), np.int32, n),
+        np.fromiter((tp.stage for tp in tl.passes), np.int32, n),
+        np.fromiter((tp.microbatch for tp in tl.passes), np.int32, n),
+        np.fromiter((tp.start for tp in tl.passes), float, n),
+        np.fromiter((tp.end for tp in tl.passes), float, n),
+    )
+
+
+def _stacked_layout(panel_px: Sequence[int], titles: Sequence[str], *, gap_px: int, top_px: int,
+                    bottom_px: int) -> tuple[dict, int]:
+    """Layout of panels stacked top to bottom on one shared x axis (what ``make_subplots``
+    builds, but as a plain dict: constructing the figure once is several times faster)."""
+    height = top_px + sum(panel_px) + gap_px * (len(panel_px) - 1) + bottom_px
+    layout: dict = {"annotations": []}
+    y_top = height - top_px
+    for i, (px, ttl) in enumerate(zip(panel_px, titles)):
+        suffix = "" if i == 0 else str(i + 1)
+        lo, hi = (y_top - px) / height, y_top / height
+        layout[f"yaxis{suffix}"] = {"domain": [lo, hi], "anchor": f"x{suffix}"}
+        layout[f"xaxis{suffix}"] = {"anchor": f"y{suffix}", "domain": [0.0, 1.0]}
+        if i > 0:
+            layout[f"xaxis{suffix}"]["matches"] = "x"
+        if i < len(panel_px) - 1:
+            layout[f"xaxis{suffix}"]["showticklabels"] = False
+        layout["annotations"].append({
+            "text": ttl, "x": 0.5, "y": hi, "xref": "paper", "yref": "paper", "xanchor": "center",
+            "yanchor": "bottom", "showarrow": False, "font": {"size": 14},
+        })
+        y_top -= px + gap_px
+    return layout, height
+
+
+def _axis_names(panel: int) -> tuple[str, str]:
+    return ("x", "y") if panel == 0 else (f"x{panel + 1}", f"y{panel + 1}")
+
+
+def schedule_figure(
+    items: Item | Sequence[Item],
+    *,
+    costs: Costs | None = None,
+    titles: Sequence[str] | None = None,
+    colors: Mapping[Op, Sequence[str]] = DEFAULT_COLORS,
+    idle_color: str = IDLE_COLOR,
+    show_labels: bool = True,
+    label_min_size: int = 8,
+    text_color: str = "#1A1A1A",
+    light_text_color: str = "#FFFFFF",
+    row_height: int = 26,
+    box_gap: float = 0.15,
+    width: int | None = None,
+    title: str | None = None,
+    font_family: str = "Helvetica, Arial, sans-serif",
+) -> go.Figure:
+    """Gantt diagram of one or several schedules on a shared time axis.
+
+    Args:
+        items: SimResults (or Schedules, simulated under ``costs``, or Timelines), one panel
+            each, stacked top to bottom; device 0 is the top row of each.
+        titles: panel titles (default: name, p, m, makespan, bubble rate and peak).
+        colors: fill colours per pass kind, one shade per chunk.
+        idle_color: row background, visible wherever the device is idle.
+        show_labels: write the microbatch number in each box; labels that do not fit at
+            ``label_min_size`` points are hidden (plotly's ``uniformtext`` rule).
+        text_color, light_text_color: label colour on light and on dark boxes.
+        row_height: pixels per device row (the figure height follows).
+        box_gap: fraction of a row left empty between rows.
+
+    Each box is one pass: trace ``meta`` carries ``{"kind": "pass", "op", "chunk", "panel"}``,
+    ``y`` the device, ``base`` the start, ``x`` the duration, and ``customdata`` rows ``[stage,
+    microbatch, start, end]``. Idle rows are traces with ``meta["kind"] == "idle"``.
+    """
+    return go.Figure(schedule_spec(
+        items, costs=costs, titles=titles, colors=colors, idle_color=idle_color,
+        show_labels=show_labels, label_min_size=label_min_size, text_color=text_color,
+        light_text_color=light_text_color, row_height=row_height, box_gap=box_gap, width=width,
+        title=title, font_family=font_family,
+    ))
+
+
+def schedule_spec(
+    items: Item | Sequence[Item],
+    *,
+    costs: Costs | None = None,
+    titles: Sequence[str] | None = None,
+    colors: Mapping[Op, Sequence[str]] = DEFAULT_COLORS,
+    idle_color: str = IDLE_COLOR,
+    show_labels: bool = True,
+    label_min_size: int = 8,
+    text_color: str = "#1A1A1A",
+    light_text_color: str = "#FFFFFF",
+    row_height: int = 26,
+    box_gap: float = 0.15,
+    width: int | None = None,
+    title: str | None = None,
+    font_family: str = "Helvetica, Arial, sans-serif",
+) -> dict:
+    """The plain-dict figure behind :func:`schedule_figure` (same arguments); what the
+    explorer sends to the browser without plotly's per-property validation."""
+    items = _as_list(items)
+    if not items:
+        raise ValueError("schedule_figure needs at least one schedule or simulation result")
+    if titles is not None and len(titles) != len(items):
+        raise ValueError(f"got {len(titles)} titles for {len(items)} schedules")
+    timelines = [_columns(it, costs, None if titles is None else str(titles[i]))
+                 for i, it in enumerate(items)]
+    n = len(timelines)
+    top = 70 if title else 34
+    layout, height = _stacked_layout([t.num_devices * row_height for t in timelines],
+                                     [t.title for t in timelines], gap_px=44, top_px=top, bottom_px=50)
+    horizon = max(t.makespan for t in timelines)
+    data: list[dict] = []
+    shown: set[tuple[str, int]] = set()
+    chunked = any(t.placement.num_chunks > 1 for t in timelines)
+    for panel, tl in enumerate(timelines):
+        xa, ya = _axis_names(panel)
+        p = tl.num_devices
+        data.append({
+            "type": "bar", "orientation": "h", "xaxis": xa, "yaxis": ya,
+            "y": np.arange(p, dtype=np.int32), "x": np.full(p, float(horizon)), "base": np.zeros(p),
+            "marker": {"color": idle_color, "line": {"width": 0}}, "width": 1 - box_gap,
+            "name": "idle", "legendgroup": "idle", "showlegend": panel == 0, "hoverinfo": "skip",
+            "meta": {"kind": "idle", "panel": panel},
+        })
+        chunk_of_stage = np.array([tl.placement.chunk_of(x) for x in range(tl.placement.num_stages)],
+                                  np.int32)
+        chunk = chunk_of_stage[tl.stage] if len(tl.stage) else tl.stage
+        for oi, op in enumerate(_OPS):
+            for c in range(tl.placement.num_chunks):
+                sel = np.flatnonzero((tl.op == oi) & (chunk == c))
+                if not len(sel):
+                    continue
+                start, end = tl.start[sel], tl.end[sel]
+                custom = np.column_stack([tl.stage[sel], tl.microbatch[sel], start, end]).astype(float)
+                name = f"{op.value} chunk {c}" if chunked else op.value
+                fill = pass_color(op, c, colors)
+                trace = {
+                    "type": "bar", "orientation": "h", "xaxis": xa, "yaxis": ya,
+                    "y": tl.device[sel], "base": start, "x": end - start, "width": 1 - box_gap,
+                    "marker": {"color": fill, "line": {"color": "white", "width": 0.6}},
+                    "customdata": custom,
+                    "name": name, "legendgroup": name, "showlegend": (op.value, c) not in shown,
+                    "hovertemplate": (
+                        f"<b>{op.value}</b> stage %{{customdata[0]}}, microbatch %{{customdata[1]}}"
+                        f"<br>device %{{y}}, chunk {c}<br>start %{{customdata[2]:.4g}}, "
+                        "end %{customdata[3]:.4g}<extra></extra>"
+                    ),
+                    "meta": {"kind": "pass", "op": op.value, "chunk": c, "panel": panel},
+                }
+                if show_labels:
+                    trace.update(texttemplate="%{customdata[1]}", textposition="inside",
+                                 insidetextanchor="middle", textangle=0,
+                                 textfont={"color": _text_on(fill, text_color, light_text_color)})
+                else:
+                    trace["textposition"] = "none"
+                data.append(trace)
+                shown.add((op.value, c))
+        layout[f"yaxis{'' if panel == 0 else panel + 1}"].update(
+            tickmode="array", tickvals=list(range(p)), ticktext=[f"d{d}" for d in range(p)],
+            range=[p - 0.5, -0.5], showgrid=False, zeroline=False, ticks="",
+        )
+    for panel in range(n):
+        layout[f"xaxis{'' if panel == 0 else panel + 1}"].update(
+            range=[0, horizon * 1.005 if horizon else 1], showgrid=False, zeroline=False)
+    layout[f"xaxis{'' if n == 1 else n}"]["title"] = {"text": "time"}
+    layout.update(
+        barmode="overlay", bargap=0, height=height, width=width,
+        title={"text": title} if title else None,
+        plot_bgcolor="white", paper_bgcolor="white",
+        font={"family": font_family, "size": 12},
+        legend={"traceorder": "normal"},
+        margin={"l": 50, "r": 20, "t": top, "b": 50},
+        hoverlabel={"font": {"size": 12}},
+    )
+    if show_labels:
+        layout["uniformtext"] = {"minsize": label_min_size, "mode": "hide"}
+    if title is None:
+        del layout["title"]
+    return {"data": data, "layout": layout}
+
+
+def _text_on(fill: str, dark: str, light: str) -> str:
+    """A readable label colour on ``fill`` (``#RRGGBB``): light text on dark fills."""
+    if not (fill.startswith("#") and len(fill) == 7):
+        return dark
+    r, g, b = (int(fill[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    return light if 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.45 else dark
+
+
+# -- memory ------------------------------------------------------------------------------------
+
+def one_f_one_b_peak(num_devices: int, num_microbatches: int, costs: Costs | None = None,
+                     memory: MemoryModel | None = None) -> float:
+    """1F1B's simulated peak activation memory (``p·a`` for m ≥ p): the reference line."""
+    return max(simulate(build("1f1b", num_devices, num_microbatches), costs, memory).peak_memory)
+
+
+def theoretical_peak(schedule: Schedule) -> float | None:
+    """The schedule's peak activation memory from theory, in ``a``, or ``None`` if unknown.
+
+    Closed forms of PAPER.md §1.5 / Table A (default memory model; the steady state needs
+    enough microbatches, so each is capped by what ``m`` microbatches can hold):
+    GPipe ``m``; 1F1B, ZB-H1, ZB-V, V-ZB ``p``; ZB-H2 ``2p−1``; V-Min ``⌊(p+4)/3⌋``; V-Half
+    ``⌊(p+2)/2⌋``. Memory-budgeted schedules give their budget (``memory_limit`` × ``p``).
+    Other schedules with a paper building block give its Eq. 1 bound.
+    """
+    p, m = schedule.num_devices, schedule.num_microbatches
+    params = dict(schedule.params)
+    forms = {
+        "gpipe": m, "1f1b": p, "zb-h1": p, "zb-v": p, "v-zb": p, "zb-h2": 2 * p - 1,
+        "v-min": (p + 4) // 3, "v-half": (p + 2) // 2,
+    }
+    if schedule.name in forms:
+        return float(min(forms[schedule.name], m))
+    limit = params.get("memory_limit")
+    if isinstance(limit, (int, float)):
+        return float(limit) * min(p, m)
+    try:
+        block = paper_block(schedule.name, p, m)
+    except ValueError:
+        block = None
+    return float(max(block.memory_bound())) if block is not None else None
+
+
+def memory_figure(
+    results: SimResult | Sequence[SimResult],
+    *,
+    titles: Sequence[str] | None = None,
+    theoretical_peaks: Sequence[float | None] | None = None,
+    reference_peak: float | None = None,
+    device_colors: Sequence[str] = DEVICE_COLORS,
+    theory_color: str = "#C23B3B",
+    reference_color: str = "#555555",
+    line_width: float = 1.6,
+    panel_height: int = 200,
+    width: int | None = None,
+    title: str | None = None,
+    font_family: str = "Helvetica, Arial, sans-serif",
+) -> go.Figure:
+    """Activation memory (``a``) of every device over time, one panel per result.
+
+    Each device is a step line taken verbatim from ``SimResult.memory_curve`` (``line_shape
+    'hv'``, held at its last level until the makespan; trace ``meta`` is ``{"kind": "memory",
+    "device", "panel"}``). Dashed lines mark the theoretical peak of each schedule (default
+    :func:`theoretical_peak`; ``None`` skips it; ``meta["kind"] == "theory"``) and
+    ``reference_peak`` (default: 1F1B's simulated peak for the first result's p, m and costs;
+    ``meta["kind"] == "1f1b"``).
+    """
+    return go.Figure(memory_spec(
+        results, titles=titles, theoretical_peaks=theoretical_peaks, reference_peak=reference_peak,
+        device_colors=device_colors, theory_color=theory_color, reference_color=reference_color,
+        line_width=line_width, panel_height=panel_height, width=width, title=title,
+        font_family=font_family,
+    ))
+
+
+def memory_spec(
+    results: SimResult | Sequence[SimResult],
+    *,
+    titles: Sequence[str] | None = None,
+    theoretical_peaks: Sequence[float | None] | None = None,
+    reference_peak: float | None = None,
+    device_colors: Sequence[str] = DEVICE_COLORS,
+    theory_color: str = "#C23B3B",
+    reference_color: str = "#555555",
+    line_width: float = 1.6,
+    panel_height: int = 200,
+    width: int | None = None,
+    title: str | None = None,
+    font_family: str = "Helvetica, Arial, sans-serif",
+) -> dict:
+    """The plain-dict figure behind :func:`memory_figure` (same arguments)."""
+    results = [results] if isinstance(results, SimResult) else list(results)
+    if not results:
+        raise ValueError("memory_figure needs at least one simulation result")
+    if theoretical_peaks is None:
+        theoretical_peaks = [theoretical_peak(r.schedule) for r in results]
+    if reference_peak is None:
+        r0 = results[0]
+        reference_peak = one_f_one_b_peak(r0.schedule.num_devices, r0.schedule.num_microbatches,
+                                          r0.costs, r0.memory)
+    n = len(results)
+    if titles is None:
+        titles = [f"{r.schedule.name}: peak {max(r.peak_memory):g} a "
+                  f"({max(r.peak_memory) / reference_peak:.2f} of 1F1B)" if reference_peak else
+                  r.schedule.name for r in results]
+    top = 70 if title else 34
+    layout, height = _stacked_layout([panel_height] * n, list(titles), gap_px=44, top_px=top,
+                                     bottom_px=50)
+    data: list[dict] = []
+    for panel, r in enumerate(results):
+        xa, ya = _axis_names(panel)
+        for d in range(r.schedule.num_devices):
+            t, v = r.memory_curve(d)
+            if t[-1] < r.makespan:  # hold the last level until the end of the schedule
+                t, v = t + [r.makespan], v + [v[-1]]
+            data.append({
+                "type": "scatter", "xaxis": xa, "yaxis": ya,
+                "x": np.asarray(t, float), "y": np.asarray(v, float), "mode": "lines",
+                "line": {"shape": "hv", "width": line_width,
+                         "color": device_colors[d % len(device_colors)]},
+                "name": f"d{d}", "legendgroup": f"d{d}", "showlegend": panel == 0,
+                "hovertemplate": f"d{d}: %{{y:g}} a at t=%{{x:g}}<extra></extra>",
+                "meta": {"kind": "memory", "device": d, "panel": panel},
+            })
+        theory = theoretical_peaks[panel]
+        if theory is not None:
+            data.append(_hline(theory, r.makespan, theory_color, f"theory {theory:g} a", "theory",
+                               panel, at_start=True))
+        if reference_peak is not None:
+            data.append(_hline(reference_peak, r.makespan, reference_color,
+                               f"1F1B peak {reference_peak:g} a", "1f1b", panel))
+        top_value = max([max(r.peak_memory), theory or 0.0, reference_peak or 0.0, 1e-9])
+        layout[f"yaxis{'' if panel == 0 else panel + 1}"].update(
+            title={"text": "memory (a)"}, range=[0, top_value * 1.18], showgrid=True,
+            gridcolor="#EEEEEE")
+        layout[f"xaxis{'' if panel == 0 else panel + 1}"].update(showgrid=True, gridcolor="#EEEEEE")
+    layout[f"xaxis{'' if n == 1 else n}"]["title"] = {"text": "time"}
+    layout.update(
+        height=height, width=width, plot_bgcolor="white", paper_bgcolor="white",
+        font={"family": font_family, "size": 12}, margin={"l": 60, "r": 20, "t": top, "b": 50},
+    )
+    if title:
+        layout["title"] = {"text": title}
+    return {"data": data, "layout": layout}
+
+
+def _hline(y: float, x1: float, color: str, label: str, kind: str, panel: int,
+           at_start: bool = False) -> dict:
+    xa, ya = _axis_names(panel)
+    return {
+        "type": "scatter", "xaxis": xa, "yaxis": ya, "x": [0.0, x1], "y": [y, y],
+        "mode": "lines+text", "text": [label, ""] if at_start else ["", label],
+        "textposition": "top right" if at_start else "top left",
+        "textfont": {"color": color, "size": 11}, "line": {"color": color, "dash": "dash", "width": 1.2},
+        "name": label, "showlegend": False, "hoverinfo": "skip",
+        "meta": {"kind": kind, "value": y, "panel": panel},
+    }
+
+
+# -- building blocks ---------------------------------------------------------------------------
+
+def repeat_block(block: Sequence[TimedPass], num_microbatches: int, interval: float) -> list[TimedPass]:
+    """Copies of a one-microbatch block, microbatch ``k`` shifted by ``k·interval`` (no squeeze:
+    copies may collide when the block is not valid for that interval)."""
+    return [tp._replace(microbatch=k, start=tp.start + k * interval, end=tp.end + k * interval)
+            for k in range(num_microbatches) for tp in block]
+
+
+def squeeze(passes: Sequence[TimedPass], placement: Placement, num_microbatches: int,
+            costs: Costs | None = None, name: str = "squeezed") -> SimResult:
+    """The paper's *squeeze*: keep each device's order (by start time), run every pass as early
+    as dependencies allow. This is exactly what :func:`ctrlmem.simulate` does to an order."""
+    rows: list[list[TimedPass]] = [[] for _ in range(placement.num_devices)]
+    for tp in passes:
+        rows[tp.device].append(tp)
+    orders = [[(tp.op, tp.stage, tp.microbatch)
+               for tp in sorted(r, key=lambda t: (t.start, t.end, t.stage))] for r in rows]
+    return simulate(Schedule.from_orders(name, placement, num_microbatches, orders), costs)
+
+
+def _blocks_module():
+    """:mod:`ctrlmem.blocks` if it is importable (it carries the paper's blocks), else None."""
+    try:
+        from . import blocks  # noqa: PLC0415
+    except ImportError:
+        return None
+    return blocks if hasattr(blocks, "GALLERY") and hasattr(blocks, "pipeline_steps") else None
+
+
+def paper_block(name: str, num_devices: int, num_microbatches: int | None = None):
+    """The paper's building block for ``name`` from :data:`ctrlmem.blocks.GALLERY`, or ``None``
+    when that module or that block is not available."""
+    blocks = _blocks_module()
+    if blocks is None or name not in blocks.GALLERY:
+        return None
+    make = blocks.GALLERY[name]
+    return make(num_devices, num_microbatches) if name == "gpipe" else make(num_devices)
+
+
+def slot_timeline(passes: Iterable, placement: Placement, title: str, slot: float = 1.0) -> Timeline:
+    """A :class:`Timeline` from slot-timed passes (``ctrlmem.blocks.SlotPass``: start, length,
+    op, stage, microbatch), one slot lasting ``slot`` time units."""
+    tps = tuple(TimedPass(placement.device_of(sp.stage), sp.op, sp.stage, sp.microbatch,
+                          sp.start * slot, (sp.start + sp.length) * slot) for sp in passes)
+    return Timeline(title, placement.num_devices, placement, tps)
+
+
+def _fallback_block(name: str, num_devices: int, costs: Costs | None) -> tuple[list[TimedPass], Placement, float]:
+    """(block, placement, interval) without :mod:`ctrlmem.blocks`: the schedule built for one
+    microbatch, every pass as early as possible, repeated every ``f+b+w`` of one device."""
+    costs = costs if costs is not None else Costs()
+    one = simulate(build(name, num_devices, 1, costs=costs), costs)
+    f, b, w = costs.stage_times(one.schedule.num_stages, num_devices)
+    interval = max(sum(f[s] + b[s] + w[s] for s in one.schedule.placement.stages_of(d))
+                   for d in range(num_devices))
+    return list(one.passes), one.schedule.placement, interval
+
+
+def block_timelines(name: str, num_devices: int, num_microbatches: int,
+                    costs: Costs | None = None) -> list[Timeline]:
+    """The steps of the paper's construction (PAPER.md §1.2) as timelines, first to last.
+
+    With the paper's block for ``name`` (:func:`paper_block`, in slots of one chunk pass): the
+    block, then every step of :func:`ctrlmem.blocks.pipeline_steps` (repeat, W placed,
+    reordered, squeezed). Otherwise (a schedule without a paper block): the schedule built for
+    one microbatch, its repetition every ``T = f+b+w``, that repetition squeezed, and the
+    registered (reordered) schedule, all under ``costs``.
+    """
+    p, m = num_devices, num_microbatches
+    block = paper_block(name, p, m)
+    if block is not None:
+        blocks = _blocks_module()
+        steps = blocks.pipeline_steps(block, m)
+        out = [slot_timeline(block.passes, block.placement,
+                             f"{name}: building block (T = {block.interval} slots, Eq. 1 bound "
+                             f"{max(block.memory_bound()):g} a)")]
+        for step, tl in steps.items():
+            rows = [sp for row in tl.rows for sp in row]
+            peak = max(tl.peak_memory())
+            out.append(slot_timeline(rows, tl.placement, f"{step}: {tl.end} slots, peak {peak:g} a"))
+        return out
+    block_passes, placement, interval = _fallback_block(name, p, costs)
+    rep = repeat_block(block_passes, m, interval)
+    squeezed = squeeze(rep, placement, m, costs, name=f"{name}-squeezed")
+    final = simulate(build(name, p, m, costs=costs), costs)
+    return [
+        Timeline(f"{name}: one microbatch as early as possible (T = {interval:g})", p, placement,
+                 tuple(block_passes)),
+        Timeline(f"repeated every T (m={m})", p, placement, tuple(rep)),
+        Timeline(f"squeezed: makespan {squeezed.makespan:g}, peak {max(squeezed.peak_memory):g} a",
+                 p, placement, tuple(squeezed.passes)),
+        Timeline(f"{name} as registered: makespan {final.makespan:g}, peak {max(final.peak_memory):g} a",
+                 p, placement, tuple(final.passes)),
+    ]
+
+
+def block_figure(name: str, num_devices: int, num_microbatches: int, *,
+                 costs: Costs | None = None, steps: Sequence[int] | None = None,
+                 **style) -> go.Figure:
+    """Building block → repeat → squeeze → reorder, stacked on one time axis (Fig. 1, 11, 18
+    style). ``steps`` picks panels of :func:`block_timelines` by index (default all);
+    ``style`` goes to :func:`schedule_figure`."""
+    tls = block_timelines(name, num_devices, num_microbatches, costs)
+    if steps is not None:
+        tls = [tls[i] for i in steps]
+    return schedule_figure(tls, **style)
+
+
+def lifespans(item, microbatch: int = 0) -> list[dict]:
+    """Lifespan of every stage (PAPER.md §1.3): from the start of its F to the end of the pass
+    that releases its activation (W, or BW when fused).
+
+    ``item`` is a :class:`SimResult` (microbatch ``microbatch`` of the simulated timeline) or a
+    building block with ``lifespans()`` and ``placement`` (``ctrlmem.blocks.BuildingBlock``)."""
+    if not isinstance(item, SimResult):
+        placement = item.placement
+        return [{"stage": s, "device": placement.device_of(s), "lifespan": float(l)}
+                for s, l in sorted(item.lifespans().items())]
+    start: dict[int, float] = {}
+    end: dict[int, float] = {}
+    dev: dict[int, int] = {}
+    for tp in item.passes:
+        if tp.microbatch != microbatch:
+            continue
+        dev[tp.stage] = tp.device
+        if tp.op is Op.F:
+            start[tp.stage] = tp.start
+        elif tp.op in (Op.W, Op.BW):
+            end[tp.stage] = max(end.get(tp.stage, tp.end), tp.end)
+    return [{"stage": s, "device": dev[s], "start": start[s], "end": end[s],
+             "lifespan": end[s] - start[s]} for s in sorted(start) if s in end]
+
+
+def lifespan_figure(
+    items,
+    *,
+    microbatch: int = 0,
+    titles: Sequence[str] | None = None,
+    stage_colors: Sequence[str] = DEVICE_COLORS,
+    height: int = 320,
+    width: int | None = None,
+    font_family: str = "Helvetica, Arial, sans-serif",
+) -> go.Figure:
+    """Per-device lifespan bars (Fig. 2): each device's bar stacks the lifespans of the stages
+    it holds (labelled ``l<stage>``), so the tallest bar is the memory bottleneck (Eq. 1).
+    ``items``: SimResults and/or building blocks (see :func:`lifespans`), one panel each."""
+    items = [items] if isinstance(items, SimResult) or hasattr(items, "lifespans") else list(items)
+    if titles is None:
+        titles = [it.schedule.name if isinstance(it, SimResult) else str(getattr(it, "name", "block"))
+                  for it in items]
+    fig = make_subplots(rows=1, cols=len(items), shared_yaxes=True, subplot_titles=list(titles))
+    for i, it in enumerate(items):
+        placement = it.schedule.placement if isinstance(it, SimResult) else it.placement
+        spans = lifespans(it, microbatch)
+        for chunk in range(placement.num_chunks):
+            sel = sorted((s for s in spans if placement.chunk_of(s["stage"]) == chunk),
+                         key=lambda s: s["device"])
+            fig.add_trace(go.Bar(
+                x=[f"d{s['device']}" for s in sel], y=[s["lifespan"] for s in sel],
+                text=[f"l{s['stage']}" for s in sel], textposition="inside",
+                marker_color=stage_colors[chunk % len(stage_colors)],
+                name=f"chunk {chunk}", legendgroup=f"chunk {chunk}", showlegend=i == 0,
+                hovertemplate="stage %{text}: lifespan %{y:g}<extra></extra>",
+                meta={"kind": "lifespan", "chunk": chunk, "panel": i},
+            ), row=1, col=i + 1)
+        fig.update_xaxes(categoryorder="array",
+                         categoryarray=[f"d{d}" for d in range(placement.num_devices)], row=1, col=i + 1)
+    fig.update_yaxes(title_text="summed lifespan", row=1, col=1)
+    fig.update_layout(barmode="stack", height=height, width=width, plot_bgcolor="white",
+                      font=dict(family=font_family, size=12), margin=dict(l=60, r=20, t=50, b=40))
+    return fig
+
+
+# -- trade-offs --------------------------------------------------------------------------------
+
+def tradeoff_points(
+    names: Iterable[str],
+    num_devices: int,
+    num_microbatches: int,
+    costs: Costs | None = None,
+    memory_limits: Sequence[float] = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+    memory: MemoryModel | None = None,
+) -> list[dict]:
+    """Simulate every schedule (budgeted ones once per memory limit) and return one record per
+    point: ``name, memory_limit, peak (a), memory (fraction of 1F1B's peak), bubble_rate,
+    makespan, throughput`` (microbatches per time unit) and ``speedup`` over 1F1B. Limits a
+    budgeted schedule cannot meet are skipped (logged)."""
+    costs = costs if costs is not None else Costs()
+    p, m = num_devices, num_microbatches
+    ref = simulate(build("1f1b", p, m), costs, memory)
+    ref_peak = max(ref.peak_memory)
+    points = []
+    for name in names:
+        spec = SCHEDULES[name]
+        for limit in (memory_limits if spec.memory_limit else (None,)):
+            try:
+                r = simulate(build(name, p, m, costs=costs, memory_limit=limit), costs, memory)
+            except ValueError as exc:
+                log.info("skipping %s at memory limit %s: %s", name, limit, exc)
+                continue
+            peak = max(r.peak_memory)
+            points.append({
+                "name": name, "memory_limit": limit, "peak": peak, "memory": peak / ref_peak,
+                "bubble_rate": r.bubble_rate, "makespan": r.makespan,
+                "throughput": m / r.makespan, "speedup": ref.makespan / r.makespan,
+            })
+    return points
+
+
+def _series(points: Sequence[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for pt in points:
+        out.setdefault(pt["name"], []).append(pt)
+    return out
+
+
+def bubble_memory_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVICE_COLORS,
+                         height: int = 380, width: int | None = None,
+                         font_family: str = "Helvetica, Arial, sans-serif") -> go.Figure:
+    """Bubble rate against activation memory (fraction of 1F1B) for each schedule (Fig. 9):
+    budgeted schedules are a line over their memory limits, fixed ones a single marker."""
+    fig = go.Figure()
+    for i, (name, pts) in enumerate(_series(points).items()):
+        pts = sorted(pts, key=lambda q: q["memory"])
+        fig.add_trace(go.Scatter(
+            x=[q["memory"] for q in pts], y=[q["bubble_rate"] for q in pts],
+            mode="lines+markers" if len(pts) > 1 else "markers", name=name,
+            marker=dict(size=9, color=colors[i % len(colors)]),
+            customdata=[[q["memory_limit"] if q["memory_limit"] is not None else math.nan, q["peak"]]
+                        for q in pts],
+            hovertemplate=f"{name}<br>memory %{{x:.3f}} of 1F1B (%{{customdata[1]:g}} a)"
+                          "<br>bubble rate %{y:.4f}<extra></extra>",
+            meta={"kind": "bubble", "name": name},
+        ))
+    fig.update_layout(xaxis_title="peak activation memory / 1F1B", yaxis_title="bubble rate",
+                      height=height, width=width, plot_bgcolor="white",
+                      font=dict(family=font_family, size=12))
+    fig.update_xaxes(showgrid=True, gridcolor="#EEEEEE")
+    fig.update_yaxes(showgrid=True, gridcolor="#EEEEEE", rangemode="tozero")
+    return fig
+
+
+def pareto_frontier(points: Sequence[dict], x: str = "memory", y: str = "throughput") -> list[dict]:
+    """Points not dominated by another (no other has ``x`` ≤ and ``y`` ≥ with one strict),
+    sorted by ``x``."""
+    front = []
+    for pt in sorted(points, key=lambda q: (q[x], -q[y])):
+        if not front or pt[y] > front[-1][y]:
+            front.append(pt)
+    return front
+
+
+def pareto_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVICE_COLORS,
+                  frontier_color: str = "#C23B3B", height: int = 380, width: int | None = None,
+                  font_family: str = "Helvetica, Arial, sans-serif") -> go.Figure:
+    """Throughput against activation memory (Fig. 7), with the Pareto frontier as a line.
+    Throughput is shown as speed-up over 1F1B (same p, m, costs)."""
+    fig = go.Figure()
+    for i, (name, pts) in enumerate(_series(points).items()):
+        fig.add_trace(go.Scatter(
+            x=[q["memory"] for q in pts], y=[q["speedup"] for q in pts], mode="markers", name=name,
+            marker=dict(size=10, color=colors[i % len(colors)]),
+            hovertemplate=f"{name}<br>memory %{{x:.3f}} of 1F1B<br>speed-up %{{y:.3f}}<extra></extra>",
+            meta={"kind": "point", "name": name},
+        ))
+    front = pareto_frontier(points, "memory", "speedup")
+    fig.add_trace(go.Scatter(
+        x=[q["memory"] for q in front], y=[q["speedup"] for q in front], mode="lines",
+        line=dict(color=frontier_color, width=1.5, shape="hv"), name="Pareto frontier",
+        hoverinfo="skip", meta={"kind": "frontier"},
+    ))
+    fig.update_layout(xaxis_title="peak activation memory / 1F1B", yaxis_title="speed-up over 1F1B",
+                      height=height, width=width, plot_bgcolor="white",
+                      font=dict(family=font_family, size=12))
+    fig.update_xaxes(showgrid=True, gridcolor="#EEEEEE")
+    fig.update_yaxes(showgrid=True, gridcolor="#EEEEEE")
+    return fig
+
+
+# -- export ------------------------------------------------------------------------------------
+
+def write_figure(fig: go.Figure, path, *, scale: float = 2.0, include_plotlyjs: bool | str = True) -> str:
+    """Write ``fig`` by extension: ``.html`` (plotly.js embedded, works offline), ``.png`` or
+    ``.svg`` (kaleido, which drives a Chromium: Debian's ``chromium`` works). Returns the path."""
+    path = str(path)
+    ext = path.rsplit(".", 1)[-1].lower() if "." in path else ""
+    if ext == "html":
+        fig.write_html(path, include_plotlyjs=include_plotlyjs, full_html=True)
+    elif ext in ("png", "svg"):
+        fig.write_image(path, format=ext, scale=scale if ext == "png" else 1,
+                        width=fig.layout.width or 1100, height=fig.layout.height or 500)
+    else:
+        raise ValueError(f"cannot write {path!r}: the file name must end in .html, .png or .svg")
+    log.info("wrote %s", path)
+    return path

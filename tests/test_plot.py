@@ -1,0 +1,238 @@
+"""Figures: the diagram shows exactly the simulator's passes, colours follow the pass kind, the
+memory curves are the simulator's, and exported PNG/SVG files open as images."""
+
+import re
+import shutil
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import ctrlmem as cm
+from ctrlmem import Op, plot
+
+COSTS = [cm.Costs(1, 1, 1, 0), cm.Costs(3, 4, 2, 0.5)]
+CASES = [(name, p, m) for name in cm.SCHEDULES for p, m in ((2, 4), (4, 8), (3, 7))]
+
+
+def _build(name, p, m, costs=None):
+    try:
+        return cm.build(name, p, m, costs=costs)
+    except ValueError as exc:  # e.g. interleaved needs m to split into rounds
+        pytest.skip(f"{name} p={p} m={m}: {exc}")
+
+
+def pass_boxes(fig, panel=0):
+    """(device, op, stage, microbatch, start, end) of every box drawn in ``panel``."""
+    boxes = []
+    for tr in fig.data:
+        meta = tr.meta or {}
+        if meta.get("kind") != "pass" or meta.get("panel") != panel:
+            continue
+        assert len(tr.y) == len(tr.base) == len(tr.x) == len(tr.customdata)
+        for dev, base, dur, (stage, mb, start, end) in zip(tr.y, tr.base, tr.x, tr.customdata):
+            assert base == start and np.isclose(base + dur, end)
+            boxes.append((int(dev), meta["op"], int(stage), int(mb), float(base), float(base + dur)))
+    return boxes
+
+
+def sim_boxes(result):
+    return [(tp.device, tp.op.value, tp.stage, tp.microbatch, tp.start, tp.end) for tp in result.passes]
+
+
+@pytest.mark.parametrize("costs", COSTS, ids=str)
+@pytest.mark.parametrize("name,p,m", CASES)
+def test_one_box_per_pass_at_simulated_times(name, p, m, costs):
+    """Every pass of the simulation is drawn exactly once, on its device, from its start to its end."""
+    r = cm.simulate(_build(name, p, m, costs), costs)
+    fig = plot.schedule_figure(r)
+    assert Counter(pass_boxes(fig)) == Counter(sim_boxes(r))
+
+
+def test_stacked_schedules_share_the_time_axis_and_keep_their_own_boxes():
+    """Comparing schedules stacks one panel each; every panel holds exactly its own simulation."""
+    rs = [cm.simulate(cm.build(n, 4, 8)) for n in ("1f1b", "zb-h1", "zb-v")]
+    fig = plot.schedule_figure(rs)
+    for i, r in enumerate(rs):
+        assert Counter(pass_boxes(fig, i)) == Counter(sim_boxes(r))
+    layout = fig.layout.to_plotly_json()
+    assert layout["xaxis2"]["matches"] == "x" and layout["xaxis3"]["matches"] == "x"
+    assert [len(layout[k]["tickvals"]) for k in ("yaxis", "yaxis2", "yaxis3")] == [4, 4, 4]
+    domains = [layout[k]["domain"] for k in ("yaxis", "yaxis2", "yaxis3")]
+    assert all(a[0] > b[1] for a, b in zip(domains, domains[1:])), "panels overlap or are out of order"
+
+
+@pytest.mark.parametrize("name", ["1f1b", "zb-h1", "zb-v", "interleaved-1f1b"])
+def test_colour_follows_pass_kind_and_chunk(name):
+    """A box's fill is DEFAULT_COLORS[op][chunk]; chunks of one kind get different shades."""
+    r = cm.simulate(cm.build(name, 4, 8))
+    fig = plot.schedule_figure(r)
+    seen = set()
+    placement = r.schedule.placement
+    for tr in fig.data:
+        if (tr.meta or {}).get("kind") != "pass":
+            continue
+        op, chunk = Op(tr.meta["op"]), tr.meta["chunk"]
+        assert tr.marker.color == plot.DEFAULT_COLORS[op][chunk]
+        assert {placement.chunk_of(int(s)) for s, *_ in tr.customdata} == {chunk}
+        seen.add((op, chunk))
+    ops = {tp.op for tp in r.passes}
+    assert {op for op, _ in seen} == ops
+    colours = {plot.pass_color(op, c) for op, c in seen}
+    assert len(colours) == len(seen), "two kinds/chunks share a colour"
+
+
+def test_custom_colours_are_used():
+    """Style is an argument: a custom palette reaches the boxes, and nothing global changes."""
+    palette = {Op.F: ("#000001",), Op.B: ("#000002",), Op.W: ("#000003",), Op.BW: ("#000004",)}
+    fig = plot.schedule_figure(cm.simulate(cm.build("zb-h1", 3, 6)), colors=palette, idle_color="#123456")
+    fills = {tr.meta["op"]: tr.marker.color for tr in fig.data if tr.meta["kind"] == "pass"}
+    assert fills == {"F": "#000001", "B": "#000002", "W": "#000003"}
+    assert [tr.marker.color for tr in fig.data if tr.meta["kind"] == "idle"] == ["#123456"]
+    again = plot.schedule_figure(cm.simulate(cm.build("zb-h1", 3, 6)))
+    assert {tr.marker.color for tr in again.data if tr.meta["kind"] == "pass"} <= {
+        c for shades in plot.DEFAULT_COLORS.values() for c in shades}
+
+
+def test_idle_rows_span_the_time_axis_and_labels_hide_when_too_small():
+    """Each device row has a grey background over the whole time axis (idle shows through) and
+    microbatch labels use plotly's hide-if-it-does-not-fit rule."""
+    r = cm.simulate(cm.build("1f1b", 5, 10))
+    fig = plot.schedule_figure(r)
+    idle = [tr for tr in fig.data if tr.meta["kind"] == "idle"]
+    assert len(idle) == 1 and sorted(idle[0].y) == list(range(5))
+    assert set(idle[0].x) == {r.makespan} and set(idle[0].base) == {0}
+    assert fig.layout.uniformtext.mode == "hide"
+    assert all(tr.texttemplate == "%{customdata[1]}" for tr in fig.data if tr.meta["kind"] == "pass")
+    no_labels = plot.schedule_figure(r, show_labels=False)
+    assert all(tr.texttemplate is None for tr in no_labels.data)
+
+
+def test_hover_names_pass_stage_microbatch_start_end():
+    fig = plot.schedule_figure(cm.simulate(cm.build("zb-h1", 2, 3)))
+    for tr in fig.data:
+        if tr.meta["kind"] == "pass":
+            for needle in ("stage %{customdata[0]}", "microbatch %{customdata[1]}",
+                           "start %{customdata[2]", "end %{customdata[3]", tr.meta["op"]):
+                assert needle in tr.hovertemplate
+
+
+@pytest.mark.parametrize("name,p,m", [("1f1b", 4, 8), ("zb-v", 4, 8), ("zb-h2", 3, 9), ("gpipe", 3, 5)])
+def test_memory_curves_equal_the_simulators(name, p, m):
+    """Each device's line is SimResult.memory_curve (held to the makespan), and the reference
+    lines sit at the theoretical peak and at 1F1B's simulated peak."""
+    r = cm.simulate(cm.build(name, p, m), cm.Costs(2, 3, 1, 0.25))
+    fig = plot.memory_figure(r)
+    lines = {tr.meta["device"]: tr for tr in fig.data if tr.meta["kind"] == "memory"}
+    assert sorted(lines) == list(range(p))
+    for d, tr in lines.items():
+        t, v = r.memory_curve(d)
+        n = len(t)
+        assert list(tr.x[:n]) == t and list(tr.y[:n]) == v
+        assert tr.line.shape == "hv"
+        assert max(tr.y) == r.peak_memory[d]
+        assert tr.x[-1] == max(t[-1], r.makespan)
+    ref = [tr for tr in fig.data if tr.meta["kind"] == "1f1b"]
+    one = cm.simulate(cm.build("1f1b", p, m), cm.Costs(2, 3, 1, 0.25))
+    assert [tr.meta["value"] for tr in ref] == [max(one.peak_memory)]
+    theory = [tr.meta["value"] for tr in fig.data if tr.meta["kind"] == "theory"]
+    assert theory == [plot.theoretical_peak(r.schedule)]
+
+
+def test_theoretical_peak_matches_simulation_in_steady_state():
+    """The closed forms drawn as 'theory' are the simulated peaks once m ≥ 2p."""
+    for name in ("1f1b", "zb-h1", "zb-v", "gpipe"):
+        for p in (2, 4, 6):
+            s = cm.build(name, p, 3 * p)
+            assert plot.theoretical_peak(s) == max(cm.simulate(s).peak_memory), (name, p)
+
+
+def test_block_views_end_in_a_valid_schedule_and_keep_every_pass():
+    """Block → repeat → … → final: the first panel is one microbatch, later panels hold all m."""
+    for name in ("1f1b", "zb-h1", "zb-v"):
+        tls = plot.block_timelines(name, 4, 6)
+        assert len(tls) >= 4
+        assert {tp.microbatch for tp in tls[0].passes} == {0}
+        per_mb = len(tls[0].passes)
+        for tl in tls[1:]:
+            assert len(tl.passes) == 6 * per_mb
+            assert {tp.microbatch for tp in tl.passes} == set(range(6))
+        fig = plot.block_figure(name, 4, 6)
+        assert len([a for a in fig.layout.annotations]) == len(tls)
+
+
+def test_lifespans_of_1f1b():
+    """1F1B with F=B=W=1: stage i lives from its F at t=i to its BW end, 3(p−i)+... long;
+    the lifespans strictly decrease with the stage (device 0 is the memory bottleneck)."""
+    r = cm.simulate(cm.build("1f1b", 4, 1))
+    spans = plot.lifespans(r)
+    assert [s["stage"] for s in spans] == [0, 1, 2, 3]
+    for s in spans:
+        starts = [tp.start for tp in r.passes if tp.stage == s["stage"] and tp.op is Op.F]
+        ends = [tp.end for tp in r.passes if tp.stage == s["stage"] and tp.op is Op.BW]
+        assert s["lifespan"] == ends[0] - starts[0]
+    assert [s["lifespan"] for s in spans] == sorted((s["lifespan"] for s in spans), reverse=True)
+    fig = plot.lifespan_figure(r)
+    bars = [tr for tr in fig.data if tr.meta["kind"] == "lifespan"]
+    assert list(bars[0].y) == [s["lifespan"] for s in spans]
+
+
+def test_tradeoff_points_and_pareto_frontier():
+    """Each point is its simulation; the frontier is exactly the non-dominated points."""
+    names = ["1f1b", "gpipe", "zb-h1", "zb-h2"]
+    pts = plot.tradeoff_points(names, 4, 12, cm.Costs(1, 1, 1))
+    ref = cm.simulate(cm.build("1f1b", 4, 12))
+    for pt in pts:
+        r = cm.simulate(cm.build(pt["name"], 4, 12))
+        assert pt["bubble_rate"] == r.bubble_rate
+        assert pt["memory"] == max(r.peak_memory) / max(ref.peak_memory)
+        assert pt["speedup"] == ref.makespan / r.makespan
+    front = plot.pareto_frontier(pts, "memory", "speedup")
+    for pt in pts:
+        dominated = any(q["memory"] <= pt["memory"] and q["speedup"] >= pt["speedup"]
+                        and (q["memory"], q["speedup"]) != (pt["memory"], pt["speedup"]) for q in pts)
+        assert (pt in front) != dominated or any(
+            (q["memory"], q["speedup"]) == (pt["memory"], pt["speedup"]) for q in front)
+    fig = plot.pareto_figure(pts)
+    assert [tr.meta["kind"] for tr in fig.data].count("frontier") == 1
+    fig2 = plot.bubble_memory_figure(pts)
+    assert {tr.meta["name"] for tr in fig2.data} == set(names)
+
+
+def test_html_export_is_self_contained(tmp_path):
+    """The .html file embeds plotly.js: it opens offline."""
+    path = plot.write_figure(plot.schedule_figure(cm.simulate(cm.build("1f1b", 2, 2))), tmp_path / "s.html")
+    text = open(path, encoding="utf-8").read()
+    assert re.findall(r"<script[^>]*\bsrc=", text) == [], "loads a script from elsewhere"
+    assert "Plotly.newPlot" in text and len(text) > 1_000_000, "plotly.js is not embedded"
+
+
+def test_bad_extension_is_a_readable_error(tmp_path):
+    with pytest.raises(ValueError, match=r"\.html, \.png or \.svg"):
+        plot.write_figure(plot.schedule_figure(cm.simulate(cm.build("1f1b", 2, 2))), tmp_path / "s.pdf")
+
+
+needs_chromium = pytest.mark.skipif(
+    not (shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")),
+    reason="static export needs a Chromium for kaleido (Debian: apt-get install chromium)",
+)
+
+
+@needs_chromium
+def test_png_and_svg_export_open_as_images(tmp_path):
+    """PNG and SVG exports are non-empty and parse as images of the requested size."""
+    import struct
+    import xml.etree.ElementTree as ET
+
+    fig = plot.schedule_figure([cm.simulate(cm.build("1f1b", 3, 4)), cm.simulate(cm.build("zb-v", 3, 4))],
+                               width=800)
+    png = plot.write_figure(fig, tmp_path / "s.png", scale=1)
+    data = open(png, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == (800, fig.layout.height)
+    svg = plot.write_figure(fig, tmp_path / "s.svg")
+    root = ET.parse(svg).getroot()
+    assert root.tag.endswith("svg")
+    text = open(svg, encoding="utf-8").read()
+    assert "zb-v" in text and "d2" in text

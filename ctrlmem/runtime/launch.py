@@ -27,7 +27,7 @@ from ..schedules import build
 from ..simulate import simulate
 from ..validate import validate
 
-__all__ = ["RunConfig", "RunError", "prepare", "run", "assemble", "emit_sbatch"]
+__all__ = ["RunConfig", "RunError", "prepare", "run", "run_many", "assemble", "emit_sbatch"]
 
 log = logging.getLogger(__name__)
 
@@ -137,42 +137,68 @@ def _torchrun_args(config: RunConfig, config_path: Path) -> list[str]:
 
 def run(config: RunConfig) -> dict:
     """Launch ``config`` locally and return the result (also written to ``out/result.json``)."""
-    schedule, worker = prepare(config)
-    out = Path(worker["out"])
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in list(out.glob("rank*.json")) + [out / "result.json"]:
-        stale.unlink(missing_ok=True)
-    config_path = out / "worker_config.json"
-    config_path.write_text(json.dumps(worker, indent=2))
+    return run_many([config])[0]
+
+
+def run_many(configs: list[RunConfig]) -> list[dict]:
+    """Launch several runs with the same ``p`` and backend in one ``torchrun`` (one after the
+    other on the same process group, saving every process's start-up); one result per config.
+
+    The launch's timeout is the largest ``timeout_s``; launcher files go to the first ``out``.
+    """
+    if not configs:
+        return []
+    prepared = [prepare(c) for c in configs]
+    base = configs[0]
+    for c in configs[1:]:
+        if (c.num_devices, c.backend) != (base.num_devices, base.backend):
+            raise RunError("run_many needs the same number of devices and backend for every run")
+    workers = [w for _, w in prepared]
+    outs = [Path(w["out"]) for w in workers]
+    if len(set(outs)) != len(outs):
+        raise RunError("every run needs its own output folder")
+    for out in outs:
+        out.mkdir(parents=True, exist_ok=True)
+        for stale in list(out.glob("rank*.json")) + [out / "result.json"]:
+            stale.unlink(missing_ok=True)
+    home = outs[0]
+    config_path = home / "worker_config.json"
+    config_path.write_text(json.dumps(workers if len(workers) > 1 else workers[0], indent=2))
     env = dict(os.environ)
-    if config.backend == "gloo":
-        env.update(OMP_NUM_THREADS=str(config.threads_per_rank), MKL_NUM_THREADS=str(config.threads_per_rank))
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo") if config.backend == "gloo" else None
-    cmd = _torchrun_args(config, config_path)
+    if base.backend == "gloo":
+        env.update(OMP_NUM_THREADS=str(base.threads_per_rank), MKL_NUM_THREADS=str(base.threads_per_rank))
+    timeout = max(c.timeout_s for c in configs)
+    cmd = _torchrun_args(base, config_path)
     log.info("launching: %s", shlex.join(cmd))
     t0 = time.monotonic()
-    status, reason = "ok", None
-    with open(out / "launch.log", "w") as logf:
+    timed_out = False
+    with open(home / "launch.log", "w") as logf:
         try:
-            proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, timeout=config.timeout_s)
+            proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, timeout=timeout)
             rc = proc.returncode
         except subprocess.TimeoutExpired:
-            rc, status, reason = None, "failed", f"the run exceeded its timeout of {config.timeout_s:g} s"
+            rc, timed_out = None, True
     elapsed = time.monotonic() - t0
-    result_path = out / "result.json"
-    if rc == 0 and result_path.exists():
-        return json.loads(result_path.read_text())
-    errors = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.error.json"))]
-    if errors:
-        first = min(errors, key=lambda e: (e["reason"].startswith("no progress"), e["rank"]))
-        reason = f"rank {first['rank']} failed in {first['where']}: {first['reason']}" + (
-            f" ({reason})" if reason else "")
-    elif reason is None:
-        reason = f"torchrun exited with status {rc} and no rank reported an error; see {out / 'launch.log'}"
-    result = {"status": "failed", "failure": reason, "rank_errors": errors, "elapsed_s": elapsed,
-              "config": worker["run_config"], "log": str(out / "launch.log")}
-    result_path.write_text(json.dumps(result, indent=2))
-    return result
+    errors = [json.loads(p.read_text()) for out in outs for p in sorted(out.glob("rank*.error.json"))]
+    results = []
+    for out, worker in zip(outs, workers):
+        result_path = out / "result.json"
+        if result_path.exists():
+            results.append(json.loads(result_path.read_text()))
+            continue
+        reason = None
+        if errors:
+            first = min(errors, key=lambda e: (e["reason"].startswith("no progress"), e["rank"]))
+            reason = f"rank {first['rank']} failed in {first['where']}: {first['reason']}"
+        if timed_out:
+            reason = (reason + "; " if reason else "") + f"the launch exceeded its timeout of {timeout:g} s"
+        if reason is None:
+            reason = f"torchrun exited with status {rc} and no rank reported an error; see {home / 'launch.log'}"
+        result = {"status": "failed", "failure": reason, "rank_errors": errors, "elapsed_s": elapsed,
+                  "config": worker["run_config"], "log": str(home / "launch.log")}
+        result_path.write_text(json.dumps(result, indent=2))
+        results.append(result)
+    return results
 
 
 def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:

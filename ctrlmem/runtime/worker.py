@@ -37,6 +37,7 @@ class Progress:
     def __init__(self, rank: int, out: Path, hang_timeout: float) -> None:
         self.rank, self.out, self.hang_timeout = rank, out, hang_timeout
         self.phase = "start-up"
+        self.job = ""
         self.label: str | None = None
         self.last = time.monotonic()
         self.done = False
@@ -52,11 +53,11 @@ class Progress:
 
     def where(self) -> str:
         if self.label is None:
-            return f"{self.phase} (before its first pass)"
-        return f"{self.phase}, pass {self.label} or the communication after it"
+            return f"{self.job}{self.phase} (before its first pass)"
+        return f"{self.job}{self.phase}, pass {self.label} or the communication after it"
 
     def fail(self, reason: str, detail: str = "") -> None:
-        record = {"rank": self.rank, "phase": self.phase, "pass": self.label, "where": self.where(),
+        record = {"rank": self.rank, "job": self.job.rstrip(": "), "phase": self.phase, "pass": self.label, "where": self.where(),
                   "reason": reason, "detail": detail[-4000:]}
         (self.out / f"rank{self.rank}.error.json").write_text(json.dumps(record, indent=2))
         log.error("rank %d failed in %s: %s", self.rank, self.where(), reason)
@@ -97,14 +98,23 @@ def _probe_stage(mod, cfg: ModelConfig, is_first: bool, is_last: bool, device) -
     return act, kept
 
 
-def run(config: dict) -> None:
+def run(config: dict | list[dict]) -> None:
+    """Run one job (a worker config) or several in a row on the same process group (same ``p``
+    and backend): several jobs share one launch, which saves the start-up of every process."""
+    jobs = config if isinstance(config, list) else [config]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    out = Path(config["out"])
+    first = jobs[0]
+    out = Path(first["out"])
     out.mkdir(parents=True, exist_ok=True)
-    progress = Progress(rank, out, float(config["hang_timeout_s"]))
+    progress = Progress(rank, out, float(first["hang_timeout_s"]))
     progress.start_watchdog()
     try:
-        _run(config, rank, world, out, progress)
+        device = _init(first, rank, progress)
+        for job in jobs:
+            progress.out = Path(job["out"])
+            progress.out.mkdir(parents=True, exist_ok=True)
+            _run(job, rank, world, progress.out, progress, device)
+        dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 - report any failure, then re-raise
         progress.fail(f"{type(exc).__name__}: {exc}".splitlines()[0], traceback.format_exc())
         progress.done = True
@@ -112,7 +122,7 @@ def run(config: dict) -> None:
     progress.done = True
 
 
-def _run(config: dict, rank: int, world: int, out: Path, progress: Progress) -> None:
+def _init(config: dict, rank: int, progress: Progress) -> torch.device:
     threads = int(config.get("threads_per_rank", 1))
     torch.set_num_threads(threads)
     if config.get("pin_cores") and hasattr(os, "sched_setaffinity"):
@@ -128,9 +138,14 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: Progress) -> 
         device = torch.device("cpu")
     progress.set_phase("init_process_group")
     dist.init_process_group(backend, timeout=timedelta(seconds=float(config["comm_timeout_s"])))
+    return device
+
+
+def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, device: torch.device) -> None:
     schedule = Schedule.from_text(config["schedule_text"])
     if schedule.num_devices != world:
         raise ValueError(f"schedule has {schedule.num_devices} devices but torchrun started {world} ranks")
+    progress.job = f"{schedule.name} p={schedule.num_devices} m={schedule.num_microbatches}: "
     cfg = ModelConfig(**config["model"])
     seed = int(config.get("seed", 0))
     S, m = schedule.num_stages, schedule.num_microbatches
@@ -234,7 +249,6 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: Progress) -> 
         result = assemble(config, schedule, gathered)
         (out / "result.json").write_text(json.dumps(result, indent=2))
     dist.barrier()
-    dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> int:

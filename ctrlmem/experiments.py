@@ -85,7 +85,7 @@ _TOP_KEYS = {
     "notebook": f"notebook path relative to the repository (default {DEFAULT_NOTEBOOK})",
     "timeout_s": "per-run timeout in seconds (default 600)",
     "params": "mapping of notebook parameters shared by every run",
-    "cases": "list of mappings, each one group of parameters",
+    "cases": "list of mappings (each one group of parameters), or a mapping of group -> list (their product)",
     "grid": "mapping of parameter -> list of values (cartesian product)",
 }
 _REQUIRED = ("name", "description", "scale")
@@ -200,9 +200,18 @@ def config_from_dict(data: Any, path: Path | str | None = None) -> ExperimentCon
                           f"give a path relative to the repository root")
     params = _check_mapping(where, "params", data.get("params") or {})
     raw_cases = data.get("cases") or []
-    if not isinstance(raw_cases, list):
-        raise ConfigError(f"{where}: key 'cases' must be a list of mappings, got {type(raw_cases).__name__}")
-    cases = tuple(_check_mapping(where, f"cases[{i}]", c) for i, c in enumerate(raw_cases))
+    if isinstance(raw_cases, Mapping):
+        groups = []
+        for gname, group in raw_cases.items():
+            if not isinstance(group, list) or not group:
+                raise ConfigError(f"{where}: key 'cases.{gname}' must be a non-empty list of mappings")
+            groups.append([_check_mapping(where, f"cases.{gname}[{i}]", c) for i, c in enumerate(group)])
+        cases = tuple({k: v for part in combo for k, v in part.items()} for combo in itertools.product(*groups))
+    elif isinstance(raw_cases, list):
+        cases = tuple(_check_mapping(where, f"cases[{i}]", c) for i, c in enumerate(raw_cases))
+    else:
+        raise ConfigError(f"{where}: key 'cases' must be a list of mappings, or a mapping of group name -> list "
+                          f"of mappings (product of the groups), got {type(raw_cases).__name__}")
     for key_path, mapping in [("params", params), *((f"cases[{i}]", c) for i, c in enumerate(cases))]:
         if "out_dir" in mapping:
             raise ConfigError(f"{where}: key '{key_path}.out_dir' is set by the sweep runner; remove it "
@@ -577,7 +586,8 @@ def run_sweep(
 # The simulation path of notebooks/10_experiment.ipynb
 
 
-def resolve_costs(costs: str, model: str | None, p: int, microbatch_size: int, seq_len: int) -> tuple[Costs, str]:
+def resolve_costs(costs: str, model: str | None, p: int, microbatch_size: int, seq_len: int,
+                  tp: int = 1) -> tuple[Costs, str]:
     """``costs`` as given to the notebook -> ``(Costs, description)``.
 
     ``"F,B,W[,COMM]"`` are full device-stage times; ``"paper"`` uses the A100 cost model of
@@ -587,9 +597,9 @@ def resolve_costs(costs: str, model: str | None, p: int, microbatch_size: int, s
     if costs == "paper":
         if not model or model not in paper.MODELS:
             raise ValueError(f"costs='paper' needs a model preset ({', '.join(paper.MODELS)}), got model={model!r}")
-        c = paper.paper_costs(model, p, microbatch_size, seq_len)
-        return c, (f"A100 cost model (ctrlmem.paper, {paper.DEFAULT_EFFICIENCY:.0%} of peak, "
-                   f"seq {seq_len}, mb {microbatch_size}), ms")
+        c = paper.paper_costs(model, p, microbatch_size, seq_len, tp=tp)
+        return c, (f"A100 cost model (ctrlmem.paper: {paper.tp_efficiency(tp):.1%} of peak, seq {seq_len}, "
+                   f"mb {microbatch_size}, tp {tp}; ms)")
     if costs == "measure":
         raise ValueError("costs='measure' needs a real run (backend 'gloo' or 'nccl'); the simulation backend "
                          "takes 'F,B,W[,COMM]' or 'paper'")
@@ -605,22 +615,33 @@ def simulate_point(
     microbatch_size: int = 1,
     seq_len: int = 1024,
     memory_limit: float | None = None,
+    tp: int = 1,
+    dp: int = 1,
+    global_batch: int = 0,
 ) -> dict[str, Any]:
     """Build and simulate one point; the result dict the notebook writes.
 
     A schedule not registered in ``cm.SCHEDULES`` gives ``{"status": "skipped", "reason": ...}``.
-    With a model preset the result carries the activation memory in GB (34·h + 5·heads·s bytes
-    per layer and token, PAPER.md §6) next to the peak in units of ``a``."""
+    ``global_batch > 0`` sets ``m = global_batch / (dp · microbatch_size)``. With a model preset
+    the result also carries paper-scale numbers: activation GB (34·h + 5·heads·s bytes per layer
+    and token, PAPER.md §6), total GB with weights and optimizer state, whether it fits an
+    A100 80 GB, and the predicted MFU (model FLOPs / (makespan · GPUs · peak))."""
     from . import paper
     from .schedules import SCHEDULES, build
     from .simulate import simulate
 
-    base = {"schedule": schedule, "p": p, "m": m, "model": model, "memory_limit": memory_limit}
+    if global_batch:
+        if global_batch % (dp * microbatch_size):
+            raise ValueError(f"global_batch={global_batch} is not divisible by dp·microbatch_size="
+                             f"{dp * microbatch_size}; pick sizes that divide it")
+        m = global_batch // (dp * microbatch_size)
+    base = {"schedule": schedule, "p": p, "m": m, "model": model, "memory_limit": memory_limit,
+            "tp": tp, "dp": dp, "microbatch_size": microbatch_size}
     if schedule not in SCHEDULES:
         return {**base, "status": "skipped",
                 "reason": f"schedule {schedule!r} is not registered in cm.SCHEDULES yet "
                           f"(registered: {', '.join(SCHEDULES)})"}
-    cost_obj, cost_desc = resolve_costs(costs, model, p, microbatch_size, seq_len)
+    cost_obj, cost_desc = resolve_costs(costs, model, p, microbatch_size, seq_len, tp=tp)
     sched = build(schedule, p, m, costs=cost_obj, memory_limit=memory_limit)
     memory = MemoryModel()
     res = simulate(sched, cost_obj, memory)
@@ -643,10 +664,17 @@ def simulate_point(
     }
     if model and model in paper.MODELS:
         preset = paper.model(model)
-        a_bytes = paper.activation_bytes(preset, preset.num_layers / p, microbatch_size, seq_len)
+        a_bytes = paper.activation_bytes(preset, preset.num_layers / p, microbatch_size, seq_len, tp=tp)
+        states = paper.model_state_bytes(preset, p, tp, dp)
+        out["bytes_per_a"] = a_bytes
         out["activation_gb"] = max(res.peak_memory) * a_bytes / 1e9
         out["activation_gb_1f1b"] = max(ref.peak_memory) * a_bytes / 1e9
-        out["bytes_per_a"] = a_bytes
+        out["total_memory_gb"] = out["activation_gb"] + states / 1e9
+        out["fits_a100_80gb"] = out["total_memory_gb"] * 1e9 <= paper.A100_MEMORY_BYTES
+        if costs == "paper":
+            flops = m * paper.model_flops(preset, microbatch_size, seq_len)
+            out["mfu_predicted"] = flops / (res.makespan * 1e-3 * p * tp * paper.A100_PEAK_FLOPS)
+            out["samples_per_s_per_gpu"] = m * microbatch_size / (res.makespan * 1e-3 * p * tp)
     return out
 
 

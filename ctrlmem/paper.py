@@ -51,6 +51,11 @@ __all__ = [
     "pass_times",
     "paper_costs",
     "activation_bytes",
+    "model_flops",
+    "model_state_bytes",
+    "tp_efficiency",
+    "FIG12_SINGLE_PASS_MFU",
+    "A100_MEMORY_BYTES",
     "parameter_count",
     "TABLE1",
     "TABLE3",
@@ -151,29 +156,59 @@ def pass_times(
     return tuple(tokens * (num_layers * x + head) / rate for x in (f, b, w))  # type: ignore[return-value]
 
 
+FIG12_SINGLE_PASS_MFU = {1: 0.69, 2: 0.65, 4: 0.59, 8: 0.51}
+"""Single-pass MFU by tensor-parallel degree, midpoints of Fig. 12(a)'s approximate readings
+(seq 1024) [V1-T]; only their ratios are used (:func:`tp_efficiency`)."""
+
+
+def tp_efficiency(tp: int) -> float:
+    """Efficiency of a pass under tensor parallelism ``tp``: :data:`DEFAULT_EFFICIENCY` scaled by
+    Fig. 12(a)'s single-pass MFU at ``tp`` relative to ``tp = 1``."""
+    if tp not in FIG12_SINGLE_PASS_MFU:
+        raise ValueError(f"tp must be one of {sorted(FIG12_SINGLE_PASS_MFU)} (Fig. 12), got {tp!r}")
+    return DEFAULT_EFFICIENCY * FIG12_SINGLE_PASS_MFU[tp] / FIG12_SINGLE_PASS_MFU[1]
+
+
 def paper_costs(
     preset: ModelPreset | str,
     num_devices: int,
     microbatch_size: int,
     seq_len: int = ASSUMED_SEQ_LEN,
-    efficiency: float = DEFAULT_EFFICIENCY,
+    efficiency: float | None = None,
+    tp: int = 1,
 ) -> Costs:
     """``Costs`` in **milliseconds** of one full device-stage (``1/num_devices`` of the layers and
-    the head) on an A100, plus the P2P latency of one activation hop."""
+    the head, split over ``tp`` GPUs at :func:`tp_efficiency`) on A100s, plus the P2P latency of
+    one activation hop (sequence-parallel: ``1/tp`` of it per GPU)."""
     preset = model(preset) if isinstance(preset, str) else preset
-    f, b, w = pass_times(preset, preset.num_layers / num_devices, microbatch_size, seq_len, efficiency,
+    eff = tp_efficiency(tp) if efficiency is None else efficiency
+    f, b, w = pass_times(preset, preset.num_layers / num_devices, microbatch_size, seq_len, eff,
                          head_share=1.0 / num_devices)
-    comm = 2.0 * microbatch_size * seq_len * preset.hidden / ASSUMED_P2P_BYTES_PER_S
-    return Costs(f=f * 1e3, b=b * 1e3, w=w * 1e3, comm=comm * 1e3)
+    comm = 2.0 * microbatch_size * seq_len * preset.hidden / tp / ASSUMED_P2P_BYTES_PER_S
+    return Costs(f=f * 1e3 / tp, b=b * 1e3 / tp, w=w * 1e3 / tp, comm=comm * 1e3)
+
+
+def model_flops(preset: ModelPreset | str, microbatch_size: int, seq_len: int = ASSUMED_SEQ_LEN,
+                vocab: int = ASSUMED_VOCAB) -> float:
+    """FLOPs of F + B + W of the whole model for one microbatch (MFU numerator)."""
+    preset = model(preset) if isinstance(preset, str) else preset
+    per_token = preset.num_layers * sum(layer_flops(preset.hidden, seq_len)) + 3 * 2.0 * preset.hidden * vocab
+    return microbatch_size * seq_len * per_token
+
+
+def model_state_bytes(preset: ModelPreset | str, pp: int, tp: int = 1, dp: int = 1) -> float:
+    """Bytes per GPU of weights and optimizer state: fp16 weights and gradients (4 B/param) plus
+    fp32 master weights and Adam moments (12 B/param) sharded over ``dp`` (distributed optimizer)."""
+    return parameter_count(preset) / (pp * tp) * (4 + 12 / dp)
 
 
 def activation_bytes(preset: ModelPreset | str, num_layers: float, microbatch_size: int,
-                     seq_len: int = ASSUMED_SEQ_LEN) -> float:
-    """Bytes of activation ``num_layers`` layers store for one microbatch (fp16,
-    ``34·h + 5·heads·s`` per layer and token)."""
+                     seq_len: int = ASSUMED_SEQ_LEN, tp: int = 1) -> float:
+    """Bytes of activation ``num_layers`` layers store for one microbatch on one GPU (fp16,
+    ``34·h + 5·heads·s`` per layer and token; tensor + sequence parallelism divide it by ``tp``)."""
     preset = model(preset) if isinstance(preset, str) else preset
     per_token = 34 * preset.hidden + 5 * preset.num_heads * seq_len
-    return float(num_layers * microbatch_size * seq_len * per_token)
+    return float(num_layers * microbatch_size * seq_len * per_token) / tp
 
 
 def parameter_count(preset: ModelPreset | str, vocab: int = ASSUMED_VOCAB) -> float:

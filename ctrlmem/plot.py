@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence, Union
 
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from .costs import Costs, MemoryModel
@@ -57,6 +59,7 @@ __all__ = [
     "pareto_figure",
     "pareto_frontier",
     "write_figure",
+    "write_figures",
 ]
 
 log = logging.getLogger(__name__)
@@ -797,17 +800,38 @@ def pareto_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVICE_COLO
 
 # -- export ------------------------------------------------------------------------------------
 
-def write_figure(fig: go.Figure, path, *, scale: float = 2.0, include_plotlyjs: bool | str = True) -> str:
-    """Write ``fig`` by extension: ``.html`` (plotly.js embedded, works offline), ``.png`` or
-    ``.svg`` (kaleido, which drives a Chromium: Debian's ``chromium`` works). Returns the path."""
-    path = str(path)
-    ext = path.rsplit(".", 1)[-1].lower() if "." in path else ""
-    if ext == "html":
-        fig.write_html(path, include_plotlyjs=include_plotlyjs, full_html=True)
-    elif ext in ("png", "svg"):
-        fig.write_image(path, format=ext, scale=scale if ext == "png" else 1,
-                        width=fig.layout.width or 1100, height=fig.layout.height or 500)
-    else:
+def _extension(path: str) -> str:
+    ext = path.rsplit(".", 1)[-1].lower() if "." in os.path.basename(path) else ""
+    if ext not in ("html", "png", "svg"):
         raise ValueError(f"cannot write {path!r}: the file name must end in .html, .png or .svg")
-    log.info("wrote %s", path)
-    return path
+    return ext
+
+
+def write_figures(items: Sequence[tuple[go.Figure, object]], *, scale: float = 2.0,
+                  include_plotlyjs: bool | str = True) -> list[str]:
+    """Write each ``(figure, path)`` by extension: ``.html`` (plotly.js embedded, works
+    offline), ``.png`` or ``.svg`` (kaleido, which drives a Chromium: Debian's ``chromium``
+    works). All static images go through one kaleido session. Returns the paths."""
+    items = [(fig, str(path)) for fig, path in items]
+    static = []
+    for fig, path in items:
+        ext = _extension(path)
+        if ext == "html":
+            fig.write_html(path, include_plotlyjs=include_plotlyjs, full_html=True)
+        else:
+            static.append((fig, path, ext))
+    if static:
+        pio.write_images(
+            [f for f, _, _ in static], [p for _, p, _ in static], format=[e for _, _, e in static],
+            scale=[scale if e == "png" else 1 for _, _, e in static],
+            width=[f.layout.width or 1100 for f, _, _ in static],
+            height=[f.layout.height or 500 for f, _, _ in static],
+        )
+    for _, path in items:
+        log.info("wrote %s", path)
+    return [path for _, path in items]
+
+
+def write_figure(fig: go.Figure, path, *, scale: float = 2.0, include_plotlyjs: bool | str = True) -> str:
+    """Write one figure (see :func:`write_figures`); returns the path."""
+    return write_figures([(fig, path)], scale=scale, include_plotlyjs=include_plotlyjs)[0]

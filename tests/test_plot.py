@@ -226,12 +226,11 @@ def test_png_and_svg_export_open_as_images(tmp_path):
 
     fig = plot.schedule_figure([cm.simulate(cm.build("1f1b", 3, 4)), cm.simulate(cm.build("zb-v", 3, 4))],
                                width=800)
-    png = plot.write_figure(fig, tmp_path / "s.png", scale=1)
+    png, svg = plot.write_figures([(fig, tmp_path / "s.png"), (fig, tmp_path / "s.svg")], scale=1)
     data = open(png, "rb").read()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", data[16:24])
     assert (width, height) == (800, fig.layout.height)
-    svg = plot.write_figure(fig, tmp_path / "s.svg")
     root = ET.parse(svg).getroot()
     assert root.tag.endswith("svg")
     text = open(svg, encoding="utf-8").read()

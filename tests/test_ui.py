@@ -1,0 +1,201 @@
+"""Explorer without a browser: every widget change recomputes what cm.simulate gives for the new
+settings, redraws the figures, and bad input becomes a readable message, never a traceback."""
+
+import base64
+import csv
+import html
+
+import numpy as np
+import pytest
+
+import ctrlmem as cm
+from ctrlmem import plot, ui
+
+
+def decode(arr):
+    """A plotly.js typed-array spec (or a plain list) back to numbers."""
+    if isinstance(arr, dict):
+        out = np.frombuffer(base64.b64decode(arr["bdata"]), dtype=np.dtype(arr["dtype"]).newbyteorder("<"))
+        if "shape" in arr:
+            out = out.reshape([int(x) for x in arr["shape"].split(",")])
+        return out
+    return np.asarray(arr)
+
+
+def shown_figure(output_widget):
+    """The plotly figure JSON an Output widget holds for the browser."""
+    (out,) = output_widget.outputs
+    return out["data"][ui.PLOTLY_MIME]
+
+
+def expected(name, p, m, costs):
+    return cm.simulate(cm.build(name, p, m, costs=costs), costs)
+
+
+def assert_view_matches(explorer, names, p, m, costs):
+    """Stats and both figures equal fresh simulations of the settings."""
+    ref = expected("1f1b", p, m, costs)
+    stats = explorer.view.stats.set_index("schedule")
+    assert list(stats.index) == list(names)
+    for i, name in enumerate(names):
+        r = expected(name, p, m, costs)
+        row = stats.loc[name]
+        assert row["makespan"] == r.makespan
+        assert row["bubble rate"] == r.bubble_rate
+        assert row["peak per device (a)"] == r.peak_memory
+        assert row["peak (a)"] == max(r.peak_memory)
+        assert row["peak / 1F1B"] == pytest.approx(max(r.peak_memory) / max(ref.peak_memory))
+        assert row["speed-up over 1F1B"] == pytest.approx(ref.makespan / r.makespan)
+        # the diagram sent to the browser has one box per simulated pass, at its times
+        fig = shown_figure(explorer.diagram_out)
+        boxes = []
+        for tr in fig["data"]:
+            if tr["meta"]["kind"] == "pass" and tr["meta"]["panel"] == i:
+                custom = decode(tr["customdata"])
+                for dev, base, (stage, mb, start, end) in zip(decode(tr["y"]), decode(tr["base"]), custom):
+                    boxes.append((int(dev), tr["meta"]["op"], int(stage), int(mb), float(start), float(end)))
+        assert sorted(boxes) == sorted((tp.device, tp.op.value, tp.stage, tp.microbatch, tp.start, tp.end)
+                                       for tp in r.passes)
+        axis = fig["layout"]["yaxis" if i == 0 else f"yaxis{i + 1}"]
+        assert axis["ticktext"] == [f"d{d}" for d in range(p)]
+        # memory curves sent to the browser are the simulator's
+        mem = shown_figure(explorer.memory_out)
+        for tr in mem["data"]:
+            if tr["meta"]["kind"] == "memory" and tr["meta"]["panel"] == i:
+                t, v = r.memory_curve(tr["meta"]["device"])
+                assert list(decode(tr["x"])[: len(t)]) == t and list(decode(tr["y"])[: len(v)]) == v
+    assert explorer.view.messages == []
+    assert "Traceback" not in explorer.message.value
+
+
+@pytest.fixture
+def explorer():
+    return ui.explorer(schedules=["1f1b", "zb-v"], num_devices=4, num_microbatches=8)
+
+
+def test_initial_view_matches_simulation(explorer):
+    assert_view_matches(explorer, ["1f1b", "zb-v"], 4, 8, cm.Costs(1, 1, 1, 0))
+
+
+def test_changing_p_and_m_updates_figures_and_stats(explorer):
+    explorer.devices.value = 6
+    assert_view_matches(explorer, ["1f1b", "zb-v"], 6, 8, cm.Costs(1, 1, 1, 0))
+    explorer.microbatches.value = 13
+    assert_view_matches(explorer, ["1f1b", "zb-v"], 6, 13, cm.Costs(1, 1, 1, 0))
+
+
+def test_changing_costs_updates_figures_and_stats(explorer):
+    explorer.f.value = 3
+    explorer.b.value = 4
+    explorer.w.value = 2
+    explorer.comm.value = 0.5
+    assert_view_matches(explorer, ["1f1b", "zb-v"], 4, 8, cm.Costs(3, 4, 2, 0.5))
+
+
+def test_changing_the_schedule_selection(explorer):
+    explorer.schedules.value = ("zb-h1", "gpipe", "1f1b")
+    assert_view_matches(explorer, ["zb-h1", "gpipe", "1f1b"], 4, 8, cm.Costs(1, 1, 1, 0))
+    assert len([k for k in shown_figure(explorer.diagram_out)["layout"] if k.startswith("yaxis")]) == 3
+
+
+def test_extra_first_and_last_stage_cost_lengthens_those_stages(explorer):
+    """Extra work on stage 0 and the last stage: the table is cm.simulate with per-stage costs."""
+    explorer.first_extra.value = 0.5
+    explorer.last_extra.value = 1.0
+    for name in ("1f1b", "zb-v"):
+        s = cm.build(name, 4, 8)
+        S = s.num_stages
+        share = 4 / S
+        f = [share] * S
+        f[0] += 0.5
+        f[-1] += 1.0
+        costs = cm.Costs(f, list(f), list(f), 0)
+        r = cm.simulate(s, costs)
+        row = explorer.view.stats.set_index("schedule").loc[name]
+        assert row["makespan"] == r.makespan and row["bubble rate"] == r.bubble_rate
+        durations = {(tp.op, tp.stage): tp.end - tp.start for tp in explorer.view.results[name].passes}
+        assert durations[(cm.Op.F, 0)] == pytest.approx(share + 0.5)
+        assert durations[(cm.Op.F, S - 1)] == pytest.approx(share + 1.0)
+        assert durations[(cm.Op.F, 1)] == pytest.approx(share)
+
+
+def test_memory_limit_nothing_meets_shows_a_message(explorer):
+    """A limit below every selected schedule's peak: a readable message in the output area,
+    the table flags every schedule, and no exception escapes."""
+    explorer.limit_on.value = True
+    explorer.limit.value = 0.1
+    msgs = explorer.view.messages
+    assert len(msgs) == 1 and "No selected schedule fits a memory limit of 0.1" in msgs[0]
+    assert "1f1b needs 1.00" in msgs[0]
+    assert "ctrlmem-message" in explorer.message.value and "Traceback" not in explorer.message.value
+    assert explorer.view.stats["fits limit"].tolist() == [False, False]
+    explorer.limit.value = 1.0
+    assert explorer.view.messages == [] and explorer.view.stats["fits limit"].tolist() == [True, True]
+    assert explorer.message.value == ""
+
+
+@pytest.mark.parametrize("widget,value,needle", [
+    ("f", -1.0, "f must be >= 0"),
+    ("comm", float("nan"), "comm must be finite"),
+    ("first_extra", -0.5, "first-stage extra must be a number >= 0"),
+])
+def test_bad_numbers_show_a_message_not_a_traceback(explorer, widget, value, needle):
+    getattr(explorer, widget).value = value
+    assert any(needle in m for m in explorer.view.messages), explorer.view.messages
+    assert html.escape(needle) in explorer.message.value
+    assert explorer.diagram_out.outputs == () and explorer.view.stats.empty
+
+
+def test_a_schedule_that_cannot_be_built_is_reported_and_the_rest_shown(explorer):
+    """interleaved-1f1b cannot split m=7 into rounds: its error is the message, 1F1B still shows."""
+    explorer.schedules.value = ("1f1b", "interleaved-1f1b")
+    explorer.microbatches.value = 7
+    explorer.devices.value = 3
+    assert [m.split(":")[0] for m in explorer.view.messages] == ["interleaved-1f1b"]
+    assert list(explorer.view.stats["schedule"]) == ["1f1b"]
+    assert shown_figure(explorer.diagram_out)["layout"]["yaxis"]["ticktext"] == ["d0", "d1", "d2"]
+
+
+def test_unknown_schedule_name_is_a_message():
+    e = ui.explorer(schedules=["1f1b", "no-such"], num_devices=2, num_microbatches=2)
+    assert any("no-such: not a registered schedule" in m for m in e.view.messages)
+    assert list(e.view.stats["schedule"]) == ["1f1b"]
+
+
+def test_compute_is_a_plain_function():
+    """ui.compute needs no widgets and gives the same numbers as cm.simulate."""
+    view = ui.compute(ui.Settings(schedules=("zb-h2",), num_devices=3, num_microbatches=9, f=2, b=1, w=1))
+    r = expected("zb-h2", 3, 9, cm.Costs(2, 1, 1))
+    assert view.stats["makespan"].tolist() == [r.makespan]
+    assert view.diagram is not None and len(view.diagram.data) == len(view.diagram_spec["data"])
+
+
+def test_export_csv_and_html(explorer, tmp_path):
+    """torch CSV export is each schedule's to_torch_csv; HTML is one offline page."""
+    paths = explorer.export("csv", tmp_path)
+    assert len(paths) == 2
+    for path, name in zip(paths, ["1f1b", "zb-v"]):
+        rows = list(csv.reader(open(path)))
+        assert len(rows) == 4
+        assert open(path).read() == cm.build(name, 4, 8).to_torch_csv()
+    (page,) = explorer.export("html", tmp_path)
+    text = open(page, encoding="utf-8").read()
+    assert text.count("Plotly.newPlot") == 2 and "ctrlmem-stats" in text and "zb-v" in text
+    explorer._export_clicked("csv")  # the button path writes and reports, never raises
+    assert "wrote" in explorer.message.value or "failed" in explorer.message.value
+
+
+def test_export_with_nothing_built_is_a_message(explorer, tmp_path):
+    explorer.export_dir = str(tmp_path)
+    explorer.f.value = -1
+    explorer._export_clicked("png")
+    assert "Export png failed: nothing to export" in explorer.message.value
+
+
+def test_typed_arrays_round_trip():
+    spec = plot.schedule_spec(cm.simulate(cm.build("zb-v", 3, 4)))
+    js = ui.jsonable(spec)
+    for tr, tj in zip(spec["data"], js["data"]):
+        for key in ("x", "y", "base", "customdata"):
+            if key in tr:
+                assert np.array_equal(decode(tj[key]), tr[key])

@@ -44,11 +44,12 @@ from torch.distributed.pipelining.schedules import (
     FULL_BACKWARD,
     _Action,
     _PipelineScheduleRuntime,
+    _validate_schedule,
 )
 
 from ..ir import Op, Pass, Schedule
 
-__all__ = ["to_torch_actions", "torch_stage_to_rank", "PassRecord", "TrackedStage", "Pipeline"]
+__all__ = ["to_torch_actions", "torch_stage_to_rank", "torch_inferred_placement", "PassRecord", "TrackedStage", "Pipeline"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,13 @@ def to_torch_actions(schedule: Schedule) -> dict[int, list[_Action]]:
 def torch_stage_to_rank(runtime: _PipelineScheduleRuntime) -> dict[int, int]:
     """The stage → rank mapping torch inferred from the actions it was given."""
     return dict(runtime.stage_index_to_group_rank)
+
+
+def torch_inferred_placement(schedule: Schedule) -> dict[int, int]:
+    """Stage → rank as torch's own schedule validator infers it from :func:`to_torch_actions`
+    (no process group needed); raises torch's error if torch rejects the action lists."""
+    return dict(_validate_schedule(to_torch_actions(schedule), schedule.num_devices,
+                                   schedule.num_stages, schedule.num_microbatches))
 
 
 @dataclass

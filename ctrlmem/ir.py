@@ -22,7 +22,7 @@ import io
 import re
 from dataclasses import dataclass, field
 from os import PathLike
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 __all__ = ["Op", "Pass", "Placement", "Schedule"]
 
@@ -45,9 +45,8 @@ _PASS_RE = re.compile(r"^(\d+)(BW|F|B|W)(\d+)$")
 _TORCH_RE = re.compile(r"^(\d+)([A-Za-z_]+)(\d+)$")
 
 
-@dataclass(frozen=True, slots=True)
-class Pass:
-    """One pass of one microbatch through one stage."""
+class Pass(NamedTuple):
+    """One pass of one microbatch through one stage (an immutable tuple ``(op, stage, microbatch)``)."""
 
     op: Op
     stage: int

@@ -24,8 +24,6 @@ from .ir import Op, Pass, Schedule
 
 __all__ = ["ScheduleError", "validate", "ScheduleIndex", "index_schedule", "execute", "format_grid"]
 
-_F, _B, _W = 0, 1, 2
-_KIND = {Op.F: _F, Op.B: _B, Op.BW: _B, Op.W: _W}
 
 
 class ScheduleError(ValueError):
@@ -115,9 +113,9 @@ class ScheduleIndex:
         sm = self.num_stages * self.num_microbatches
         kind, rem = divmod(key, sm)
         stage, mb = divmod(rem, self.num_microbatches)
-        if kind == _F:
+        if kind == 0:
             op = Op.F
-        elif kind == _W:
+        elif kind == 2:
             op = Op.W
         else:
             op = Op.BW if self.fused[rem] else Op.B
@@ -141,7 +139,7 @@ def index_schedule(schedule: Schedule) -> ScheduleIndex:
     Raises :class:`ScheduleError` for a pass on the wrong device, an out-of-range stage or
     microbatch, a duplicate, a missing pass, or a stage mixing ``BW`` with ``B``/``W``.
     """
-    S, m, p = schedule.num_stages, schedule.num_microbatches, schedule.num_devices
+    S, m = schedule.num_stages, schedule.num_microbatches
     if m < 1:
         raise ScheduleError(f"num_microbatches must be >= 1, got {m}")
     stage_device = schedule.placement.stage_device
@@ -149,12 +147,16 @@ def index_schedule(schedule: Schedule) -> ScheduleIndex:
     n = 3 * sm
     device = [-1] * n
     where = [-1] * n
+    dep = [-1] * n
     fused = bytearray(sm)
     device_keys: list[list[int]] = []
+    last = S - 1
+    op_f, op_w, op_bw = Op.F, Op.W, Op.BW
+    num_w = 0
     for d, row in enumerate(schedule.device_passes):
         keys = []
         for pos, ps in enumerate(row):
-            s, k = ps.stage, ps.microbatch
+            s, k, op = ps.stage, ps.microbatch, ps.op
             if not 0 <= s < S:
                 _fail(schedule, f"device {d}, step {pos}: pass {ps} names stage {s}, outside 0..{S - 1}", d, pos, ps)
             if not 0 <= k < m:
@@ -166,8 +168,19 @@ def index_schedule(schedule: Schedule) -> ScheduleIndex:
                     f"({schedule.placement.kind}) puts on device {stage_device[s]}",
                     d, pos, ps,
                 )
-            kind = _KIND[ps.op]
-            key = (kind * S + s) * m + k
+            r = s * m + k
+            if op is op_f:
+                key = r
+                need = r - m if s > 0 else -1
+            elif op is op_w:
+                key = 2 * sm + r
+                need = sm + r
+                num_w += 1
+            else:
+                key = sm + r
+                need = key + m if s < last else r  # B(s+1) or, at the loss, F(S-1)
+                if op is op_bw:
+                    fused[r] = 1
             if device[key] >= 0:
                 first = schedule.device_passes[device[key]][where[key]]
                 _fail(
@@ -176,13 +189,24 @@ def index_schedule(schedule: Schedule) -> ScheduleIndex:
                     f"(each stage and microbatch needs one F and one BW, or one B and one W)",
                     d, pos, ps,
                 )
-            if ps.op is Op.BW:
-                fused[s * m + k] = 1
             device[key] = d
             where[key] = pos
+            dep[key] = need
             keys.append(key)
         device_keys.append(keys)
-    # completeness and no BW/W mix
+    total = sum(len(keys) for keys in device_keys)
+    # Without duplicates, the counts match exactly when nothing is missing and no stage mixes
+    # BW with W; only then can the detailed scan be skipped.
+    num_fused = sum(fused)
+    mixed = num_fused and num_w and any(device[2 * sm + r] >= 0 for r in range(sm) if fused[r])
+    if mixed or total != 3 * sm - num_fused or num_w != sm - num_fused or -1 in device[: 2 * sm]:
+        _check_complete(schedule, device, where, fused)
+    return ScheduleIndex(S, m, device_keys, device, where, dep, fused)
+
+
+def _check_complete(schedule: Schedule, device: list[int], where: list[int], fused: bytearray) -> None:
+    S, m = schedule.num_stages, schedule.num_microbatches
+    sm = S * m
     for s in range(S):
         for k in range(m):
             r = s * m + k
@@ -203,26 +227,12 @@ def index_schedule(schedule: Schedule) -> ScheduleIndex:
             elif not fused[r] and device[w_key] < 0:
                 missing = Pass(Op.W, s, k)
             if missing is not None:
-                d = stage_device[s]
+                d = schedule.placement.stage_device[s]
                 raise ScheduleError(
                     f"device {d}: pass {missing} (stage {s}, microbatch {k}) is missing; every stage "
                     "and microbatch needs one F and either one BW or one B and one W",
                     device=d, pass_=missing, grid=format_grid(schedule),
                 )
-    dep = [-1] * n
-    last = S - 1
-    for key in range(n):
-        if device[key] < 0:
-            continue
-        kind, r = divmod(key, sm)
-        s = r // m
-        if kind == _F:
-            dep[key] = key - m if s > 0 else -1
-        elif kind == _B:
-            dep[key] = key + m if s < last else r  # B(s+1) or, at the loss, F(S-1)
-        else:
-            dep[key] = key - sm
-    return ScheduleIndex(S, m, device_keys, device, where, dep, fused)
 
 
 def execute(

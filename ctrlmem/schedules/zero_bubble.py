@@ -103,36 +103,38 @@ def zb_v(num_devices: int, num_microbatches: int) -> Schedule:
     """
     p, m = num_devices, num_microbatches
     n = max(m, 2 * p - 1)
-    S = 2 * p
     orders = []
     for i in range(p):
-        s0, s1 = i, S - 1 - i
-        cnt = {"f0": 0, "f1": 0, "b0": 0, "b1": 0, "w0": 0, "w1": 0}
+        stage = (i, 2 * p - 1 - i)
+        count = {Op.F: [0, 0], Op.B: [0, 0], Op.W: [0, 0]}
         order: list[Pass] = []
 
-        def put(kind: str) -> None:
-            op = {"f": Op.F, "b": Op.B, "w": Op.W}[kind[0]]
-            stage = s0 if kind[1] == "0" else s1
-            order.append(Pass(op, stage, cnt[kind]))
-            cnt[kind] += 1
+        def put(op: Op, chunk: int) -> None:
+            k = count[op][chunk]
+            count[op][chunk] = k + 1
+            if k < m:  # passes of the padding microbatches are dropped
+                order.append(Pass(op, stage[chunk], k))
 
+        F, B, W = Op.F, Op.B, Op.W
         for _ in range(2 * (p - i) - 1):
-            put("f0")
+            put(F, 0)
         for _ in range(i):
-            put("f1"), put("f0")
+            put(F, 1), put(F, 0)
         for _ in range(p - i):
-            put("f1"), put("b1"), put("w1")
-        while cnt["f1"] < cnt["f0"] or cnt["f0"] < n:
-            if cnt["f0"] < n:
-                put("f0")
-            put("b0"), put("w0"), put("f1"), put("b1"), put("w1")
+            put(F, 1), put(B, 1), put(W, 1)
+        f0, f1 = count[F]
+        while f1 < f0 or f0 < n:
+            if f0 < n:
+                put(F, 0)
+            put(B, 0), put(W, 0), put(F, 1), put(B, 1), put(W, 1)
+            f0, f1 = count[F]
         for _ in range(i):
-            put("b0"), put("b1")
+            put(B, 0), put(B, 1)
         for _ in range(p - i):
-            put("b0"), put("w0")
-        while cnt["w1"] < cnt["b1"]:
-            put("w1")
-        while cnt["w0"] < cnt["b0"]:
-            put("w0")
-        orders.append([ps for ps in order if ps.microbatch < m])
+            put(B, 0), put(W, 0)
+        while count[W][1] < count[B][1]:
+            put(W, 1)
+        while count[W][0] < count[B][0]:
+            put(W, 0)
+        orders.append(order)
     return Schedule.from_orders("zb-v", Placement.v_shape(p), m, orders)

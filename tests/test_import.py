@@ -1,0 +1,15 @@
+"""`import ctrlmem` stays light: no torch (or other heavy stacks) in a fresh interpreter."""
+
+import subprocess
+import sys
+
+
+def test_import_does_not_pull_torch():
+    code = (
+        "import sys, ctrlmem; "
+        "heavy = [m for m in ('torch', 'plotly', 'pandas', 'papermill', 'ipywidgets') if m in sys.modules]; "
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "", f"import ctrlmem imported {out.stdout.strip()}"

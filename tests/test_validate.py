@@ -10,12 +10,6 @@ def seq(p, m, orders):
     return Schedule.from_orders("hand", Placement.sequential(p), m, orders)
 
 
-def test_every_generator_validates():
-    for name in cm.SCHEDULES:
-        for p, m in [(1, 1), (2, 2), (3, 6), (4, 8)]:
-            cm.validate(cm.build(name, p, m))
-
-
 def test_w_before_b_is_reported_with_position_and_grid():
     """W placed before its B: the error names the device, step, pass and what it waits for."""
     s = seq(1, 1, [[(Op.F, 0, 0), (Op.W, 0, 0), (Op.B, 0, 0)]])

@@ -22,7 +22,7 @@ from .schedules import SCHEDULES
 __all__ = ["main", "add_schedule_arguments", "schedule_from_args", "CliError"]
 
 # Modules that contribute subcommands through ``add_commands(subparsers)``.
-_COMMAND_MODULES: tuple[str, ...] = ("ctrlmem.experiments", "ctrlmem.runtime.cli")
+_COMMAND_MODULES: tuple[str, ...] = ("ctrlmem.experiments", "ctrlmem.runtime.cli", "ctrlmem.draw")
 
 
 class CliError(Exception):

@@ -588,10 +588,15 @@ def block_timelines(name: str, num_devices: int, num_microbatches: int,
     registered (reordered) schedule, all under ``costs``.
     """
     p, m = num_devices, num_microbatches
-    block = paper_block(name, p, m)
+    try:
+        block = paper_block(name, p, m)
+        steps = _blocks_module().pipeline_steps(block, m) if block is not None else None
+    except ValueError as exc:
+        if name not in SCHEDULES:
+            raise
+        log.warning("paper block of %s unavailable (%s); showing the registered schedule's steps", name, exc)
+        block = None
     if block is not None:
-        blocks = _blocks_module()
-        steps = blocks.pipeline_steps(block, m)
         out = [slot_timeline(block.passes, block.placement,
                              f"{name}: building block (T = {block.interval} slots, Eq. 1 bound "
                              f"{max(block.memory_bound()):g} a)")]

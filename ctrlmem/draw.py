@@ -1,0 +1,236 @@
+"""``ctrlmem draw`` and ``ctrlmem figures``: schedule diagrams to files, and the paper's
+schedule figures regenerated into ``figures/`` (PAPER.md §5: Fig. 4, 5 and the Fig. 18 gallery).
+
+    ctrlmem draw v-half -p 8 -m 32 --costs 1,1,1,0 --compare 1f1b,zb-v -o build/v-half.html
+    ctrlmem draw 1f1b -p 4 -m 8 --view memory -o build/1f1b-memory.svg
+    ctrlmem figures -o figures --format png,svg
+
+``.html`` files embed plotly.js (they open offline); ``.png`` and ``.svg`` go through kaleido,
+which drives a Chromium (Debian's ``chromium`` works with no settings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from . import plot
+from .cli import CliError, add_schedule_arguments, schedule_from_args
+from .costs import Costs
+from .ir import Schedule
+from .schedules import SCHEDULES, build
+from .simulate import simulate
+
+__all__ = ["add_commands", "draw_figure", "PaperFigure", "paper_figures", "write_paper_figures"]
+
+log = logging.getLogger(__name__)
+
+VIEWS = ("schedule", "memory", "blocks", "lifespans")
+
+
+def _compare_args(args: argparse.Namespace, name: str) -> argparse.Namespace:
+    """The same settings for another schedule: a memory limit only goes to budgeted ones."""
+    other = argparse.Namespace(**vars(args))
+    if name not in SCHEDULES:
+        raise CliError(f"--compare: unknown schedule {name!r}; valid names: {', '.join(SCHEDULES)}")
+    if not SCHEDULES[name].memory_limit:
+        other.memory_limit = None
+    other.param = [] if name != args.name else args.param
+    return other
+
+
+def draw_figure(args: argparse.Namespace):
+    """The figure ``ctrlmem draw`` writes, from its parsed arguments."""
+    names = [args.name] + [n.strip() for n in (args.compare or "").split(",") if n.strip()]
+    results = []
+    for name in names:
+        schedule, costs = schedule_from_args(_compare_args(args, name) if name != args.name else args, name)
+        results.append(simulate(schedule, costs))
+    style = {"width": args.width} if args.width else {}
+    if args.view == "schedule":
+        return plot.schedule_figure(results, title=args.title, **style)
+    if args.view == "memory":
+        return plot.memory_figure(results, title=args.title, **style)
+    if args.view == "lifespans":
+        return plot.lifespan_figure(results, **style)
+    if len(names) > 1:
+        raise CliError("--view blocks draws one schedule's construction; drop --compare")
+    return plot.block_figure(args.name, args.devices, args.microbatches, costs=Costs.parse(args.costs),
+                             title=args.title, **style)
+
+
+def _cmd_draw(args: argparse.Namespace) -> int:
+    out = args.output
+    ext = out.rsplit(".", 1)[-1].lower() if "." in os.path.basename(out) else ""
+    if ext not in ("html", "png", "svg"):
+        raise CliError(f"-o {out!r}: the file name must end in .html, .png or .svg")
+    fig = draw_figure(args)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    plot.write_figure(fig, out, scale=args.scale)
+    print(f"wrote {out}")
+    return 0
+
+
+# -- the paper's figures -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PaperFigure:
+    """One regenerated figure: its file stem, what it shows, and how to make it."""
+
+    stem: str
+    caption: str
+    make: Callable[[], object]
+
+
+def _paper_schedule(name: str, p: int, m: int, costs: Costs) -> Schedule | None:
+    """``name`` from the registry, else from its paper block (:mod:`ctrlmem.blocks`), else None."""
+    if name in SCHEDULES:
+        return build(name, p, m, costs=costs)
+    block = plot.paper_block(name, p, m)
+    if block is None:
+        return None
+    from . import blocks  # noqa: PLC0415  (present whenever paper_block found one)
+
+    return blocks.build_from_block(block, m, name=name)
+
+
+def _results(names: Sequence[str], p: int, m: int, costs: Costs) -> tuple[list, list[str]]:
+    results, missing = [], []
+    for name in names:
+        schedule = _paper_schedule(name, p, m, costs)
+        if schedule is None:
+            missing.append(name)
+        else:
+            results.append(simulate(schedule, costs))
+    return results, missing
+
+
+GALLERY = (  # Fig. 18 panels (PAPER.md §5); GEMS and Chimera have no generator here
+    ("a", "1f1b"), ("b", "eager-1f1b"), ("c", "zb-h1"), ("d", "zb-h2"), ("e", "gpipe"),
+    ("h", "interleaved-1f1b"),
+)
+
+
+def paper_figures(num_devices: int = 4) -> tuple[list[PaperFigure], list[str]]:
+    """The schedule figures of the paper that can be drawn now, and a note for each that
+    cannot (a schedule not available yet)."""
+    p = num_devices
+    figs: list[PaperFigure] = []
+    notes: list[str] = []
+    unit = Costs(1, 1, 1, 0)
+
+    fig4 = ["1f1b", "v-min", "v-half", "v-zb"]
+    res, missing = _results(fig4, p, 10, unit)
+    if missing:
+        notes.append(f"Fig. 4 drawn without {', '.join(missing)} (not available)")
+    if res:
+        figs.append(PaperFigure(
+            "fig04_schedules", f"Fig. 4: {', '.join(r.schedule.name for r in res)}; {p} devices, 10 microbatches, F=B=W",
+            lambda res=res: plot.schedule_figure(res, width=1300)))
+        figs.append(PaperFigure(
+            "fig04_memory", "Fig. 4 memory: activation per device over time, with theory and 1F1B peak",
+            lambda res=res: plot.memory_figure(res, width=1300)))
+
+    costs5 = Costs(6, 8, 4, 0)  # T_F=3, T_B=4, T_W=2 per chunk pass (PAPER.md §2.1 units note)
+    res, missing = _results(["v-min", "v-half"], p, 10, costs5)
+    if missing:
+        notes.append(f"Fig. 5 drawn without {', '.join(missing)} (not available)")
+    if res:
+        figs.append(PaperFigure(
+            "fig05_unequal_costs",
+            "Fig. 5: T_F=3, T_B=4, T_W=2 per chunk pass: V-Min repeats a bubble every interval, V-Half tiles",
+            lambda res=res: plot.schedule_figure(res, width=1300)))
+
+    for letter, name in GALLERY:
+        if name not in SCHEDULES and plot.paper_block(name, p, 8) is None:
+            notes.append(f"Fig. 18({letter}) {name}: no generator or block available")
+            continue
+
+        def make(name=name):
+            tls = plot.block_timelines(name, p, 8)
+            return plot.schedule_figure([tls[0], tls[-1]], width=1300)
+
+        figs.append(PaperFigure(f"fig18{letter}_{name}",
+                                f"Fig. 18({letter}) {name}: building block above the final schedule (m=8)",
+                                make))
+    notes += ["Fig. 18(f) GEMS and (g) Chimera: no generator here (two model replicas)",
+              "Fig. 18(i) interleaved 1F1B with uniform interval: drawn as 18(h) when blocks provide it"]
+    return figs, notes
+
+
+def write_paper_figures(out_dir: str = "figures", formats: Sequence[str] = ("png", "svg"),
+                        only: Sequence[str] | None = None, num_devices: int = 4) -> list[str]:
+    """Regenerate the paper's schedule figures into ``out_dir`` (one file per figure and
+    format) and an index ``out_dir/schedule_figures.md``. Returns the paths written."""
+    figs, notes = paper_figures(num_devices)
+    if only:
+        figs = [f for f in figs if any(f.stem.startswith(o) for o in only)]
+    os.makedirs(out_dir, exist_ok=True)
+    jobs = []
+    drawn = []
+    for f in figs:
+        try:
+            fig = f.make()
+        except ValueError as exc:  # a generator or block that rejects these settings
+            notes.append(f"{f.stem}: not drawn: {exc}")
+            continue
+        drawn.append(f)
+        for ext in formats:
+            jobs.append((fig, os.path.join(out_dir, f"{f.stem}.{ext}")))
+    paths = plot.write_figures(jobs)
+    if not only:
+        index = os.path.join(out_dir, "schedule_figures.md")
+        with open(index, "w", encoding="utf-8") as fh:
+            fh.write("# Schedule figures (regenerate: `ctrlmem figures -o figures`)\n\n")
+            for f in drawn:
+                fh.write(f"- `{f.stem}`: {f.caption}\n")
+            if notes:
+                fh.write("\nNot drawn / partial:\n\n" + "".join(f"- {n}\n" for n in notes))
+        paths.append(index)
+    for n in notes:
+        log.warning("%s", n)
+    return paths
+
+
+def _cmd_figures(args: argparse.Namespace) -> int:
+    formats = [x.strip().lower() for x in args.format.split(",") if x.strip()]
+    bad = [x for x in formats if x not in ("png", "svg", "html")]
+    if bad or not formats:
+        raise CliError(f"--format takes a comma list of png, svg, html; got {args.format!r}")
+    only = [x.strip() for x in args.only.split(",")] if args.only else None
+    for path in write_paper_figures(args.output, formats, only, args.devices):
+        print(f"wrote {path}")
+    return 0
+
+
+def add_commands(subparsers) -> None:
+    """Add ``draw`` and ``figures`` to the ``ctrlmem`` command line."""
+    p = subparsers.add_parser("draw", help="draw a schedule (diagram, memory, blocks) to .html/.png/.svg")
+    add_schedule_arguments(p)
+    p.add_argument("--compare", metavar="NAME2,...", default="",
+                   help="more schedules stacked on the same time axis (same p, m, costs)")
+    p.add_argument("--view", choices=VIEWS, default="schedule",
+                   help="schedule diagram (default), memory curves, building blocks, lifespan bars")
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="output file: .html (offline, plotly.js embedded), .png or .svg")
+    p.add_argument("--title", default=None, help="figure title")
+    p.add_argument("--width", type=int, default=None, help="figure width in pixels")
+    p.add_argument("--scale", type=float, default=2.0, help="PNG pixel scale (default 2)")
+    p.set_defaults(func=_cmd_draw)
+
+    f = subparsers.add_parser("figures", help="regenerate the paper's schedule figures (Fig. 4, 5, 18)")
+    f.add_argument("-o", "--output", default="figures", metavar="DIR", help="output folder (default figures/)")
+    f.add_argument("--format", default="png,svg", help="comma list of png, svg, html (default png,svg)")
+    f.add_argument("--only", default=None, metavar="STEM,...", help="only figures whose stem starts so, e.g. fig04")
+    f.add_argument("-p", "--devices", type=int, default=4, help="devices (default 4, as in the paper)")
+    f.set_defaults(func=_cmd_figures)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from .cli import main
+
+    sys.exit(main(["figures", *sys.argv[1:]]))

@@ -100,11 +100,12 @@ class _Fault:
 class TrackedStage(PipelineStage):
     """A ``PipelineStage`` that times its passes, names the current one, and frees sent buffers.
 
-    ``on_pass(stage, op, mb)`` is called before every pass (progress / watchdog); ``fault`` makes
+    ``on_pass(label, running)`` is called when a pass starts (``running=True``) and when it ends
+    (progress / watchdog: a rank can say whether it hung inside a pass or between passes); ``fault`` makes
     the rank crash or hang at one pass (failure-handling tests).
     """
 
-    def __init__(self, *args, on_pass: Callable[[str], None] | None = None,
+    def __init__(self, *args, on_pass: Callable[[str, bool], None] | None = None,
                  fault: _Fault | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.records: list[PassRecord] = []
@@ -118,7 +119,7 @@ class TrackedStage(PipelineStage):
         label = str(Pass(op, self.stage_index, mb))
         self._reap_sends()
         if self._on_pass is not None:
-            self._on_pass(label)
+            self._on_pass(label, True)
         if self._fault is not None and self._fault.pass_ == label:
             if self._fault.mode == "hang":
                 log.warning("fault injection: pass %s hangs", label)
@@ -138,6 +139,8 @@ class TrackedStage(PipelineStage):
             out = fn()
             cpu = time.thread_time() - cpu0
         self.records.append(PassRecord(op.value, self.stage_index, mb, cpu, time.perf_counter() - wall0, wall0))
+        if self._on_pass is not None:
+            self._on_pass(label, False)
         return out
 
     def add_to_last(self, op: Op, mb: int, cpu_s: float, wall_s: float) -> None:
@@ -208,7 +211,7 @@ class Pipeline:
         device: torch.device,
         group: dist.ProcessGroup | None = None,
         dw_builders: dict[int, Callable[[], Callable[[], None]]] | None = None,
-        on_pass: Callable[[str], None] | None = None,
+        on_pass: Callable[[str, bool], None] | None = None,
         fault: tuple[int, str, str] | None = None,
     ) -> "Pipeline":
         """``modules[s]`` for every stage ``s`` this rank holds; ``io_shapes(s)`` gives example

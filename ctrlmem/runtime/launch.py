@@ -188,7 +188,9 @@ def run_many(configs: list[RunConfig]) -> list[dict]:
             continue
         reason = None
         if errors:
-            first = min(errors, key=lambda e: (e["reason"].startswith("no progress"), e["rank"]))
+            # the root cause: a real error before a hang; a rank stuck inside a pass before one
+            # waiting for communication; then the lowest rank
+            first = min(errors, key=lambda e: (e["reason"].startswith("no progress"), not e.get("in_pass"), e["rank"]))
             reason = f"rank {first['rank']} failed in {first['where']}: {first['reason']}"
         if timed_out:
             reason = (reason + "; " if reason else "") + f"the launch exceeded its timeout of {timeout:g} s"

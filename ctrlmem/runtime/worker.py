@@ -39,25 +39,29 @@ class Progress:
         self.phase = "start-up"
         self.job = ""
         self.label: str | None = None
+        self.running = False
         self.last = time.monotonic()
         self.done = False
         self._lock = threading.Lock()
 
-    def on_pass(self, label: str) -> None:
+    def on_pass(self, label: str, running: bool) -> None:
         with self._lock:
-            self.label, self.last = label, time.monotonic()
+            self.label, self.running, self.last = label, running, time.monotonic()
 
     def set_phase(self, phase: str) -> None:
         with self._lock:
-            self.phase, self.label, self.last = phase, None, time.monotonic()
+            self.phase, self.label, self.running, self.last = phase, None, False, time.monotonic()
 
     def where(self) -> str:
         if self.label is None:
             return f"{self.job}{self.phase} (before its first pass)"
-        return f"{self.job}{self.phase}, pass {self.label} or the communication after it"
+        if self.running:
+            return f"{self.job}{self.phase}, in pass {self.label}"
+        return f"{self.job}{self.phase}, after pass {self.label} (waiting for communication)"
 
     def fail(self, reason: str, detail: str = "") -> None:
-        record = {"rank": self.rank, "job": self.job.rstrip(": "), "phase": self.phase, "pass": self.label, "where": self.where(),
+        record = {"rank": self.rank, "job": self.job.rstrip(": "), "phase": self.phase, "pass": self.label,
+                  "in_pass": self.running, "where": self.where(),
                   "reason": reason, "detail": detail[-4000:]}
         (self.out / f"rank{self.rank}.error.json").write_text(json.dumps(record, indent=2))
         log.error("rank %d failed in %s: %s", self.rank, self.where(), reason)

@@ -1,0 +1,84 @@
+"""Real multi-process runs on gloo (CPU, one thread per rank, the tiny model in fp32).
+
+One small run is in the default suite; the sweep over every registered schedule at 2 and 4
+processes, the failure-handling runs and the timing run are marked slow.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+
+import ctrlmem as cm  # noqa: E402
+from ctrlmem.runtime.launch import RunConfig, run, run_many  # noqa: E402
+
+GRAD_TOL = 1e-5  # max |grad − ref| relative to the largest reference gradient
+SAVED_TOL = 0.05  # measured autograd-saved peak vs the schedule's theory, per rank
+
+
+def _check_exact(result: dict) -> None:
+    assert result["status"] == "ok", result.get("failure")
+    assert result["grad_rel_diff"] <= GRAD_TOL, result["grad_rel_diff"]
+    assert result["loss_abs_diff"] <= 1e-5 * max(1.0, abs(result["ref_loss"]))
+
+
+def _check_memory_follows_theory(result: dict) -> None:
+    for rank, ratio in enumerate(result["saved_over_theory"]):
+        assert abs(ratio - 1) <= SAVED_TOL, (rank, ratio, result["schedule"])
+
+
+def test_one_small_run_is_exact_and_complete(tmp_path):
+    """1F1B on 2 processes: result.json has every field, gradients and loss match the reference,
+    and autograd's saved-tensor peak follows the schedule's theory on every rank."""
+    t0 = time.monotonic()
+    result = run(RunConfig("1f1b", 2, 2, steps=1, out=str(tmp_path), timeout_s=240, hang_timeout_s=120))
+    _check_exact(result)
+    _check_memory_follows_theory(result)
+    on_disk = json.loads((tmp_path / "result.json").read_text())
+    for key in ("config", "grad_max_abs_diff", "loss_abs_diff", "step_time_s", "tokens_per_s",
+                "pass_time_s", "peak_saved_bytes", "peak_alloc_bytes", "theory_peak_bytes",
+                "predicted_step_s", "measured_step_s", "measured_costs"):
+        assert key in on_disk, key
+    assert len(on_disk["peak_saved_bytes"]) == len(on_disk["peak_alloc_bytes"]) == len(on_disk["theory_peak_bytes"]) == 2
+    assert set(on_disk["step_time_s"]) >= {"median", "min", "max"}
+    assert set(on_disk["pass_time_s"]["0"]) == {"F", "BW"} and on_disk["predicted_step_s"] > 0
+    assert time.monotonic() - t0 < 240
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("p", [2, 4])
+def test_every_schedule_is_exact_and_follows_its_memory_theory(tmp_path, p):
+    """Every registered schedule (V-shapes included once registered), gloo, p processes, m = 2p:
+    gradients within 1e-5 of the reference's scale; saved-tensor peak within 5 % of theory."""
+    names = list(cm.SCHEDULES)
+    results = run_many([RunConfig(n, p, 2 * p, steps=0, out=str(tmp_path / n), timeout_s=280, hang_timeout_s=120)
+                        for n in names])
+    for name, result in zip(names, results):
+        _check_exact(result)
+        _check_memory_follows_theory(result)
+        assert result["schedule"]["name"] == name
+
+
+@pytest.mark.slow
+def test_crashing_rank_is_named_with_its_pass(tmp_path):
+    """A rank that raises in a pass ends the run; result.json says failed, with the rank and pass."""
+    result = run(RunConfig("zb-h1", 2, 2, steps=0, out=str(tmp_path), timeout_s=240, hang_timeout_s=60,
+                           fault=(1, "1B0", "crash")))
+    assert result["status"] == "failed"
+    assert "rank 1" in result["failure"] and "in pass 1B0" in result["failure"], result["failure"]
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "failed"
+
+
+@pytest.mark.slow
+def test_hanging_rank_ends_within_the_hang_timeout(tmp_path):
+    """A rank stuck in a pass is reported (rank, pass, hang) once the hang timeout passes."""
+    t0 = time.monotonic()
+    result = run(RunConfig("1f1b", 2, 2, steps=0, out=str(tmp_path), timeout_s=240, hang_timeout_s=8,
+                           fault=(0, "0F1", "hang")))
+    assert result["status"] == "failed"
+    assert "rank 0" in result["failure"] and "in pass 0F1" in result["failure"] and "hang" in result["failure"]
+    assert time.monotonic() - t0 < 200

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import logging
 import math
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -36,8 +37,8 @@ from .schedules import SCHEDULES, build
 from .simulate import SimResult, simulate
 from .validate import ScheduleError
 
-__all__ = ["Settings", "View", "compute", "stats_table", "export_view", "Explorer", "explorer",
-           "default_schedules"]
+__all__ = ["Settings", "View", "compute", "stats_table", "export_view", "save_view", "Explorer",
+           "explorer", "default_schedules"]
 
 log = logging.getLogger(__name__)
 
@@ -339,6 +340,18 @@ def export_view(view: View, kind: str, directory: str | os.PathLike = "build/exp
     return paths
 
 
+def save_view(view: View, out_dir: str | os.PathLike) -> str:
+    """Write the view's settings, stats and messages to ``out_dir/explore.json`` (what a
+    notebook run records); returns the path."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(str(out_dir), "explore.json")
+    stats = view.stats.astype(object).where(view.stats.notna(), None)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump({"settings": asdict(view.settings), "stats": stats.to_dict(orient="records"),
+                   "messages": view.messages}, fh, indent=2)
+    return path
+
+
 class Explorer:
     """The ipywidgets explorer. ``explorer.widget`` is the layout; ``explorer.view`` the last
     :class:`View`; every widget change calls :meth:`update`.
@@ -456,6 +469,10 @@ class Explorer:
     def export(self, kind: str, directory: str | None = None) -> list[str]:
         """Export the current view (see :func:`export_view`)."""
         return export_view(self.view, kind, directory or self.export_dir)
+
+    def save(self, out_dir: str | os.PathLike) -> str:
+        """Record the current view (see :func:`save_view`)."""
+        return save_view(self.view, out_dir)
 
     def _export_clicked(self, kind: str) -> None:
         try:

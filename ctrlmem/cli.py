@@ -22,7 +22,7 @@ from .schedules import SCHEDULES
 __all__ = ["main", "add_schedule_arguments", "schedule_from_args", "CliError"]
 
 # Modules that contribute subcommands through ``add_commands(subparsers)``.
-_COMMAND_MODULES: tuple[str, ...] = ("ctrlmem.experiments", "ctrlmem.runtime.cli", "ctrlmem.draw")
+_COMMAND_MODULES: tuple[str, ...] = ("ctrlmem.experiments", "ctrlmem.runtime.cli", "ctrlmem.draw", "ctrlmem.reproduce")
 
 
 class CliError(Exception):

@@ -66,6 +66,7 @@ __all__ = [
     "resolve_costs",
     "real_run_available",
     "real_run_point",
+    "runtime_model_name",
     "add_commands",
 ]
 
@@ -691,35 +692,69 @@ def real_run_available() -> tuple[bool, str]:
                    "adds it, or its optional dependencies are missing: see `ctrlmem --help`)")
 
 
+def runtime_model_name(model: str | None) -> str | None:
+    """Our preset name -> ``ctrlmem run --model``'s (``cpu-tiny`` -> ``tiny``, ``9.6B`` -> ``9.6b``)."""
+    if not model:
+        return None
+    name = model.lower()
+    return name[4:] if name.startswith("cpu-") else name
+
+
 def real_run_point(schedule: str, p: int, m: int, backend: str, launcher: str, quick: bool,
-                   memory_limit: float | None = None, timeout_s: float = 1800) -> dict[str, Any]:
-    """Run one point for real through ``ctrlmem run ... --json`` in a subprocess and return its
-    JSON; ``RuntimeError`` with a clear reason when that command or the launcher is missing."""
+                   out_dir: str | Path, model: str | None = None, memory_limit: float | None = None,
+                   timeout_s: float = 1800) -> dict[str, Any]:
+    """Run one point for real through ``ctrlmem run --json`` in a subprocess and return its
+    result JSON; ``RuntimeError`` with a clear reason when that command or the launcher is
+    missing. ``launcher="slurm"`` writes a Slurm script with ``--emit-sbatch`` and submits it
+    with ``sbatch --wait``."""
+    from .schedules import SCHEDULES
+
     ok, why = real_run_available()
     if not ok:
         raise RuntimeError(f"real run not available: {why}; use backend='simulate'")
+    if schedule not in SCHEDULES:
+        return {"schedule": schedule, "p": p, "m": m, "status": "skipped",
+                "reason": f"schedule {schedule!r} is not registered in cm.SCHEDULES yet "
+                          f"(registered: {', '.join(SCHEDULES)})"}
     if launcher not in ("local", "slurm"):
         raise ValueError(f"launcher must be 'local' or 'slurm', got {launcher!r}")
-    prefix: list[str] = []
-    if launcher == "slurm":
-        if shutil.which("srun") is None:
-            raise RuntimeError("launcher='slurm' needs `srun` on PATH (run inside a Slurm allocation); "
-                               "use launcher='local' here")
-        prefix = ["srun", "--ntasks=1"]
-    cmd = [*prefix, sys.executable, "-m", "ctrlmem.cli", "run", schedule, "-p", str(p), "-m", str(m),
-           "--backend", backend, "--json"]
+    run_dir = Path(out_dir) / "run"
+    cmd = [sys.executable, "-m", "ctrlmem.cli", "run", "--schedule", schedule, "-p", str(p), "-m", str(m),
+           "--backend", backend, "--out", str(run_dir), "--timeout", str(int(timeout_s))]
+    if model:
+        cmd += ["--model", runtime_model_name(model)]
     if memory_limit is not None:
-        cmd += ["--memory-limit", str(memory_limit)]
+        cmd += ["--param", f"memory_limit={memory_limit}"]
     if quick:
-        cmd.append("--quick")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=REPO_ROOT)
+        cmd += ["--steps", "1"]
+    if launcher == "slurm":
+        script = Path(out_dir) / "run.sbatch"
+        cmd += ["--emit-sbatch", str(script)]
+    else:
+        cmd.append("--json")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s + 60, cwd=REPO_ROOT)
     if proc.returncode != 0:
-        raise RuntimeError(f"`{' '.join(cmd[len(prefix):])}` failed (status {proc.returncode}): "
-                           f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'no message'}")
-    lines = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith("{")]
-    if not lines:
-        raise RuntimeError("`ctrlmem run --json` printed no JSON object")
-    return {"status": "ok", "how": f"measured ({backend}, {launcher})", **json.loads(lines[-1])}
+        err = proc.stderr.strip().splitlines()
+        raise RuntimeError(f"`ctrlmem {' '.join(cmd[3:])}` failed (status {proc.returncode}): "
+                           f"{err[-1] if err else 'no message'}")
+    if launcher == "slurm":
+        if shutil.which("sbatch") is None:
+            raise RuntimeError(f"launcher='slurm': wrote {script}; `sbatch` is not on PATH here, submit it on the "
+                               f"cluster (its result lands in {run_dir}/result.json)")
+        sub = subprocess.run(["sbatch", "--wait", str(script)], capture_output=True, text=True)
+        if sub.returncode != 0:
+            raise RuntimeError(f"sbatch --wait {script} failed: {sub.stderr.strip()[-300:]}")
+    result_path = run_dir / "result.json"
+    if not result_path.is_file():
+        raise RuntimeError(f"`ctrlmem run` finished but wrote no {result_path}")
+    result = json.loads(result_path.read_text())
+    summary = {k: (max(v) if isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v) else v)
+               for k, v in result.items() if k in ("peak_saved_bytes", "peak_alloc_bytes", "theory_peak_bytes",
+                                                   "grad_rel_diff", "loss_abs_diff", "predicted_step_s",
+                                                   "measured_step_s", "tokens_per_s")}
+    return {**result, **{f"{k}_max" if isinstance(result[k], list) else k: v for k, v in summary.items()},
+            "status": "ok" if result.get("status", "ok") == "ok" else "failed",
+            "how": f"measured ({'CPU, gloo' if backend == 'gloo' else 'GPU, nccl'}; launcher {launcher})"}
 
 
 # --------------------------------------------------------------------------------------------

@@ -257,7 +257,7 @@ def test_real_run_reports_unavailable_clearly(monkeypatch):
     """Without `ctrlmem run`, the real path raises a RuntimeError saying so."""
     monkeypatch.setattr(ex, "real_run_available", lambda: (False, "no run command"))
     with pytest.raises(RuntimeError, match="real run not available: no run command"):
-        ex.real_run_point("1f1b", 2, 4, backend="gloo", launcher="local", quick=True)
+        ex.real_run_point("1f1b", 2, 4, backend="gloo", launcher="local", quick=True, out_dir="unused")
 
 
 # ---------------------------------------------------------------- real papermill

@@ -121,8 +121,8 @@ class Table:
                        for c in self.cells}
             return f"not comparable: {'; '.join(sorted(reasons))}"
         worst = max(comparable, key=lambda c: c.deviation)
-        if worst.deviation == 0:
-            return f"exact / within range on all {len(comparable)} comparable cells{tail}"
+        if worst.deviation < 1e-6:  # the simulator rounds times to 9 decimals
+            return f"exact (to 1e-6) / within range on all {len(comparable)} comparable cells{tail}"
         return (f"max deviation {worst.deviation:.1%} ({worst.row}, {worst.column}) over {len(comparable)} "
                 f"comparable cells{tail}")
 

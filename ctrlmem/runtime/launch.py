@@ -220,6 +220,8 @@ def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
     steps = summarize(step_times)
     costs = costs_from_records(records, S) if records else None
     predicted = simulate(schedule, costs).makespan if costs is not None else None
+    wall_records = [dict(rec, cpu_s=rec["wall_s"]) for rec in records]
+    predicted_wall = simulate(schedule, costs_from_records(wall_records, S)).makespan if records else None
     per_stage: dict[str, dict] = {}
     for s in range(S):
         kinds = {}
@@ -253,6 +255,7 @@ def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
         "predicted_step_s": predicted,
         "measured_step_s": steps["median"] if step_times else None,
         "prediction_rel_error": (predicted - steps["median"]) / steps["median"] if step_times else None,
+        "predicted_step_from_wall_pass_times_s": predicted_wall,
         "peak_saved_bytes": [r["peak_saved_bytes"] for r in ranks],
         "peak_alloc_bytes": [r["peak_alloc_bytes"] for r in ranks],
         "theory_peak_bytes": theory,

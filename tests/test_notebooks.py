@@ -85,7 +85,18 @@ def check_10_experiment(out_dir: Path) -> None:
     assert result["peak_memory_a"] == 4 and result["makespan"] == 33
 
 
-CHECKS = {"10_experiment.ipynb": check_10_experiment}
+def check_20_paper_tables(out_dir: Path) -> None:
+    """Closed forms and Table A exact; Table 2 within 2 %; every table written."""
+    numbers = json.loads((out_dir / "numbers.json").read_text())
+    assert numbers["closed-forms"]["max_deviation"] < 1e-6 and numbers["closed-forms"]["comparable"] >= 18
+    assert numbers["table-a"]["max_deviation"] < 1e-6
+    assert numbers["table2"]["max_deviation"] < 0.02
+    for name in numbers:
+        assert (out_dir / f"{name}.md").is_file() and (out_dir / f"{name}.html").is_file()
+    assert (out_dir / "REPRODUCTION.md").is_file()
+
+
+CHECKS = {"10_experiment.ipynb": check_10_experiment, "20_paper_tables.ipynb": check_20_paper_tables}
 
 
 @pytest.mark.slow

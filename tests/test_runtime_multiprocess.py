@@ -82,3 +82,24 @@ def test_hanging_rank_ends_within_the_hang_timeout(tmp_path):
     assert result["status"] == "failed"
     assert "rank 0" in result["failure"] and "in pass 0F1" in result["failure"] and "hang" in result["failure"]
     assert time.monotonic() - t0 < 200
+
+
+@pytest.mark.slow
+def test_measured_costs_feed_the_simulator(tmp_path):
+    """p=2, one pinned core per rank: per-pass CPU times and their spread are reported, they load
+    as a per-stage Costs that build() and simulate() accept, and the simulated step (CPU time
+    only, a lower bound of the real run) is not above the measured median step by more than 15 %."""
+    from ctrlmem.runtime.measure import costs_from_result
+
+    result = run(RunConfig("zb-h1", 2, 4, steps=3, pin_cores=True, out=str(tmp_path), timeout_s=280,
+                           hang_timeout_s=120))
+    assert result["status"] == "ok", result.get("failure")
+    for stage in ("0", "1"):
+        kinds = result["pass_time_s"][stage]
+        assert set(kinds) == {"F", "B", "W"}
+        assert all(k["n"] == 3 * 4 and k["median"] > 0 and "spread" in k for k in kinds.values())
+    costs = costs_from_result(str(tmp_path / "result.json"))
+    assert len(costs.f) == 2
+    sim = cm.simulate(cm.build("zb-h1", 2, 4, costs=costs), costs)
+    assert sim.makespan == pytest.approx(result["predicted_step_s"])
+    assert result["predicted_step_s"] <= 1.15 * result["measured_step_s"]

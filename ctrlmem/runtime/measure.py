@@ -24,7 +24,8 @@ import torch
 from ..costs import Costs
 from ..ir import Op, Schedule
 
-__all__ = ["SavedTensorMeter", "AllocatorPeak", "theory_peak_bytes", "costs_from_records", "summarize"]
+__all__ = ["SavedTensorMeter", "AllocatorPeak", "theory_peak_bytes", "costs_from_records", "costs_from_result",
+           "summarize"]
 
 
 class _Packed:
@@ -206,3 +207,17 @@ def summarize(values: Sequence[float]) -> dict[str, float]:
     med = statistics.median(values)
     return {"median": med, "min": min(values), "max": max(values),
             "spread": (max(values) - min(values)) / med if med else 0.0, "n": len(values)}
+
+
+def costs_from_result(result: dict | str) -> Costs:
+    """The measured per-stage :class:`ctrlmem.Costs` of a ``result.json`` (a dict or a path), for
+    ``cm.build(..., costs=...)`` and ``cm.simulate``."""
+    if isinstance(result, str) or hasattr(result, "__fspath__"):
+        import json
+
+        with open(result) as fh:
+            result = json.load(fh)
+    c = result.get("measured_costs")
+    if not c:
+        raise ValueError("this result has no measured costs: run with --steps 1 or more")
+    return Costs(f=c["f"], b=c["b"], w=c["w"], comm=c["comm"])

@@ -1,7 +1,8 @@
 """Peak activation memory of each schedule divided by 1F1B's: measured next to theory.
 
 * p=4: real runs, 4 processes on gloo (CPU), tiny model (8 layers), m = 2p; per schedule the
-  largest per-rank peak.
+  largest per-rank peak; once as ctrlmem runs it (memory follows the schedule) and once with
+  torch's own memory behaviour (``--torch-memory``) for comparison.
 * p=8 and p=16: rank replay (ctrlmem.runtime.replay) of the device with the largest theoretical
   peak, tiny model with the paper's 2p − 2 layers (first and last stage padded), m = 2p.
 
@@ -30,8 +31,9 @@ from ctrlmem.runtime.models import get_preset
 from ctrlmem.runtime.replay import replay_device, theory_per_device
 
 
-def processes(p: int, names: list[str], out: str) -> dict[str, dict]:
-    results = run_many([RunConfig(n, p, 2 * p, steps=0, out=f"{out}/{n}", timeout_s=600) for n in names])
+def processes(p: int, names: list[str], out: str, fidelity: bool = True) -> dict[str, dict]:
+    results = run_many([RunConfig(n, p, 2 * p, steps=0, out=f"{out}/{n}", timeout_s=600, memory_fidelity=fidelity)
+                        for n in names])
     rows = {}
     for n, r in zip(names, results):
         if r["status"] != "ok":
@@ -82,7 +84,10 @@ def main(argv=None) -> int:
     if not args.quick:
         with tempfile.TemporaryDirectory() as tmp:
             data["p4_processes"] = processes(4, names, tmp)
+            data["p4_processes_torch_memory"] = processes(4, names, tmp + "/torch", fidelity=False)
         print("\n".join(table("p=4, 4 processes (gloo, CPU), tiny model (8 layers), m=8", data["p4_processes"])))
+        print("\n".join(table("p=4, same, torch's own memory behaviour (--torch-memory: no release at B, "
+                              "sends kept to step end)", data["p4_processes_torch_memory"])))
     for p in (8, 16):
         data[f"p{p}_replay"] = replays(p, names)
         print("\n".join(table(f"p={p}, rank replay of the peak device, tiny model ({2 * p - 2} layers), m={2 * p}",

@@ -106,12 +106,13 @@ class TrackedStage(PipelineStage):
     """
 
     def __init__(self, *args, on_pass: Callable[[str, bool], None] | None = None,
-                 fault: _Fault | None = None, **kwargs) -> None:
+                 fault: _Fault | None = None, release_sends: bool = True, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.records: list[PassRecord] = []
         self._on_pass = on_pass
         self._fault = fault
         self._inflight_sends: list[dist.Work] = []
+        self._release_sends = release_sends
         self.cuda = self.device.type == "cuda"
 
     # -- timing ---------------------------------------------------------------------------
@@ -166,6 +167,8 @@ class TrackedStage(PipelineStage):
 
     # -- sends: issue them here, drop each tensor as soon as its send completes -----------
     def _issue(self, ops: list[dist.P2POp]) -> list[dist.P2POp]:
+        if not self._release_sends:
+            return ops  # torch's default: it keeps every send until the end of the step
         for op in ops:
             self._inflight_sends.append(op.op(op.tensor, op.peer, op.group, op.tag))
         return []
@@ -213,10 +216,12 @@ class Pipeline:
         dw_builders: dict[int, Callable[[], Callable[[], None]]] | None = None,
         on_pass: Callable[[str, bool], None] | None = None,
         fault: tuple[int, str, str] | None = None,
+        release_sends: bool = True,
     ) -> "Pipeline":
         """``modules[s]`` for every stage ``s`` this rank holds; ``io_shapes(s)`` gives example
         ``(input, output)`` tensors of stage ``s`` for one microbatch; ``dw_builders[s]`` (optional)
-        turns torch's ``I`` into a full backward whose weight part runs at ``W``."""
+        turns torch's ``I`` into a full backward whose weight part runs at ``W``; without it (and
+        with ``release_sends=False``) torch's own behaviour is kept, for comparison."""
         mine = schedule.placement.stages_of(rank)
         if sorted(modules) != list(mine):
             raise ValueError(f"rank {rank} holds stages {list(mine)} but got modules for {sorted(modules)}")
@@ -229,6 +234,7 @@ class Pipeline:
                 modules[s], s, schedule.num_stages, device,
                 input_args=example_in, output_args=example_out, group=group,
                 dw_builder=(dw_builders or {}).get(s), on_pass=on_pass, fault=flt,
+                release_sends=release_sends,
             ))
         last = stages[-1] if stages[-1].is_last else None
 

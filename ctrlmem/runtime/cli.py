@@ -36,6 +36,9 @@ def add_commands(subparsers) -> None:
     p.add_argument("--comm-timeout", type=float, default=120.0, help="init_process_group timeout in s (default 120)")
     p.add_argument("--hang-timeout", type=float, default=60.0,
                    help="a rank that starts no pass for this long reports where it is and exits (default 60)")
+    p.add_argument("--torch-memory", action="store_true",
+                   help="keep torch's own memory behaviour (no early release at B, sends kept to the end) "
+                        "to compare with the default, which follows the schedule")
     p.add_argument("--emit-sbatch", metavar="FILE", default=None,
                    help="write a Slurm script (srun + torchrun, c10d rendezvous) instead of running")
     p.add_argument("--nodes", type=int, default=1, help="with --emit-sbatch: number of nodes")
@@ -61,6 +64,7 @@ def _config(args: argparse.Namespace):
         model_overrides=overrides, schedule_params=_parse_params(args.param), seed=args.seed,
         threads_per_rank=args.threads, pin_cores=args.pin, timeout_s=args.timeout,
         comm_timeout_s=args.comm_timeout, hang_timeout_s=args.hang_timeout,
+        memory_fidelity=not args.torch_memory,
     )
 
 

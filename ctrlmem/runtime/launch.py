@@ -58,6 +58,9 @@ class RunConfig:
         timeout_s: wall-clock limit for the whole launch.
         comm_timeout_s: ``init_process_group`` timeout (a missing message fails after this).
         hang_timeout_s: a rank that starts no pass for this long reports where it is and exits.
+        memory_fidelity: free activations at the pass the schedule says (``dw_builder`` with
+            deferred linear weights, sent buffers dropped when sent); ``False`` keeps torch's
+            own behaviour, for comparison.
         fault: test-only fault injection ``(rank, pass, "crash" | "hang")``.
     """
 
@@ -76,6 +79,7 @@ class RunConfig:
     timeout_s: float = 600.0
     comm_timeout_s: float = 120.0
     hang_timeout_s: float = 60.0
+    memory_fidelity: bool = True
     fault: tuple | None = None
 
 
@@ -120,6 +124,7 @@ def prepare(config: RunConfig) -> tuple[Schedule, dict]:
         "comm_timeout_s": config.comm_timeout_s,
         "hang_timeout_s": config.hang_timeout_s,
         "fault": list(config.fault) if config.fault else None,
+        "memory_fidelity": config.memory_fidelity,
         "run_config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()},
     }
     return schedule, worker

@@ -169,9 +169,13 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, dev
         return x, y
 
     fault = tuple(config["fault"]) if config.get("fault") else None
+    fidelity = bool(config.get("memory_fidelity", True))
+    for mod in modules.values():
+        mod.stash.active = fidelity  # without fidelity: plain autograd, torch's own split backward
     progress.set_phase("pipeline set-up")
     pipe = Pipeline.create(schedule, rank, modules, loss_fn, io_shapes, device,
-                           dw_builders={s: modules[s].stash.take for s in mine},
+                           dw_builders={s: modules[s].stash.take for s in mine} if fidelity else None,
+                           release_sends=fidelity,
                            on_pass=progress.on_pass, fault=fault)
     tokens, targets = make_batch(cfg, m, seed)
     tokens, targets = tokens.to(device), targets.to(device)

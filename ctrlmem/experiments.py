@@ -619,6 +619,7 @@ def simulate_point(
     tp: int = 1,
     dp: int = 1,
     global_batch: int = 0,
+    flash_attention: bool = False,
 ) -> dict[str, Any]:
     """Build and simulate one point; the result dict the notebook writes.
 
@@ -637,7 +638,7 @@ def simulate_point(
                              f"{dp * microbatch_size}; pick sizes that divide it")
         m = global_batch // (dp * microbatch_size)
     base = {"schedule": schedule, "p": p, "m": m, "model": model, "memory_limit": memory_limit,
-            "tp": tp, "dp": dp, "microbatch_size": microbatch_size}
+            "tp": tp, "dp": dp, "microbatch_size": microbatch_size, "flash_attention": flash_attention}
     if schedule not in SCHEDULES:
         return {**base, "status": "skipped",
                 "reason": f"schedule {schedule!r} is not registered in cm.SCHEDULES yet "
@@ -665,7 +666,8 @@ def simulate_point(
     }
     if model and model in paper.MODELS:
         preset = paper.model(model)
-        a_bytes = paper.activation_bytes(preset, preset.num_layers / p, microbatch_size, seq_len, tp=tp)
+        a_bytes = paper.activation_bytes(preset, preset.num_layers / p, microbatch_size, seq_len, tp=tp,
+                                         flash_attention=flash_attention)
         states = paper.model_state_bytes(preset, p, tp, dp)
         out["bytes_per_a"] = a_bytes
         out["activation_gb"] = max(res.peak_memory) * a_bytes / 1e9

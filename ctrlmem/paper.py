@@ -203,11 +203,12 @@ def model_state_bytes(preset: ModelPreset | str, pp: int, tp: int = 1, dp: int =
 
 
 def activation_bytes(preset: ModelPreset | str, num_layers: float, microbatch_size: int,
-                     seq_len: int = ASSUMED_SEQ_LEN, tp: int = 1) -> float:
+                     seq_len: int = ASSUMED_SEQ_LEN, tp: int = 1, flash_attention: bool = False) -> float:
     """Bytes of activation ``num_layers`` layers store for one microbatch on one GPU (fp16,
-    ``34·h + 5·heads·s`` per layer and token; tensor + sequence parallelism divide it by ``tp``)."""
+    ``34·h + 5·heads·s`` per layer and token; tensor + sequence parallelism divide it by ``tp``;
+    FlashAttention, used in the paper's grid search, stores no ``s × s`` scores: ``34·h``)."""
     preset = model(preset) if isinstance(preset, str) else preset
-    per_token = 34 * preset.hidden + 5 * preset.num_heads * seq_len
+    per_token = 34 * preset.hidden + (0 if flash_attention else 5 * preset.num_heads * seq_len)
     return float(num_layers * microbatch_size * seq_len * per_token) / tp
 
 

@@ -495,6 +495,9 @@ def memory_spec(
             title={"text": "memory (a)"}, range=[0, top_value * 1.18], showgrid=True,
             gridcolor="#EEEEEE")
         layout[f"xaxis{'' if panel == 0 else panel + 1}"].update(showgrid=True, gridcolor="#EEEEEE")
+    horizon = max(r.makespan for r in results)
+    for panel in range(n):
+        layout[f"xaxis{'' if panel == 0 else panel + 1}"]["range"] = [0, horizon * 1.005 if horizon else 1]
     layout[f"xaxis{'' if n == 1 else n}"]["title"] = {"text": "time"}
     layout.update(
         height=height, width=width, plot_bgcolor="white", paper_bgcolor="white",

@@ -437,14 +437,15 @@ class Explorer:
 
     def update(self, *_change) -> View:
         """Recompute and redraw (called on every widget change)."""
+        if any(getattr(c, "owner", None) is self.schedules or (isinstance(c, dict) and c.get("owner") is self.schedules)
+               for c in _change):
+            self._unknown = []  # names from the initial settings that are not registered: reported until the user picks
         try:
             view = compute(self.settings(), style=self.style)
         except Exception as exc:  # an unexpected failure still shows a message, not a traceback
             log.exception("explorer update failed")
             self.message.value = messages_html([f"Unexpected error: {type(exc).__name__}: {exc}"])
             return self.view
-        finally:
-            self._unknown = []  # unknown names from the initial settings are reported once
         self.view = view
         self.render(view)
         return view

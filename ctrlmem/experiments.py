@@ -64,6 +64,7 @@ __all__ = [
     "write_json_atomic",
     "simulate_point",
     "resolve_costs",
+    "measured_costs",
     "real_run_available",
     "real_run_point",
     "runtime_model_name",
@@ -592,7 +593,8 @@ def resolve_costs(costs: str, model: str | None, p: int, microbatch_size: int, s
     """``costs`` as given to the notebook -> ``(Costs, description)``.
 
     ``"F,B,W[,COMM]"`` are full device-stage times; ``"paper"`` uses the A100 cost model of
-    :mod:`ctrlmem.paper` for ``model``; ``"measure"`` needs a real run (not this function)."""
+    :mod:`ctrlmem.paper` for ``model``; ``"result:PATH"`` uses the pass costs a real run measured
+    (:func:`measured_costs`); ``"measure"`` needs a real run (not this function)."""
     from . import paper
 
     if costs == "paper":
@@ -601,10 +603,31 @@ def resolve_costs(costs: str, model: str | None, p: int, microbatch_size: int, s
         c = paper.paper_costs(model, p, microbatch_size, seq_len, tp=tp)
         return c, (f"A100 cost model (ctrlmem.paper: {paper.tp_efficiency(tp):.1%} of peak, seq {seq_len}, "
                    f"mb {microbatch_size}, tp {tp}; ms)")
+    if costs.startswith("result:"):
+        return measured_costs(costs[len("result:"):], p)
     if costs == "measure":
         raise ValueError("costs='measure' needs a real run (backend 'gloo' or 'nccl'); the simulation backend "
                          "takes 'F,B,W[,COMM]' or 'paper'")
     return Costs.parse(costs), f"given costs {costs}"
+
+
+def measured_costs(path: str | Path, num_devices: int) -> tuple[Costs, str]:
+    """Full device-stage ``Costs`` from a ``ctrlmem run`` ``result.json`` (its ``measured_costs``):
+    the measured per-stage times summed over stages and divided by ``num_devices``, so a
+    measurement of one schedule prices another placement of the same model."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"costs='result:{path}': no such file; give the result.json a `ctrlmem run` wrote")
+    c = json.loads(path.read_text()).get("measured_costs")
+    if not c:
+        raise ValueError(f"{path} has no measured_costs; rerun `ctrlmem run` with --steps 1 or more")
+    total = {k: sum(c[k]) if isinstance(c[k], list) else float(c[k]) for k in ("f", "b", "w")}
+    if total["w"] == 0:
+        raise ValueError(f"{path} was measured with a fused backward (w = 0); measure a split-backward "
+                         f"schedule (e.g. --schedule zb-h1) to price B and W separately")
+    costs = Costs(f=total["f"] / num_devices, b=total["b"] / num_devices, w=total["w"] / num_devices,
+                  comm=float(c.get("comm", 0.0)))
+    return costs, f"measured pass costs from {path} (thread CPU time, s)"
 
 
 def simulate_point(

@@ -346,3 +346,21 @@ def test_killed_sweep_process_resumes(tmp_path):
     assert f"{4 - len(done)} executed, {len(done)} already done" in out.stdout
     assert {p.name: digest(p) for p in done} == before
     assert len(list((res / "runs").glob("*.json"))) == 4
+
+
+def test_measured_costs_from_a_run_result(tmp_path):
+    """costs='result:PATH' prices a schedule from a real run's measured per-stage costs (summed
+    over stages, divided by p); a fused-backward measurement (w = 0) is refused with the fix."""
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"measured_costs": {"f": [1.0, 3.0], "b": [2.0, 2.0], "w": [1.0, 1.0], "comm": 0.5}}))
+    costs, how = ex.resolve_costs(f"result:{split}", None, 2, 1, 1024)
+    assert (costs.f, costs.b, costs.w, costs.comm) == (2.0, 2.0, 1.0, 0.5)
+    assert "measured" in how
+    r = ex.simulate_point("zb-v", 2, 4, costs=f"result:{split}")
+    assert r["status"] == "ok" and r["costs"]["f"] == 2.0
+    fused = tmp_path / "fused.json"
+    fused.write_text(json.dumps({"measured_costs": {"f": [1.0], "b": [2.0], "w": [0.0], "comm": 0.0}}))
+    with pytest.raises(ValueError, match="fused backward.*zb-h1"):
+        ex.resolve_costs(f"result:{fused}", None, 2, 1, 1024)
+    with pytest.raises(ValueError, match="no such file"):
+        ex.resolve_costs(f"result:{tmp_path / 'missing.json'}", None, 2, 1, 1024)

@@ -91,3 +91,13 @@ def test_reproduce_writes_tables_and_summary(tmp_path):
 def test_unknown_artifact_names_valid_ones(tmp_path):
     with pytest.raises(ValueError, match="valid: table1, table2"):
         rp.reproduce(tmp_path, only=["table99"])
+
+
+def test_fig9_10_cells_are_pending_or_simulated():
+    """Fig. 9–10: the 1F1B reference line is simulated now; scheduler cells fill in once registered."""
+    table = rp.build_table("fig9-10", quick=True)
+    ref = [c for c in table.cells if c.column.startswith("1F1B reference")]
+    assert len(ref) == 2 and all(0 < c.ours < 1 for c in ref)
+    for cell in table.cells:
+        if isinstance(cell.ours, str):
+            assert cell.ours.split("'")[1] not in cm.SCHEDULES

@@ -199,3 +199,23 @@ def test_typed_arrays_round_trip():
         for key in ("x", "y", "base", "customdata"):
             if key in tr:
                 assert np.array_equal(decode(tj[key]), tr[key])
+
+
+def test_explorer_notebook_is_thin_and_clean():
+    """The notebook only calls ctrlmem.ui, its first code cell is a tagged `parameters` cell of
+    literals, and it is committed without outputs."""
+    import ast
+    import json
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "notebooks", "01_explore_schedules.ipynb")
+    nb = json.load(open(path, encoding="utf-8"))
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert "parameters" in code[0]["metadata"].get("tags", [])
+    for stmt in ast.parse("".join(code[0]["source"])).body:
+        assert isinstance(stmt, ast.Assign) and ast.literal_eval(stmt.value) is not ...
+    for cell in code:
+        assert cell["outputs"] == [] and cell["execution_count"] is None
+    imports = [n for c in code[1:] for n in ast.walk(ast.parse("".join(c["source"])))
+               if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert [(i.module, [a.name for a in i.names]) for i in imports] == [("ctrlmem", ["ui"])]

@@ -86,6 +86,14 @@ class PaperFigure:
     make: Callable[[], object]
 
 
+def _has_blocks(name: str, p: int) -> bool:
+    """Whether :mod:`ctrlmem.blocks` can make the paper's block ``name`` for ``p`` devices."""
+    try:
+        return plot.paper_block(name, p) is not None
+    except ValueError:
+        return False
+
+
 def _paper_schedule(name: str, p: int, m: int, costs: Costs) -> Schedule | None:
     """``name`` from the registry, else from its paper block (:mod:`ctrlmem.blocks`), else None."""
     if name in SCHEDULES:
@@ -144,6 +152,17 @@ def paper_figures(num_devices: int = 4) -> tuple[list[PaperFigure], list[str]]:
             "fig05_unequal_costs",
             "Fig. 5: T_F=3, T_B=4, T_W=2 per chunk pass: V-Min repeats a bubble every interval, V-Half tiles",
             lambda res=res: plot.schedule_figure(res, width=1300)))
+
+    if _has_blocks("interleaved-1f1b", 3) and _has_blocks("v-half", 3):
+        figs.append(PaperFigure(
+            "fig02_lifespans",
+            "Fig. 2: summed lifespans per device, d=3: parallel (interleaved) vs V-shape (V-Half) placement",
+            lambda: plot.lifespan_figure(
+                [plot.paper_block("interleaved-1f1b", 3), plot.paper_block("v-half", 3)],
+                titles=["parallel placement (interleaved block)", "V-shape placement (V-Half block)"],
+                width=900)))
+    else:
+        notes.append("Fig. 2: needs the paper's blocks (ctrlmem.blocks)")
 
     for letter, name in GALLERY:
         if name not in SCHEDULES and plot.paper_block(name, p, 8) is None:

@@ -5,6 +5,7 @@ ZB-V). Importing this package registers them all.
 """
 
 from . import classic, zero_bubble  # noqa: F401  (registration side effect)
+from . import adaptive, v_shape  # noqa: F401  (registration side effect)
 from .registry import SCHEDULES, ScheduleSpec, build, register
 
 __all__ = ["SCHEDULES", "ScheduleSpec", "build", "register"]

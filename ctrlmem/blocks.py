@@ -1,0 +1,1074 @@
+"""Building blocks and the pipeline steps built on them (PAPER.md §1.2–§1.3, §2, §6).
+
+A **building block** is the passes of one microbatch, each with an integer start time (a *slot*)
+and a length in slots, on a placement. Repeating it every ``interval`` slots (the paper's *T*)
+for ``m`` microbatches gives a pipeline; the paper then *squeezes* it (every pass as early as
+possible, keeping each device's order) and *reorders* the warm-up and cool-down without raising
+peak memory. Each step here is a function of its own, returning a :class:`Timeline` (slot-timed
+passes) that :meth:`Timeline.to_schedule` turns into a :class:`~ctrlmem.ir.Schedule`:
+
+    block = v_min_block(4)
+    t0 = block.repeat(8)          # Fig. 1 "repeat": copies of the block, W placed in the block
+    t1 = place_w(t0.without_w())  # W put greedily into free slots (PAPER.md §6 step 3)
+    t2 = reorder(t1)              # warm-up / cool-down reorder under the peak (§1.2, App. C)
+    t3 = squeeze(t2)              # order-preserving as-soon-as-possible (§1.2)
+    schedule = t3.to_schedule()
+
+:func:`build_from_block` runs these steps; :func:`pipeline_steps` returns every intermediate
+timeline so a notebook can show them one after another (the paper's Fig. 1, 3, 11, 18).
+
+Symbols (PAPER.md §1): the slot is the paper's unit pass τ (one F, B or W over one V-shape
+chunk); ``interval`` is *T*; :meth:`BuildingBlock.lifespans` is *l* per stage (start of its F to
+the end of the pass that releases its activation: W, or the fused BW); :meth:`BuildingBlock.
+memory_bound` is Eq. 1, ``Σ_s ⌈l_s / T⌉ · m_s`` per device, in units of ``a`` (a V-shape chunk
+holds ``a/2``). A block is valid only if it repeats without *collision*: the passes of a device
+occupy distinct residues modulo ``T`` (PAPER.md §1.2); :meth:`BuildingBlock.collisions` lists
+the clashes.
+
+The block constructors cover the V-shape family (:func:`v_min_block`, :func:`v_half_block`,
+:func:`v_zb_block`, :func:`v_shape_block`, :func:`v_1f1b_block`) and the paper's gallery
+(:func:`one_f_one_b_block`, :func:`eager_1f1b_block`, :func:`zb_h1_block`,
+:func:`zb_h2_block`, :func:`gpipe_block`, :func:`interleaved_block`). Their slot units: V-shape
+blocks use the chunk pass (F = B = W = 1 slot, BW = 2, T = 6); one-stage-per-device blocks use
+the same τ, so a full-stage F is 2 slots and a fused BW 4 (PAPER.md §1.1), T = 6.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterable, NamedTuple, Sequence
+
+from .ir import Op, Pass, Placement, Schedule
+from .validate import execute, index_schedule
+
+__all__ = [
+    "SlotPass",
+    "Collision",
+    "BuildingBlock",
+    "Timeline",
+    "place_w",
+    "squeeze",
+    "reorder",
+    "build_from_block",
+    "extend_stable",
+    "pipeline_steps",
+    "greedy_block",
+    "v_min_block",
+    "v_half_block",
+    "v_zb_block",
+    "v_shape_block",
+    "v_1f1b_block",
+    "one_f_one_b_block",
+    "eager_1f1b_block",
+    "zb_h1_block",
+    "zb_h2_block",
+    "gpipe_block",
+    "interleaved_block",
+    "GALLERY",
+]
+
+log = logging.getLogger(__name__)
+W_HIGH_FIRST = True
+
+_KIND = {Op.F: 0, Op.B: 1, Op.BW: 1, Op.W: 2}
+
+
+class SlotPass(NamedTuple):
+    """A pass with an integer start slot and a length in slots."""
+
+    start: int
+    length: int
+    op: Op
+    stage: int
+    microbatch: int
+
+    @property
+    def end(self) -> int:
+        return self.start + self.length
+
+    @property
+    def pass_(self) -> Pass:
+        return Pass(self.op, self.stage, self.microbatch)
+
+
+class Collision(NamedTuple):
+    """Two passes of a block that overlap on ``device`` once the block repeats every ``T``."""
+
+    device: int
+    first: SlotPass
+    second: SlotPass
+    residue: int
+
+
+# --------------------------------------------------------------------------------------------
+# Timeline
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Slot-timed passes per device: the output of every pipeline step.
+
+    Attributes:
+        name: label carried into :meth:`to_schedule`.
+        placement: which device holds each stage.
+        num_microbatches: ``m``.
+        rows: ``rows[d]`` is device ``d``'s passes sorted by start slot (no two overlap).
+    """
+
+    name: str
+    placement: Placement
+    num_microbatches: int
+    rows: tuple[tuple[SlotPass, ...], ...]
+
+    @property
+    def num_devices(self) -> int:
+        return self.placement.num_devices
+
+    @property
+    def end(self) -> int:
+        return max((row[-1].end for row in self.rows if row), default=0)
+
+    @property
+    def has_w(self) -> bool:
+        return any(sp.op is Op.W for row in self.rows for sp in row)
+
+    def without_w(self) -> "Timeline":
+        """The same timeline with every ``W`` removed (to be placed again by :func:`place_w`)."""
+        rows = tuple(tuple(sp for sp in row if sp.op is not Op.W) for row in self.rows)
+        return Timeline(self.name, self.placement, self.num_microbatches, rows)
+
+    def to_schedule(self, name: str | None = None, params: dict | None = None) -> Schedule:
+        """The device orders of this timeline as a :class:`~ctrlmem.ir.Schedule`."""
+        orders = [[sp.pass_ for sp in row] for row in self.rows]
+        return Schedule.from_orders(name or self.name, self.placement, self.num_microbatches, orders, params)
+
+    def peak_memory(self) -> list[float]:
+        """Peak activation per device, in units of ``a`` (F allocates its stage's share at its
+        start; W or BW releases it at its end; releases first at equal times)."""
+        act = self.placement.num_devices / self.placement.num_stages
+        peaks = []
+        for row in self.rows:
+            ev = []
+            for sp in row:
+                if sp.op is Op.F:
+                    ev.append((sp.start, 1))
+                elif sp.op in (Op.W, Op.BW):
+                    ev.append((sp.end, -1))
+            ev.sort()
+            level = peak = 0
+            for _, delta in ev:
+                level += delta
+                peak = max(peak, level)
+            peaks.append(peak * act)
+        return peaks
+
+    def device_bubbles(self) -> list[int]:
+        """Per device, idle slots between its first and its last pass."""
+        return [
+            (row[-1].end - row[0].start) - sum(sp.length for sp in row) if row else 0
+            for row in self.rows
+        ]
+
+    def to_text(self) -> str:
+        """One line per device, one character column per slot: ``F``/``B``/``W``/``X`` (BW)
+        for the lowest stage a device holds, lower case for its other stages, ``.`` idle."""
+        letters = {Op.F: "F", Op.B: "B", Op.W: "W", Op.BW: "X"}
+        end = self.end
+        lines = []
+        for d, row in enumerate(self.rows):
+            cells = ["."] * end
+            low = self.placement.stages_of(d)[0]
+            for sp in row:
+                ch = letters[sp.op]
+                if sp.stage != low:
+                    ch = ch.lower()
+                for t in range(sp.start, sp.end):
+                    cells[t] = ch
+            lines.append(f"d{d}: " + "".join(cells))
+        return "\n".join(lines)
+
+
+def _make_timeline(name, placement, m, per_device: Sequence[Iterable[SlotPass]]) -> Timeline:
+    rows = []
+    for d, row in enumerate(per_device):
+        srt = sorted(row)
+        for a, b in zip(srt, srt[1:]):
+            if b.start < a.end:
+                raise AssertionError(f"device {d}: {a} overlaps {b}")
+        rows.append(tuple(srt))
+    return Timeline(name, placement, m, tuple(rows))
+
+
+# --------------------------------------------------------------------------------------------
+# Building block
+
+
+@dataclass(frozen=True)
+class BuildingBlock:
+    """The passes of one microbatch (microbatch 0) with their slots, and the repeat interval.
+
+    Attributes:
+        name: label (``"v-min"``, ``"1f1b"``, ...).
+        placement: which device holds each stage.
+        interval: *T*, the slot shift between consecutive microbatches' copies.
+        passes: one ``F`` per stage and either one ``BW`` or one ``B`` and one ``W`` per stage,
+            all with microbatch 0.
+        offsets: the design parameters the block was built from (for display), e.g.
+            ``{"delta0": 1, "delta1": 1}``.
+    """
+
+    name: str
+    placement: Placement
+    interval: int
+    passes: tuple[SlotPass, ...]
+    offsets: tuple[tuple[str, object], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.interval < 1:
+            raise ValueError(f"interval T must be >= 1 slot, got {self.interval}")
+        S = self.placement.num_stages
+        seen: dict[tuple[int, int], SlotPass] = {}
+        for sp in self.passes:
+            if sp.microbatch != 0 or not 0 <= sp.stage < S or sp.length < 1 or sp.start < 0:
+                raise ValueError(f"block {self.name}: bad pass {sp} (microbatch 0, stage in 0..{S - 1}, length >= 1)")
+            key = (_KIND[sp.op], sp.stage)
+            if key in seen:
+                raise ValueError(f"block {self.name}: {sp} duplicates {seen[key]}")
+            seen[key] = sp
+        for s in range(S):
+            if (0, s) not in seen or (1, s) not in seen:
+                raise ValueError(f"block {self.name}: stage {s} needs an F and a B (or BW)")
+            split = seen[(1, s)].op is Op.B
+            if split != ((2, s) in seen):
+                raise ValueError(f"block {self.name}: stage {s} needs W exactly when its backward is split")
+        # dependencies inside the block
+        for s in range(S):
+            f, b = seen[(0, s)], seen[(1, s)]
+            if s > 0 and f.start < seen[(0, s - 1)].end:
+                raise ValueError(f"block {self.name}: {f} starts before F of stage {s - 1} ends")
+            up = seen[(1, s + 1)] if s < S - 1 else seen[(0, s)]
+            if b.start < up.end:
+                raise ValueError(f"block {self.name}: {b} starts before {up} ends")
+            if (2, s) in seen and seen[(2, s)].start < b.end:
+                raise ValueError(f"block {self.name}: W of stage {s} starts before its B ends")
+        object.__setattr__(self, "passes", tuple(sorted(self.passes)))
+
+    # -- views ---------------------------------------------------------------------------------
+    @property
+    def num_devices(self) -> int:
+        return self.placement.num_devices
+
+    def device_passes(self, device: int) -> list[SlotPass]:
+        """The block's passes on ``device``, by start slot."""
+        stages = set(self.placement.stages_of(device))
+        return [sp for sp in self.passes if sp.stage in stages]
+
+    def work(self, device: int) -> int:
+        """Slots of computation ``device`` does per microbatch (the efficient ``T``)."""
+        return sum(sp.length for sp in self.device_passes(device))
+
+    @property
+    def span(self) -> int:
+        """Slots from the first pass of the block to the end of its last."""
+        return max(sp.end for sp in self.passes) - min(sp.start for sp in self.passes)
+
+    # -- properties of the paper ---------------------------------------------------------------
+    def collisions(self) -> list[Collision]:
+        """Pairs of a device's passes whose slots coincide modulo ``T`` (PAPER.md §1.2): the
+        block cannot repeat every ``T`` without those passes overlapping."""
+        T = self.interval
+        out = []
+        for d in range(self.num_devices):
+            owner: dict[int, SlotPass] = {}
+            for sp in self.device_passes(d):
+                for t in range(sp.start, sp.end):
+                    r = t % T
+                    if r in owner and owner[r] is not sp:
+                        out.append(Collision(d, owner[r], sp, r))
+                        break
+                    owner[r] = sp
+        return out
+
+    def check(self) -> "BuildingBlock":
+        """Return the block, or raise ``ValueError`` naming the first collision."""
+        clashes = self.collisions()
+        if clashes:
+            c = clashes[0]
+            raise ValueError(
+                f"block {self.name} collides when repeated every T={self.interval}: on device "
+                f"{c.device}, {c.first.pass_} (slot {c.first.start}) and {c.second.pass_} (slot "
+                f"{c.second.start}) both use residue {c.residue}; shift one of them or raise T"
+            )
+        return self
+
+    def lifespans(self) -> dict[int, int]:
+        """Lifespan of each stage in slots: from the start of its F to the end of the pass that
+        releases its activation (W, or the fused BW) (PAPER.md §1.3)."""
+        f = {sp.stage: sp.start for sp in self.passes if sp.op is Op.F}
+        rel = {sp.stage: sp.end for sp in self.passes if sp.op in (Op.W, Op.BW)}
+        return {s: rel[s] - f[s] for s in sorted(f)}
+
+    def memory_bound(self) -> list[float]:
+        """Eq. 1 per device, in units of ``a``: ``Σ_{s on device} ⌈l_s / T⌉ · m_s`` with
+        ``m_s = p / S`` (PAPER.md §1.3)."""
+        life = self.lifespans()
+        act = self.num_devices / self.placement.num_stages
+        return [
+            sum(math.ceil(life[s] / self.interval) for s in self.placement.stages_of(d)) * act
+            for d in range(self.num_devices)
+        ]
+
+    # -- steps ---------------------------------------------------------------------------------
+    def repeat(self, num_microbatches: int) -> Timeline:
+        """The block repeated every ``T`` for ``num_microbatches`` microbatches (no squeeze).
+
+        Raises ``ValueError`` if the block collides (see :meth:`check`)."""
+        if num_microbatches < 1:
+            raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
+        self.check()
+        T = self.interval
+        per_device: list[list[SlotPass]] = []
+        for d in range(self.num_devices):
+            base = self.device_passes(d)
+            per_device.append(
+                [SlotPass(sp.start + k * T, sp.length, sp.op, sp.stage, k) for k in range(num_microbatches) for sp in base]
+            )
+        return _make_timeline(self.name, self.placement, num_microbatches, per_device)
+
+    def to_text(self) -> str:
+        """The block drawn as one line per device (see :meth:`Timeline.to_text`)."""
+        return Timeline(self.name, self.placement, 1, tuple(tuple(self.device_passes(d)) for d in range(self.num_devices))).to_text()
+
+
+# --------------------------------------------------------------------------------------------
+# Steps on timelines
+
+
+def place_w(timeline: Timeline) -> Timeline:
+    """Put every ``W`` into the first free slots after its ``B`` (PAPER.md §6, ``put_w``).
+
+    Existing ``W`` passes are removed first. Each device keeps one first-in-first-out queue of
+    pending ``W`` per stage; a free gap takes pending ``W`` (higher stage first, as the authors'
+    code does for V-shape chunks) while they fit; the rest follow the device's last pass. Placing
+    ``W`` as early as possible never raises memory over any other placement of the same
+    ``F``/``B`` times.
+    """
+    W_LEN = _w_lengths(timeline)
+    rows = []
+    for d, row in enumerate(timeline.rows):
+        base = [sp for sp in row if sp.op is not Op.W]
+        stages = sorted(timeline.placement.stages_of(d), reverse=W_HIGH_FIRST)
+        queues: dict[int, list[int]] = {s: [] for s in stages}
+        heads = {s: 0 for s in stages}
+        out: list[SlotPass] = []
+        t = base[0].start if base else 0
+        for sp in base:
+            # fill the gap [t, sp.start)
+            t = _fill_gap(out, queues, heads, stages, W_LEN, t, sp.start)
+            out.append(sp)
+            if sp.op is Op.B:
+                queues[sp.stage].append(sp.microbatch)
+            t = sp.end
+        _fill_gap(out, queues, heads, stages, W_LEN, t, None)
+        rows.append(out)
+    return _make_timeline(timeline.name, timeline.placement, timeline.num_microbatches, rows)
+
+
+def _w_lengths(timeline: Timeline) -> dict[int, int]:
+    lengths: dict[int, int] = {}
+    for row in timeline.rows:
+        for sp in row:
+            if sp.op is Op.W:
+                lengths.setdefault(sp.stage, sp.length)
+            elif sp.op is Op.B:
+                lengths.setdefault(sp.stage, sp.length)
+    return lengths
+
+
+def _fill_gap(out, queues, heads, stages, lengths, t, stop) -> int:
+    while True:
+        placed = False
+        for s in stages:
+            q, h = queues[s], heads[s]
+            if h < len(q):
+                ln = lengths[s]
+                if stop is None or t + ln <= stop:
+                    out.append(SlotPass(t, ln, Op.W, s, q[h]))
+                    heads[s] = h + 1
+                    t += ln
+                    placed = True
+                    break
+        if not placed:
+            return t
+
+
+def squeeze(timeline: Timeline) -> Timeline:
+    """Run every pass as early as possible, keeping each device's order (PAPER.md §1.2).
+
+    Pass lengths stay the block's slot lengths; use :func:`ctrlmem.simulate` on
+    :meth:`Timeline.to_schedule` to squeeze with real costs."""
+    schedule = timeline.to_schedule()
+    index = index_schedule(schedule)
+    S, m = index.num_stages, index.num_microbatches
+    durations = [1.0] * len(index.device)
+    for row in timeline.rows:
+        for sp in row:
+            durations[(_KIND[sp.op] * S + sp.stage) * m + sp.microbatch] = float(sp.length)
+    start, _ = execute(schedule, index, durations, 0.0)
+    rows = []
+    for row in timeline.rows:
+        rows.append(
+            [
+                SlotPass(int(start[(_KIND[sp.op] * S + sp.stage) * m + sp.microbatch]), sp.length, sp.op, sp.stage, sp.microbatch)
+                for sp in row
+            ]
+        )
+    return _make_timeline(timeline.name, timeline.placement, timeline.num_microbatches, rows)
+
+
+def reorder(
+    timeline: Timeline,
+    warmup: bool | None = None,
+    cooldown: bool = True,
+    memory_cap: int | None = None,
+    stable: bool = False,
+) -> Timeline:
+    """Move warm-up and cool-down passes earlier without raising the peak (PAPER.md §1.2,
+    App. C Fig. 11; the greedy the authors describe for ``zbv_greedy.reorder``, §6 step 4).
+
+    Passes are visited in slot order. The *warm-up* is everything before the first backward of
+    stage 0; the *cool-down* everything after both that backward and the forward of stage 0's
+    last microbatch; the stable phase between stays where it is. A warm-up or cool-down pass
+    moves to the earliest free slot at or after the end of its inputs (and of the same pass of
+    the previous microbatch) for which its device's live activations stay within
+    ``memory_cap`` (default: the timeline's own peak over all devices, counted in live stage
+    activations).
+
+    With ``W`` passes in the timeline they count as anonymous releases (the ``j``-th ``W`` of a
+    device follows its ``j``-th ``B``) and move like the others; re-place them with
+    :func:`place_w` afterwards. Without ``W`` passes, memory is counted as if pending ``W`` filled
+    every idle slot (the model of :func:`place_w`). ``warmup`` defaults to moving the warm-up
+    only when the timeline has ``W`` passes, as the authors do.
+    """
+    P = timeline.placement
+    S, m = P.num_stages, timeline.num_microbatches
+    explicit_w = timeline.has_w
+    if warmup is None:
+        warmup = explicit_w or not any(sp.op is Op.B for row in timeline.rows for sp in row)
+    end_slot = timeline.end + 2
+    sm = S * m
+    start: dict[int, int] = {}
+    length: dict[int, int] = {}
+    order = []
+    w_index: dict[int, int] = {}
+    for d, row in enumerate(timeline.rows):
+        j = 0
+        for sp in row:
+            key = (_KIND[sp.op] * S + sp.stage) * m + sp.microbatch
+            start[key], length[key] = sp.start, sp.length
+            order.append((sp.start, d, key, sp))
+            if sp.op is Op.W:
+                w_index[key] = j
+                j += 1
+    order.sort(key=lambda x: (x[0], x[1]))
+    mem = [_Memory(row, end_slot, explicit_w) for row in timeline.rows]
+    cap = memory_cap if memory_cap is not None else max((mm.peak() for mm in mem), default=0)
+    b_starts: list[list[int]] = [sorted(sp.start for sp in row if sp.op is Op.B) for row in timeline.rows]
+    b_len = [next((sp.length for sp in row if sp.op is Op.B), 1) for row in timeline.rows]
+    last_w_end = [0] * len(timeline.rows)
+    frees = [_FreeSlots(end_slot + 2) for _ in timeline.rows]
+    phase = 0
+    seen_b0 = seen_flast = False
+    moved: list[list[SlotPass]] = [[] for _ in timeline.rows]
+    for t0, d, key, sp in order:
+        kind = _KIND[sp.op]
+        if sp.stage == 0 and kind == 1:
+            seen_b0 = True
+        if phase == 0 and seen_b0:
+            phase = 1
+        movable = (phase == 0 and warmup) or (phase == 2 and cooldown) or (phase == 1 and stable)
+        if sp.stage == 0 and kind == 0 and sp.microbatch == m - 1:
+            seen_flast = True
+        if phase == 1 and seen_flast:
+            phase = 2
+        new = t0
+        ln = sp.length
+        if movable:
+            s, k = sp.stage, sp.microbatch
+            ready = 0
+            if kind == 2:  # anonymous W: after the j-th B of the device and the previous W
+                ready = max(b_starts[d][w_index[key]] + b_len[d], last_w_end[d])
+            else:
+                deps = ([key - m] if s > 0 else []) if kind == 0 else ([key + m] if s < S - 1 else [s * m + k])
+                if k > 0:
+                    deps.append(key - 1)
+                for q in deps:
+                    e = start[q] + length[q]
+                    if e > ready:
+                        ready = e
+            free = frees[d]
+            t = free.next(ready)
+            while t < t0:
+                run_end = free.run_end(t, t + ln)
+                if run_end < t + ln:
+                    t = free.next(run_end)
+                    continue
+                if mem[d].try_move(sp.op, t0, t, ln, cap):
+                    new = t
+                    break
+                t = free.next(t + 1)
+            if new != t0:
+                start[key] = new
+                if sp.op is Op.B:
+                    bs = b_starts[d]
+                    bs.remove(t0)
+                    bisect.insort(bs, new)
+        if sp.op is Op.W:
+            last_w_end[d] = new + ln
+        frees[d].take(new, ln)
+        moved[d].append(SlotPass(new, ln, sp.op, sp.stage, sp.microbatch))
+    return _make_timeline(timeline.name, timeline.placement, m, moved)
+
+
+class _FreeSlots:
+    """Slots not yet taken on one device, with "next free slot at or after t" in near-constant
+    time (union-find with path halving)."""
+
+    def __init__(self, n: int):
+        self.parent = list(range(n + 1))
+        self.n = n
+
+    def next(self, t: int) -> int:
+        parent = self.parent
+        if t >= self.n:
+            return t
+        while parent[t] != t:
+            parent[t] = parent[parent[t]]
+            t = parent[t]
+        return t
+
+    def run_end(self, t: int, limit: int) -> int:
+        """First taken slot in ``[t, limit)``, or ``limit``."""
+        parent = self.parent
+        for u in range(t, min(limit, self.n)):
+            if parent[u] != u:
+                return u
+        return limit
+
+    def take(self, t: int, ln: int) -> None:
+        for u in range(t, t + ln):
+            if u < self.n:
+                self.parent[u] = u + 1
+
+
+class _Memory:
+    """Live activations of one device per slot, with cheap what-if moves (for :func:`reorder`).
+
+    Explicit model: F counts from its start slot, W/BW release at their end. Implicit model (no
+    W in the timeline): every idle slot releases one pending activation of an earlier B, as
+    :func:`place_w` would; BW releases at its end.
+    """
+
+    def __init__(self, row: Sequence[SlotPass], end_slot: int, explicit: bool):
+        self.explicit = explicit
+        self.n = end_slot
+        if explicit:
+            diff = [0] * (end_slot + 1)
+            for sp in row:
+                if sp.op is Op.F:
+                    diff[sp.start] += 1
+                elif sp.op in (Op.W, Op.BW):
+                    diff[min(sp.end, end_slot)] -= 1
+            lv, cur = [0] * end_slot, 0
+            for t in range(end_slot):
+                cur += diff[t]
+                lv[t] = cur
+            self.level = lv
+        else:
+            # slot contents: 0 idle, 1 F start, 2 B end-slot, 3 other busy, 4 BW end-slot
+            self.cell = bytearray(end_slot)
+            for sp in row:
+                for t in range(sp.start, sp.end):
+                    self.cell[t] = 3
+                if sp.op is Op.F:
+                    self.cell[sp.start] = 1
+                elif sp.op is Op.B:
+                    self.cell[sp.end - 1] = 2
+                elif sp.op is Op.BW:
+                    self.cell[sp.end - 1] = 4
+            self.cur, self.pend = self._run(0, 0, 0, end_slot)
+
+    def _run(self, t0: int, cur: int, pend: int, t1: int, cell=None):
+        cell = cell if cell is not None else self.cell
+        curs, pends = [0] * (t1 - t0), [0] * (t1 - t0)
+        for t in range(t0, t1):
+            c = cell[t]
+            if c == 0:
+                if pend:
+                    pend -= 1
+                    cur -= 1
+            elif c == 1:
+                cur += 1
+            elif c == 2:
+                pend += 1
+            elif c == 4:
+                cur -= 1
+            curs[t - t0], pends[t - t0] = cur, pend
+        return curs, pends
+
+    def peak(self) -> int:
+        return max(self.level if self.explicit else self.cur, default=0)
+
+    def try_move(self, op: Op, t0: int, t: int, ln: int, cap: int) -> bool:
+        """Move the pass at ``t0`` (length ``ln``) to ``t < t0`` if the peak stays ``<= cap``."""
+        if self.explicit:
+            lv = self.level
+            if op is Op.F:
+                if max(lv[t:t0]) + 1 > cap:
+                    return False
+                for u in range(t, t0):
+                    lv[u] += 1
+            elif op in (Op.W, Op.BW):
+                for u in range(t + ln, min(t0 + ln, self.n)):
+                    lv[u] -= 1
+            return True
+        cell = self.cell
+        moved = bytes(cell[t0 : t0 + ln])
+        cell[t0 : t0 + ln] = b"\x00" * ln
+        cell[t : t + ln] = moved
+        # recompute from t until the state meets the old one again after the old slot
+        cur = self.cur[t - 1] if t > 0 else 0
+        pend = self.pend[t - 1] if t > 0 else 0
+        u, n, stop = t, self.n, t0 + ln - 1
+        curs, pends = [], []
+        old_cur, old_pend = self.cur, self.pend
+        ok = True
+        while u < n:
+            c = cell[u]
+            if c == 0:
+                if pend:
+                    pend -= 1
+                    cur -= 1
+            elif c == 1:
+                cur += 1
+            elif c == 2:
+                pend += 1
+            elif c == 4:
+                cur -= 1
+            if cur > cap:
+                ok = False
+                break
+            curs.append(cur)
+            pends.append(pend)
+            if u >= stop and cur == old_cur[u] and pend == old_pend[u]:
+                break
+            u += 1
+        if not ok:
+            cell[t : t + ln] = b"\x00" * ln
+            cell[t0 : t0 + ln] = moved
+            return False
+        old_cur[t : t + len(curs)] = curs
+        old_pend[t : t + len(pends)] = pends
+        return True
+
+
+def pipeline_steps(block: BuildingBlock, num_microbatches: int, reorder_phases: bool = True) -> dict[str, Timeline]:
+    """Every intermediate timeline of :func:`build_from_block`, in order, for display.
+
+    ``repeat``: the block tiled every T with its own W slots. ``place_w``: W re-placed greedily
+    (split-backward blocks only). ``reorder``: warm-up and cool-down moved under the peak, first
+    with W as explicit passes, then again in the cool-down with W filling idle slots, then W
+    placed (the authors' two rounds, PAPER.md §6 step 4). ``squeeze``: the final timeline.
+    """
+    steps: dict[str, Timeline] = {}
+    t = block.repeat(num_microbatches)
+    steps["repeat"] = t
+    split = t.has_w
+    if split:
+        t = place_w(t.without_w())
+        steps["place_w"] = t
+    if reorder_phases:
+        t = reorder(t)
+        if split:
+            t = place_w(reorder(t.without_w()))
+            t = place_w(reorder(squeeze(t).without_w(), warmup=True))
+            t = place_w(reorder(squeeze(t), warmup=False, cooldown=False, stable=True).without_w())
+        steps["reorder"] = t
+    steps["squeeze"] = squeeze(t)
+    return steps
+
+
+def build_from_block(
+    block: BuildingBlock,
+    num_microbatches: int,
+    name: str | None = None,
+    params: dict | None = None,
+    reorder_phases: bool = True,
+    direct: bool = False,
+) -> Schedule:
+    """Repeat ``block`` for ``num_microbatches``, place W, reorder the warm-up and cool-down
+    without raising the peak, squeeze, and return the schedule (PAPER.md §1.2, §6).
+
+    For many microbatches the steps run on a shorter pipeline (enough copies of the block for
+    warm-up, a stable phase and cool-down) and the stable phase is then lengthened: the
+    stable phase is periodic, one period being one microbatch more, so each device's order
+    gains the missing periods in its middle (:func:`extend_stable`). ``direct=True`` runs the
+    steps on all ``num_microbatches`` instead (slower; the tests check both agree).
+    """
+    m = num_microbatches
+    short = _short_pipeline(block, m)
+    if direct or short >= m:
+        steps = pipeline_steps(block, m, reorder_phases)
+        return steps["squeeze"].to_schedule(name or block.name, params)
+    small = pipeline_steps(block, short, reorder_phases)["squeeze"].to_schedule(name or block.name, params)
+    return extend_stable(small, m)
+
+
+def _short_pipeline(block: BuildingBlock, m: int) -> int:
+    """Microbatches enough for warm-up, a stable phase of a few periods, and cool-down."""
+    return math.ceil(block.span / block.interval) + block.num_devices // 2 + 6
+
+
+def extend_stable(schedule: Schedule, num_microbatches: int) -> Schedule:
+    """Lengthen the periodic stable phase of ``schedule`` to ``num_microbatches``.
+
+    On each device, find the window of one period nearest the middle of its order that
+    repeats in the next period with every microbatch one higher (same ops and stages); insert
+    the missing periods after it and raise the microbatch of every later pass accordingly.
+    Raises ``ValueError`` if a device has no such window (the schedule has no stable phase).
+    """
+    extra = num_microbatches - schedule.num_microbatches
+    if extra < 0:
+        raise ValueError("extend_stable only lengthens a schedule")
+    if extra == 0:
+        return schedule
+    orders = []
+    for d, row in enumerate(schedule.device_passes):
+        L = len(row) // schedule.num_microbatches
+        keys = [(ps.op, ps.stage) for ps in row]
+        mbs = [ps.microbatch for ps in row]
+        n = len(row)
+        best = None
+        mid = n // 2
+        for off in range(0, n):
+            for i in (mid - off, mid + off):
+                if i < 0 or i + 2 * L > n:
+                    continue
+                if keys[i : i + L] == keys[i + L : i + 2 * L] and all(
+                    mbs[i + L + j] == mbs[i + j] + 1 for j in range(L)
+                ) and len(set(keys[i : i + L])) == L:
+                    best = i
+                    break
+            if best is not None:
+                break
+        if best is None:
+            raise ValueError(f"device {d} of {schedule.name} has no periodic stable phase to extend")
+        cut = best + L
+        window = row[best:cut]
+        out = list(row[:cut])
+        for j in range(1, extra + 1):
+            out.extend(Pass(ps.op, ps.stage, ps.microbatch + j) for ps in window)
+        out.extend(Pass(ps.op, ps.stage, ps.microbatch + extra) for ps in row[cut:])
+        orders.append(out)
+    return Schedule(
+        schedule.name, schedule.num_devices, num_microbatches, schedule.placement,
+        tuple(tuple(o) for o in orders), schedule.params,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Block constructors
+
+
+def _v_block(name: str, p: int, f0, f1, b1, b0, offsets: dict) -> BuildingBlock:
+    """A V-shape block from the start slots of F chunk 0, F chunk 1, B chunk 1, B chunk 0 on
+    each device (unit-slot passes, T = 6), with each W in the first free slot after its B."""
+    S = 2 * p
+    passes = []
+    for i in range(p):
+        passes += [
+            SlotPass(f0[i], 1, Op.F, i, 0),
+            SlotPass(f1[i], 1, Op.F, S - 1 - i, 0),
+            SlotPass(b1[i], 1, Op.B, S - 1 - i, 0),
+            SlotPass(b0[i], 1, Op.B, i, 0),
+        ]
+    block = _fill_block_w(name, Placement.v_shape(p), 6, passes, offsets)
+    return block
+
+
+def _fill_block_w(name, placement, T, passes, offsets, w_length: int | None = None) -> BuildingBlock:
+    """Add each stage's W at the first slot after its B whose residues are free on its device
+    (the authors' ``fill_w_in_building_block``); raises if the device has no room in T."""
+    passes = list(passes)
+    used: dict[int, set[int]] = {d: set() for d in range(placement.num_devices)}
+    for sp in passes:
+        d = placement.device_of(sp.stage)
+        used[d].update(t % T for t in range(sp.start, sp.end))
+    for sp in sorted([sp for sp in passes if sp.op is Op.B], key=lambda x: (x.end, x.stage)):
+        d = placement.device_of(sp.stage)
+        ln = w_length or sp.length
+        t = sp.end
+        for _ in range(T + 1):
+            if all((u % T) not in used[d] for u in range(t, t + ln)):
+                break
+            t += 1
+        else:
+            raise ValueError(f"block {name}: device {d} has no free slot for W of stage {sp.stage} in T={T}")
+        used[d].update(u % T for u in range(t, t + ln))
+        passes.append(SlotPass(t, ln, Op.W, sp.stage, 0))
+    return BuildingBlock(name, placement, T, tuple(passes), tuple(sorted(offsets.items())))
+
+
+def _need_p(p: int, least: int, what: str) -> None:
+    if isinstance(p, bool) or not isinstance(p, int) or p < least:
+        raise ValueError(
+            f"{what} needs at least {least} devices (num_devices >= {least}), got {p!r}; with a "
+            "single device there is no pipeline: use '1f1b' or 'gpipe' with num_devices=1"
+        )
+
+
+def v_min_block(p: int) -> BuildingBlock:
+    """V-Min block (PAPER.md §2.1, Table 8; the authors' ``stable_pattern_v_min``).
+
+    Device ``i``: F chunk 0 at ``i``, F chunk 1 at ``2p−1−i``, B chunk 1 at ``2p+g+i``, B chunk 0
+    at ``4p+g−1−i`` with ``g = 2`` when ``3 | p`` (else the block collides), offsets all 1.
+    """
+    _need_p(p, 2, "V-Min")
+    g = 2 if p % 3 == 0 else 0
+    r = range(p)
+    return _v_block(
+        "v-min", p,
+        [i for i in r], [2 * p - 1 - i for i in r], [2 * p + g + i for i in r], [4 * p + g - 1 - i for i in r],
+        {"delta0": 1, "delta1": 1, "loss_gap": 1 + g},
+    )
+
+
+def v_half_block(p: int, variant: str = "code") -> BuildingBlock:
+    """V-Half block (PAPER.md §2.1, Table 9; δ0 = 2, δ1 = 1).
+
+    ``variant="code"`` (default) uses the authors' ``stable_pattern_v_half``: F chunk 0 at
+    ``2i``, F chunk 1 at ``3p−2−i``, B chunk 1 at ``3p+g−1+2i``, B chunk 0 at ``6p+g−2−i``,
+    ``g = 3`` for even p: F turn gap 1, B turn gap 2. ``variant="paper"`` mirrors the turns
+    (F turn 2, B turn 1) as Table 9 prints them. Both are collision-free with the same peak;
+    the default is the code's because it is the variant whose bubbles PAPER.md Table A records.
+    """
+    _need_p(p, 2, "V-Half")
+    g = 3 if p % 2 == 0 else 0
+    r = range(p)
+    if variant == "code":
+        f0 = [2 * i for i in r]
+        f1 = [3 * p - 2 - i for i in r]
+        b1 = [3 * p + g - 1 + 2 * i for i in r]
+        b0 = [6 * p + g - 2 - i for i in r]
+    elif variant == "paper":
+        f0 = [2 * i for i in r]
+        f1 = [3 * p - 1 - i for i in r]  # F turn gap 2
+        b1 = [3 * p + g + 2 * i for i in r]
+        b0 = [5 * p + g - 2 + 1 + (p - 1 - i) for i in r]  # B turn gap 1
+    else:
+        raise ValueError(f"v_half_block variant must be 'code' or 'paper', got {variant!r}")
+    return _v_block("v-half", p, f0, f1, b1, b0, {"delta0": 2, "delta1": 1, "variant": variant})
+
+
+def v_zb_block(p: int) -> BuildingBlock:
+    """V-ZB block (PAPER.md §2.1; δ0 = 4, δ1 = 2, turn gaps 1; Fig. 3(d) 4d−3 / 2d−1 / ...)."""
+    _need_p(p, 2, "V-ZB")
+    r = range(p)
+    f0 = [4 * i for i in r]
+    f1 = [4 * (p - 1) + 1 + 2 * (p - 1 - i) for i in r]
+    b1 = [f1[0] + 1 + 4 * i for i in r]
+    b0 = [b1[p - 1] + 1 + 2 * (p - 1 - i) for i in r]
+    return _v_block("v-zb", p, f0, f1, b1, b0, {"delta0": 4, "delta1": 2})
+
+
+def greedy_block(
+    name: str,
+    placement: Placement,
+    interval: int,
+    f_len: int,
+    b_len: int,
+    w_len: int | None,
+    min_offset: Callable[[Op, int, int], int] | None = None,
+    offsets: dict | None = None,
+) -> BuildingBlock:
+    """A block laid out pass by pass along one microbatch's chain, each pass at the earliest
+    slot that is at least ``min_offset(op, from_stage, to_stage)`` after the previous pass of the
+    chain starts (and not before it ends), and whose residues modulo ``interval`` are still free
+    on its device; so the block never collides.
+
+    The chain is ``F`` over stages ``0..S−1``, then the backward over ``S−1..0``; ``w_len=None``
+    fuses the backward (``BW`` of ``b_len`` slots), otherwise each ``W`` goes to the first free
+    slot after its ``B``.
+    """
+    S, T = placement.num_stages, interval
+    used: dict[int, set[int]] = {d: set() for d in range(placement.num_devices)}
+    passes: list[SlotPass] = []
+
+    def put(op: Op, stage: int, earliest: int, ln: int) -> SlotPass:
+        d = placement.device_of(stage)
+        t = earliest
+        for _ in range(T + 1):
+            if all((u % T) not in used[d] for u in range(t, t + ln)):
+                break
+            t += 1
+        else:
+            raise ValueError(f"block {name}: device {d} has no room for {op}{stage} within T={T}")
+        used[d].update(u % T for u in range(t, t + ln))
+        sp = SlotPass(t, ln, op, stage, 0)
+        passes.append(sp)
+        return sp
+
+    back = Op.BW if w_len is None else Op.B
+    prev = None
+    for s in range(S):
+        earliest = 0 if prev is None else max(prev.end, prev.start + (min_offset(Op.F, s - 1, s) if min_offset else 0))
+        prev = put(Op.F, s, earliest, f_len)
+    for s in range(S - 1, -1, -1):
+        gap = min_offset(back, s + 1, s) if min_offset else 0
+        prev = put(back, s, max(prev.end, prev.start + gap), b_len)
+    block_passes = tuple(passes)
+    if w_len is None:
+        return BuildingBlock(name, placement, T, block_passes, tuple(sorted((offsets or {}).items())))
+    return _fill_block_w(name, placement, T, block_passes, offsets or {}, w_length=w_len)
+
+
+def v_shape_block(p: int, delta0: Sequence[int], delta1: Sequence[int], name: str = "v-shape") -> BuildingBlock:
+    """A V-shape block with per-link offsets (PAPER.md §1.4, §6 adaptive family).
+
+    ``delta0[i]`` is the start-to-start offset from device ``i`` to ``i+1`` on the chunk-0
+    forward and the chunk-1 backward (δ_F^0 = δ_B^1); ``delta1[i]`` the offset from device
+    ``i+1`` to ``i`` on the chunk-1 forward and the chunk-0 backward (δ_F^1 = δ_B^0). Turn-around
+    offsets are 1 slot plus whatever the collision check needs: each pass goes to the earliest
+    collision-free slot (see :func:`greedy_block`). Unit-slot passes, T = 6.
+    """
+    _need_p(p, 2, "a V-shape block")
+    if len(delta0) != p - 1 or len(delta1) != p - 1:
+        raise ValueError(f"delta0 and delta1 need p-1={p - 1} values each, got {len(delta0)} and {len(delta1)}")
+    S = 2 * p
+
+    def off(op: Op, a: int, b: int) -> int:
+        if op is Op.F:
+            if b < p:  # chunk 0 forward, device a -> a+1
+                return delta0[a]
+            if a == p - 1:  # turn
+                return 1
+            return delta1[S - 1 - b]  # chunk 1 forward, device (S-1-a) -> (S-1-b) = i+1 -> i
+        # backward, from stage a to stage b = a-1
+        if b >= p:  # chunk 1 backward: device S-1-a -> S-1-b (i -> i+1)
+            return delta0[S - 1 - a]
+        if a == p:  # turn on device p-1
+            return 1
+        return delta1[b]  # chunk 0 backward: device a -> b = a-1 (i+1 -> i)
+
+    return greedy_block(
+        name, Placement.v_shape(p), 6, 1, 1, 1, off,
+        {"delta0": tuple(delta0), "delta1": tuple(delta1)},
+    )
+
+
+def v_1f1b_block(p: int) -> BuildingBlock:
+    """1F1B-V block (PAPER.md App. I, Fig. 16(a)): V-shape placement, fused backward.
+
+    Chunk passes: F 1 slot, BW 2 slots, T = 6. Each pass goes to the earliest collision-free
+    slot after its input (:func:`greedy_block`); the authors shift every third device's BW by 3
+    slots for the same reason.
+    """
+    _need_p(p, 2, "1F1B-V")
+    return greedy_block("1f1b-v", Placement.v_shape(p), 6, 1, 2, None, None, {"fused": True})
+
+
+def one_f_one_b_block(p: int) -> BuildingBlock:
+    """1F1B block (PAPER.md §1.2, Fig. 1(a), Fig. 3(a)): F of 2 slots down the devices, fused
+    BW of 4 slots back up, T = 6; lifespan of stage ``i`` is ``6(p−i)``, Eq. 1 gives ``p·a``."""
+    _need_p(p, 1, "1F1B")
+    passes = []
+    for i in range(p):
+        passes.append(SlotPass(2 * i, 2, Op.F, i, 0))
+        passes.append(SlotPass(2 * p + 4 * (p - 1 - i), 4, Op.BW, i, 0))
+    return BuildingBlock("1f1b", Placement.sequential(p), 6, tuple(passes))
+
+
+def eager_1f1b_block(p: int) -> BuildingBlock:
+    """Eager 1F1B block (PAPER.md Fig. 1(b), Fig. 18(b)): as 1F1B, but the backward chain
+    starts one interval later, so every device holds one more microbatch (forwards run ahead
+    of the backwards, which lets the forward sends overlap compute). Peak ``(p+1)·a``.
+
+    The digest does not give the exact offsets of Fig. 1(b); this is our reading, stated here.
+    """
+    _need_p(p, 1, "Eager 1F1B")
+    passes = []
+    for i in range(p):
+        passes.append(SlotPass(2 * i, 2, Op.F, i, 0))
+        passes.append(SlotPass(2 * p + 6 + 4 * (p - 1 - i), 4, Op.BW, i, 0))
+    return BuildingBlock("eager-1f1b", Placement.sequential(p), 6, tuple(passes))
+
+
+def zb_h1_block(p: int) -> BuildingBlock:
+    """ZB-H1 block (PAPER.md §2.2, Fig. 18(c)): 1F1B's forwards (2 slots), the input backward
+    B (2 slots) chained with offset 2, and each W (2 slots) in the first collision-free slot
+    after its B; T = 6."""
+    _need_p(p, 1, "ZB-H1")
+    return greedy_block("zb-h1", Placement.sequential(p), 6, 2, 2, 2)
+
+
+def zb_h2_block(p: int) -> BuildingBlock:
+    """ZB-H2 block (PAPER.md §2.2, Fig. 18(d)): as ZB-H1 but the backward chain starts
+    ``6(p−1)`` slots later at the loss, so the warm-up holds about twice as many forwards
+    (``2p−1`` on device 0) and W fills what would be the bubble; T = 6."""
+    _need_p(p, 1, "ZB-H2")
+    delay = 6 * (p - 1)
+
+    def off(op: Op, a: int, b: int) -> int:
+        return delay + 2 if (op is Op.B and a == b) else 0
+
+    # the loss edge is F(S-1) -> B(S-1); greedy_block asks min_offset(B, S, S-1) for it
+    return greedy_block(
+        "zb-h2", Placement.sequential(p), 6, 2, 2, 2,
+        lambda op, a, b: delay + 2 if (op is Op.B and a == p) else 0,
+    )
+
+
+def gpipe_block(p: int, num_microbatches: int) -> BuildingBlock:
+    """GPipe block (PAPER.md Fig. 18(e)): F of 2 slots down the devices; the fused backward of
+    microbatch 0 waits until the last microbatch's forward has left the last device, so the
+    block depends on ``m``. Repeated every T = 6 and squeezed it gives GPipe's order."""
+    _need_p(p, 1, "GPipe")
+    m = num_microbatches
+    passes = []
+    first_bw = 2 * p + 6 * (m - 1)
+    for i in range(p):
+        passes.append(SlotPass(2 * i, 2, Op.F, i, 0))
+        passes.append(SlotPass(first_bw + 4 * (p - 1 - i) + 6 * (m - 1) * 0, 4, Op.BW, i, 0))
+    return greedy_block(
+        "gpipe", Placement.sequential(p), 6, 2, 4, None,
+        lambda op, a, b: 6 * (m - 1) + 2 if (op is Op.BW and a == p) else 0,
+        {"num_microbatches": m},
+    )
+
+
+def interleaved_block(p: int, num_chunks: int = 2) -> BuildingBlock:
+    """Interleaved 1F1B with a uniform repeat interval (PAPER.md App. G, Fig. 15(b), 18(i)):
+    looped placement, chunk F of ``2/v`` slots... laid out with :func:`greedy_block` for ``v=2``
+    (F 1 slot, BW 2 slots, T = 6), each pass at the earliest collision-free slot."""
+    _need_p(p, 1, "Interleaved 1F1B")
+    if num_chunks != 2:
+        raise ValueError(f"interleaved_block supports num_chunks=2 (1-slot chunk passes), got {num_chunks}")
+    return greedy_block("interleaved-1f1b", Placement.interleaved(p, 2), 6, 1, 2, None, None, {"num_chunks": 2})
+
+
+#: The paper's gallery and the V blocks by name, each a function of ``p`` (GPipe also of ``m``).
+GALLERY: dict[str, Callable[..., BuildingBlock]] = {
+    "1f1b": one_f_one_b_block,
+    "eager-1f1b": eager_1f1b_block,
+    "zb-h1": zb_h1_block,
+    "zb-h2": zb_h2_block,
+    "gpipe": gpipe_block,
+    "interleaved-1f1b": interleaved_block,
+    "v-min": v_min_block,
+    "v-half": v_half_block,
+    "v-zb": v_zb_block,
+    "1f1b-v": v_1f1b_block,
+}

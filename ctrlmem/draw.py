@@ -3,6 +3,7 @@ schedule figures regenerated into ``figures/`` (PAPER.md §5: Fig. 4, 5 and the 
 
     ctrlmem draw v-half -p 8 -m 32 --costs 1,1,1,0 --compare 1f1b,zb-v -o build/v-half.html
     ctrlmem draw 1f1b -p 4 -m 8 --view memory -o build/1f1b-memory.svg
+    ctrlmem draw 1f1b -p 8 -m 32 --compare zb-h1,zb-h2,zb-v --view pareto -o build/pareto.html
     ctrlmem figures -o figures --format png,svg
 
 ``.html`` files embed plotly.js (they open offline); ``.png`` and ``.svg`` go through kaleido,
@@ -29,7 +30,7 @@ __all__ = ["add_commands", "draw_figure", "PaperFigure", "paper_figures", "write
 
 log = logging.getLogger(__name__)
 
-VIEWS = ("schedule", "memory", "blocks", "lifespans")
+VIEWS = ("schedule", "memory", "blocks", "lifespans", "bubble", "pareto")
 
 
 def _compare_args(args: argparse.Namespace, name: str) -> argparse.Namespace:
@@ -46,11 +47,22 @@ def _compare_args(args: argparse.Namespace, name: str) -> argparse.Namespace:
 def draw_figure(args: argparse.Namespace):
     """The figure ``ctrlmem draw`` writes, from its parsed arguments."""
     names = [args.name] + [n.strip() for n in (args.compare or "").split(",") if n.strip()]
+    style = {"width": args.width} if args.width else {}
+    if args.view in ("bubble", "pareto"):
+        for name in names:
+            if name not in SCHEDULES:
+                raise CliError(f"unknown schedule {name!r}; valid names: {', '.join(SCHEDULES)}")
+        limits = [args.memory_limit] if args.memory_limit is not None else plot.TRADEOFF_LIMITS
+        points = plot.tradeoff_points(names, args.devices, args.microbatches, Costs.parse(args.costs),
+                                      memory_limits=limits)
+        if not points:
+            raise CliError("no schedule could be built for these settings")
+        make = plot.bubble_memory_figure if args.view == "bubble" else plot.pareto_figure
+        return make(points, **style)
     results = []
     for name in names:
         schedule, costs = schedule_from_args(_compare_args(args, name) if name != args.name else args, name)
         results.append(simulate(schedule, costs))
-    style = {"width": args.width} if args.width else {}
     if args.view == "schedule":
         return plot.schedule_figure(results, title=args.title, **style)
     if args.view == "memory":
@@ -233,7 +245,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("--compare", metavar="NAME2,...", default="",
                    help="more schedules stacked on the same time axis (same p, m, costs)")
     p.add_argument("--view", choices=VIEWS, default="schedule",
-                   help="schedule diagram (default), memory curves, building blocks, lifespan bars")
+                   help="schedule diagram (default), memory curves, building blocks, lifespan bars, "
+                        "bubble rate vs memory, throughput vs memory (Pareto)")
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="output file: .html (offline, plotly.js embedded), .png or .svg")
     p.add_argument("--title", default=None, help="figure title")

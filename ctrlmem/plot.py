@@ -54,6 +54,7 @@ __all__ = [
     "block_figure",
     "lifespans",
     "lifespan_figure",
+    "TRADEOFF_LIMITS",
     "tradeoff_points",
     "bubble_memory_figure",
     "pareto_figure",
@@ -702,12 +703,16 @@ def lifespan_figure(
 
 # -- trade-offs --------------------------------------------------------------------------------
 
+#: Memory limits (fractions of 1F1B's peak) a budgeted schedule is swept over by default.
+TRADEOFF_LIMITS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
 def tradeoff_points(
     names: Iterable[str],
     num_devices: int,
     num_microbatches: int,
     costs: Costs | None = None,
-    memory_limits: Sequence[float] = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+    memory_limits: Sequence[float] = TRADEOFF_LIMITS,
     memory: MemoryModel | None = None,
 ) -> list[dict]:
     """Simulate every schedule (budgeted ones once per memory limit) and return one record per

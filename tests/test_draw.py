@@ -42,7 +42,7 @@ def test_draw_figure_is_the_simulation(tmp_path):
     assert boxes == sorted((tp.device, tp.op.value, tp.start, tp.end) for tp in r.passes)
 
 
-@pytest.mark.parametrize("view", ["memory", "blocks", "lifespans"])
+@pytest.mark.parametrize("view", ["memory", "blocks", "lifespans", "bubble", "pareto"])
 def test_draw_other_views(tmp_path, view):
     out = tmp_path / f"{view}.html"
     assert run("draw", "1f1b", "-p", 3, "-m", 6, "--view", view, "-o", out) == 0
@@ -56,6 +56,7 @@ def test_draw_other_views(tmp_path, view):
     (["draw", "1f1b", "--memory-limit", "0.5", "-o", "x.html"], "takes no memory_limit"),
     (["draw", "1f1b", "--compare", "zb-v", "--view", "blocks", "-o", "x.html"], "drop --compare"),
     (["figures", "--format", "pdf"], "--format takes"),
+    (["draw", "1f1b", "--compare", "nope", "--view", "pareto", "-o", "x.html"], "unknown schedule 'nope'"),
 ])
 def test_bad_input_is_one_line_and_status_2(tmp_path, capsys, argv, needle):
     argv = [str(tmp_path / a) if a.startswith("x.") else a for a in argv]
@@ -94,3 +95,16 @@ def test_draw_svg(tmp_path):
     assert run("draw", "zb-v", "-p", 3, "-m", 6, "-o", out) == 0
     text = open(out, encoding="utf-8").read()
     assert text.lstrip().startswith("<svg") and "zb-v (p=3, m=6)" in text
+
+
+def test_pareto_view_plots_each_schedule_at_its_simulated_point():
+    args = make_parser().parse_args(["draw", "1f1b", "-p", "4", "-m", "12", "--compare", "zb-h1,zb-h2",
+                                     "--view", "pareto", "-o", "x.html"])
+    fig = draw.draw_figure(args)
+    ref = cm.simulate(cm.build("1f1b", 4, 12))
+    points = {tr.meta["name"]: (tr.x[0], tr.y[0]) for tr in fig.data if tr.meta["kind"] == "point"}
+    for name, (mem, speedup) in points.items():
+        r = cm.simulate(cm.build(name, 4, 12))
+        assert mem == max(r.peak_memory) / max(ref.peak_memory)
+        assert speedup == ref.makespan / r.makespan
+    assert set(points) == {"1f1b", "zb-h1", "zb-h2"}

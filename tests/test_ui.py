@@ -219,3 +219,41 @@ def test_explorer_notebook_is_thin_and_clean():
     imports = [n for c in code[1:] for n in ast.walk(ast.parse("".join(c["source"])))
                if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert [(i.module, [a.name for a in i.names]) for i in imports] == [("ctrlmem", ["ui"])]
+
+
+def test_cost_edits_reuse_built_schedules_and_still_match(explorer):
+    """A cost edit re-simulates without rebuilding (cost-free generators); a new m rebuilds."""
+    misses = explorer.builds.misses
+    explorer.f.value = 2.5
+    assert explorer.builds.misses == misses
+    assert_view_matches(explorer, ["1f1b", "zb-v"], 4, 8, cm.Costs(2.5, 1, 1, 0))
+    explorer.microbatches.value = 9
+    assert explorer.builds.misses > misses
+    assert_view_matches(explorer, ["1f1b", "zb-v"], 4, 9, cm.Costs(2.5, 1, 1, 0))
+
+
+budgeted = pytest.mark.skipif(not {"v-shape", "zb"} <= set(cm.SCHEDULES),
+                              reason="needs the memory-budgeted schedules v-shape and zb")
+
+
+@budgeted
+def test_memory_limit_builds_budgeted_schedules_within_it():
+    """With a limit, v-shape and zb are built for it (same numbers as cm.build(..., memory_limit))
+    and fit; 1F1B, which takes no limit, is flagged as over it."""
+    e = ui.explorer(schedules=["1f1b", "v-shape", "zb"], num_devices=4, num_microbatches=8, memory_limit=0.5)
+    stats = e.view.stats.set_index("schedule")
+    for name in ("v-shape", "zb"):
+        r = cm.simulate(cm.build(name, 4, 8, memory_limit=0.5))
+        assert stats.loc[name, "makespan"] == r.makespan and stats.loc[name, "peak / 1F1B"] <= 0.5
+        assert stats.loc[name, "fits limit"]
+    assert not stats.loc["1f1b", "fits limit"]
+    assert e.view.messages == ["Over the memory limit of 0.5 × 1F1B: 1f1b (1.00)."]
+
+
+@budgeted
+def test_a_limit_no_budgeted_schedule_can_meet_is_explained():
+    e = ui.explorer(schedules=["v-shape", "zb"], num_devices=4, num_microbatches=8, memory_limit=0.1)
+    assert [m.split(":")[0] for m in e.view.messages] == ["v-shape", "zb"]
+    assert all("smallest feasible limit" in m for m in e.view.messages)
+    assert e.view.stats.empty and e.diagram_out.outputs == ()
+    assert "Traceback" not in e.message.value

@@ -71,7 +71,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-W_HIGH_FIRST = True
 
 _KIND = {Op.F: 0, Op.B: 1, Op.BW: 1, Op.W: 2}
 
@@ -360,7 +359,7 @@ def place_w(timeline: Timeline) -> Timeline:
     rows = []
     for d, row in enumerate(timeline.rows):
         base = [sp for sp in row if sp.op is not Op.W]
-        stages = sorted(timeline.placement.stages_of(d), reverse=W_HIGH_FIRST)
+        stages = sorted(timeline.placement.stages_of(d), reverse=True)
         queues: dict[int, list[int]] = {s: [] for s in stages}
         heads = {s: 0 for s in stages}
         out: list[SlotPass] = []
@@ -693,6 +692,9 @@ def pipeline_steps(block: BuildingBlock, num_microbatches: int, reorder_phases: 
     if reorder_phases:
         t = reorder(t)
         if split:
+            t = place_w(t.without_w())  # the reorder moved W as anonymous releases
+        # the rounds that count W as filling idle slots assume one-slot W (V-shape chunks)
+        if split and all(sp.length == 1 for row in t.rows for sp in row if sp.op is Op.W):
             t = place_w(reorder(t.without_w()))
             t = place_w(reorder(squeeze(t).without_w(), warmup=True))
             t = place_w(reorder(squeeze(t), warmup=False, cooldown=False, stable=True).without_w())
@@ -1021,9 +1023,6 @@ def zb_h2_block(p: int) -> BuildingBlock:
     _need_p(p, 1, "ZB-H2")
     delay = 6 * (p - 1)
 
-    def off(op: Op, a: int, b: int) -> int:
-        return delay + 2 if (op is Op.B and a == b) else 0
-
     # the loss edge is F(S-1) -> B(S-1); greedy_block asks min_offset(B, S, S-1) for it
     return greedy_block(
         "zb-h2", Placement.sequential(p), 6, 2, 2, 2,
@@ -1037,11 +1036,6 @@ def gpipe_block(p: int, num_microbatches: int) -> BuildingBlock:
     block depends on ``m``. Repeated every T = 6 and squeezed it gives GPipe's order."""
     _need_p(p, 1, "GPipe")
     m = num_microbatches
-    passes = []
-    first_bw = 2 * p + 6 * (m - 1)
-    for i in range(p):
-        passes.append(SlotPass(2 * i, 2, Op.F, i, 0))
-        passes.append(SlotPass(first_bw + 4 * (p - 1 - i) + 6 * (m - 1) * 0, 4, Op.BW, i, 0))
     return greedy_block(
         "gpipe", Placement.sequential(p), 6, 2, 4, None,
         lambda op, a, b: 6 * (m - 1) + 2 if (op is Op.BW and a == p) else 0,
@@ -1051,12 +1045,23 @@ def gpipe_block(p: int, num_microbatches: int) -> BuildingBlock:
 
 def interleaved_block(p: int, num_chunks: int = 2) -> BuildingBlock:
     """Interleaved 1F1B with a uniform repeat interval (PAPER.md App. G, Fig. 15(b), 18(i)):
-    looped placement, chunk F of ``2/v`` slots... laid out with :func:`greedy_block` for ``v=2``
-    (F 1 slot, BW 2 slots, T = 6), each pass at the earliest collision-free slot."""
+    looped placement, ``v = 2`` chunks (chunk F 1 slot, BW 2 slots, T = 6), laid out with
+    :func:`greedy_block`, each pass at the earliest collision-free slot; the second chunk's
+    forwards are delayed by the fewest slots that leave room for every BW."""
     _need_p(p, 1, "Interleaved 1F1B")
     if num_chunks != 2:
         raise ValueError(f"interleaved_block supports num_chunks=2 (1-slot chunk passes), got {num_chunks}")
-    return greedy_block("interleaved-1f1b", Placement.interleaved(p, 2), 6, 1, 2, None, None, {"num_chunks": 2})
+    last_error = None
+    for delay in range(0, 12):
+        try:
+            return greedy_block(
+                "interleaved-1f1b", Placement.interleaved(p, 2), 6, 1, 2, None,
+                lambda op, a, b: 1 + delay if (op is Op.F and b == p) else 0,
+                {"num_chunks": 2, "chunk_delay": delay},
+            )
+        except ValueError as exc:  # fragmented residues: delay the second chunk's forwards
+            last_error = exc
+    raise ValueError(f"no collision-free uniform-interval interleaved block for p={p}: {last_error}")
 
 
 #: The paper's gallery and the V blocks by name, each a function of ``p`` (GPipe also of ``m``).

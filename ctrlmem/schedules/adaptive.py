@@ -187,10 +187,7 @@ def _zb_greedy(p: int, m: int, f: list[float], b: list[float], w: list[float], c
         k_f, k_b, k_w = nf[d], nb[d], nw[d]
         # arrival times of the next F and B inputs (INF while unknown)
         if k_b < m:
-            src = f_end[d][k_b] if d == p - 1 else b_end[d + 1][k_b] + comm
-            if d == p - 1 and src < INF:
-                pass
-            t_b = src
+            t_b = f_end[d][k_b] if d == p - 1 else b_end[d + 1][k_b] + comm
         else:
             t_b = INF
         if k_f < m and live[d] < cap:
@@ -221,8 +218,7 @@ def _zb_greedy(p: int, m: int, f: list[float], b: list[float], w: list[float], c
                 # wait for another device to make progress
                 others = [free[e] for e in range(p) if e != d and free[e] > t]
                 nxt = min(others) if others else t + min(f[d], b[d], w[d])
-            heapq.heappush(heap, (max(nxt, t), d))
-            # make sure the waiting device is revisited when its producers finish
+            heapq.heappush(heap, (max(nxt, t), d))  # neighbours also re-push it when they finish
             continue
         if choice == "B":
             b_end[d][k_b] = t + b[d]

@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]  # stops itself even if a wait hangs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(ROOT, "notebooks", "01_explore_schedules.ipynb")

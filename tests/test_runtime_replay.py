@@ -37,8 +37,8 @@ def test_replay_memory_follows_theory_and_times_every_pass_kind(name):
 
 @pytest.mark.slow
 def test_replay_ranks_schedules_like_theory():
-    """At p=8, 1F1B's replayed peak is below GPipe's and interleaved-1F1B's, as theory says."""
-    p = 8
+    """At p=4, 1F1B's replayed peak is below interleaved-1F1B's, itself below GPipe's, as theory says."""
+    p = 4
     cfg = get_preset("tiny", num_layers=2 * p - 2)
     peaks = {}
     for name in ("gpipe", "1f1b", "interleaved-1f1b"):

@@ -193,9 +193,9 @@ def run_many(configs: list[RunConfig]) -> list[dict]:
             continue
         reason = None
         if errors:
-            # the root cause: a real error before a hang; a rank stuck inside a pass before one
-            # waiting for communication; then the lowest rank
-            first = min(errors, key=lambda e: (e["reason"].startswith("no progress"), not e.get("in_pass"), e["rank"]))
+            # the root cause: a rank that failed or hung inside a pass before one that was waiting
+            # for communication (whose error is usually the consequence); then the earliest
+            first = min(errors, key=lambda e: (not e.get("in_pass"), e.get("time", 0.0), e["rank"]))
             reason = f"rank {first['rank']} failed in {first['where']}: {first['reason']}"
         if timed_out:
             reason = (reason + "; " if reason else "") + f"the launch exceeded its timeout of {timeout:g} s"

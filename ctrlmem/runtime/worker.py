@@ -61,17 +61,23 @@ class Progress:
 
     def fail(self, reason: str, detail: str = "") -> None:
         record = {"rank": self.rank, "job": self.job.rstrip(": "), "phase": self.phase, "pass": self.label,
-                  "in_pass": self.running, "where": self.where(),
+                  "in_pass": self.running, "time": time.time(), "where": self.where(),
                   "reason": reason, "detail": detail[-4000:]}
         (self.out / f"rank{self.rank}.error.json").write_text(json.dumps(record, indent=2))
         log.error("rank %d failed in %s: %s", self.rank, self.where(), reason)
 
     def start_watchdog(self) -> None:
+        # A rank waiting for communication gives a rank stuck inside a pass a head start, so the
+        # root cause reports first (torchrun stops the other ranks once one exits).
+        grace = max(5.0, 0.5 * self.hang_timeout)
+
         def watch() -> None:
             while not self.done:
                 time.sleep(0.5)
-                if not self.done and time.monotonic() - self.last > self.hang_timeout:
-                    self.fail(f"no progress for {self.hang_timeout:g} s (hang)")
+                limit = self.hang_timeout if self.running else self.hang_timeout + grace
+                idle = time.monotonic() - self.last
+                if not self.done and idle > limit:
+                    self.fail(f"no progress for {idle:.0f} s (hang; limit {self.hang_timeout:g} s)")
                     os._exit(3)
 
         threading.Thread(target=watch, daemon=True, name="ctrlmem-watchdog").start()

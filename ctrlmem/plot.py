@@ -768,7 +768,7 @@ def bubble_memory_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVI
         ))
     fig.update_layout(xaxis_title="peak activation memory / 1F1B", yaxis_title="bubble rate",
                       height=height, width=width, plot_bgcolor="white",
-                      font=dict(family=font_family, size=12))
+                      font=dict(family=font_family, size=12), margin=dict(l=60, r=20, t=30, b=50))
     fig.update_xaxes(showgrid=True, gridcolor="#EEEEEE")
     fig.update_yaxes(showgrid=True, gridcolor="#EEEEEE", rangemode="tozero")
     return fig
@@ -805,7 +805,7 @@ def pareto_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVICE_COLO
     ))
     fig.update_layout(xaxis_title="peak activation memory / 1F1B", yaxis_title="speed-up over 1F1B",
                       height=height, width=width, plot_bgcolor="white",
-                      font=dict(family=font_family, size=12))
+                      font=dict(family=font_family, size=12), margin=dict(l=60, r=20, t=30, b=50))
     fig.update_xaxes(showgrid=True, gridcolor="#EEEEEE")
     fig.update_yaxes(showgrid=True, gridcolor="#EEEEEE")
     return fig

@@ -201,12 +201,18 @@ def costs_from_records(records: Iterable[dict], num_stages: int, comm: float = 0
 
 
 def summarize(values: Sequence[float]) -> dict[str, float]:
-    """Median, min, max and relative spread ``(max − min) / median`` of a sample."""
+    """Median, min, max, the relative spread ``(max − min) / median`` and the relative
+    interquartile range ``(q3 − q1) / median`` (robust to a few outliers) of a sample."""
     if not values:
-        return {"median": 0.0, "min": 0.0, "max": 0.0, "spread": 0.0, "n": 0}
+        return {"median": 0.0, "min": 0.0, "max": 0.0, "spread": 0.0, "iqr": 0.0, "n": 0}
     med = statistics.median(values)
+    if len(values) >= 4:
+        q1, _, q3 = statistics.quantiles(values, n=4)
+    else:
+        q1, q3 = min(values), max(values)
     return {"median": med, "min": min(values), "max": max(values),
-            "spread": (max(values) - min(values)) / med if med else 0.0, "n": len(values)}
+            "spread": (max(values) - min(values)) / med if med else 0.0,
+            "iqr": (q3 - q1) / med if med else 0.0, "n": len(values)}
 
 
 def costs_from_result(result: dict | str) -> Costs:

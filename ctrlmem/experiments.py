@@ -28,6 +28,7 @@ flight.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -333,7 +334,10 @@ def write_json_atomic(path: Path, data: Any) -> None:
     """Write ``data`` as JSON to ``path`` through a temporary file and ``os.replace``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; records are ordinary files
         with os.fdopen(fd, "w") as fh:
             json.dump(data, fh, indent=2, sort_keys=True, default=str)
             fh.write("\n")
@@ -630,6 +634,15 @@ def measured_costs(path: str | Path, num_devices: int) -> tuple[Costs, str]:
     return costs, f"measured pass costs from {path} (thread CPU time, s)"
 
 
+@functools.lru_cache(maxsize=64)
+def _reference_1f1b(p: int, m: int, costs: Costs):
+    """1F1B simulated under ``costs`` (the baseline of every point; cached across points)."""
+    from .schedules import build
+    from .simulate import simulate
+
+    return simulate(build("1f1b", p, m), costs, MemoryModel())
+
+
 def simulate_point(
     schedule: str,
     p: int,
@@ -670,7 +683,7 @@ def simulate_point(
     sched = build(schedule, p, m, costs=cost_obj, memory_limit=memory_limit)
     memory = MemoryModel()
     res = simulate(sched, cost_obj, memory)
-    ref = simulate(build("1f1b", p, m), cost_obj, memory)
+    ref = _reference_1f1b(p, m, cost_obj)
     out: dict[str, Any] = {
         **base,
         "status": "ok",

@@ -236,14 +236,14 @@ def table_a(quick: bool) -> Table:
     if quick:
         grid = [g for g in grid if g[0][1] <= 4 * g[0][0]]
     for (p, m), rates in grid:
-        for name in names:
+        for name in (n for n in names if n in rates):
             if not _registered(name):
                 t.cells.append(Cell(f"p={p} m={m}", f"{name} bubble rate", rates[name], pending(name), "–"))
                 continue
             r = _sim(name, p, m, UNIT_TAU)
             t.cells.append(Cell(f"p={p} m={m}", f"{name} bubble rate", rates[name], round(r.bubble_rate, 4), HOW_UNIT))
     for p in sorted({p for (p, _m), _ in grid}):
-        for name in names:
+        for name in (n for n in names if any(n in rates for (q, _m), rates in grid if q == p)):
             if not _registered(name):
                 t.cells.append(Cell(f"p={p}", f"{name} bubble τ / peak a",
                                     f"{paper.table_a_bubble(name, p)} / {paper.table_a_memory(name, p)}",
@@ -281,59 +281,69 @@ def closed_forms(quick: bool) -> Table:
     return t
 
 
-def _offsets(name: str, p: int) -> dict[str, set[float]]:
-    """Start-time offsets (in τ) of one stable-phase microbatch of a V-shape schedule."""
-    m = 4 * p
-    r = _sim(name, p, m, UNIT_TAU)
-    k = m // 2
-    start = {(tp.op.value, tp.stage): tp.start for tp in r.passes if tp.microbatch == k}
+def _block_offsets(block) -> dict[str, int]:
+    """The Table 8/9 offsets (start-slot differences) of a V-shape building block."""
+    from .ir import Op
+
+    start = {(sp.op, sp.stage): sp.start for sp in block.passes}
+    p = block.placement.num_devices
     S = 2 * p
 
-    def s(op: str, stage: int) -> float:
-        return start[(op, stage)]
+    def one(values: set[int]) -> Any:
+        return values.pop() if len(values) == 1 else "/".join(str(v) for v in sorted(values))
 
+    F, B = Op.F, Op.B
     return {
-        "dF0": {s("F", i + 1) - s("F", i) for i in range(p - 1)},
-        "dF1": {s("F", i + 1) - s("F", i) for i in range(p, S - 1)},
-        "dB1": {s("B", i) - s("B", i + 1) for i in range(p, S - 1)},
-        "dB0": {s("B", i) - s("B", i + 1) for i in range(p - 1)},
-        "turn_F": {s("F", p) - s("F", p - 1)},
-        "loss_F1_B1": {s("B", S - 1) - s("F", S - 1)},
-        "turn_B": {s("B", p - 1) - s("B", p)},
+        "dF0": one({start[F, i + 1] - start[F, i] for i in range(p - 1)}),
+        "dF1": one({start[F, i + 1] - start[F, i] for i in range(p, S - 1)}),
+        "dB1": one({start[B, i] - start[B, i + 1] for i in range(p, S - 1)}),
+        "dB0": one({start[B, i] - start[B, i + 1] for i in range(p - 1)}),
+        "turn_F": start[F, p] - start[F, p - 1],
+        "loss_F1_B1": start[B, S - 1] - start[F, S - 1],
+        "turn_B": start[B, p - 1] - start[B, p],
     }
 
 
-def _offset_table(artifact: str, title: str, name: str, data: dict, modulus: int, quick: bool) -> Table:
+def _offset_table(artifact: str, title: str, builders: dict, data: dict, modulus: int) -> Table:
     t = Table(artifact, title,
-              f"Built {name} for one p per residue class of d mod {modulus}, simulated with unit chunk passes "
-              "and read the start-time offsets of a stable-phase microbatch (m = 4p, microbatch m/2).")
+              f"Built the building block for one p per residue class of d mod {modulus} with ctrlmem.blocks and "
+              "read its offsets (start-slot differences of microbatch 0, unit passes).")
     ps = {0: 6, 1: 4, 2: 5} if modulus == 3 else {0: 6, 1: 5}
-    for residue, expected in data.items():
-        p = ps[residue]
-        if not _registered(name):
+    for label, builder_name, kwargs in builders:
+        try:
+            from . import blocks
+
+            builder = getattr(blocks, builder_name)
+        except (ImportError, AttributeError):
+            builder = None
+        for residue, expected in data.items():
+            p = ps[residue]
+            row = f"d mod {modulus} = {residue} (p = {p}) {label}"
+            if builder is None:
+                for key, val in expected.items():
+                    t.cells.append(Cell(row, key, val, f"pending: ctrlmem.blocks.{builder_name} not available", "–"))
+                continue
+            got = _block_offsets(builder(p, **kwargs))
             for key, val in expected.items():
-                t.cells.append(Cell(f"d mod {modulus} = {residue}", key, val, pending(name), "–"))
-            continue
-        got = _offsets(name, p)
-        for key, val in expected.items():
-            values = sorted(got[key])
-            ours: Any = values[0] if len(values) == 1 else "/".join(_fmt(v) for v in values)
-            t.cells.append(Cell(f"d mod {modulus} = {residue} (p = {p})", key, val, ours,
-                                f"simulated {name}, F = B = W, offsets in τ"))
+                t.cells.append(Cell(row, key, val, got[key], f"ctrlmem.blocks.{builder_name}({p}"
+                                    + "".join(f", {k}={v!r}" for k, v in kwargs.items()) + ")"))
     t.notes.append("Keys: dF0, dF1, dB1, dB0 = the four uniform offsets [δ_F^0, δ_F^1, δ_B^1, δ_B^0]; "
                    "turn_F = δ(F_d^0, F_d^1); loss_F1_B1 = δ(F_0^1, B_0^1); turn_B = δ(B_d^1, B_d^0).")
-    if modulus == 2:
-        t.notes.append("PAPER.md §2.1: the authors' code mirrors Table 9's turn gaps (F-turn 1, B-turn 2); "
-                       "both variants have the same peak memory.")
     return t
 
 
 def table8(quick: bool) -> Table:
-    return _offset_table("table8", "Table 8 — offsets of V-Min (d mod 3)", "v-min", paper.TABLE8, 3, quick)
+    return _offset_table("table8", "Table 8 — offsets of V-Min (d mod 3)",
+                         [("v-min block", "v_min_block", {})], paper.TABLE8, 3)
 
 
 def table9(quick: bool) -> Table:
-    return _offset_table("table9", "Table 9 — offsets of V-Half (d mod 2)", "v-half", paper.TABLE9, 2, quick)
+    t = _offset_table("table9", "Table 9 — offsets of V-Half (d mod 2)",
+                      [("paper variant", "v_half_block", {"variant": "paper"})], paper.TABLE9, 2)
+    t.notes.append("The registered v-half uses the authors' code variant (v_half_block(p, variant='code')), which "
+                   "mirrors Table 9's turn gaps (F-turn 1, B-turn 2; PAPER.md §2.1) with the same peak memory; the "
+                   "table compares Table 9 with the paper variant.")
+    return t
 
 
 TABLE4_METHODS = {

@@ -364,3 +364,12 @@ def test_measured_costs_from_a_run_result(tmp_path):
         ex.resolve_costs(f"result:{fused}", None, 2, 1, 1024)
     with pytest.raises(ValueError, match="no such file"):
         ex.resolve_costs(f"result:{tmp_path / 'missing.json'}", None, 2, 1, 1024)
+
+
+def test_records_are_ordinary_readable_files(tmp_path):
+    """Atomic writes keep the usual permissions (not mkstemp's 0600)."""
+    path = tmp_path / "r.json"
+    ex.write_json_atomic(path, {"a": 1})
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask

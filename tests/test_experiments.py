@@ -373,3 +373,17 @@ def test_records_are_ordinary_readable_files(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_cli_sweep_list_and_bad_config(tmp_path, capsys):
+    """`ctrlmem sweep --list` prints one line per run; a bad config exits 2 naming file and key."""
+    from ctrlmem import cli
+
+    cfg = write(tmp_path, BASIC)
+    assert cli.main(["sweep", str(cfg), "--list"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [ln.split()[0] for ln in lines] == [r.run_id for r in ex.load_config(cfg).runs()]
+    bad = write(tmp_path, "name: x\ndescription: d\nscale: cpu\ngrid: {p: 4}\n", "bad.yaml")
+    assert cli.main(["sweep", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "grid.p" in err and len(err.strip().splitlines()) == 1

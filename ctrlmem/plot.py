@@ -19,9 +19,11 @@ Units follow DESIGN.md: time in the units of :class:`~ctrlmem.Costs`, memory in 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence, Union
 
@@ -840,9 +842,26 @@ def write_figures(items: Sequence[tuple[go.Figure, object]], *, scale: float = 2
             width=[f.layout.width or 1100 for f, _, _ in static],
             height=[f.layout.height or 500 for f, _, _ in static],
         )
+    for _, path, ext in static:
+        if ext == "svg":
+            _stable_svg_ids(path)
     for _, path in items:
         log.info("wrote %s", path)
     return [path for _, path in items]
+
+
+def _stable_svg_ids(path: str) -> None:
+    """Replace plotly's random per-figure id in an SVG by one derived from its content, so
+    regenerating an unchanged figure leaves the file byte-identical (no churn in git)."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    match = re.search(r'id="defs-([0-9a-f]{6})"', text)
+    if not match:
+        return
+    uid = match.group(1)
+    stable = hashlib.sha1(text.replace(uid, "").encode()).hexdigest()[:6]
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text.replace(uid, stable))
 
 
 def write_figure(fig: go.Figure, path, *, scale: float = 2.0, include_plotlyjs: bool | str = True) -> str:

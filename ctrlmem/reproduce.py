@@ -199,6 +199,8 @@ def table1(quick: bool) -> Table:
             continue
         r = _sim(name, p, 2 * p, UNIT_TAU)
         t.cells.append(Cell(name, f"peak / M at p = {p}", paper_val, max(r.peak_memory) / p, HOW_UNIT))
+        t.cells.append(Cell(name, f"peak / M at p = {p}, Table A's exact finite-p value",
+                            paper.table_a_memory(name, p) / p, max(r.peak_memory) / p, HOW_UNIT))
     t.notes.append("Exact finite-p values are in Table A: V-Min ⌊(p+4)/3⌋, V-Half ⌊(p+2)/2⌋ (units of a).")
     return t
 

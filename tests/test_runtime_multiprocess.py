@@ -49,12 +49,18 @@ def test_one_small_run_is_exact_and_complete(tmp_path):
     assert time.monotonic() - t0 < 240
 
 
+# The issue's list; at 2 processes every registered schedule runs, at 4 these (to keep the slow
+# suite under 5 minutes on 2 cores).
+FOUR_PROCESS_SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "v-min", "v-half", "v-zb")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("p", [2, 4])
 def test_every_schedule_is_exact_and_follows_its_memory_theory(tmp_path, p):
-    """Every registered schedule (V-shapes included once registered), gloo, p processes, m = 2p:
-    gradients within 1e-5 of the reference's scale; saved-tensor peak within 5 % of theory."""
-    names = list(cm.SCHEDULES)
+    """Every registered schedule at 2 processes, the issue's list at 4 (V-shapes as soon as they
+    are registered), gloo, m = 2p: gradients within 1e-5 of the reference's scale; saved-tensor
+    peak within 5 % of theory on every rank."""
+    names = list(cm.SCHEDULES) if p == 2 else [n for n in FOUR_PROCESS_SCHEDULES if n in cm.SCHEDULES]
     results = run_many([RunConfig(n, p, 2 * p, steps=0, out=str(tmp_path / n), timeout_s=280, hang_timeout_s=120)
                         for n in names])
     for name, result in zip(names, results):

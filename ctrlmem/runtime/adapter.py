@@ -21,7 +21,9 @@ split-backward schedules hold more than their theory. Here, without patching tor
   ``I`` with the stage's linear layers in deferred mode, which frees the graph and keeps only each
   linear layer's ``(input, grad_output)`` for ``W``, as the paper's runtime does;
 * :class:`TrackedStage` issues its own sends and drops each send's tensor as soon as the send has
-  completed, instead of at the end of the step.
+  completed, instead of at the end of the step, and after ``B`` forgets the activation and the
+  gradient a same-rank neighbour stage handed over (the V-shape turn), which torch keeps in its
+  receive slots until the next step.
 
 :class:`TrackedStage` also times every pass (thread CPU time on CPU, CUDA events on GPU) and
 remembers the pass it is in, so a failure can name it.
@@ -158,8 +160,25 @@ class TrackedStage(PipelineStage):
 
     def backward_one_chunk(self, bwd_chunk_id, loss=None, full_backward=True, last_backward=False):
         op = Op.BW if full_backward else Op.B
-        return self._timed(op, bwd_chunk_id, lambda: super(TrackedStage, self).backward_one_chunk(
+        out = self._timed(op, bwd_chunk_id, lambda: super(TrackedStage, self).backward_one_chunk(
             bwd_chunk_id, loss=loss, full_backward=full_backward, last_backward=last_backward))
+        if self._release_sends and self.dw_builder is not None:
+            self._drop_local_buffers(bwd_chunk_id)
+        return out
+
+    def _drop_local_buffers(self, mb: int) -> None:
+        """After B of ``mb``: forget the activation and the gradient handed over by a same-rank
+        neighbour stage (V-shape turn). Torch keeps them in its receive slots until the next step;
+        the next forward / backward hands over new ones, and nothing after B reads them (W uses
+        the deferred-weight stash)."""
+        placement = self.stage_index_to_group_rank
+        if not self.is_first and placement.get(self.stage_index - 1) == self.group_rank:
+            for info in self.args_recv_info[mb]:
+                if not info.is_root_arg:
+                    info.buffer = None
+        if not self.is_last and placement.get(self.stage_index + 1) == self.group_rank:
+            for info in self.grad_recv_info[mb]:
+                info.buffer = None
 
     def backward_weight_one_chunk(self, bwd_chunk_id, last_backward=False):
         return self._timed(Op.W, bwd_chunk_id, lambda: super(TrackedStage, self).backward_weight_one_chunk(

@@ -19,7 +19,6 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from . import plot
 from .cli import CliError, add_schedule_arguments, schedule_from_args
 from .costs import Costs
 from .ir import Schedule
@@ -31,6 +30,13 @@ __all__ = ["add_commands", "draw_figure", "PaperFigure", "paper_figures", "write
 log = logging.getLogger(__name__)
 
 VIEWS = ("schedule", "memory", "blocks", "lifespans", "bubble", "pareto")
+
+
+def _plot():
+    """ctrlmem.plot, imported on first use so that `ctrlmem list` and friends don't load plotly."""
+    from . import plot
+
+    return plot
 
 
 def _compare_args(args: argparse.Namespace, name: str) -> argparse.Namespace:
@@ -52,26 +58,26 @@ def draw_figure(args: argparse.Namespace):
         for name in names:
             if name not in SCHEDULES:
                 raise CliError(f"unknown schedule {name!r}; valid names: {', '.join(SCHEDULES)}")
-        limits = [args.memory_limit] if args.memory_limit is not None else plot.TRADEOFF_LIMITS
-        points = plot.tradeoff_points(names, args.devices, args.microbatches, Costs.parse(args.costs),
+        limits = [args.memory_limit] if args.memory_limit is not None else _plot().TRADEOFF_LIMITS
+        points = _plot().tradeoff_points(names, args.devices, args.microbatches, Costs.parse(args.costs),
                                       memory_limits=limits)
         if not points:
             raise CliError("no schedule could be built for these settings")
-        make = plot.bubble_memory_figure if args.view == "bubble" else plot.pareto_figure
+        make = _plot().bubble_memory_figure if args.view == "bubble" else _plot().pareto_figure
         return make(points, **style)
     results = []
     for name in names:
         schedule, costs = schedule_from_args(_compare_args(args, name) if name != args.name else args, name)
         results.append(simulate(schedule, costs))
     if args.view == "schedule":
-        return plot.schedule_figure(results, title=args.title, **style)
+        return _plot().schedule_figure(results, title=args.title, **style)
     if args.view == "memory":
-        return plot.memory_figure(results, title=args.title, **style)
+        return _plot().memory_figure(results, title=args.title, **style)
     if args.view == "lifespans":
-        return plot.lifespan_figure(results, **style)
+        return _plot().lifespan_figure(results, **style)
     if len(names) > 1:
         raise CliError("--view blocks draws one schedule's construction; drop --compare")
-    return plot.block_figure(args.name, args.devices, args.microbatches, costs=Costs.parse(args.costs),
+    return _plot().block_figure(args.name, args.devices, args.microbatches, costs=Costs.parse(args.costs),
                              title=args.title, **style)
 
 
@@ -82,7 +88,7 @@ def _cmd_draw(args: argparse.Namespace) -> int:
         raise CliError(f"-o {out!r}: the file name must end in .html, .png or .svg")
     fig = draw_figure(args)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    plot.write_figure(fig, out, scale=args.scale)
+    _plot().write_figure(fig, out, scale=args.scale)
     print(f"wrote {out}")
     return 0
 
@@ -101,7 +107,7 @@ class PaperFigure:
 def _has_blocks(name: str, p: int) -> bool:
     """Whether :mod:`ctrlmem.blocks` can make the paper's block ``name`` for ``p`` devices."""
     try:
-        return plot.paper_block(name, p) is not None
+        return _plot().paper_block(name, p) is not None
     except ValueError:
         return False
 
@@ -110,7 +116,7 @@ def _paper_schedule(name: str, p: int, m: int, costs: Costs) -> Schedule | None:
     """``name`` from the registry, else from its paper block (:mod:`ctrlmem.blocks`), else None."""
     if name in SCHEDULES:
         return build(name, p, m, costs=costs)
-    block = plot.paper_block(name, p, m)
+    block = _plot().paper_block(name, p, m)
     if block is None:
         return None
     from . import blocks  # noqa: PLC0415  (present whenever paper_block found one)
@@ -150,10 +156,10 @@ def paper_figures(num_devices: int = 4) -> tuple[list[PaperFigure], list[str]]:
     if res:
         figs.append(PaperFigure(
             "fig04_schedules", f"Fig. 4: {', '.join(r.schedule.name for r in res)}; {p} devices, 10 microbatches, F=B=W",
-            lambda res=res: plot.schedule_figure(res, width=1300)))
+            lambda res=res: _plot().schedule_figure(res, width=1300)))
         figs.append(PaperFigure(
             "fig04_memory", "Fig. 4 memory: activation per device over time, with theory and 1F1B peak",
-            lambda res=res: plot.memory_figure(res, width=1300)))
+            lambda res=res: _plot().memory_figure(res, width=1300)))
 
     costs5 = Costs(6, 8, 4, 0)  # T_F=3, T_B=4, T_W=2 per chunk pass (PAPER.md §2.1 units note)
     res, missing = _results(["v-min", "v-half"], p, 10, costs5)
@@ -163,27 +169,27 @@ def paper_figures(num_devices: int = 4) -> tuple[list[PaperFigure], list[str]]:
         figs.append(PaperFigure(
             "fig05_unequal_costs",
             "Fig. 5: T_F=3, T_B=4, T_W=2 per chunk pass: V-Min repeats a bubble every interval, V-Half tiles",
-            lambda res=res: plot.schedule_figure(res, width=1300)))
+            lambda res=res: _plot().schedule_figure(res, width=1300)))
 
     if _has_blocks("interleaved-1f1b", 3) and _has_blocks("v-half", 3):
         figs.append(PaperFigure(
             "fig02_lifespans",
             "Fig. 2: summed lifespans per device, d=3: parallel (interleaved) vs V-shape (V-Half) placement",
-            lambda: plot.lifespan_figure(
-                [plot.paper_block("interleaved-1f1b", 3), plot.paper_block("v-half", 3)],
+            lambda: _plot().lifespan_figure(
+                [_plot().paper_block("interleaved-1f1b", 3), _plot().paper_block("v-half", 3)],
                 titles=["parallel placement (interleaved block)", "V-shape placement (V-Half block)"],
                 width=900)))
     else:
         notes.append("Fig. 2: needs the paper's blocks (ctrlmem.blocks)")
 
     for letter, name in GALLERY:
-        if name not in SCHEDULES and plot.paper_block(name, p, 8) is None:
+        if name not in SCHEDULES and _plot().paper_block(name, p, 8) is None:
             notes.append(f"Fig. 18({letter}) {name}: no generator or block available")
             continue
 
         def make(name=name):
-            tls = plot.block_timelines(name, p, 8)
-            return plot.schedule_figure([tls[0], tls[-1]], width=1300)
+            tls = _plot().block_timelines(name, p, 8)
+            return _plot().schedule_figure([tls[0], tls[-1]], width=1300)
 
         figs.append(PaperFigure(f"fig18{letter}_{name}",
                                 f"Fig. 18({letter}) {name}: building block above the final schedule (m=8)",
@@ -193,7 +199,7 @@ def paper_figures(num_devices: int = 4) -> tuple[list[PaperFigure], list[str]]:
             "fig18h_interleaved-1f1b-megatron",
             "Fig. 18(h) interleaved 1F1B in Megatron's order (non-uniform repeat interval, so no single "
             "block; the registered schedule, m=8)",
-            lambda: plot.schedule_figure(simulate(build("interleaved-1f1b", p, 8)), width=1300)))
+            lambda: _plot().schedule_figure(simulate(build("interleaved-1f1b", p, 8)), width=1300)))
     notes.append("Fig. 18(f) GEMS and (g) Chimera: no generator here (two model replicas)")
     return figs, notes
 
@@ -217,7 +223,7 @@ def write_paper_figures(out_dir: str = "figures", formats: Sequence[str] = ("png
         drawn.append(f)
         for ext in formats:
             jobs.append((fig, os.path.join(out_dir, f"{f.stem}.{ext}")))
-    paths = plot.write_figures(jobs)
+    paths = _plot().write_figures(jobs)
     if not only:
         index = os.path.join(out_dir, "schedule_figures.md")
         with open(index, "w", encoding="utf-8") as fh:

@@ -43,6 +43,7 @@ class VShapeCandidate:
         makespan: simulated makespan under the search's costs.
         peak: simulated peak over devices, in units of ``a``.
         bubble_rate: simulated bubble rate.
+        max_span: the longest device span (ties on makespan go to the shorter span).
     """
 
     label: str
@@ -50,6 +51,7 @@ class VShapeCandidate:
     makespan: float
     peak: float
     bubble_rate: float
+    max_span: float
 
     @property
     def memory_fraction(self) -> float:
@@ -90,7 +92,7 @@ def _evaluate(p: int, m: int, costs: Costs) -> tuple[VShapeCandidate, ...]:
         else:
             sched = build_from_block(_mixed_block(p, *spec), m, "v-shape")
         r = simulate(sched, costs)
-        out.append(VShapeCandidate(label, sched, r.makespan, max(r.peak_memory), r.bubble_rate))
+        out.append(VShapeCandidate(label, sched, r.makespan, max(r.peak_memory), r.bubble_rate, max(r.device_spans)))
     return tuple(out)
 
 
@@ -133,8 +135,8 @@ def v_shape(
     offset levels (δ0, δ1) ∈ {(1,1), (2,1), (4,2)}, the first ``j`` links wider, so the peak
     steps from V-Min's level to 1F1B's. Every candidate is built by repeat → place W → reorder
     → squeeze and simulated under ``costs`` (per-stage and unequal costs included); the result
-    is the candidate with the lowest makespan whose simulated peak is at most
-    ``memory_limit · p · a`` (default 1.0). Since the family does not depend on the limit, the
+    is the candidate with the lowest makespan (then the shortest longest device span, so the
+    lowest bubble rate) whose simulated peak is at most ``memory_limit · p · a`` (default 1.0). Since the family does not depend on the limit, the
     makespan never grows when the limit grows.
 
     Raises ``ValueError`` when no candidate fits the limit, naming the smallest feasible limit
@@ -153,7 +155,7 @@ def v_shape(
             f"smallest feasible limit is {least:.6g} (peak {least * p:g}·a, V-Min's level "
             f"⌊(p+4)/3⌋/p = {((p + 4) // 3) / p:.6g}); raise memory_limit to at least {least:.6g}"
         )
-    best = min(fits, key=lambda c: (c.makespan, c.peak))
+    best = min(fits, key=lambda c: (c.makespan, c.max_span, c.peak))
     log.debug("v-shape p=%d m=%d limit=%g: %s (makespan %g, peak %g a)", p, m, limit, best.label, best.makespan, best.peak)
     s = best.schedule
     return Schedule(
@@ -286,7 +288,7 @@ def zb(
         r = simulate(s, costs)
         if max(r.peak_memory) > cap + _EPS:
             continue
-        key = (r.makespan, max(r.peak_memory))
+        key = (r.makespan, max(r.device_spans), max(r.peak_memory))
         if best is None or key < best[0]:
             best = (key, s)
     return best[1]

@@ -1,0 +1,179 @@
+"""Memory-budgeted schedules: the adaptive ``v-shape`` search and the ``zb`` scheduler
+(PAPER.md §6, App. A/B; §2.2 ZB-1P/ZB-2P).
+
+Units as in test_v_shape.py: ``tau = 2 * device_bubble`` for V-shape schedules under
+``Costs(1, 1, 1)``; memory in ``a``; ``memory_limit`` a fraction of 1F1B's ``p·a``.
+"""
+
+import pytest
+
+import ctrlmem as cm
+from ctrlmem.schedules.adaptive import min_v_shape_limit, v_shape_candidates
+
+UNIT = cm.Costs(1, 1, 1, 0)
+UNEQUAL = cm.Costs(3, 4, 2, 0.1)
+
+
+def tau_bubble(result) -> float:
+    return 2 * max(result.device_bubbles)
+
+
+def limits_for(p: int, m: int, costs) -> list[float]:
+    """V-Min's level, every peak level the family reaches, and a few fractions in between."""
+    levels = {c.memory_fraction for c in v_shape_candidates(p, m, costs)}
+    grid = {x / 16 for x in range(4, 17)}
+    vmin = ((p + 4) // 3) / p
+    return sorted(x for x in levels | grid if vmin <= x <= 1.0)
+
+
+@pytest.mark.parametrize("costs", [UNIT, UNEQUAL], ids=["equal", "unequal"])
+@pytest.mark.parametrize("p", [4, 5, 6, 8])
+def test_v_shape_respects_limit_and_improves_with_it(p, costs):
+    """From V-Min's level to 1.0: the peak stays within the limit and the makespan (and, for
+    equal costs, the bubble) never grows as the limit grows."""
+    m = 2 * p + 2
+    prev = None
+    for limit in limits_for(p, m, costs):
+        s = cm.build("v-shape", p, m, costs=costs, memory_limit=limit)
+        cm.validate(s)
+        r = cm.simulate(s, costs)
+        assert max(r.peak_memory) <= limit * p + 1e-9, (limit, r.peak_memory)
+        if prev is not None:
+            assert r.makespan <= prev.makespan + 1e-9, limit
+            if costs is UNIT:
+                assert max(r.device_bubbles) <= max(prev.device_bubbles) + 1e-9, limit
+        prev = r
+
+
+@pytest.mark.parametrize("costs", [UNIT, UNEQUAL], ids=["equal", "unequal"])
+@pytest.mark.parametrize("p", [4, 5, 6, 8])
+def test_v_shape_no_worse_than_fixed_v_schedules(p, costs):
+    """At V-Half's own peak (⌊(p+2)/2⌋/p, which is ≥ 0.5) the search is no slower than v-half;
+    at V-Min's, no slower than v-min; at 1.0 no slower than v-zb and ZB-V."""
+    m = 2 * p + 2
+    for name, level in (("v-min", (p + 4) // 3 / p), ("v-half", (p + 2) // 2 / p), ("v-zb", 1.0), ("zb-v", 1.0)):
+        ours = cm.simulate(cm.build("v-shape", p, m, costs=costs, memory_limit=level), costs)
+        fixed = cm.simulate(cm.build(name, p, m), costs)
+        assert ours.makespan <= fixed.makespan + 1e-9, (name, level)
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 6, 8])
+def test_v_shape_zero_bubble_at_full_memory(p):
+    """With F = B = W and m ≥ 2p, the search at 1F1B's memory has no bubble."""
+    for m in (2 * p, 2 * p + 3):
+        r = cm.simulate(cm.build("v-shape", p, m, memory_limit=1.0), UNIT)
+        assert r.bubble_rate == 0, (p, m)
+
+
+def test_v_shape_at_literal_half_is_below_v_half_memory():
+    """memory_limit=0.5 means 0.5·p·a exactly: below V-Half's ⌊(p+2)/2⌋·a, so the result uses
+    less memory than v-half and (by the lower bound) cannot match its bubble."""
+    for p in (4, 6, 8):
+        r = cm.simulate(cm.build("v-shape", p, 2 * p + 2, memory_limit=0.5), UNIT)
+        assert max(r.peak_memory) <= p / 2
+        assert tau_bubble(r) >= 6 * p - 1 - 3 * p
+
+
+def test_v_shape_p8_m32_values():
+    """PAPER.md §1.6: the authors' adaptive scheduler gives 23 / 20 / 11 / 0 τ at k = 8 / 9 /
+    12 / 16 half-stage activations (p = 8, m = 32). Ours: 23 / 23 / 11 / 0; at k = 9 no member
+    of our family has peak 9 and beats the k = 8 schedule, so the bound 20 is not reached."""
+    p, m = 8, 32
+    got = {}
+    for k in (8, 9, 12, 16):
+        r = cm.simulate(cm.build("v-shape", p, m, memory_limit=k / (2 * p)), UNIT)
+        assert 2 * max(r.peak_memory) <= k
+        got[k] = tau_bubble(r)
+        assert got[k] >= 6 * p - 1 - 3 * k
+    assert got == {8: 23, 9: 23, 12: 11, 16: 0}
+
+
+@pytest.mark.slow
+def test_v_shape_p16_curve_matches_paper():
+    """PAPER.md §3.6 (slow, about 5 s): with F = B = W at p = 16, m = 64 the adaptive curve is .1332 / .1213 /
+    .1090 / .0965 / .0565 / 0 at limits 0.375 / 0.4375 / 0.5 / 0.5625 / 0.75 / 1.0."""
+    want = {0.375: 0.1332, 0.4375: 0.1213, 0.5: 0.1090, 0.5625: 0.0965, 0.75: 0.0565, 1.0: 0.0}
+    got = {
+        lim: round(cm.simulate(cm.build("v-shape", 16, 64, memory_limit=lim), UNIT).bubble_rate, 4)
+        for lim in want
+    }
+    assert got == want
+
+
+@pytest.mark.parametrize("p", [3, 4, 5, 7, 8])
+def test_v_shape_never_beats_lower_bound(p):
+    """No schedule of the search beats 6p−1−3k τ for its own peak k (PAPER.md §1.6)."""
+    for cand in v_shape_candidates(p, 2 * p + 2, UNIT):
+        r = cm.simulate(cand.schedule, UNIT)
+        assert tau_bubble(r) >= 6 * p - 1 - 3 * 2 * max(r.peak_memory), cand.label
+
+
+def test_v_shape_per_stage_costs():
+    """Per-stage (unequal) costs: a heavy first and last stage; the limit still holds and the
+    choice is no slower than v-half at V-Half's level."""
+    p = 6
+    S = 2 * p
+    f = [1.0] * S
+    f[0] = f[-1] = 2.5
+    costs = cm.Costs(f=f, b=[2 * x for x in f], w=[0.8 * x for x in f], comm=0.05)
+    level = ((p + 2) // 2) / p
+    s = cm.build("v-shape", p, 3 * p, costs=costs, memory_limit=level)
+    r = cm.simulate(s, costs)
+    assert max(r.peak_memory) <= level * p + 1e-9
+    assert r.makespan <= cm.simulate(cm.build("v-half", p, 3 * p), costs).makespan + 1e-9
+
+
+def test_v_shape_bad_limit_names_smallest_feasible():
+    """A limit below every candidate names the smallest feasible limit for that p."""
+    p, m = 8, 20
+    least = min_v_shape_limit(p, m)
+    assert least == pytest.approx(((p + 4) // 3) / p)
+    with pytest.raises(ValueError, match=r"smallest feasible limit is 0\.5\b"):
+        cm.build("v-shape", p, m, memory_limit=0.3)
+
+
+def test_v_shape_bad_sizes_explained():
+    """p = 1 and m = 1 are refused with what is supported."""
+    with pytest.raises(ValueError, match="num_devices >= 2"):
+        cm.build("v-shape", 1, 8, memory_limit=1.0)
+    with pytest.raises(ValueError, match="num_microbatches >= 2"):
+        cm.build("v-shape", 4, 1, memory_limit=1.0)
+
+
+def test_v_shape_records_choice():
+    """The schedule says which block it came from and under which limit."""
+    s = cm.build("v-shape", 4, 10, memory_limit=0.75)
+    params = dict(s.params)
+    assert params["memory_limit"] == 0.75 and params["block"]
+
+
+# -- zb --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("costs", [UNIT, UNEQUAL], ids=["equal", "unequal"])
+@pytest.mark.parametrize("p,m", [(4, 8), (4, 16), (6, 12), (8, 24)])
+def test_zb_respects_limit(p, m, costs):
+    """The peak stays within the limit for limits from one microbatch up to 2x 1F1B."""
+    for limit in (1 / p, 0.5, 0.75, 1.0, 1.5, 2.0):
+        s = cm.build("zb", p, m, costs=costs, memory_limit=limit)
+        cm.validate(s)
+        r = cm.simulate(s, costs)
+        assert max(r.peak_memory) <= limit * p + 1e-9, (limit, r.peak_memory)
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (4, 16), (6, 12), (8, 24), (8, 32)])
+def test_zb_1p_and_2p(p, m):
+    """ZB-1P (limit 1.0) is no slower than ZB-H1 and than 1F1B; ZB-2P (limit 2.0) has no
+    bubble with F = B = W (PAPER.md §2.2)."""
+    for costs in (UNIT, UNEQUAL):
+        one = cm.simulate(cm.build("zb", p, m, costs=costs, memory_limit=1.0), costs)
+        assert one.makespan <= cm.simulate(cm.build("zb-h1", p, m), costs).makespan + 1e-9
+        assert one.makespan <= cm.simulate(cm.build("1f1b", p, m), costs).makespan + 1e-9
+    two = cm.simulate(cm.build("zb", p, m, memory_limit=2.0), UNIT)
+    assert two.bubble_rate == 0
+
+
+def test_zb_bad_limit():
+    """A limit that allows no activation names the smallest feasible one."""
+    with pytest.raises(ValueError, match=r"smallest feasible limit is 0\.25"):
+        cm.build("zb", 4, 8, memory_limit=0.2)

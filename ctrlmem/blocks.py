@@ -408,24 +408,58 @@ def squeeze(timeline: Timeline) -> Timeline:
     """Run every pass as early as possible, keeping each device's order (PAPER.md §1.2).
 
     Pass lengths stay the block's slot lengths; use :func:`ctrlmem.simulate` on
-    :meth:`Timeline.to_schedule` to squeeze with real costs."""
-    schedule = timeline.to_schedule()
-    index = index_schedule(schedule)
-    S, m = index.num_stages, index.num_microbatches
-    durations = [1.0] * len(index.device)
-    for row in timeline.rows:
-        for sp in row:
-            durations[(_KIND[sp.op] * S + sp.stage) * m + sp.microbatch] = float(sp.length)
-    start, _ = execute(schedule, index, durations, 0.0)
-    rows = []
-    for row in timeline.rows:
-        rows.append(
-            [
-                SlotPass(int(start[(_KIND[sp.op] * S + sp.stage) * m + sp.microbatch]), sp.length, sp.op, sp.stage, sp.microbatch)
-                for sp in row
-            ]
-        )
-    return _make_timeline(timeline.name, timeline.placement, timeline.num_microbatches, rows)
+    :meth:`Timeline.to_schedule` to squeeze with real costs. The timeline must be a valid
+    schedule (every step here produces one; :func:`ctrlmem.validate` checks any other).
+    """
+    S, m = timeline.placement.num_stages, timeline.num_microbatches
+    sm = S * m
+    end = [-1] * (3 * sm)
+    rows = timeline.rows
+    keys = [[(_KIND[sp.op] * S + sp.stage) * m + sp.microbatch for sp in row] for row in rows]
+    starts: list[list[int]] = [[0] * len(row) for row in rows]
+    ptr = [0] * len(rows)
+    free = [0] * len(rows)
+    waiting: dict[int, list[int]] = {}
+    queue = list(range(len(rows) - 1, -1, -1))
+    last = S - 1
+    while queue:
+        d = queue.pop()
+        row, krow, srow = rows[d], keys[d], starts[d]
+        i, t_free, n = ptr[d], free[d], len(row)
+        while i < n:
+            key = krow[i]
+            kind, r = divmod(key, sm)
+            if kind == 0:
+                q = key - m if r >= m else -1
+            elif kind == 1:
+                q = key + m if r // m < last else r
+            else:
+                q = key - sm
+            t = t_free
+            if q >= 0:
+                e = end[q]
+                if e < 0:
+                    waiting.setdefault(q, []).append(d)
+                    break
+                if e > t:
+                    t = e
+            srow[i] = t
+            t_free = t + row[i].length
+            end[key] = t_free
+            i += 1
+            woken = waiting.pop(key, None)
+            if woken:
+                queue.extend(woken)
+        ptr[d], free[d] = i, t_free
+    if any(ptr[d] < len(rows[d]) for d in range(len(rows))):
+        validate_schedule = timeline.to_schedule()
+        execute(validate_schedule, index_schedule(validate_schedule), [1.0] * (3 * sm), 0.0)  # raises
+        raise AssertionError("squeeze: stuck without a deadlock")  # pragma: no cover
+    out = tuple(
+        tuple(SlotPass(t, sp.length, sp.op, sp.stage, sp.microbatch) for t, sp in zip(srow, row))
+        for srow, row in zip(starts, rows)
+    )
+    return Timeline(timeline.name, timeline.placement, m, out)
 
 
 def reorder(
@@ -459,108 +493,96 @@ def reorder(
         warmup = explicit_w or not any(sp.op is Op.B for row in timeline.rows for sp in row)
     end_slot = timeline.end + 2
     sm = S * m
+    rows = timeline.rows
     start: dict[int, int] = {}
     length: dict[int, int] = {}
-    order = []
+    w_keys: list[list[int]] = [[] for _ in rows]
     w_index: dict[int, int] = {}
-    for d, row in enumerate(timeline.rows):
-        j = 0
+    b0_pos = flast_pos = None
+    for d, row in enumerate(rows):
         for sp in row:
             key = (_KIND[sp.op] * S + sp.stage) * m + sp.microbatch
             start[key], length[key] = sp.start, sp.length
-            order.append((sp.start, d, key, sp))
             if sp.op is Op.W:
-                w_index[key] = j
-                j += 1
-    order.sort(key=lambda x: (x[0], x[1]))
-    mem = [_Memory(row, end_slot, explicit_w) for row in timeline.rows]
-    cap = memory_cap if memory_cap is not None else max((mm.peak() for mm in mem), default=0)
-    b_starts: list[list[int]] = [sorted(sp.start for sp in row if sp.op is Op.B) for row in timeline.rows]
-    b_len = [next((sp.length for sp in row if sp.op is Op.B), 1) for row in timeline.rows]
-    last_w_end = [0] * len(timeline.rows)
-    frees = [_FreeSlots(end_slot + 2) for _ in timeline.rows]
-    phase = 0
-    seen_b0 = seen_flast = False
-    moved: list[list[SlotPass]] = [[] for _ in timeline.rows]
-    for t0, d, key, sp in order:
-        kind = _KIND[sp.op]
-        if sp.stage == 0 and kind == 1:
-            seen_b0 = True
-        if phase == 0 and seen_b0:
-            phase = 1
-        movable = (phase == 0 and warmup) or (phase == 2 and cooldown) or (phase == 1 and stable)
-        if sp.stage == 0 and kind == 0 and sp.microbatch == m - 1:
-            seen_flast = True
-        if phase == 1 and seen_flast:
-            phase = 2
-        new = t0
-        ln = sp.length
-        if movable:
-            s, k = sp.stage, sp.microbatch
-            ready = 0
-            if kind == 2:  # anonymous W: after the j-th B of the device and the previous W
-                ready = max(b_starts[d][w_index[key]] + b_len[d], last_w_end[d])
+                w_index[key] = len(w_keys[d])
+                w_keys[d].append(key)
+            elif sp.stage == 0:
+                if sp.op is Op.F and sp.microbatch == m - 1:
+                    flast_pos = (sp.start, d)
+                elif sp.op is not Op.F and (b0_pos is None or (sp.start, d) < b0_pos):
+                    b0_pos = (sp.start, d)
+    inf = (math.inf, 0)
+    b0_pos = b0_pos or inf
+    stable_end = max(b0_pos, flast_pos or inf) if flast_pos is not None else inf
+    # the passes that may move, in slot order: warm-up (< b0), stable, cool-down (> stable_end)
+    movable = []
+    for d, row in enumerate(rows):
+        for i, sp in enumerate(row):
+            pos = (sp.start, d)
+            if pos < b0_pos:
+                ok = warmup
+            elif pos <= stable_end:
+                ok = stable
             else:
-                deps = ([key - m] if s > 0 else []) if kind == 0 else ([key + m] if s < S - 1 else [s * m + k])
-                if k > 0:
-                    deps.append(key - 1)
-                for q in deps:
-                    e = start[q] + length[q]
-                    if e > ready:
-                        ready = e
-            free = frees[d]
-            t = free.next(ready)
-            while t < t0:
-                run_end = free.run_end(t, t + ln)
-                if run_end < t + ln:
-                    t = free.next(run_end)
-                    continue
-                if mem[d].try_move(sp.op, t0, t, ln, cap):
-                    new = t
-                    break
-                t = free.next(t + 1)
-            if new != t0:
-                start[key] = new
-                if sp.op is Op.B:
-                    bs = b_starts[d]
-                    bs.remove(t0)
-                    bisect.insort(bs, new)
-        if sp.op is Op.W:
-            last_w_end[d] = new + ln
-        frees[d].take(new, ln)
-        moved[d].append(SlotPass(new, ln, sp.op, sp.stage, sp.microbatch))
-    return _make_timeline(timeline.name, timeline.placement, m, moved)
-
-
-class _FreeSlots:
-    """Slots not yet taken on one device, with "next free slot at or after t" in near-constant
-    time (union-find with path halving)."""
-
-    def __init__(self, n: int):
-        self.parent = list(range(n + 1))
-        self.n = n
-
-    def next(self, t: int) -> int:
-        parent = self.parent
-        if t >= self.n:
-            return t
-        while parent[t] != t:
-            parent[t] = parent[parent[t]]
-            t = parent[t]
-        return t
-
-    def run_end(self, t: int, limit: int) -> int:
-        """First taken slot in ``[t, limit)``, or ``limit``."""
-        parent = self.parent
-        for u in range(t, min(limit, self.n)):
-            if parent[u] != u:
-                return u
-        return limit
-
-    def take(self, t: int, ln: int) -> None:
-        for u in range(t, t + ln):
-            if u < self.n:
-                self.parent[u] = u + 1
+                ok = cooldown
+            if ok:
+                movable.append((sp.start, d, i))
+    movable.sort()
+    mem = [_Memory(row, end_slot, explicit_w) for row in rows]
+    cap = memory_cap if memory_cap is not None else max((mm.peak() for mm in mem), default=0)
+    b_starts: list[list[int]] = [sorted(sp.start for sp in row if sp.op is Op.B) for row in rows]
+    b_len = [next((sp.length for sp in row if sp.op is Op.B), 1) for row in rows]
+    occ = []
+    for row in rows:
+        o = bytearray(end_slot + 2)
+        for sp in row:
+            o[sp.start : sp.end] = b"\x01" * sp.length
+        occ.append(o)
+    new_rows = [list(row) for row in rows]
+    changed = [False] * len(rows)
+    for t0, d, i in movable:
+        sp = rows[d][i]
+        kind = _KIND[sp.op]
+        key = (kind * S + sp.stage) * m + sp.microbatch
+        s, k, ln = sp.stage, sp.microbatch, sp.length
+        if kind == 2:  # anonymous W: after the j-th B of the device and the previous W
+            j = w_index[key]
+            ready = b_starts[d][j] + b_len[d]
+            if j > 0:
+                prev = w_keys[d][j - 1]
+                ready = max(ready, start[prev] + length[prev])
+        else:
+            ready = 0
+            deps = ([key - m] if s > 0 else []) if kind == 0 else ([key + m] if s < S - 1 else [s * m + k])
+            if k > 0:
+                deps.append(key - 1)
+            for q in deps:
+                e = start[q] + length[q]
+                if e > ready:
+                    ready = e
+        if ready >= t0:
+            continue
+        o = occ[d]
+        o[t0 : t0 + ln] = b"\x00" * ln
+        hole = b"\x00" * ln
+        new = t0
+        t = o.find(hole, ready)
+        while 0 <= t < t0:
+            if mem[d].try_move(sp.op, t0, t, ln, cap):
+                new = t
+                break
+            t = o.find(hole, t + 1)
+        o[new : new + ln] = b"\x01" * ln
+        if new != t0:
+            start[key] = new
+            if sp.op is Op.B:
+                bs = b_starts[d]
+                bs.remove(t0)
+                bisect.insort(bs, new)
+            new_rows[d][i] = SlotPass(new, ln, sp.op, sp.stage, sp.microbatch)
+            changed[d] = True
+    out = tuple(tuple(sorted(r)) if changed[d] else rows[d] for d, r in enumerate(new_rows))
+    return Timeline(timeline.name, timeline.placement, m, out)
 
 
 class _Memory:

@@ -112,20 +112,30 @@ class Table:
     cells: list[Cell] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    verdict: str | None = None
+    """Overrides the computed agreement when no cell is numeric (e.g. drawings)."""
 
     def agreement(self) -> str:
+        if self.verdict is not None:
+            return self.verdict
         comparable = [c for c in self.cells if c.comparable]
         pend = sum(1 for c in self.cells if isinstance(c.ours, str) and c.ours.startswith("pending"))
         tail = f"; {pend} cells pending (schedule not registered)" if pend else ""
         if not comparable:
             reasons = {str(c.ours) if not isinstance(c.ours, (int, float)) else "paper value not recovered"
                        for c in self.cells}
-            return f"not comparable: {'; '.join(sorted(reasons))}"
+            reasons_list = sorted(reasons)
+            more = f" (+{len(reasons_list) - 3} more)" if len(reasons_list) > 3 else ""
+            return f"not comparable: {'; '.join(reasons_list[:3])}{more}"
         worst = max(comparable, key=lambda c: c.deviation)
         if worst.deviation < 1e-6:  # the simulator rounds times to 9 decimals
             return f"exact (to 1e-6) / within range on all {len(comparable)} comparable cells{tail}"
-        return (f"max deviation {worst.deviation:.1%} ({worst.row}, {worst.column}) over {len(comparable)} "
-                f"comparable cells{tail}")
+        exact = sum(1 for c in comparable if c.deviation < 1e-6)
+        if math.isinf(worst.deviation):
+            worst_text = f"{worst.row}, {worst.column}: {_fmt(worst.ours)} where the paper has 0"
+        else:
+            worst_text = f"max deviation {worst.deviation:.1%} ({worst.row}, {worst.column})"
+        return f"{worst_text}; {exact} of {len(comparable)} comparable cells exact or within range{tail}"
 
     def rows(self) -> list[list[str]]:
         return [[c.row, c.column, _fmt(c.paper), _fmt(c.ours), c.ratio_text(), c.how] for c in self.cells]
@@ -393,7 +403,11 @@ def table4(quick: bool) -> Table:
                 if label == "1F1B":
                     base = r
                 elif base is not None:
-                    t.cells.append(Cell(row, "throughput / 1F1B", NOT_RECOVERED, base["makespan"] / r["makespan"], how))
+                    mine = paper.TABLE4_CELLS.get((model, m, label, "mfu_percent"))
+                    ref = paper.TABLE4_CELLS.get((model, m, "1F1B", "mfu_percent"))
+                    t.cells.append(Cell(row, "throughput / 1F1B (paper: MFU ratio)",
+                                        round(mine / ref, 4) if mine and ref else NOT_RECOVERED,
+                                        base["makespan"] / r["makespan"], how))
     # "7 % to 55 %": best V method over 1F1B. ZB-V is shown as a labelled proxy for V-ZB.
     proxy = "v-zb" if _registered("v-zb") else "zb-v"
     ratios = []
@@ -434,6 +448,7 @@ def table3(quick: bool) -> Table:
     mbs = (1, 2) if quick else (1, 2, 4)
     settings = [(1024, 160)] if quick else list(paper.TABLE3)
     for seq, batch in settings:
+        best_mfu: dict[str, float] = {}
         for method, (name, kw) in TABLE4_METHODS.items():
             if not _registered(name):
                 t.cells.append(Cell(f"seq {seq} batch {batch}", f"{method} best MFU %",
@@ -450,9 +465,16 @@ def table3(quick: bool) -> Table:
                 t.cells.append(Cell(f"seq {seq} batch {batch}", f"{method} best MFU %",
                                     paper.TABLE3[(seq, batch)][method], "no point fits in 80 GB", "–"))
                 continue
+            best_mfu[method] = best[0]
             t.cells.append(Cell(f"seq {seq} batch {batch}", f"{method} best MFU %",
                                 paper.TABLE3[(seq, batch)][method], 100 * best[0],
                                 f"simulated, A100 cost model; best (DP, TP, PP, mb) = {best[1:]}"))
+        row = paper.TABLE3[(seq, batch)]
+        for method, mfu in best_mfu.items():
+            if method != "1F1B" and "1F1B" in best_mfu:
+                t.cells.append(Cell(f"seq {seq} batch {batch}", f"{method} / 1F1B best MFU (predicted)",
+                                    round(row[method] / row["1F1B"], 4), mfu / best_mfu["1F1B"],
+                                    "simulated, A100 cost model; ratio of the best points"))
     t.notes.append("The paper's best 1F1B setting at seq 1024 is (DP, TP, PP, mb) = (2, 4, 5, 2); the others "
                    "were not recovered.")
     return t
@@ -531,6 +553,44 @@ def fig9_10(quick: bool) -> Table:
     return t
 
 
+def schedule_figures(quick: bool, out: str | Path = "figures") -> Table:
+    """Fig. 2, 4, 5 and the Fig. 18 gallery, drawn by ``ctrlmem figures`` (another module) into
+    ``out``; listed here so REPRODUCTION.md covers them."""
+    import subprocess
+    import sys
+
+    t = Table("schedule-figures", "Fig. 2, 4, 5, 18 — schedule figures (drawn by `ctrlmem figures`)",
+              "Ran `ctrlmem figures` (schedule Gantt charts, memory curves, lifespans, building blocks) into the "
+              "output folder; drawings are compared with the paper's by eye, so no cell is numeric.")
+    from .experiments import REPO_ROOT
+
+    proc = subprocess.run([sys.executable, "-m", "ctrlmem.cli", "figures", "-o", str(out)], capture_output=True,
+                          text=True, cwd=REPO_ROOT)
+    listing = Path(out) / "schedule_figures.md"
+    if proc.returncode != 0 or not listing.is_file():
+        err = (proc.stderr or proc.stdout).strip().splitlines()
+        t.cells.append(Cell("schedule figures", "drawn", NOT_RECOVERED,
+                            f"not available: `ctrlmem figures` failed ({err[-1] if err else proc.returncode})", "–"))
+        return t
+    drawn = True
+    for line in listing.read_text().splitlines():
+        if line.startswith("Not drawn"):
+            drawn = False
+        if not line.startswith("- "):
+            continue
+        head, _, desc = line[2:].partition(": ")
+        stem = head.strip("`")
+        if drawn:
+            t.cells.append(Cell(stem, desc, "figure in the paper", f"drawn: {stem}.png / .svg",
+                                "drawn by `ctrlmem figures` from simulated schedules"))
+        else:
+            t.cells.append(Cell(head, "not drawn", "figure in the paper", desc or "not drawn", "–"))
+    n_drawn = sum(1 for c in t.cells if str(c.ours).startswith("drawn"))
+    t.verdict = (f"not comparable (drawings, check by eye): {n_drawn} figures drawn, "
+                 f"{len(t.cells) - n_drawn} not drawn (see the table)")
+    return t
+
+
 ARTIFACTS: dict[str, Callable[[bool], Table]] = {
     "table1": table1,
     "table2": table2,
@@ -542,14 +602,16 @@ ARTIFACTS: dict[str, Callable[[bool], Table]] = {
     "closed-forms": closed_forms,
     "fig9-10": fig9_10,
     "cpu-real-memory": cpu_real_memory,
+    "schedule-figures": schedule_figures,
 }
 
 
-def build_table(artifact: str, quick: bool = False) -> Table:
+def build_table(artifact: str, quick: bool = False, out: str | Path = "figures") -> Table:
+    """Build ``artifact``'s comparison (``out``: where drawn figures go, for ``schedule-figures``)."""
     if artifact not in ARTIFACTS:
         raise ValueError(f"unknown artifact {artifact!r}; valid: {', '.join(ARTIFACTS)}")
     t0 = time.time()
-    table = ARTIFACTS[artifact](quick)
+    table = schedule_figures(quick, out) if artifact == "schedule-figures" else ARTIFACTS[artifact](quick)
     table.seconds = time.time() - t0
     log.info("%s: %s (%.1f s)", artifact, table.agreement(), table.seconds)
     return table
@@ -596,7 +658,7 @@ def reproduce(out: str | Path = "figures", quick: bool = False, only: Sequence[s
     for n in names:
         if n not in ARTIFACTS:
             raise ValueError(f"unknown artifact {n!r}; valid: {', '.join(ARTIFACTS)}")
-    return write_report(out, [build_table(n, quick) for n in names], quick, partial=bool(only))
+    return write_report(out, [build_table(n, quick, out) for n in names], quick, partial=bool(only))
 
 
 def _cmd_reproduce(args) -> int:

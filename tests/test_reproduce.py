@@ -137,3 +137,13 @@ def test_fig9_10_cells_are_pending_or_simulated(monkeypatch):
             assert cell.ours.split("'")[1] not in cm.SCHEDULES
         else:
             assert cell.how.startswith("simulated")
+
+
+def test_agreement_text_is_bounded():
+    """A table with many distinct non-numeric reasons names three and counts the rest."""
+    t = rp.Table("x", "X", "did")
+    t.cells = [rp.Cell(str(i), "c", NOT_RECOVERED, f"reason {i}", "–") for i in range(6)]
+    text = t.agreement()
+    assert text.startswith("not comparable: reason 0; reason 1; reason 2") and text.endswith("(+3 more)")
+    t.verdict = "drawings"
+    assert t.agreement() == "drawings"

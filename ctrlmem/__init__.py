@@ -12,6 +12,7 @@ Public API (DESIGN.md)::
 Importing ctrlmem does not import torch; real execution lives in ``ctrlmem.runtime``.
 """
 
+from .blocks import BuildingBlock, Timeline, build_from_block, pipeline_steps
 from .costs import Costs, MemoryModel
 from .ir import Op, Pass, Placement, Schedule
 from .schedules import SCHEDULES, ScheduleSpec, build, register
@@ -21,6 +22,10 @@ from .validate import ScheduleError, validate
 __version__ = "0.1.0"
 
 __all__ = [
+    "BuildingBlock",
+    "Timeline",
+    "build_from_block",
+    "pipeline_steps",
     "Costs",
     "MemoryModel",
     "Op",

@@ -113,7 +113,9 @@ class TrackedStage(PipelineStage):
         self.records: list[PassRecord] = []
         self._on_pass = on_pass
         self._fault = fault
-        self._inflight_sends: list[dist.Work] = []
+        self._inflight_sends: list[tuple[dist.Work, int]] = []
+        self.inflight_grad_bytes = 0
+        self.peak_inflight_grad_bytes = 0  # gradients waiting in sends for their receiver (measurement)
         self._release_sends = release_sends
         self.cuda = self.device.type == "cuda"
 
@@ -185,27 +187,39 @@ class TrackedStage(PipelineStage):
             bwd_chunk_id, last_backward=last_backward))
 
     # -- sends: issue them here, drop each tensor as soon as its send completes -----------
-    def _issue(self, ops: list[dist.P2POp]) -> list[dist.P2POp]:
+    def _issue(self, ops: list[dist.P2POp], grads: bool) -> list[dist.P2POp]:
         if not self._release_sends:
             return ops  # torch's default: it keeps every send until the end of the step
         for op in ops:
-            self._inflight_sends.append(op.op(op.tensor, op.peer, op.group, op.tag))
+            # a sent gradient lives only in its send (torch popped it); an activation also lives
+            # in torch's forward cache until B, so only gradients count as extra bytes in flight
+            nbytes = op.tensor.untyped_storage().nbytes() if grads else 0
+            self._inflight_sends.append((op.op(op.tensor, op.peer, op.group, op.tag), nbytes))
+            self.inflight_grad_bytes += nbytes
+        self.peak_inflight_grad_bytes = max(self.peak_inflight_grad_bytes, self.inflight_grad_bytes)
         return []
 
     def _reap_sends(self) -> None:
         if self._inflight_sends:
-            self._inflight_sends = [w for w in self._inflight_sends if not w.is_completed()]
+            keep = []
+            for work, nbytes in self._inflight_sends:
+                if work.is_completed():
+                    self.inflight_grad_bytes -= nbytes
+                else:
+                    keep.append((work, nbytes))
+            self._inflight_sends = keep
 
     def get_fwd_send_ops(self, fwd_chunk_id: int) -> list[dist.P2POp]:
-        return self._issue(super().get_fwd_send_ops(fwd_chunk_id))
+        return self._issue(super().get_fwd_send_ops(fwd_chunk_id), grads=False)
 
     def get_bwd_send_ops(self, bwd_chunk_id: int) -> list[dist.P2POp]:
-        return self._issue(super().get_bwd_send_ops(bwd_chunk_id))
+        return self._issue(super().get_bwd_send_ops(bwd_chunk_id), grads=True)
 
     def finish_sends(self) -> None:
-        for work in self._inflight_sends:
+        for work, _ in self._inflight_sends:
             work.wait()
         self._inflight_sends = []
+        self.inflight_grad_bytes = 0
 
 
 @dataclass

@@ -263,6 +263,7 @@ def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
         "predicted_step_from_wall_pass_times_s": predicted_wall,
         "peak_saved_bytes": [r["peak_saved_bytes"] for r in ranks],
         "peak_alloc_bytes": [r["peak_alloc_bytes"] for r in ranks],
+        "peak_inflight_grad_bytes": [r.get("peak_inflight_grad_bytes", 0) for r in ranks],
         "theory_peak_bytes": theory,
         "saved_over_theory": [r["peak_saved_bytes"] / t if t else None for r, t in zip(ranks, theory)],
         "alloc_over_theory": [r["peak_alloc_bytes"] / t if t else None for r, t in zip(ranks, theory)],

@@ -224,8 +224,11 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, dev
     progress.set_phase("step 2 (allocator memory)")
     zero_grads()
     dist.barrier()
+    for st in pipe.stages:
+        st.peak_inflight_grad_bytes = 0
     with AllocatorPeak(device) as alloc:
         pipe.step(tokens, targets)
+    inflight = sum(st.peak_inflight_grad_bytes for st in pipe.stages)
 
     # Steps 3..: timing.
     step_times, records = [], []
@@ -249,6 +252,7 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, dev
         "ref_loss": ref_loss_value,
         "peak_saved_bytes": meter.peak,
         "peak_alloc_bytes": alloc.peak,
+        "peak_inflight_grad_bytes": inflight,
         "probe": {str(s): {"activation_bytes": a, "kept_for_w_bytes": k} for s, (a, k) in probe.items()},
         "step_times_s": step_times,
         "records": records,

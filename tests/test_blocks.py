@@ -170,8 +170,8 @@ def test_each_step_gives_a_valid_timeline(p, m, which):
 def test_extend_stable_equals_direct_build():
     """Lengthening the periodic stable phase gives exactly the orders of building directly."""
     for f in (B.v_min_block, B.v_half_block, B.v_zb_block):
-        for p in (2, 3, 4, 5, 6, 8):
-            for m in (5 * p + 1, 8 * p):
+        for p in (2, 3, 5, 8):
+            for m in (5 * p + 1,):
                 fast = B.build_from_block(f(p), m)
                 slow = B.build_from_block(f(p), m, direct=True)
                 assert fast.device_passes == slow.device_passes, (f.__name__, p, m)

@@ -26,7 +26,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("--dtype", default=None, help="override the preset's dtype (float32, bfloat16, float16)")
     p.add_argument("--steps", type=int, default=3, help="timed steps after the check and memory steps (default 3)")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="gloo on CPU (default), nccl on GPUs")
-    p.add_argument("--out", default="runs/latest", help="output folder for result.json (default runs/latest)")
+    p.add_argument("--out", default="build/runs/latest",
+                   help="output folder for result.json (default build/runs/latest, git-ignored)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="extra schedule generator parameter, e.g. --param num_chunks=2 (repeatable)")
     p.add_argument("--seed", type=int, default=0)

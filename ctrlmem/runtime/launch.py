@@ -70,7 +70,7 @@ class RunConfig:
     model: str = "tiny"
     steps: int = 3
     backend: str = "gloo"
-    out: str = "runs/latest"
+    out: str = "build/runs/latest"
     model_overrides: dict = field(default_factory=dict)
     schedule_params: dict = field(default_factory=dict)
     seed: int = 0

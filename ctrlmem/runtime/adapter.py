@@ -1,7 +1,9 @@
 """Run a ctrlmem :class:`~ctrlmem.Schedule` on ``torch.distributed.pipelining`` (torch 2.13).
 
-This is the only module that touches torch's private pipelining API (``_PipelineScheduleRuntime``,
-``_Action``, ``_ComputationType``, ``_prepare_schedule_with_comms``, ``stage_index_to_group_rank``).
+This is the only module of ctrlmem that touches private torch API: the pipelining runtime's
+(``_PipelineScheduleRuntime``, ``_Action``, ``_prepare_schedule_with_comms``, ``_validate_schedule``,
+``stage_index_to_group_rank``, a stage's receive slots) and the profiler's raw memory events
+(:func:`cpu_allocation_deltas`).
 
 **Letters.** ctrlmem's passes follow the paper: ``F`` forward, ``B`` input backward, ``W`` weight
 backward, ``BW`` fused backward. Torch's letters differ: its ``I`` (BACKWARD_INPUT) is our ``B``,
@@ -51,7 +53,8 @@ from torch.distributed.pipelining.schedules import (
 
 from ..ir import Op, Pass, Schedule
 
-__all__ = ["to_torch_actions", "torch_stage_to_rank", "torch_inferred_placement", "PassRecord", "TrackedStage", "Pipeline"]
+__all__ = ["to_torch_actions", "torch_stage_to_rank", "torch_inferred_placement", "cpu_allocation_deltas",
+           "PassRecord", "TrackedStage", "Pipeline"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,16 @@ def torch_inferred_placement(schedule: Schedule) -> dict[int, int]:
     (no process group needed); raises torch's error if torch rejects the action lists."""
     return dict(_validate_schedule(to_torch_actions(schedule), schedule.num_devices,
                                    schedule.num_stages, schedule.num_microbatches))
+
+
+def cpu_allocation_deltas(prof) -> list[tuple[int, int]]:
+    """``(time_ns, bytes)`` of every CPU allocation (+) and free (−) a finished
+    ``torch.profiler.profile(profile_memory=True)`` recorded, in time order. The public
+    ``prof.events()`` folds them into per-operator totals, which hides peaks inside an operator,
+    so this reads the profiler's raw (private) event list."""
+    events = prof.profiler.kineto_results.events()
+    return sorted((e.start_ns(), e.nbytes()) for e in events
+                  if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
 
 
 @dataclass

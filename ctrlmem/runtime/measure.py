@@ -130,9 +130,9 @@ class AllocatorPeak:
             self.peak = torch.cuda.max_memory_allocated(self.device) - self._base
             return
         self._prof.__exit__(*exc)
-        events = self._prof.profiler.kineto_results.events()
-        deltas = sorted((e.start_ns(), e.nbytes()) for e in events
-                        if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
+        from .adapter import cpu_allocation_deltas  # the profiler's raw events are private API
+
+        deltas = cpu_allocation_deltas(self._prof)
         level = peak = 0
         for _, nbytes in deltas:
             level += nbytes

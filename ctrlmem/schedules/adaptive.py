@@ -30,7 +30,9 @@ log = logging.getLogger(__name__)
 _EPS = 1e-9
 
 # (delta0, delta1) offset pairs of PAPER.md §1.4: V-Min (1, 1), V-Half (2, 1), V-ZB (4, 2).
-_MIXES = (((2, 1), (1, 1)), ((4, 2), (2, 1)))
+# Each mix: (wide, narrow, wide links first?). Between V-Min and V-Half both orientations pay
+# off (wide first wins at some peaks, narrow first at others); above V-Half wide first does.
+_MIXES = (((2, 1), (1, 1), True), ((2, 1), (1, 1), False), ((4, 2), (2, 1), True))
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,8 @@ class VShapeCandidate:
     """One member of the searched family, simulated.
 
     Attributes:
-        label: how it was built, e.g. ``"v-half"`` or ``"mix (2,1)x5+(1,1)x10"``.
+        label: how it was built, e.g. ``"v-half"`` or ``"mix (2, 1)x5+(1, 1)x2"`` (the offsets
+            of the device links 0→1, 1→2, ... in order).
         schedule: the schedule.
         makespan: simulated makespan under the search's costs.
         peak: simulated peak over devices, in units of ``a``.
@@ -59,25 +62,26 @@ class VShapeCandidate:
         return self.peak / self.schedule.num_devices
 
 
-def _mixed_block(p: int, wide: tuple[int, int], narrow: tuple[int, int], j: int) -> BuildingBlock:
-    d0 = [wide[0]] * j + [narrow[0]] * (p - 1 - j)
-    d1 = [wide[1]] * j + [narrow[1]] * (p - 1 - j)
+def _mixed_block(p: int, first: tuple[int, int], second: tuple[int, int], j: int) -> BuildingBlock:
+    d0 = [first[0]] * j + [second[0]] * (p - 1 - j)
+    d1 = [first[1]] * j + [second[1]] * (p - 1 - j)
     return v_shape_block(p, d0, d1, name="v-shape")
 
 
 def _family(p: int) -> list[tuple[str, object]]:
-    """The searched family: the V-Min, V-Half and V-ZB blocks, ZB-V, and for each neighbouring
-    pair of offset levels the blocks whose first ``j`` device links use the wider offsets and
-    the rest the narrower ones (``j = 1 .. p−2``), which steps the peak between the two levels."""
+    """The searched family: the V-Min, V-Half and V-ZB blocks, ZB-V, and for neighbouring
+    offset levels the blocks whose first ``j`` device links use one level and the rest the
+    other (``j = 1 .. p−2``), which steps the peak between the two levels."""
     fam: list[tuple[str, object]] = [
         ("v-min", v_min_block(p)),
         ("v-half", v_half_block(p)),
         ("v-zb", v_zb_block(p)),
         ("zb-v", None),
     ]
-    for wide, narrow in _MIXES:
+    for wide, narrow, wide_first in _MIXES:
+        first, second = (wide, narrow) if wide_first else (narrow, wide)
         for j in range(1, p - 1):
-            fam.append((f"mix {wide}x{j}+{narrow}x{p - 1 - j}", (wide, narrow, j)))
+            fam.append((f"mix {first}x{j}+{second}x{p - 1 - j}", (first, second, j)))
     return fam
 
 
@@ -132,8 +136,8 @@ def v_shape(
 
     Searches a structured family of V-shape building blocks (PAPER.md §6, adaptive scheduler):
     the V-Min, V-Half and V-ZB blocks, the ZB-V schedule, and blocks whose device links mix two
-    offset levels (δ0, δ1) ∈ {(1,1), (2,1), (4,2)}, the first ``j`` links wider, so the peak
-    steps from V-Min's level to 1F1B's. Every candidate is built by repeat → place W → reorder
+    neighbouring offset levels (δ0, δ1) ∈ {(1,1), (2,1), (4,2)}, the first ``j`` links at one
+    level and the rest at the other, so the peak steps from V-Min's level to 1F1B's. Every candidate is built by repeat → place W → reorder
     → squeeze and simulated under ``costs`` (per-stage and unequal costs included); the result
     is the candidate with the lowest makespan (then the shortest longest device span, so the
     lowest bubble rate) whose simulated peak is at most ``memory_limit · p · a`` (default 1.0). Since the family does not depend on the limit, the

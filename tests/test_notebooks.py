@@ -99,7 +99,46 @@ def check_20_paper_tables(out_dir: Path) -> None:
     assert (out_dir / "REPRODUCTION.md").is_file()
 
 
-CHECKS = {"10_experiment.ipynb": check_10_experiment, "20_paper_tables.ipynb": check_20_paper_tables}
+def check_21_fig09_fig10(out_dir: Path) -> None:
+    """Fig. 9–10 (simulated, A100 cost model, p = 8): both figures drawn; the F = B = W [CALC]
+    readings of the authors' scheduler reproduced to their 4 decimals; V not above ZB up to
+    1F1B's memory in every panel, and below 1F1B's line at a limit of 1.0."""
+    numbers = json.loads((out_dir / "fig09_fig10_numbers.json").read_text())
+    assert numbers["quick"] is True
+    equal = [c for c in numbers["calc"] if "(2, 2, 2, 0)" in c["row"]]
+    assert len(equal) == 6 and all(c["deviation"] < 1e-6 for c in equal), equal
+    # the example-cost curve: exact at V-Min's level and at 1F1B's memory (PAPER.md §3.6)
+    example = {c["column"]: c for c in numbers["calc"] if "(2, 2, 2, 0)" not in c["row"]}
+    assert example["bubble rate @ 0.5"]["deviation"] < 0.01 and example["bubble rate @ 1"]["deviation"] < 0.01
+    assert len(numbers["fig10"]) == 12
+    for panel, row in numbers["fig10"].items():
+        assert row["v_not_above_zb_up_to_1"], panel
+        assert row["v_at_1"] < row["bubble_rate_1f1b"], panel
+    for stem in ("fig09_bubble_vs_memory", "fig10_v_vs_zb"):
+        assert (out_dir / f"{stem}.html").is_file()
+    assert (out_dir / "fig09.md").is_file() and (out_dir / "fig10.md").is_file()
+
+
+def check_22_schedule_figures(out_dir: Path) -> None:
+    """Fig. 4's peaks equal Table A's closed forms at p = 4 (V-Min ⌊(p+4)/3⌋ = 2, V-Half
+    ⌊(p+2)/2⌋ = 3, V-ZB and 1F1B p = 4), V-ZB has no bubble; Fig. 5: V-Half's bubble does not
+    grow with m, V-Min's grows by 6 per microbatch (PAPER.md §2.1 states 6 at p = 8)."""
+    numbers = json.loads((out_dir / "schedule_figures_numbers.json").read_text())
+    fig4 = numbers["fig04"]
+    for name, row in fig4.items():
+        assert row["peak_memory_a"] == row["table_a_peak_a"], name
+    assert [fig4[n]["peak_memory_a"] for n in ("1f1b", "v-min", "v-half", "v-zb")] == [4, 2, 3, 4]
+    assert fig4["v-zb"]["bubble_rate"] == 0 < fig4["v-half"]["bubble_rate"] < fig4["1f1b"]["bubble_rate"]
+    vmin = list(numbers["fig05_max_device_bubble"]["v-min"].values())
+    vhalf = list(numbers["fig05_max_device_bubble"]["v-half"].values())
+    assert len(set(vhalf)) == 1
+    assert [b - a for a, b in zip(vmin, vmin[1:])] == [6, 6, 6, 6]
+    for name in numbers["files"]:
+        assert (out_dir / name).is_file(), name
+
+
+CHECKS = {"10_experiment.ipynb": check_10_experiment, "20_paper_tables.ipynb": check_20_paper_tables,
+          "21_fig09_fig10.ipynb": check_21_fig09_fig10, "22_schedule_figures.ipynb": check_22_schedule_figures}
 
 
 @pytest.mark.slow
@@ -113,3 +152,13 @@ def test_notebook_executes_quick(path, tmp_path):
         check(tmp_path)
     elif re.match(r"[12]\d_", path.name):
         pytest.fail(f"{path.name}: reproduction notebook without a check of its recorded numbers in CHECKS")
+
+
+def test_schedule_figures_notebook_executes_one_figure(tmp_path):
+    """The one papermill execution of the default run: notebook 22 draws Fig. 4 only (HTML, no
+    Chromium needed) and records Fig. 4–5's numbers, checked as in the full run."""
+    path = ROOT / "notebooks" / "22_schedule_figures.ipynb"
+    proc = execute(path, tmp_path, only="fig04", formats="html")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    check_22_schedule_figures(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("fig04_*")) == ["fig04_memory.html", "fig04_schedules.html"]

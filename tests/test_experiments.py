@@ -351,6 +351,95 @@ def test_killed_sweep_process_resumes(tmp_path):
     assert len(list((res / "runs").glob("*.json"))) == 4
 
 
+PID_NB = {
+    "cells": [
+        {"cell_type": "code", "id": "params", "metadata": {"tags": ["parameters"]}, "execution_count": None,
+         "outputs": [], "source": "seconds = 0\nhold = ''\nout_dir = 'x'\ntag = 0"},
+        {"cell_type": "code", "id": "body", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": "import json, os, pathlib, time\nout = pathlib.Path(out_dir)\nout.mkdir(parents=True, exist_ok=True)\n"
+                   "(out / 'kernel.pid').write_text(str(os.getpid()))\nt0 = time.time()\n"
+                   "while hold and os.path.exists(hold) and time.time() - t0 < seconds:\n    time.sleep(0.1)\n"
+                   "(out / 'result.json').write_text(json.dumps({'tag': tag}))"},
+    ],
+    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    "nbformat": 4, "nbformat_minor": 5,
+}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie waiting for its parent counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_sweep_like_ctrl_c(tmp_path):
+    """SIGTERM to `ctrlmem sweep` while its third run sleeps: the sweep stops at once (not after
+    the run), the run in flight is killed and leaves no record, the finished records keep their
+    bytes and mtimes, and the rerun executes exactly the interrupted and the remaining runs."""
+    nb = tmp_path / "sleep.ipynb"
+    nb.write_text(json.dumps(PID_NB))
+    hold = tmp_path / "hold"  # the third run waits while this file exists (at most 120 s)
+    hold.write_text("")
+    cfg_path = write(tmp_path, f"""
+name: sigterm
+description: d
+scale: cpu
+notebook: {nb}
+timeout_s: 200
+cases: [{{tag: 1}}, {{tag: 2}}, {{tag: 3, seconds: 120, hold: {hold}}}, {{tag: 4}}]
+""")
+    cfg = ex.load_config(cfg_path)
+    ids = [r.run_id for r in cfg.runs()]
+    res, build = tmp_path / "r", tmp_path / "b"
+    cmd = [sys.executable, "-m", "ctrlmem.cli", "sweep", str(cfg_path), "--results", str(res),
+           "--build", str(build), "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    pid_file = build / ids[2] / "kernel.pid"
+    kernel_pid = None
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and not (pid_file.is_file() and pid_file.read_text().strip()):
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        kernel_pid = int(pid_file.read_text())
+        done = sorted((res / "runs").glob("*.json"))
+        assert [p.stem for p in done] == sorted(ids[:2])
+        before = {p.name: digest(p) for p in done}
+        t0 = time.time()
+        proc.send_signal(signal.SIGTERM)  # the sweep process only, as `kill PID` would
+        _out, err = proc.communicate(timeout=60)
+        assert time.time() - t0 < 30, "the sweep waited for the run in flight"
+        assert proc.returncode != 0
+        deadline = time.time() + 20
+        while time.time() < deadline and _alive(kernel_pid):
+            time.sleep(0.2)
+        assert not _alive(kernel_pid), "the in-flight run's kernel outlived the sweep"
+        assert not (build / ids[2] / "result.json").exists()
+        assert sorted(p.stem for p in (res / "runs").glob("*.json")) == sorted(ids[:2])
+        assert {p.name: digest(p) for p in done} == before
+
+        hold.unlink()
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        assert "2 executed, 2 already done" in out.stdout
+        assert {p.name: digest(p) for p in done} == before
+        records = {r["run_id"]: r for r in ex.read_records(res)}
+        assert records[ids[2]]["status"] == "ok" and records[ids[2]]["result"] == {"tag": 3}
+        assert len(records) == 4
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        if kernel_pid is not None and _alive(kernel_pid):
+            os.kill(kernel_pid, signal.SIGKILL)
+
+
 def test_measured_costs_from_a_run_result(tmp_path):
     """costs='result:PATH' prices a schedule from a real run's measured per-stage costs (summed
     over stages, divided by p); a fused-backward measurement (w = 0) is refused with the fix."""

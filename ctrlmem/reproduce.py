@@ -582,6 +582,39 @@ FIG910_NOTES = [
 ]
 
 
+def _drop_summary(cells: Sequence[Cell]) -> str:
+    """'steepest drop at 0.59 in 9 panels, 0.94 in 3 (paper ≈ 0.5; max deviation 87.5 %)'."""
+    at: dict[float, int] = {}
+    for c in cells:
+        if isinstance(c.ours, float):
+            at[round(c.ours, 3)] = at.get(round(c.ours, 3), 0) + 1
+    if not at:
+        return "the curves never fall"
+    parts = ", ".join(f"{k:g} in {n} panel{'s' if n > 1 else ''}" for k, n in sorted(at.items(), key=lambda kv: -kv[1]))
+    worst = max((c.deviation for c in cells if c.comparable), default=0.0)
+    return f"steepest drop at limit {parts} (paper: ≈ 0.5; max deviation {worst:.1%})"
+
+
+def _calc_summary(cells: Sequence[Cell]) -> str:
+    rows: dict[str, list[Cell]] = {}
+    for c in cells:
+        rows.setdefault(c.row, []).append(c)
+    out = []
+    for row, cs in rows.items():
+        comp = [c for c in cs if c.comparable]
+        label = "F = B = W" if "(2, 2, 2, 0)" in row else "example costs"
+        if comp and all(c.deviation < 1e-6 for c in comp) and len(comp) == len(cs):
+            out.append(f"{label} exact at all {len(cs)} limits")
+            continue
+        devs = ", ".join(f"{c.deviation:.1%}" if c.comparable else str(c.ours) for c in cs)
+        limits = f"{cs[0].column.split('@')[-1].strip()} … {cs[-1].column.split('@')[-1].strip()}"
+        out.append(f"{label} deviation {devs} at limits {limits}")
+    return "[CALC] p = 16, m = 64: " + "; ".join(out)
+
+
+NOT_COMPARABLE_RATES = "the bubble rates themselves: not comparable (the paper's profiled costs were not recovered)"
+
+
 def fig09(quick: bool, out: str | Path = "figures") -> Table:
     """Fig. 9 as a figure (``out/fig09_bubble_vs_memory.{png,svg,html}``) and its comparable readings."""
     from . import memory_curves as mc
@@ -607,6 +640,10 @@ def fig09(quick: bool, out: str | Path = "figures") -> Table:
             t.cells.append(Cell(row, f"bubble rate @ {q['limit']:g}", cc["paper"][str(q["limit"])],
                                 round(q["bubble_rate"], 4) if q["bubble_rate"] is not None else "infeasible",
                                 cc["how"] + "; rounded to the paper's 4 decimals"))
+    t.verdict = "; ".join([
+        _drop_summary([c for c in t.cells if c.column.startswith("steepest drop")]),
+        _calc_summary([c for c in t.cells if c.row.startswith("[CALC]")]),
+        NOT_COMPARABLE_RATES])
     _write_curve_figure(t, mc.fig9_figure(data), out, "fig09_bubble_vs_memory")
     _write_json(Path(out) / "fig09.json", data)
     t.notes += FIG910_NOTES + ["Curve data: fig09.json (limits, bubble rates, simulated peaks / 1F1B)."]
@@ -635,6 +672,15 @@ def fig10(quick: bool, out: str | Path = "figures") -> Table:
         t.cells.append(Cell(row, "ZB's steepest drop at limit", NOT_RECOVERED,
                             zdrop["at"] if zdrop else "the curve never falls", how))
         t.cells.append(Cell(row, "1F1B reference line (bubble rate)", NOT_RECOVERED, pn["bubble_rate_1f1b"], how))
+    below = [pn for pn in data["panels"] if all(
+        v["bubble_rate"] <= z["bubble_rate"] + 1e-9 for v, z in zip(pn["v"], pn["zb"])
+        if v["bubble_rate"] is not None and z["bubble_rate"] is not None and v["limit"] <= 1.0)]
+    above_1 = [pn for pn in data["panels"] if (pn["v_not_above_zb"] or 0) < 1]
+    t.verdict = "; ".join([
+        f"V ≤ ZB at every limit up to 1.0 in {len(below)} of {len(data['panels'])} panels (paper: V consistently "
+        f"below ZB); above 1.0 ZB is lower in {len(above_1)} panels (our V family stops at 1F1B's memory)",
+        "V's " + _drop_summary([c for c in t.cells if c.column.startswith("V's steepest drop")]),
+        NOT_COMPARABLE_RATES])
     _write_curve_figure(t, mc.fig10_figure(data), out, "fig10_v_vs_zb")
     _write_json(Path(out) / "fig10.json", data)
     t.notes += FIG910_NOTES + [

@@ -80,6 +80,7 @@ def test_fig09_artifact_draws_the_figure_and_matches_calc_with_equal_costs(small
     data = json.loads((tmp_path / "fig09.json").read_text())
     assert data["quick"] and len(data["panels"]) == 6 and all(pn["p"] == 4 for pn in data["panels"])
     assert "A100 cost model" in t.title and "simulated" in t.title
+    assert "F = B = W exact at all 6 limits" in t.agreement() and "paper: ≈ 0.5" in t.agreement()
 
 
 def test_fig10_artifact_v_is_not_above_zb_up_to_1f1b_memory(small, tmp_path):
@@ -91,7 +92,8 @@ def test_fig10_artifact_v_is_not_above_zb_up_to_1f1b_memory(small, tmp_path):
             if v["bubble_rate"] is not None and v["limit"] <= 1.0:
                 assert v["bubble_rate"] <= z["bubble_rate"] + 1e-9, (pn["model"], pn["m"], v["limit"])
         assert 0 < pn["bubble_rate_1f1b"] < 1
-    assert t.agreement().startswith(("max deviation", "exact"))
+    assert t.agreement().startswith("V ≤ ZB at every limit up to 1.0 in 6 of 6 panels")
+    assert "not comparable" in t.agreement()
     summary = rp.write_report(tmp_path, [t], quick=True, partial=True)
     assert "[Fig. 10" in summary.read_text()
 

@@ -267,3 +267,99 @@ def write(fig, out: str | Path, stem: str, formats: Sequence[str] = ("png", "svg
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     return write_figures([(fig, out / f"{stem}.{ext}") for ext in formats], include_plotlyjs="cdn")
+
+
+# ------------------------------------------------------------------------------------------
+# Fig. 7: MFU against activation memory, with the Pareto frontier
+
+FIG7_METHODS = {
+    # the paper's label -> (registered schedule, build kwargs)
+    "1F1B": ("1f1b", {}),
+    "1F1B-R": ("1f1b-r", {}),
+    "ZB-1P": ("zb", {"memory_limit": 1.0}),
+    "ZB-2P": ("zb", {"memory_limit": 2.0}),
+    "Interleaved 1F1B": ("interleaved-1f1b", {}),
+    "V-Min": ("v-min", {}),
+    "V-Half": ("v-half", {}),
+    "V-ZB": ("v-zb", {}),
+}
+
+
+def fig7_data() -> dict[str, Any]:
+    """Fig. 7's points: for each panel of PAPER.md §3.3 and each method, the predicted MFU
+    (%) and activation memory (GB) from :func:`ctrlmem.experiments.simulate_point` on the A100
+    cost model (``None`` with the reason for a schedule that is not registered), and the Pareto
+    frontier of ours among the points whose total memory fits an A100 80 GB."""
+    from .experiments import simulate_point
+    from .plot import pareto_frontier
+    from .schedules import SCHEDULES
+
+    panels_out = []
+    for (model, p, m, mb), readings in paper.FIG7_POINTS.items():
+        pts = []
+        for label, (name, kw) in FIG7_METHODS.items():
+            if name not in SCHEDULES:
+                pts.append({"name": label, "schedule": name, "mfu": None, "gb": None,
+                            "reason": f"schedule {name!r} not registered"})
+                continue
+            r = simulate_point(name, p, m, costs="paper", model=model, microbatch_size=mb, **kw)
+            pts.append({"name": label, "schedule": name, "mfu": 100 * r["mfu_predicted"], "gb": r["activation_gb"],
+                        "total_gb": r["total_memory_gb"], "fits_a100_80gb": r["fits_a100_80gb"]})
+        fits = [q for q in pts if q["mfu"] is not None and q["fits_a100_80gb"]]  # the paper: OOM is not plotted
+        frontier = [q["name"] for q in pareto_frontier(fits, x="gb", y="mfu")]
+        panels_out.append({"model": model, "p": p, "m": m, "microbatch_size": mb, "points": pts,
+                           "frontier": frontier, "paper": {k: list(v) for k, v in readings.items()},
+                           "paper_frontier": list(paper.FIG7_FRONTIER.get((model, p, m, mb), ())),
+                           "how": f"simulated, A100 cost model (ctrlmem.paper, {paper.DEFAULT_EFFICIENCY:.0%} of "
+                                  f"peak, seq {paper.ASSUMED_SEQ_LEN}, mb {mb}); MFU omits the optimizer step"})
+    return {"panels": panels_out}
+
+
+def fig7_figure(data: dict[str, Any], font_family: str = "Helvetica, Arial, sans-serif"):
+    """Fig. 7: one panel per model, MFU against activation GB, our frontier in red and the
+    paper's approximate readings as grey crosses."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from .plot import DEVICE_COLORS
+
+    pns = data["panels"]
+    fig = make_subplots(rows=1, cols=len(pns), horizontal_spacing=0.06,
+                        subplot_titles=[f"{pn['model']}, p = {pn['p']}, m = {pn['m']}, mb = {pn['microbatch_size']}"
+                                        for pn in pns])
+    names = list(FIG7_METHODS)
+    for col, pn in enumerate(pns, start=1):
+        ok = {q["name"]: q for q in pn["points"] if q["mfu"] is not None}
+        for i, name in enumerate(names):
+            color = DEVICE_COLORS[i % len(DEVICE_COLORS)]
+            if name in ok:
+                fits = ok[name]["fits_a100_80gb"]
+                fig.add_trace(go.Scatter(x=[ok[name]["gb"]], y=[ok[name]["mfu"]], mode="markers",
+                                         name=name if fits else f"{name} (over 80 GB)", legendgroup=name,
+                                         showlegend=col == 1 or not fits,
+                                         marker=dict(size=10, color=color, symbol="circle" if fits else "circle-open"),
+                                         meta={"kind": "ours", "name": name, "fits_a100_80gb": fits}), row=1, col=col)
+            elif name in pn["paper"] and col == 1:
+                fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"{name} (paper only: not registered)",
+                                         legendgroup=name, marker=dict(size=9, color=color, symbol="x-thin",
+                                                                       line=dict(width=2, color=color)),
+                                         meta={"kind": "legend", "name": name}), row=1, col=col)
+            if name in pn["paper"]:
+                mfu, gb = pn["paper"][name]
+                fig.add_trace(go.Scatter(x=[gb], y=[mfu], mode="markers", name=f"{name} (paper)",
+                                         legendgroup=name, showlegend=False,
+                                         marker=dict(size=9, color=color, symbol="x-thin", line=dict(width=2, color=color)),
+                                         meta={"kind": "paper", "name": name}), row=1, col=col)
+        front = [ok[n] for n in pn["frontier"]]
+        fig.add_trace(go.Scatter(x=[q["gb"] for q in front], y=[q["mfu"] for q in front], mode="lines",
+                                 line=dict(color="#C23B3B", width=1.5, shape="hv"), name="Pareto frontier (ours)",
+                                 showlegend=col == 1, hoverinfo="skip", meta={"kind": "frontier"}), row=1, col=col)
+    fig.update_layout(
+        title="Fig. 7 (simulated, A100 cost model) — MFU vs activation memory; dots ours, thin crosses the "
+              "paper's approximate readings",
+        height=420, width=1250, plot_bgcolor="white", font=dict(family=font_family, size=11),
+        margin=dict(l=60, r=20, t=70, b=50), legend=dict(orientation="h", y=-0.2))
+    fig.update_xaxes(title_text="activation memory (GB)", showgrid=True, gridcolor="#EEEEEE", rangemode="tozero")
+    fig.update_yaxes(showgrid=True, gridcolor="#EEEEEE")
+    fig.update_yaxes(title_text="MFU (%)", row=1, col=1)
+    return fig

@@ -70,6 +70,8 @@ __all__ = [
     "TABLE4_SETUP",
     "FIG9_CALC",
     "ADAPTIVE_BUBBLE_P8_M32",
+    "FIG7_POINTS",
+    "FIG7_FRONTIER",
 ]
 
 NOT_RECOVERED = "not recovered"
@@ -346,3 +348,20 @@ curves use profiled costs that were not recovered)."""
 ADAPTIVE_BUBBLE_P8_M32 = {0.5: 23, 0.5625: 20, 0.75: 11, 1.0: 0}
 """PAPER.md §1.6 [CALC]: adaptive scheduler, p = 8, m = 32, F = B = W: bubble per device in τ at
 memory k = 8 / 9 / 12 / 16 half-stage units (limit k / 2p); it meets the bound 6p − 1 − 3k."""
+
+FIG7_POINTS = {
+    # PAPER.md §3.3 [V1-T, read from the plot, approximate]: (model, p, m, microbatch) ->
+    # method -> (MFU %, activation GB); a method missing from a panel was not plotted (ZB-2P OOM in (c)).
+    ("9.6B", 16, 64, 2): {"1F1B-R": (32, 4), "V-Min": (40.5, 10), "V-Half": (46.5, 14), "V-ZB": (51, 23),
+                          "ZB-2P": (52.5, 48), "1F1B": (43.5, 23), "ZB-1P": (48.5, 25), "Interleaved 1F1B": (48.5, 36)},
+    ("21B", 24, 96, 1): {"1F1B-R": (32, 4), "V-Min": (40.5, 8), "V-Half": (45.5, 12), "V-ZB": (50, 21),
+                         "ZB-2P": (52, 42), "1F1B": (42, 20), "ZB-1P": (47.5, 22), "Interleaved 1F1B": (47, 30)},
+    ("38.5B", 32, 128, 1): {"1F1B-R": (32, 4), "V-Min": (41, 15), "V-Half": (46.5, 20), "V-ZB": (51.5, 35),
+                            "1F1B": (43, 35), "ZB-1P": (47.5, 36), "Interleaved 1F1B": (47.5, 46)},
+}
+"""Fig. 7: MFU against activation memory per method (approximate plot readings, PAPER.md §3.3)."""
+FIG7_FRONTIER = {
+    ("9.6B", 16, 64, 2): ("1F1B-R", "V-Min", "V-Half", "V-ZB", "ZB-2P"),
+    ("21B", 24, 96, 1): ("1F1B-R", "V-Min", "V-Half", "V-ZB", "ZB-2P"),
+}
+"""Fig. 7 (a), (b): the methods on the paper's Pareto frontier, by memory (PAPER.md §3.3)."""

@@ -690,6 +690,70 @@ def fig10(quick: bool, out: str | Path = "figures") -> Table:
     return t
 
 
+def fig07(quick: bool, out: str | Path = "figures") -> Table:
+    """Fig. 7 as a figure (``out/fig07_pareto.{png,svg,html}``): MFU against activation memory
+    for every method at PAPER.md §3.3's three settings (the same at ``quick``: one point each)."""
+    from . import memory_curves as mc
+
+    t = Table("fig07", "Fig. 7 — MFU vs activation memory, Pareto frontier (simulated, A100 cost model)",
+              "Simulated every method of Fig. 7 (1F1B, 1F1B-R, ZB-1P, ZB-2P, interleaved 1F1B, V-Min, V-Half, V-ZB) at "
+              "the paper's three settings on the A100 cost model, drew MFU against activation GB with our Pareto "
+              "frontier to fig07_pareto.png/.svg/.html, and compared with the paper's approximate plot readings.")
+    data = mc.fig7_data()
+    gb_cells, ratio_cells, mfu_cells = [], [], []
+    for pn in data["panels"]:
+        row = f"{pn['model']} p={pn['p']} m={pn['m']} mb={pn['microbatch_size']}"
+        ours = {q["name"]: q for q in pn["points"]}
+        ref, pref = ours.get("1F1B"), pn["paper"].get("1F1B")
+        for name, q in ours.items():
+            pv = pn["paper"].get(name)
+            if q["mfu"] is None:
+                t.cells.append(Cell(f"{row} {name}", "MFU % / activation GB",
+                                    f"{pv[0]:g} / {pv[1]:g}" if pv else "not plotted", f"pending: {q['reason']}", "–"))
+                continue
+            gb = Cell(f"{row} {name}", "activation GB (paper: read from the plot)",
+                      pv[1] if pv else "not plotted (OOM in the paper)", q["gb"], pn["how"])
+            mfu = Cell(f"{row} {name}", "MFU % (paper: read from the plot)", pv[0] if pv else "not plotted", q["mfu"],
+                       pn["how"])
+            t.cells += [gb, mfu]
+            gb_cells.append(gb)
+            mfu_cells.append(mfu)
+            if name != "1F1B" and ref and ref["mfu"] and pref and pv:
+                c = Cell(f"{row} {name}", "MFU / 1F1B's MFU", round(pv[0] / pref[0], 4), q["mfu"] / ref["mfu"],
+                         pn["how"])
+                t.cells.append(c)
+                ratio_cells.append(c)
+        t.cells.append(Cell(row, "Pareto frontier, by memory", " → ".join(pn["paper_frontier"]) or "not recovered",
+                            " → ".join(pn["frontier"]), pn["how"] + "; among the registered methods"))
+    _write_curve_figure(t, mc.fig7_figure(data), out, "fig07_pareto")
+    _write_json(Path(out) / "fig07.json", data)
+
+    def worst(cells):
+        comp = [c for c in cells if c.comparable]
+        return max(comp, key=lambda c: c.deviation) if comp else None
+
+    parts = []
+    for label, cells in (("activation GB", gb_cells), ("MFU relative to 1F1B", ratio_cells)):
+        w = worst(cells)
+        if w is not None:
+            n = sum(1 for c in cells if c.comparable)
+            within = sum(1 for c in cells if c.comparable and c.deviation <= 0.10)
+            parts.append(f"{label}: {within} of {n} within 10 %, max deviation {w.deviation:.1%} ({w.row})")
+    ratios = [c.ours / c.paper for c in mfu_cells if c.comparable]
+    if ratios:
+        parts.append(f"absolute MFU: ours / paper {min(ratios):.2f}–{max(ratios):.2f} (the cost model omits the "
+                     "optimizer step and off-path communication)")
+    fronts = {" → ".join(pn["frontier"]) for pn in data["panels"]}
+    ours_front = (f"{fronts.pop()} in every panel" if len(fronts) == 1 else
+                  "; ".join(f"{pn['model']} {' → '.join(pn['frontier'])}" for pn in data["panels"]))
+    parts.append(f"frontier: ours {ours_front}; the paper's (a), (b): "
+                 + " → ".join(next(iter(paper.FIG7_FRONTIER.values()))))
+    t.verdict = "; ".join(parts)
+    t.notes += ["The paper's points are approximate readings of the plot (PAPER.md §3.3, [V1-T]).",
+                "Curve data: fig07.json."]
+    return t
+
+
 def _write_json(path: Path, data: Any) -> None:
     import json
 
@@ -745,6 +809,7 @@ ARTIFACTS: dict[str, Callable[[bool], Table]] = {
     "table-a": table_a,
     "closed-forms": closed_forms,
     "fig9-10": fig9_10,
+    "fig07": fig07,
     "fig09": fig09,
     "fig10": fig10,
     "cpu-real-memory": cpu_real_memory,
@@ -752,7 +817,7 @@ ARTIFACTS: dict[str, Callable[[bool], Table]] = {
 }
 
 
-WRITES_FILES = frozenset({"schedule-figures", "fig09", "fig10"})
+WRITES_FILES = frozenset({"schedule-figures", "fig07", "fig09", "fig10"})
 """Artifacts that draw figure files into the output folder (their functions take ``out``)."""
 
 

@@ -137,7 +137,20 @@ def check_22_schedule_figures(out_dir: Path) -> None:
         assert (out_dir / name).is_file(), name
 
 
-CHECKS = {"10_experiment.ipynb": check_10_experiment, "20_paper_tables.ipynb": check_20_paper_tables,
+def check_23_fig07_pareto(out_dir: Path) -> None:
+    """Fig. 7: activation GB within 20 % of the paper's readings, MFU relative to 1F1B within
+    10 %; our frontier starts V-Min → V-Half → V-ZB; 38.5B's ZB-2P exceeds 80 GB (paper: OOM)."""
+    numbers = json.loads((out_dir / "fig07_numbers.json").read_text())
+    gb = [c for c in numbers["cells"] if c["column"].startswith("activation GB")]
+    ratio = [c for c in numbers["cells"] if c["column"] == "MFU / 1F1B's MFU"]
+    assert len(gb) >= 18 and max(c["deviation"] for c in gb) < 0.2
+    assert len(ratio) >= 15 and max(c["deviation"] for c in ratio) < 0.1
+    assert all(f[:3] == ["V-Min", "V-Half", "V-ZB"] for f in numbers["frontier"].values())
+    assert numbers["fits_a100_80gb"]["38.5B"]["ZB-2P"] is False
+    assert (out_dir / "fig07_pareto.html").is_file() and (out_dir / "fig07.md").is_file()
+
+
+CHECKS = {"10_experiment.ipynb": check_10_experiment, "23_fig07_pareto.ipynb": check_23_fig07_pareto, "20_paper_tables.ipynb": check_20_paper_tables,
           "21_fig09_fig10.ipynb": check_21_fig09_fig10, "22_schedule_figures.ipynb": check_22_schedule_figures}
 
 

@@ -34,11 +34,7 @@ SMALL_TABLE_A = {(16, 32): {"1f1b": 0.3191, "v-min": 0.2351, "v-half": 0.1760, "
                  (6, 12): {"1f1b": round(5 / 17, 4)}}
 
 
-@pytest.mark.parametrize("name", [
-    "1f1b", "v-min", "v-half",
-    pytest.param("v-zb", marks=pytest.mark.xfail(
-        strict=False, reason="registered v-zb leaves a 2τ bubble at m = 2p where PAPER.md Table A has 0")),
-])
+@pytest.mark.parametrize("name", ["1f1b", "v-min", "v-half", "v-zb"])
 def test_table_a_is_exact_or_pending(monkeypatch, name):
     """Table A: each cell of a schedule matches the paper exactly, or says it is not registered."""
     rates = {k: {n: v[n] for n in v if n == name} for k, v in SMALL_TABLE_A.items()}

@@ -182,6 +182,36 @@ def paper_figures(num_devices: int = 4) -> tuple[list[PaperFigure], list[str]]:
     else:
         notes.append("Fig. 2: needs the paper's blocks (ctrlmem.blocks)")
 
+    # Fig. 1: 1F1B and eager 1F1B, building block -> repeat -> squeeze (every step, m = 4).
+    for letter, name in (("a", "1f1b"), ("b", "eager-1f1b")):
+        if _has_blocks(name, p):
+            figs.append(PaperFigure(
+                f"fig01{letter}_{name}",
+                f"Fig. 1({letter}) {name}: building block, repeated, then squeezed (m=4)",
+                lambda name=name: _plot().block_figure(name, p, 4, width=1300)))
+    # Fig. 3: the building blocks themselves (one microbatch each), 1F1B and the V blocks.
+    fig3 = [n for n in ("1f1b", "v-half", "v-min", "v-zb") if _has_blocks(n, p)]
+    if fig3:
+        figs.append(PaperFigure(
+            "fig03_blocks",
+            f"Fig. 3: building blocks of {', '.join(fig3)} ({p} devices, slots of one chunk pass)",
+            lambda: _plot().schedule_figure(
+                [_plot().block_timelines(n, p, 10)[0] for n in fig3], width=1300)))
+    # Fig. 11: the same V-Half schedule squeezed without and with the warm-up/cool-down reorder.
+    if _has_blocks("v-half", p):
+        def fig11():
+            from .blocks import build_from_block
+
+            block = _plot().paper_block("v-half", p, 10)
+            plain = build_from_block(block, 10, name="v-half, squeezed (no reorder)",
+                                            reorder_phases=False)
+            final = build_from_block(block, 10, name="v-half, reordered then squeezed")
+            return _plot().schedule_figure([simulate(plain), simulate(final)], width=1300)
+
+        figs.append(PaperFigure(
+            "fig11_reorder", "Fig. 11: V-Half squeezed (top) and reordered then squeezed (bottom); "
+            "the reorder shortens warm-up and cool-down without raising the peak", fig11))
+
     for letter, name in GALLERY:
         if name not in SCHEDULES and _plot().paper_block(name, p, 8) is None:
             notes.append(f"Fig. 18({letter}) {name}: no generator or block available")
@@ -265,7 +295,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--scale", type=float, default=2.0, help="PNG pixel scale (default 2)")
     p.set_defaults(func=_cmd_draw)
 
-    f = subparsers.add_parser("figures", help="regenerate the paper's schedule figures (Fig. 4, 5, 18)")
+    f = subparsers.add_parser("figures", help="regenerate the paper's schedule figures (Fig. 1-5, 11, 18)")
     f.add_argument("-o", "--output", default="figures", metavar="DIR", help="output folder (default figures/)")
     f.add_argument("--format", default="png,svg", help="comma list of png, svg, html (default png,svg)")
     f.add_argument("--only", default=None, metavar="STEM,...", help="only figures whose stem starts so, e.g. fig04")

@@ -767,7 +767,7 @@ def schedule_figures(quick: bool, out: str | Path = "figures") -> Table:
     import subprocess
     import sys
 
-    t = Table("schedule-figures", "Fig. 2, 4, 5, 18 — schedule figures (drawn by `ctrlmem figures`)",
+    t = Table("schedule-figures", "Fig. 1–5, 11, 18 — schedule figures (drawn by `ctrlmem figures`)",
               "Ran `ctrlmem figures` (schedule Gantt charts, memory curves, lifespans, building blocks) into the "
               "output folder; drawings are compared with the paper's by eye, so no cell is numeric.")
     from .experiments import REPO_ROOT

@@ -218,47 +218,10 @@ def _axis_names(panel: int) -> tuple[str, str]:
     return ("x", "y") if panel == 0 else (f"x{panel + 1}", f"y{panel + 1}")
 
 
-def schedule_figure(
-    items: Item | Sequence[Item],
-    *,
-    costs: Costs | None = None,
-    titles: Sequence[str] | None = None,
-    colors: Mapping[Op, Sequence[str]] = DEFAULT_COLORS,
-    idle_color: str = IDLE_COLOR,
-    show_labels: bool = True,
-    label_min_size: int = 8,
-    text_color: str = "#1A1A1A",
-    light_text_color: str = "#FFFFFF",
-    row_height: int = 26,
-    box_gap: float = 0.15,
-    width: int | None = None,
-    title: str | None = None,
-    font_family: str = "Helvetica, Arial, sans-serif",
-) -> go.Figure:
-    """Gantt diagram of one or several schedules on a shared time axis.
-
-    Args:
-        items: SimResults (or Schedules, simulated under ``costs``, or Timelines), one panel
-            each, stacked top to bottom; device 0 is the top row of each.
-        titles: panel titles (default: name, p, m, makespan, bubble rate and peak).
-        colors: fill colours per pass kind, one shade per chunk.
-        idle_color: row background, visible wherever the device is idle.
-        show_labels: write the microbatch number in each box; labels that do not fit at
-            ``label_min_size`` points are hidden (plotly's ``uniformtext`` rule).
-        text_color, light_text_color: label colour on light and on dark boxes.
-        row_height: pixels per device row (the figure height follows).
-        box_gap: fraction of a row left empty between rows.
-
-    Each box is one pass: trace ``meta`` carries ``{"kind": "pass", "op", "chunk", "panel"}``,
-    ``y`` the device, ``base`` the start, ``x`` the duration, and ``customdata`` rows ``[stage,
-    microbatch, start, end]``. Idle rows are traces with ``meta["kind"] == "idle"``.
-    """
-    return go.Figure(schedule_spec(
-        items, costs=costs, titles=titles, colors=colors, idle_color=idle_color,
-        show_labels=show_labels, label_min_size=label_min_size, text_color=text_color,
-        light_text_color=light_text_color, row_height=row_height, box_gap=box_gap, width=width,
-        title=title, font_family=font_family,
-    ))
+def schedule_figure(items: Item | Sequence[Item], **style) -> go.Figure:
+    """Gantt diagram of one or several schedules on a shared time axis; ``style`` takes the
+    keyword arguments of :func:`schedule_spec`, which documents them and the trace layout."""
+    return go.Figure(schedule_spec(items, **style))
 
 
 def schedule_spec(
@@ -278,8 +241,26 @@ def schedule_spec(
     title: str | None = None,
     font_family: str = "Helvetica, Arial, sans-serif",
 ) -> dict:
-    """The plain-dict figure behind :func:`schedule_figure` (same arguments); what the
-    explorer sends to the browser without plotly's per-property validation."""
+    """Gantt diagram of one or several schedules on a shared time axis, as the plain dict behind
+    :func:`schedule_figure` (what the explorer sends to the browser without plotly's
+    per-property validation).
+
+    Args:
+        items: SimResults (or Schedules, simulated under ``costs``, or Timelines), one panel
+            each, stacked top to bottom; device 0 is the top row of each.
+        titles: panel titles (default: name, p, m, makespan, bubble rate and peak).
+        colors: fill colours per pass kind, one shade per chunk.
+        idle_color: row background, visible wherever the device is idle.
+        show_labels: write the microbatch number in each box; labels that do not fit at
+            ``label_min_size`` points are hidden (plotly's ``uniformtext`` rule).
+        text_color, light_text_color: label colour on light and on dark boxes.
+        row_height: pixels per device row (the figure height follows).
+        box_gap: fraction of a row left empty between rows.
+
+    Each box is one pass: trace ``meta`` carries ``{"kind": "pass", "op", "chunk", "panel"}``,
+    ``y`` the device, ``base`` the start, ``x`` the duration, and ``customdata`` rows ``[stage,
+    microbatch, start, end]``. Idle rows are traces with ``meta["kind"] == "idle"``.
+    """
     items = _as_list(items)
     if not items:
         raise ValueError("schedule_figure needs at least one schedule or simulation result")

@@ -1,11 +1,12 @@
-"""The ``ctrlmem`` command line (DESIGN.md "Public API contract").
+"""The ``ctrlmem`` command line.
 
 Subcommands here: ``list``, ``simulate``, ``export``. Feature modules add their own (``draw``,
 ``run``, ``sweep``, ``reproduce``) by defining ``add_commands(subparsers)``; list them in
-``_COMMAND_MODULES``. A module that cannot be imported (a missing optional dependency) leaves
+``COMMAND_MODULES``. A module that cannot be imported (a missing optional dependency) leaves
 its commands out and says why in ``ctrlmem --help``.
 
-Bad input exits with status 2 and one line on stderr, never a traceback.
+Bad input exits with status 2 and one line on stderr, never a traceback. The argument helpers that
+several commands share live in :mod:`ctrlmem.args`, so feature modules never import this one.
 """
 
 from __future__ import annotations
@@ -16,65 +17,14 @@ import json
 import sys
 from typing import Callable, Sequence
 
-from . import Costs, MemoryModel, ScheduleError, build, simulate
+from . import MemoryModel, ScheduleError, build, simulate
+from .args import CliError, add_schedule_arguments, schedule_from_args
 from .schedules import SCHEDULES
 
-__all__ = ["main", "add_schedule_arguments", "schedule_from_args", "CliError"]
+__all__ = ["main", "make_parser", "COMMAND_MODULES"]
 
 # Modules that contribute subcommands through ``add_commands(subparsers)``.
-_COMMAND_MODULES: tuple[str, ...] = ("ctrlmem.experiments", "ctrlmem.runtime.cli", "ctrlmem.draw", "ctrlmem.reproduce")
-
-
-class CliError(Exception):
-    """A user error: printed as one line, exit status 2."""
-
-
-def add_schedule_arguments(parser: argparse.ArgumentParser, name: bool = True) -> None:
-    """The arguments that pick and size a schedule, shared by every subcommand."""
-    if name:
-        parser.add_argument("name", help="schedule name (see `ctrlmem list`)")
-    parser.add_argument("-p", "--devices", type=int, default=4, help="number of devices p (default 4)")
-    parser.add_argument("-m", "--microbatches", type=int, default=8, help="number of microbatches m (default 8)")
-    parser.add_argument(
-        "--costs",
-        default="1,1,1,0",
-        help="F,B,W[,COMM]: pass times of one full device-stage and the hop latency (default 1,1,1,0)",
-    )
-    parser.add_argument(
-        "--memory-limit", type=float, default=None,
-        help="activation budget as a fraction of 1F1B's peak (memory-budgeted schedules only)",
-    )
-    parser.add_argument(
-        "--param", action="append", default=[], metavar="KEY=VALUE",
-        help="extra generator parameter, e.g. --param num_chunks=4 (repeatable)",
-    )
-
-
-def _parse_params(items: Sequence[str]) -> dict[str, object]:
-    params: dict[str, object] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise CliError(f"--param expects KEY=VALUE, got {item!r}")
-        try:
-            params[key] = json.loads(value)
-        except json.JSONDecodeError:
-            params[key] = value
-    return params
-
-
-def schedule_from_args(args: argparse.Namespace, name: str | None = None):
-    """Build ``(schedule, costs)`` from parsed arguments; raises ``ValueError`` on bad input."""
-    costs = Costs.parse(args.costs)
-    schedule = build(
-        name or args.name,
-        args.devices,
-        args.microbatches,
-        costs=costs,
-        memory_limit=args.memory_limit,
-        **_parse_params(args.param),
-    )
-    return schedule, costs
+COMMAND_MODULES: tuple[str, ...] = ("ctrlmem.experiments.command", "ctrlmem.runtime.cli", "ctrlmem.draw", "ctrlmem.reproduce.command")
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -159,7 +109,7 @@ def make_parser() -> argparse.ArgumentParser:
     p_exp.set_defaults(func=_cmd_export)
 
     missing = []
-    for module in _COMMAND_MODULES:
+    for module in COMMAND_MODULES:
         try:
             mod = importlib.import_module(module)
         except ImportError as exc:

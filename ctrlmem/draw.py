@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .cli import CliError, add_schedule_arguments, schedule_from_args
+from .args import CliError, add_schedule_arguments, schedule_from_args
 from .costs import Costs
 from .ir import Schedule
 from .schedules import SCHEDULES, build

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ctrlmem import experiments as ex
+import ctrlmem.experiments.points  # noqa: F401  (monkeypatched below)
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "10_experiment.ipynb"
@@ -258,7 +259,7 @@ def test_measure_costs_need_a_real_backend():
 
 def test_real_run_reports_unavailable_clearly(monkeypatch):
     """Without `ctrlmem run`, the real path raises a RuntimeError saying so."""
-    monkeypatch.setattr(ex, "real_run_available", lambda: (False, "no run command"))
+    monkeypatch.setattr(ex.points, "real_run_available", lambda: (False, "no run command"))
     with pytest.raises(RuntimeError, match="real run not available: no run command"):
         ex.real_run_point("1f1b", 2, 4, backend="gloo", launcher="local", quick=True, out_dir="unused")
 

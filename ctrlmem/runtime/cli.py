@@ -51,7 +51,7 @@ def add_commands(subparsers) -> None:
 
 
 def _config(args: argparse.Namespace):
-    from ..cli import _parse_params
+    from ..args import parse_params
     from .launch import RunConfig
 
     overrides = {}
@@ -62,7 +62,7 @@ def _config(args: argparse.Namespace):
     return RunConfig(
         schedule=args.schedule, num_devices=args.devices, num_microbatches=args.microbatches,
         model=args.model, steps=args.steps, backend=args.backend, out=args.out,
-        model_overrides=overrides, schedule_params=_parse_params(args.param), seed=args.seed,
+        model_overrides=overrides, schedule_params=parse_params(args.param), seed=args.seed,
         threads_per_rank=args.threads, pin_cores=args.pin, timeout_s=args.timeout,
         comm_timeout_s=args.comm_timeout, hang_timeout_s=args.hang_timeout,
         memory_fidelity=not args.torch_memory,

@@ -1,0 +1,46 @@
+"""Experiment configs, the papermill sweep runner and the result store.
+
+An **experiment config** (``experiments/*.yaml``) names a parameterized notebook and a set of
+*points*: ``params`` (shared literals) merged with each entry of ``cases`` (a list of mappings)
+and each combination of ``grid`` (mapping of name -> list of values). A point holding
+``m_per_p`` gets ``m = m_per_p · p`` (the paper's grids run m = p … 16p). :func:`load_config`
+validates the file and names the file, key and fix on error. Schedule names are **not** checked
+on load: a config may name a schedule that is not registered yet (``v-min`` before it lands);
+the notebook records such a run as *skipped* with the reason.
+
+The **sweep** (:func:`run_sweep`, ``ctrlmem sweep CONFIG``) executes the notebook once per point
+with papermill in a subprocess (a per-run timeout kills it), after checking every parameter name
+against the notebook's ``parameters`` cell (``papermill.inspect_notebook``). Each run leaves
+
+* ``<results>/runs/<run_id>.json``: the record (status ``ok`` / ``skipped`` / ``failed``, the
+  error, parameters, timing and the notebook's own result JSON), written atomically;
+* ``build/notebooks/<config>/<run_id>.ipynb``: the executed notebook (git-ignored);
+
+and the sweep ends by rewriting the consolidated table ``<results>/results.csv`` and
+``results.parquet`` from the run records. A ``run_id`` is derived from the point's parameters, so
+a rerun skips every run whose record says ``ok`` (``force=True`` reruns them, after copying the
+previous record to ``runs/history/``); records of finished runs are never rewritten otherwise,
+and an interrupted sweep (Ctrl-C, SIGTERM, a kill) loses at most the run in flight.
+
+:func:`simulate_point` is what ``notebooks/10_experiment.ipynb`` calls on its simulation path.
+
+Layout: :mod:`.config` (YAML configs and their points), :mod:`.sweep` (papermill runner and
+result store), :mod:`.points` (what a notebook calls for one point), :mod:`.command`
+(``ctrlmem sweep``).
+"""
+
+from __future__ import annotations
+
+from .config import (DEFAULT_NOTEBOOK, REPO_ROOT, ConfigError, ExperimentConfig, Run, check_parameters,
+                     config_from_dict, load_config, plan_runs)
+from .points import (measured_costs, real_run_available, real_run_point, resolve_costs, runtime_model_name,
+                     simulate_point)
+from .sweep import (RESULT_FILE, RunOutcome, SweepSummary, execute_with_papermill, read_records, run_sweep,
+                    write_json_atomic, write_table)
+
+__all__ = [
+    "ConfigError", "ExperimentConfig", "Run", "RunOutcome", "SweepSummary", "REPO_ROOT", "DEFAULT_NOTEBOOK",
+    "RESULT_FILE", "config_from_dict", "load_config", "plan_runs", "check_parameters", "run_sweep",
+    "execute_with_papermill", "read_records", "write_table", "write_json_atomic", "simulate_point",
+    "resolve_costs", "measured_costs", "real_run_available", "real_run_point", "runtime_model_name",
+]

@@ -1,0 +1,47 @@
+"""``ctrlmem sweep``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+
+from .config import load_config, plan_runs
+from .sweep import run_sweep
+
+
+def _cmd_sweep(args) -> int:
+    config = load_config(args.config)
+    extra = {"quick": True} if args.quick else None
+    runs = plan_runs(config)
+    if args.list:
+        for run in runs:
+            print(run.run_id, json.dumps(dict(run.params), sort_keys=True))
+        return 0
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    def _terminate(signum, frame):  # SIGTERM: stop like Ctrl-C, so the run in flight is killed too
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, _terminate)
+    summary = run_sweep(config, results_dir=args.results, build_dir=args.build, force=args.force,
+                        only=args.only or None, progress=not args.no_progress, extra_params=extra)
+    print(f"{config.name}: {len(summary.executed)} executed, {len(summary.reused)} already done; "
+          f"ok {summary.count('ok')}, skipped {summary.count('skipped')}, failed {summary.count('failed')}")
+    if summary.table is not None:
+        print(f"table: {summary.table} (+ results.parquet); runs: {summary.results_dir / 'runs'}")
+    return 1 if summary.count("failed") else 0
+
+
+def add_commands(subparsers) -> None:
+    """Add ``ctrlmem sweep``."""
+    p = subparsers.add_parser("sweep", help="execute an experiment config's notebook once per point (papermill)")
+    p.add_argument("config", help="experiment config, e.g. experiments/table4_cpu.yaml")
+    p.add_argument("--force", action="store_true", help="rerun points that already finished ok")
+    p.add_argument("--quick", action="store_true", help="pass quick=True to every run (CI-sized)")
+    p.add_argument("--only", action="append", metavar="RUN_ID", help="run only this run id (repeatable)")
+    p.add_argument("--list", action="store_true", help="list the run ids and parameters, run nothing")
+    p.add_argument("--results", default=None, help="results folder (default experiments/results/NAME)")
+    p.add_argument("--build", default=None, help="folder for executed notebooks (default build/notebooks/NAME)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_sweep)

@@ -1,0 +1,261 @@
+"""Experiment configs: the YAML form, its validation (errors name the file, key and fix) and the
+points a config defines."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+DEFAULT_NOTEBOOK = "notebooks/10_experiment.ipynb"
+
+
+_TOP_KEYS = {
+    "name": "a short slug naming the experiment, e.g. table4-cpu",
+    "description": "one sentence: what the sweep reproduces",
+    "paper": "the paper artifact it reproduces, e.g. 'Table 4 / Fig. 6'",
+    "scale": "'paper' (A100 numbers from the cost model) or 'cpu' (runs here)",
+    "counterpart": "name of the config at the other scale",
+    "notebook": f"notebook path relative to the repository (default {DEFAULT_NOTEBOOK})",
+    "timeout_s": "per-run timeout in seconds (default 600)",
+    "params": "mapping of notebook parameters shared by every run",
+    "cases": "list of mappings (each one group of parameters), or a mapping of group -> list (their product)",
+    "grid": "mapping of parameter -> list of values (cartesian product)",
+}
+
+
+_REQUIRED = ("name", "description", "scale")
+
+
+_SCALES = ("paper", "cpu")
+
+
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+class ConfigError(ValueError):
+    """A bad experiment config; the message names the file, the key and the fix."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One point of a sweep: its id and the notebook parameters."""
+
+    run_id: str
+    params: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """A validated experiment config (see the module docstring for the YAML form).
+
+    Args:
+        path: the YAML file it was read from (``None`` when built in code).
+        name: slug naming the experiment; results go under ``experiments/results/<name>/``.
+        description: what it reproduces.
+        scale: ``"paper"`` or ``"cpu"``.
+        notebook: the notebook to execute, absolute.
+        timeout_s: per-run timeout in seconds.
+        params, cases, grid: the point specification.
+        paper: the paper artifact, free text.
+        counterpart: the config at the other scale.
+    """
+
+    path: Path | None
+    name: str
+    description: str
+    scale: str
+    notebook: Path
+    timeout_s: float
+    params: Mapping[str, Any]
+    cases: tuple[Mapping[str, Any], ...]
+    grid: Mapping[str, tuple[Any, ...]]
+    paper: str = ""
+    counterpart: str = ""
+
+    def runs(self) -> list[Run]:
+        return plan_runs(self)
+
+
+def _where(path: Path | str | None) -> str:
+    return str(path) if path is not None else "<config>"
+
+
+def _check_literal(where: str, key: str, value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            raise ConfigError(f"{where}: key {key!r} is {value!r}; give a finite number")
+        return value
+    raise ConfigError(
+        f"{where}: key {key!r} holds a {type(value).__name__} ({value!r}); notebook parameters must be "
+        f"literals (string, number, bool or null) — write lists under 'grid' instead"
+    )
+
+
+def _check_mapping(where: str, key: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: key {key!r} must be a mapping of parameter: value, got {type(value).__name__}")
+    out = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not k.isidentifier():
+            raise ConfigError(f"{where}: key {key}.{k!r} is not a valid parameter name (a Python identifier)")
+        out[k] = _check_literal(where, f"{key}.{k}", v)
+    return out
+
+
+def config_from_dict(data: Any, path: Path | str | None = None) -> ExperimentConfig:
+    """Validate a parsed config mapping; ``ConfigError`` names the file, key and fix."""
+    where = _where(path)
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: the file must hold a YAML mapping (name:, description:, ...), "
+                          f"got {type(data).__name__}")
+    unknown = sorted(set(data) - set(_TOP_KEYS))
+    if unknown:
+        allowed = "; ".join(f"{k}: {v}" for k, v in _TOP_KEYS.items())
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed keys — {allowed}")
+    for key in _REQUIRED:
+        if key not in data:
+            raise ConfigError(f"{where}: missing required key {key!r} ({_TOP_KEYS[key]})")
+    name = data["name"]
+    if not isinstance(name, str) or not _SLUG.match(name):
+        raise ConfigError(f"{where}: key 'name' must be a lower-case slug like 'table4-cpu', got {name!r}")
+    if not isinstance(data["description"], str) or not data["description"].strip():
+        raise ConfigError(f"{where}: key 'description' must be a non-empty string")
+    scale = data["scale"]
+    if scale not in _SCALES:
+        raise ConfigError(f"{where}: key 'scale' must be one of {list(_SCALES)}, got {scale!r}")
+    timeout = data.get("timeout_s", 600)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ConfigError(f"{where}: key 'timeout_s' must be a positive number of seconds, got {timeout!r}")
+    nb_rel = data.get("notebook", DEFAULT_NOTEBOOK)
+    if not isinstance(nb_rel, str):
+        raise ConfigError(f"{where}: key 'notebook' must be a path string, got {nb_rel!r}")
+    notebook = Path(nb_rel)
+    if not notebook.is_absolute():
+        notebook = REPO_ROOT / notebook
+    if not notebook.is_file():
+        raise ConfigError(f"{where}: key 'notebook': {nb_rel!r} does not exist (looked at {notebook}); "
+                          f"give a path relative to the repository root")
+    params = _check_mapping(where, "params", data.get("params") or {})
+    raw_cases = data.get("cases") or []
+    if isinstance(raw_cases, Mapping):
+        groups = []
+        for gname, group in raw_cases.items():
+            if not isinstance(group, list) or not group:
+                raise ConfigError(f"{where}: key 'cases.{gname}' must be a non-empty list of mappings")
+            groups.append([_check_mapping(where, f"cases.{gname}[{i}]", c) for i, c in enumerate(group)])
+        cases = tuple({k: v for part in combo for k, v in part.items()} for combo in itertools.product(*groups))
+    elif isinstance(raw_cases, list):
+        cases = tuple(_check_mapping(where, f"cases[{i}]", c) for i, c in enumerate(raw_cases))
+    else:
+        raise ConfigError(f"{where}: key 'cases' must be a list of mappings, or a mapping of group name -> list "
+                          f"of mappings (product of the groups), got {type(raw_cases).__name__}")
+    for key_path, mapping in [("params", params), *((f"cases[{i}]", c) for i, c in enumerate(cases))]:
+        if "out_dir" in mapping:
+            raise ConfigError(f"{where}: key '{key_path}.out_dir' is set by the sweep runner; remove it "
+                              f"(use `ctrlmem sweep --build DIR`)")
+    raw_grid = data.get("grid") or {}
+    if not isinstance(raw_grid, Mapping):
+        raise ConfigError(f"{where}: key 'grid' must be a mapping of parameter: [values], got {type(raw_grid).__name__}")
+    grid: dict[str, tuple[Any, ...]] = {}
+    for k, values in raw_grid.items():
+        if not isinstance(k, str) or not k.isidentifier():
+            raise ConfigError(f"{where}: key grid.{k!r} is not a valid parameter name")
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{where}: key 'grid.{k}' must be a non-empty list of values, got {values!r}; "
+                              f"put a single value under 'params' instead")
+        grid[k] = tuple(_check_literal(where, f"grid.{k}[{i}]", v) for i, v in enumerate(values))
+    for text_key in ("paper", "counterpart"):
+        if text_key in data and not isinstance(data[text_key], str):
+            raise ConfigError(f"{where}: key {text_key!r} must be a string, got {data[text_key]!r}")
+    config = ExperimentConfig(
+        path=Path(path) if path is not None else None,
+        name=name,
+        description=data["description"].strip(),
+        scale=scale,
+        notebook=notebook,
+        timeout_s=float(timeout),
+        params=params,
+        cases=cases,
+        grid=grid,
+        paper=data.get("paper", ""),
+        counterpart=data.get("counterpart", ""),
+    )
+    runs = plan_runs(config)
+    if not runs:
+        raise ConfigError(f"{where}: the config defines no runs; add 'params', 'cases' or 'grid'")
+    seen: dict[str, Mapping[str, Any]] = {}
+    for run in runs:
+        if run.run_id in seen:
+            raise ConfigError(f"{where}: two points have the same parameters {dict(run.params)}; "
+                              f"remove the duplicate from 'cases' or 'grid'")
+        seen[run.run_id] = run.params
+    return config
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    """Read and validate an experiment config (YAML)."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file; configs live in experiments/*.yaml")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}".splitlines()[0]) from None
+    return config_from_dict(data, path)
+
+
+def _run_id(params: Mapping[str, Any]) -> str:
+    canonical = json.dumps(dict(params), sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha1(canonical.encode()).hexdigest()[:8]
+    parts = [str(params[k]) for k in ("schedule", "model", "p", "m") if k in params]
+    label = "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", x) for x in parts) or "run"
+    return f"{label}_{digest}"
+
+
+def plan_runs(config: ExperimentConfig) -> list[Run]:
+    """Every point of ``config`` in a stable order: cases × grid, merged over ``params``."""
+    keys = list(config.grid)
+    combos = [dict(zip(keys, values)) for values in itertools.product(*(config.grid[k] for k in keys))]
+    runs = []
+    for case in config.cases or ({},):
+        for combo in combos:
+            point = {**config.params, **case, **combo}
+            if "m_per_p" in point:
+                factor = point.pop("m_per_p")
+                if "p" not in point or not isinstance(point["p"], int) or not isinstance(factor, int):
+                    raise ConfigError(f"{_where(config.path)}: 'm_per_p' needs integer 'p' and 'm_per_p' in the "
+                                      f"same point, got p={point.get('p')!r}, m_per_p={factor!r}")
+                point["m"] = factor * point["p"]
+            runs.append(Run(_run_id(point), point))
+    return runs
+
+
+def check_parameters(notebook: Path, names: Iterable[str]) -> dict[str, Any]:
+    """Raise ``ConfigError`` if any name is not a parameter of ``notebook``'s ``parameters``
+    cell; returns papermill's parameter description."""
+    import papermill
+
+    declared = papermill.inspect_notebook(str(notebook))
+    if not declared:
+        raise ConfigError(f"{notebook}: has no cell tagged 'parameters'; tag the first code cell 'parameters'")
+    unknown = sorted(set(names) - set(declared))
+    if unknown:
+        raise ConfigError(f"parameter(s) {unknown} are not declared in {notebook.name}'s parameters cell; "
+                          f"valid names: {', '.join(declared)}")
+    return declared

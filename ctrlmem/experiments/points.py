@@ -1,0 +1,221 @@
+"""What the experiment notebooks call for one point: the simulation path (:func:`simulate_point`)
+and the real-run path (:func:`real_run_point`, through ``ctrlmem run``)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..costs import Costs, MemoryModel
+from .config import REPO_ROOT
+
+
+
+def resolve_costs(costs: str, model: str | None, p: int, microbatch_size: int, seq_len: int,
+                  tp: int = 1) -> tuple[Costs, str]:
+    """``costs`` as given to the notebook -> ``(Costs, description)``.
+
+    ``"F,B,W[,COMM]"`` are full device-stage times; ``"paper"`` uses the A100 cost model of
+    :mod:`ctrlmem.paper` for ``model``; ``"result:PATH"`` uses the pass costs a real run measured
+    (:func:`measured_costs`); ``"measure"`` needs a real run (not this function)."""
+    from .. import paper
+
+    if costs == "paper":
+        if not model or model not in paper.MODELS:
+            raise ValueError(f"costs='paper' needs a model preset ({', '.join(paper.MODELS)}), got model={model!r}")
+        c = paper.paper_costs(model, p, microbatch_size, seq_len, tp=tp)
+        return c, (f"A100 cost model (ctrlmem.paper: {paper.tp_efficiency(tp):.1%} of peak, seq {seq_len}, "
+                   f"mb {microbatch_size}, tp {tp}; ms)")
+    if costs.startswith("result:"):
+        return measured_costs(costs[len("result:"):], p)
+    if costs == "measure":
+        raise ValueError("costs='measure' needs a real run (backend 'gloo' or 'nccl'); the simulation backend "
+                         "takes 'F,B,W[,COMM]' or 'paper'")
+    return Costs.parse(costs), f"given costs {costs}"
+
+
+def measured_costs(path: str | Path, num_devices: int) -> tuple[Costs, str]:
+    """Full device-stage ``Costs`` from a ``ctrlmem run`` ``result.json`` (its ``measured_costs``):
+    the measured per-stage times summed over stages and divided by ``num_devices``, so a
+    measurement of one schedule prices another placement of the same model."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"costs='result:{path}': no such file; give the result.json a `ctrlmem run` wrote")
+    c = json.loads(path.read_text()).get("measured_costs")
+    if not c:
+        raise ValueError(f"{path} has no measured_costs; rerun `ctrlmem run` with --steps 1 or more")
+    total = {k: sum(c[k]) if isinstance(c[k], list) else float(c[k]) for k in ("f", "b", "w")}
+    if total["w"] == 0:
+        raise ValueError(f"{path} was measured with a fused backward (w = 0); measure a split-backward "
+                         f"schedule (e.g. --schedule zb-h1) to price B and W separately")
+    costs = Costs(f=total["f"] / num_devices, b=total["b"] / num_devices, w=total["w"] / num_devices,
+                  comm=float(c.get("comm", 0.0)))
+    return costs, f"measured pass costs from {path} (thread CPU time, s)"
+
+
+@functools.lru_cache(maxsize=64)
+def _reference_1f1b(p: int, m: int, costs: Costs):
+    """1F1B simulated under ``costs`` (the baseline of every point; cached across points)."""
+    from ..schedules import build
+    from ..simulate import simulate
+
+    return simulate(build("1f1b", p, m), costs, MemoryModel())
+
+
+def simulate_point(
+    schedule: str,
+    p: int,
+    m: int,
+    costs: str = "1,1,1,0",
+    model: str | None = None,
+    microbatch_size: int = 1,
+    seq_len: int = 1024,
+    memory_limit: float | None = None,
+    tp: int = 1,
+    dp: int = 1,
+    global_batch: int = 0,
+    flash_attention: bool = False,
+) -> dict[str, Any]:
+    """Build and simulate one point; the result dict the notebook writes.
+
+    A schedule not registered in ``cm.SCHEDULES`` gives ``{"status": "skipped", "reason": ...}``.
+    ``global_batch > 0`` sets ``m = global_batch / (dp · microbatch_size)``. With a model preset
+    the result also carries paper-scale numbers: activation GB (34·h + 5·heads·s bytes per layer
+    and token, PAPER.md §6), total GB with weights and optimizer state, whether it fits an
+    A100 80 GB, and the predicted MFU (model FLOPs / (makespan · GPUs · peak))."""
+    from .. import paper
+    from ..schedules import SCHEDULES, build
+    from ..simulate import simulate
+
+    if global_batch:
+        if global_batch % (dp * microbatch_size):
+            raise ValueError(f"global_batch={global_batch} is not divisible by dp·microbatch_size="
+                             f"{dp * microbatch_size}; pick sizes that divide it")
+        m = global_batch // (dp * microbatch_size)
+    base = {"schedule": schedule, "p": p, "m": m, "model": model, "memory_limit": memory_limit,
+            "tp": tp, "dp": dp, "microbatch_size": microbatch_size, "flash_attention": flash_attention}
+    if schedule not in SCHEDULES:
+        return {**base, "status": "skipped",
+                "reason": f"schedule {schedule!r} is not registered in cm.SCHEDULES yet "
+                          f"(registered: {', '.join(SCHEDULES)})"}
+    cost_obj, cost_desc = resolve_costs(costs, model, p, microbatch_size, seq_len, tp=tp)
+    sched = build(schedule, p, m, costs=cost_obj, memory_limit=memory_limit)
+    memory = MemoryModel()
+    res = simulate(sched, cost_obj, memory)
+    ref = _reference_1f1b(p, m, cost_obj)
+    out: dict[str, Any] = {
+        **base,
+        "status": "ok",
+        "how": f"simulated ({cost_desc})",
+        "costs": cost_obj.to_dict(),
+        "num_stages": sched.num_stages,
+        "makespan": res.makespan,
+        "bubble_rate": res.bubble_rate,
+        "max_device_bubble": max(res.device_bubbles),
+        "peak_memory_a": max(res.peak_memory),
+        "peak_memory": res.peak_memory,
+        "device_spans": res.device_spans,
+        "memory_vs_1f1b": max(res.peak_memory) / max(ref.peak_memory),
+        "throughput_vs_1f1b": ref.makespan / res.makespan,
+        "bubble_rate_1f1b": ref.bubble_rate,
+    }
+    if model and model in paper.MODELS:
+        preset = paper.model(model)
+        a_bytes = paper.activation_bytes(preset, preset.num_layers / p, microbatch_size, seq_len, tp=tp,
+                                         flash_attention=flash_attention)
+        states = paper.model_state_bytes(preset, p, tp, dp)
+        out["bytes_per_a"] = a_bytes
+        out["activation_gb"] = max(res.peak_memory) * a_bytes / 1e9
+        out["activation_gb_1f1b"] = max(ref.peak_memory) * a_bytes / 1e9
+        out["total_memory_gb"] = out["activation_gb"] + states / 1e9
+        out["fits_a100_80gb"] = out["total_memory_gb"] * 1e9 <= paper.A100_MEMORY_BYTES
+        if costs == "paper":
+            flops = m * paper.model_flops(preset, microbatch_size, seq_len)
+            out["mfu_predicted"] = flops / (res.makespan * 1e-3 * p * tp * paper.A100_PEAK_FLOPS)
+            out["samples_per_s_per_gpu"] = m * microbatch_size / (res.makespan * 1e-3 * p * tp)
+    return out
+
+
+def real_run_available() -> tuple[bool, str]:
+    """Whether ``ctrlmem run`` (real execution) can run here: its module imports and torch is
+    installed; ``(ok, why)``."""
+    import importlib
+    import importlib.util
+
+    try:
+        importlib.import_module("ctrlmem.runtime.cli")
+    except ImportError as exc:
+        return False, f"`ctrlmem run` is not available: ctrlmem.runtime.cli does not import ({exc})"
+    if importlib.util.find_spec("torch") is None:
+        return False, "`ctrlmem run` needs torch; install the pinned requirements (bash scripts/setup.sh)"
+    return True, "ctrlmem run is available"
+
+
+def runtime_model_name(model: str | None) -> str | None:
+    """Our preset name -> ``ctrlmem run --model``'s (``cpu-tiny`` -> ``tiny``, ``9.6B`` -> ``9.6b``)."""
+    if not model:
+        return None
+    name = model.lower()
+    return name[4:] if name.startswith("cpu-") else name
+
+
+def real_run_point(schedule: str, p: int, m: int, backend: str, launcher: str, quick: bool,
+                   out_dir: str | Path, model: str | None = None, memory_limit: float | None = None,
+                   timeout_s: float = 1800) -> dict[str, Any]:
+    """Run one point for real through ``ctrlmem run --json`` in a subprocess and return its
+    result JSON; ``RuntimeError`` with a clear reason when that command or the launcher is
+    missing. ``launcher="slurm"`` writes a Slurm script with ``--emit-sbatch`` and submits it
+    with ``sbatch --wait``."""
+    from ..schedules import SCHEDULES
+
+    ok, why = real_run_available()
+    if not ok:
+        raise RuntimeError(f"real run not available: {why}; use backend='simulate'")
+    if schedule not in SCHEDULES:
+        return {"schedule": schedule, "p": p, "m": m, "status": "skipped",
+                "reason": f"schedule {schedule!r} is not registered in cm.SCHEDULES yet "
+                          f"(registered: {', '.join(SCHEDULES)})"}
+    if launcher not in ("local", "slurm"):
+        raise ValueError(f"launcher must be 'local' or 'slurm', got {launcher!r}")
+    run_dir = Path(out_dir) / "run"
+    cmd = [sys.executable, "-m", "ctrlmem.cli", "run", "--schedule", schedule, "-p", str(p), "-m", str(m),
+           "--backend", backend, "--out", str(run_dir), "--timeout", str(int(timeout_s))]
+    if model:
+        cmd += ["--model", runtime_model_name(model)]
+    if memory_limit is not None:
+        cmd += ["--param", f"memory_limit={memory_limit}"]
+    if quick:
+        cmd += ["--steps", "1"]
+    if launcher == "slurm":
+        script = Path(out_dir) / "run.sbatch"
+        cmd += ["--emit-sbatch", str(script)]
+    else:
+        cmd.append("--json")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s + 60, cwd=REPO_ROOT)
+    if proc.returncode != 0:
+        err = proc.stderr.strip().splitlines()
+        raise RuntimeError(f"`ctrlmem {' '.join(cmd[3:])}` failed (status {proc.returncode}): "
+                           f"{err[-1] if err else 'no message'}")
+    if launcher == "slurm":
+        if shutil.which("sbatch") is None:
+            raise RuntimeError(f"launcher='slurm': wrote {script}; `sbatch` is not on PATH here, submit it on the "
+                               f"cluster (its result lands in {run_dir}/result.json)")
+        sub = subprocess.run(["sbatch", "--wait", str(script)], capture_output=True, text=True)
+        if sub.returncode != 0:
+            raise RuntimeError(f"sbatch --wait {script} failed: {sub.stderr.strip()[-300:]}")
+    result_path = run_dir / "result.json"
+    if not result_path.is_file():
+        raise RuntimeError(f"`ctrlmem run` finished but wrote no {result_path}")
+    result = json.loads(result_path.read_text())
+    summary = {k: (max(v) if isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v) else v)
+               for k, v in result.items() if k in ("peak_saved_bytes", "peak_alloc_bytes", "theory_peak_bytes",
+                                                   "grad_rel_diff", "loss_abs_diff", "predicted_step_s",
+                                                   "measured_step_s", "tokens_per_s")}
+    return {**result, **{f"{k}_max" if isinstance(result[k], list) else k: v for k, v in summary.items()},
+            "status": "ok" if result.get("status", "ok") == "ok" else "failed",
+            "how": f"measured ({'CPU, gloo' if backend == 'gloo' else 'GPU, nccl'}; launcher {launcher})"}

@@ -1,0 +1,24 @@
+"""``ctrlmem reproduce``."""
+
+from __future__ import annotations
+
+import logging
+
+from .report import ARTIFACTS, reproduce
+
+def _cmd_reproduce(args) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    path = reproduce(args.out, quick=args.quick, only=args.only)
+    print(f"wrote {path}")
+    print(path.read_text())
+    return 0
+
+
+def add_commands(subparsers) -> None:
+    """Add ``ctrlmem reproduce``."""
+    p = subparsers.add_parser("reproduce", help="regenerate the tables next to the paper's numbers (figures/)")
+    p.add_argument("--quick", action="store_true", help="smaller grids (CI-sized)")
+    p.add_argument("--only", action="append", metavar="ARTIFACT",
+                   help=f"only this artifact (repeatable): {', '.join(ARTIFACTS)}")
+    p.add_argument("--out", default="figures", help="output folder (default figures/)")
+    p.set_defaults(func=_cmd_reproduce)

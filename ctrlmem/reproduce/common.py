@@ -1,0 +1,26 @@
+"""Helpers shared by the artifact modules: registry checks and the unit-cost simulation."""
+
+from __future__ import annotations
+
+from ..costs import Costs
+
+def _registered(name: str) -> bool:
+    from ..schedules import SCHEDULES
+
+    return name in SCHEDULES
+
+
+def _sim(name: str, p: int, m: int, costs: Costs, **kw):
+    from ..schedules import build
+    from ..simulate import simulate
+
+    return simulate(build(name, p, m, costs=costs, **kw), costs)
+
+
+UNIT_TAU = Costs(2, 2, 2, 0)
+
+
+"""F = B = W with a full device-stage pass = 2τ, so a V-shape chunk pass is 1τ (PAPER.md §2)."""
+
+
+HOW_UNIT = "simulated (F = B = W, comm 0; bubbles in τ = one chunk pass)"

@@ -1,7 +1,7 @@
 """ctrlmem: design, simulate, draw and run pipeline-parallel schedules with controllable memory.
 
 A research kit for *Pipeline Parallelism with Controllable Memory* (Qi et al., NeurIPS 2024).
-Public API (DESIGN.md)::
+Public API (docs/architecture.md)::
 
     import ctrlmem as cm
     s = cm.build("1f1b", num_devices=8, num_microbatches=32)

@@ -1,4 +1,4 @@
-"""Building blocks and the pipeline steps built on them (PAPER.md §1.2–§1.3, §2, §6).
+"""Building blocks and the pipeline steps built on them (docs/theory.md §2–§1.3, §2, §6).
 
 A **building block** is the passes of one microbatch, each with an integer start time (a *slot*)
 and a length in slots, on a placement. Repeating it every ``interval`` slots (the paper's *T*)
@@ -9,7 +9,7 @@ passes) that :meth:`Timeline.to_schedule` turns into a :class:`~ctrlmem.ir.Sched
 
     block = v_min_block(4)
     t0 = block.repeat(8)          # Fig. 1 "repeat": copies of the block, W placed in the block
-    t1 = place_w(t0.without_w())  # W put greedily into free slots (PAPER.md §6 step 3)
+    t1 = place_w(t0.without_w())  # W put greedily into free slots (docs/theory.md §10 step 3)
     t2 = reorder(t1)              # warm-up / cool-down reorder under the peak (§1.2, App. C)
     t3 = squeeze(place_w(t2.without_w()))  # order-preserving as-soon-as-possible (§1.2)
     schedule = t3.to_schedule()
@@ -20,12 +20,12 @@ notebook can show them one after another (the paper's Fig. 1, 3, 11, 18). For la
 :func:`build_from_block` runs the steps on a shorter pipeline and lengthens its periodic stable
 phase (:func:`extend_stable`); the tests check this gives the same orders as the direct run.
 
-Symbols (PAPER.md §1): the slot is the paper's unit pass τ (one F, B or W over one V-shape
+Symbols (docs/theory.md §1–6): the slot is the paper's unit pass τ (one F, B or W over one V-shape
 chunk); ``interval`` is *T*; :meth:`BuildingBlock.lifespans` is *l* per stage (start of its F to
 the end of the pass that releases its activation: W, or the fused BW); :meth:`BuildingBlock.
 memory_bound` is Eq. 1, ``Σ_s ⌈l_s / T⌉ · m_s`` per device, in units of ``a`` (a V-shape chunk
 holds ``a/2``). A block is valid only if it repeats without *collision*: the passes of a device
-occupy distinct residues modulo ``T`` (PAPER.md §1.2); :meth:`BuildingBlock.collisions` lists
+occupy distinct residues modulo ``T`` (docs/theory.md §2); :meth:`BuildingBlock.collisions` lists
 the clashes.
 
 The block constructors cover the V-shape family (:func:`v_min_block`, :func:`v_half_block`,
@@ -33,7 +33,7 @@ The block constructors cover the V-shape family (:func:`v_min_block`, :func:`v_h
 (:func:`one_f_one_b_block`, :func:`eager_1f1b_block`, :func:`zb_h1_block`,
 :func:`zb_h2_block`, :func:`gpipe_block`, :func:`interleaved_block`). Their slot units: V-shape
 blocks use the chunk pass (F = B = W = 1 slot, BW = 2, T = 6); one-stage-per-device blocks use
-the same τ, so a full-stage F is 2 slots and a fused BW 4 (PAPER.md §1.1), T = 6.
+the same τ, so a full-stage F is 2 slots and a fused BW 4 (docs/theory.md §1), T = 6.
 """
 
 from __future__ import annotations
@@ -277,7 +277,7 @@ class BuildingBlock:
 
     # -- properties of the paper ---------------------------------------------------------------
     def collisions(self) -> list[Collision]:
-        """Pairs of a device's passes whose slots coincide modulo ``T`` (PAPER.md §1.2): the
+        """Pairs of a device's passes whose slots coincide modulo ``T`` (docs/theory.md §2): the
         block cannot repeat every ``T`` without those passes overlapping."""
         T = self.interval
         out = []
@@ -306,14 +306,14 @@ class BuildingBlock:
 
     def lifespans(self) -> dict[int, int]:
         """Lifespan of each stage in slots: from the start of its F to the end of the pass that
-        releases its activation (W, or the fused BW) (PAPER.md §1.3)."""
+        releases its activation (W, or the fused BW) (docs/theory.md §3)."""
         f = {sp.stage: sp.start for sp in self.passes if sp.op is Op.F}
         rel = {sp.stage: sp.end for sp in self.passes if sp.op in (Op.W, Op.BW)}
         return {s: rel[s] - f[s] for s in sorted(f)}
 
     def memory_bound(self) -> list[float]:
         """Eq. 1 per device, in units of ``a``: ``Σ_{s on device} ⌈l_s / T⌉ · m_s`` with
-        ``m_s = p / S`` (PAPER.md §1.3)."""
+        ``m_s = p / S`` (docs/theory.md §3)."""
         life = self.lifespans()
         act = self.num_devices / self.placement.num_stages
         return [
@@ -348,7 +348,7 @@ class BuildingBlock:
 
 
 def place_w(timeline: Timeline) -> Timeline:
-    """Put every ``W`` into the first free slots after its ``B`` (PAPER.md §6, ``put_w``).
+    """Put every ``W`` into the first free slots after its ``B`` (docs/theory.md §10, ``put_w``).
 
     Existing ``W`` passes are removed first. Each device keeps one first-in-first-out queue of
     pending ``W`` per stage; a free gap takes pending ``W`` (higher stage first, as the authors'
@@ -406,7 +406,7 @@ def _fill_gap(out, queues, heads, stages, lengths, t, stop) -> int:
 
 
 def squeeze(timeline: Timeline) -> Timeline:
-    """Run every pass as early as possible, keeping each device's order (PAPER.md §1.2).
+    """Run every pass as early as possible, keeping each device's order (docs/theory.md §2).
 
     Pass lengths stay the block's slot lengths; use :func:`ctrlmem.simulate` on
     :meth:`Timeline.to_schedule` to squeeze with real costs. The timeline must be a valid
@@ -470,7 +470,7 @@ def reorder(
     memory_cap: int | None = None,
     stable: bool = False,
 ) -> Timeline:
-    """Move warm-up and cool-down passes earlier without raising the peak (PAPER.md §1.2,
+    """Move warm-up and cool-down passes earlier without raising the peak (docs/theory.md §2,
     App. C Fig. 11; the greedy the authors describe for ``zbv_greedy.reorder``, §6 step 4).
 
     Passes are visited in slot order. The *warm-up* is everything before the first backward of
@@ -705,11 +705,11 @@ def pipeline_steps(block: BuildingBlock, num_microbatches: int, reorder_phases: 
     (split-backward blocks only). ``reorder``: warm-up and cool-down moved under the peak. For
     split blocks with one-slot W (the V-shape blocks) this is three rounds, each followed by
     :func:`place_w`: (1) warm-up and cool-down with W as explicit passes (the authors' first
-    round, PAPER.md §6 step 4); then, on the squeezed timeline, (2) warm-up and cool-down again
+    round, docs/theory.md §10 step 4); then, on the squeezed timeline, (2) warm-up and cool-down again
     with W filling idle slots (in place of the authors' cool-down-only second round) and (3)
     the stable phase with explicit W. Rounds 2 and 3 close the last τ where the authors' two
-    rounds stay above the bound of PAPER.md §1.6 (V-Min when 3 | p, V-Half for odd p ≥ 9,
-    V-ZB at m = 2p) and give PAPER.md Table A exactly for p = 2..32 and m ≥ 2p.
+    rounds stay above the bound of docs/theory.md §6 (V-Min when 3 | p, V-Half for odd p ≥ 9,
+    V-ZB at m = 2p) and give the exact values of docs/theory.md §7 exactly for p = 2..32 and m ≥ 2p.
     ``squeeze``: the final timeline. Every round keeps the peak at or below the repeated
     block's (the default cap of :func:`reorder`).
     """
@@ -742,7 +742,7 @@ def build_from_block(
     direct: bool = False,
 ) -> Schedule:
     """Repeat ``block`` for ``num_microbatches``, place W, reorder the warm-up and cool-down
-    without raising the peak, squeeze, and return the schedule (PAPER.md §1.2, §6).
+    without raising the peak, squeeze, and return the schedule (docs/theory.md §2, §6).
 
     For many microbatches the steps run on a shorter pipeline (enough copies of the block for
     warm-up, a stable phase and cool-down) and the stable phase is then lengthened: the
@@ -863,7 +863,7 @@ def _need_p(p: int, least: int, what: str) -> None:
 
 
 def v_min_block(p: int) -> BuildingBlock:
-    """V-Min block (PAPER.md §2.1, Table 8; the authors' ``stable_pattern_v_min``).
+    """V-Min block (docs/theory.md §7, Table 8; the authors' ``stable_pattern_v_min``).
 
     Device ``i``: F chunk 0 at ``i``, F chunk 1 at ``2p−1−i``, B chunk 1 at ``2p+g+i``, B chunk 0
     at ``4p+g−1−i`` with ``g = 2`` when ``3 | p`` (else the block collides), offsets all 1.
@@ -879,13 +879,13 @@ def v_min_block(p: int) -> BuildingBlock:
 
 
 def v_half_block(p: int, variant: str = "code") -> BuildingBlock:
-    """V-Half block (PAPER.md §2.1, Table 9; δ0 = 2, δ1 = 1).
+    """V-Half block (docs/theory.md §7, Table 9; δ0 = 2, δ1 = 1).
 
     ``variant="code"`` (default) uses the authors' ``stable_pattern_v_half``: F chunk 0 at
     ``2i``, F chunk 1 at ``3p−2−i``, B chunk 1 at ``3p+g−1+2i``, B chunk 0 at ``6p+g−2−i``,
     ``g = 3`` for even p: F turn gap 1, B turn gap 2. ``variant="paper"`` mirrors the turns
     (F turn 2, B turn 1) as Table 9 prints them. Both are collision-free with the same peak;
-    the default is the code's because it is the variant whose bubbles PAPER.md Table A records.
+    the default is the code's because it is the variant whose bubbles the exact values of docs/theory.md §7 records.
     """
     _need_p(p, 2, "V-Half")
     g = 3 if p % 2 == 0 else 0
@@ -906,7 +906,7 @@ def v_half_block(p: int, variant: str = "code") -> BuildingBlock:
 
 
 def v_zb_block(p: int) -> BuildingBlock:
-    """V-ZB block (PAPER.md §2.1; δ0 = 4, δ1 = 2, turn gaps 1; Fig. 3(d) 4d−3 / 2d−1 / ...)."""
+    """V-ZB block (docs/theory.md §7; δ0 = 4, δ1 = 2, turn gaps 1; Fig. 3(d) 4d−3 / 2d−1 / ...)."""
     _need_p(p, 2, "V-ZB")
     r = range(p)
     f0 = [4 * i for i in r]
@@ -968,7 +968,7 @@ def greedy_block(
 
 
 def v_shape_block(p: int, delta0: Sequence[int], delta1: Sequence[int], name: str = "v-shape") -> BuildingBlock:
-    """A V-shape block with per-link offsets (PAPER.md §1.4, §6 adaptive family).
+    """A V-shape block with per-link offsets (docs/theory.md §4, §6 adaptive family).
 
     ``delta0[i]`` is the start-to-start offset from device ``i`` to ``i+1`` on the chunk-0
     forward and the chunk-1 backward (δ_F^0 = δ_B^1); ``delta1[i]`` the offset from device
@@ -1002,7 +1002,7 @@ def v_shape_block(p: int, delta0: Sequence[int], delta1: Sequence[int], name: st
 
 
 def v_1f1b_block(p: int) -> BuildingBlock:
-    """1F1B-V block (PAPER.md App. I, Fig. 16(a)): V-shape placement, fused backward.
+    """1F1B-V block (the paper's App. I, Fig. 16(a)): V-shape placement, fused backward.
 
     Chunk passes: F 1 slot, BW 2 slots, T = 6. Each pass goes to the earliest collision-free
     slot after its input (:func:`greedy_block`); the authors shift every third device's BW by 3
@@ -1013,7 +1013,7 @@ def v_1f1b_block(p: int) -> BuildingBlock:
 
 
 def one_f_one_b_block(p: int) -> BuildingBlock:
-    """1F1B block (PAPER.md §1.2, Fig. 1(a), Fig. 3(a)): F of 2 slots down the devices, fused
+    """1F1B block (docs/theory.md §2, Fig. 1(a), Fig. 3(a)): F of 2 slots down the devices, fused
     BW of 4 slots back up, T = 6; lifespan of stage ``i`` is ``6(p−i)``, Eq. 1 gives ``p·a``."""
     _need_p(p, 1, "1F1B")
     passes = []
@@ -1024,7 +1024,7 @@ def one_f_one_b_block(p: int) -> BuildingBlock:
 
 
 def eager_1f1b_block(p: int) -> BuildingBlock:
-    """Eager 1F1B block (PAPER.md Fig. 1(b), Fig. 18(b)): as 1F1B, but the backward chain
+    """Eager 1F1B block (the paper's Fig. 1(b), Fig. 18(b)): as 1F1B, but the backward chain
     starts one interval later, so every device holds one more microbatch (forwards run ahead
     of the backwards, which lets the forward sends overlap compute). Peak ``(p+1)·a``.
 
@@ -1039,7 +1039,7 @@ def eager_1f1b_block(p: int) -> BuildingBlock:
 
 
 def zb_h1_block(p: int) -> BuildingBlock:
-    """ZB-H1 block (PAPER.md §2.2, Fig. 18(c)): 1F1B's forwards (2 slots), the input backward
+    """ZB-H1 block (docs/theory.md §8, Fig. 18(c)): 1F1B's forwards (2 slots), the input backward
     B (2 slots) chained with offset 2, and each W (2 slots) in the first collision-free slot
     after its B; T = 6."""
     _need_p(p, 1, "ZB-H1")
@@ -1047,7 +1047,7 @@ def zb_h1_block(p: int) -> BuildingBlock:
 
 
 def zb_h2_block(p: int) -> BuildingBlock:
-    """ZB-H2 block (PAPER.md §2.2, Fig. 18(d)): as ZB-H1 but the backward chain starts
+    """ZB-H2 block (docs/theory.md §8, Fig. 18(d)): as ZB-H1 but the backward chain starts
     ``6(p−1)`` slots later at the loss, so the warm-up holds about twice as many forwards
     (``2p−1`` on device 0) and W fills what would be the bubble; T = 6."""
     _need_p(p, 1, "ZB-H2")
@@ -1061,7 +1061,7 @@ def zb_h2_block(p: int) -> BuildingBlock:
 
 
 def gpipe_block(p: int, num_microbatches: int) -> BuildingBlock:
-    """GPipe block (PAPER.md Fig. 18(e)): F of 2 slots down the devices; the fused backward of
+    """GPipe block (the paper's Fig. 18(e)): F of 2 slots down the devices; the fused backward of
     microbatch 0 waits until the last microbatch's forward has left the last device, so the
     block depends on ``m``. Repeated every T = 6 and squeezed it gives GPipe's order."""
     _need_p(p, 1, "GPipe")
@@ -1074,7 +1074,7 @@ def gpipe_block(p: int, num_microbatches: int) -> BuildingBlock:
 
 
 def interleaved_block(p: int, num_chunks: int = 2) -> BuildingBlock:
-    """Interleaved 1F1B with a uniform repeat interval (PAPER.md App. G, Fig. 15(b), 18(i)):
+    """Interleaved 1F1B with a uniform repeat interval (the paper's App. G, Fig. 15(b), 18(i)):
     looped placement, ``v = 2`` chunks (chunk F 1 slot, BW 2 slots, T = 6), laid out with
     :func:`greedy_block`, each pass at the earliest collision-free slot; the second chunk's
     forwards are delayed by the fewest slots that leave room for every BW."""

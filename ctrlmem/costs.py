@@ -1,4 +1,4 @@
-"""Pass costs and the activation-memory model (DESIGN.md "Notation and units").
+"""Pass costs and the activation-memory model (docs/architecture.md).
 
 * :class:`Costs` gives the time of one pass over **one full device-stage** (all the layers a
   device holds) and the latency ``comm`` of one cross-device hop. A chunk pass of a schedule with
@@ -117,7 +117,7 @@ class MemoryModel:
             default) gives every stage its even share ``p / S`` (``1`` for one stage per device,
             ``1/2`` for V-shape chunks). A single number applies to all stages.
         release_at_b: fraction of a stage's activation released when its ``B`` ends (the rest at
-            ``W``). ``0`` is the paper's scheduling model; the transformer model of PAPER.md §6
+            ``W``). ``0`` is the paper's scheduling model; the transformer model of docs/theory.md §10
             frees about ``1 - 32h / (34h + 5·heads·s)`` at ``B``.
     """
 
@@ -135,7 +135,7 @@ class MemoryModel:
     @classmethod
     def transformer(cls, hidden: int, heads: int, seq_len: int) -> "MemoryModel":
         """The paper's per-layer model: 34·h + 5·heads·s bytes per token stored, 32·h of it
-        kept until W (PAPER.md §6, the authors' runtime)."""
+        kept until W (docs/theory.md §10, the authors' runtime)."""
         total = 34 * hidden + 5 * heads * seq_len
         return cls(release_at_b=1 - 32 * hidden / total)
 

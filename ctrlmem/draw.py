@@ -1,5 +1,5 @@
 """``ctrlmem draw`` and ``ctrlmem figures``: schedule diagrams to files, and the paper's
-schedule figures regenerated into ``figures/`` (PAPER.md §5: Fig. 4, 5 and the Fig. 18 gallery).
+schedule figures regenerated into ``figures/`` (docs/theory.md §9: Fig. 4, 5 and the Fig. 18 gallery).
 
     ctrlmem draw v-half -p 8 -m 32 --costs 1,1,1,0 --compare 1f1b,zb-v -o build/v-half.html
     ctrlmem draw 1f1b -p 4 -m 8 --view memory -o build/1f1b-memory.svg
@@ -135,7 +135,7 @@ def _results(names: Sequence[str], p: int, m: int, costs: Costs) -> tuple[list, 
     return results, missing
 
 
-GALLERY = (  # Fig. 18 panels (PAPER.md §5); GEMS and Chimera have no generator here
+GALLERY = (  # Fig. 18 panels (docs/theory.md §9); GEMS and Chimera have no generator here
     ("a", "1f1b"), ("b", "eager-1f1b"), ("c", "zb-h1"), ("d", "zb-h2"), ("e", "gpipe"),
     ("i", "interleaved-1f1b"),  # the blocks' interleaved block has a uniform interval: Fig. 18(i)
 )
@@ -161,7 +161,7 @@ def paper_figures(num_devices: int = 4) -> tuple[list[PaperFigure], list[str]]:
             "fig04_memory", "Fig. 4 memory: activation per device over time, with theory and 1F1B peak",
             lambda res=res: _plot().memory_figure(res, width=1300)))
 
-    costs5 = Costs(6, 8, 4, 0)  # T_F=3, T_B=4, T_W=2 per chunk pass (PAPER.md §2.1 units note)
+    costs5 = Costs(6, 8, 4, 0)  # T_F=3, T_B=4, T_W=2 per chunk pass (docs/theory.md §7 units note)
     res, missing = _results(["v-min", "v-half"], p, 10, costs5)
     if missing:
         notes.append(f"Fig. 5 drawn without {', '.join(missing)} (not available)")

@@ -1,6 +1,6 @@
 """The schedule data model: passes, placements, schedules, and their text and torch-CSV forms.
 
-Notation (DESIGN.md, PAPER.md §1.1):
+Notation (docs/architecture.md, docs/theory.md §1):
 
 * ``F`` forward, ``B`` backward for the input (activation gradient), ``W`` backward for the
   weights, ``BW`` a fused backward (B and W in one pass, as in 1F1B).
@@ -125,7 +125,7 @@ class Placement:
 
     @classmethod
     def v_shape(cls, num_devices: int) -> "Placement":
-        """V-shape: ``2p`` stages; device ``i`` holds stage ``i`` and stage ``2p-1-i`` (PAPER.md §1.4)."""
+        """V-shape: ``2p`` stages; device ``i`` holds stage ``i`` and stage ``2p-1-i`` (docs/theory.md §4)."""
         p = num_devices
         return cls("v-shape", tuple(s if s < p else 2 * p - 1 - s for s in range(2 * p)), p)
 

@@ -1,11 +1,11 @@
-"""Fig. 9 and Fig. 10 as figures: bubble rate against the memory limit (PAPER.md §3.6).
+"""Fig. 9 and Fig. 10 as figures: bubble rate against the memory limit (docs/theory.md §9.6).
 
 Both figures are **simulated** on the A100 cost model of :mod:`ctrlmem.paper` (per-pass times
 from FLOPs at 65 % of peak, ``comm`` from a 25 GB/s hop; the paper's own curves use profiled
 costs that were not recovered), never measured:
 
 * **Fig. 9**: the adaptive V-shape scheduler (``v-shape``) for the three models of Table 4 and
-  ``m = 2p, 4p, 8p, 16p``, one panel per model; plus a check panel with PAPER.md's [CALC]
+  ``m = 2p, 4p, 8p, 16p``, one panel per model; plus a check panel with docs/theory.md §9.6's
   points (the authors' ``v_auto_schedule.py`` at p = 16, m = 64 and the example costs), the
   only readings of this figure that compare number for number.
 * **Fig. 10**: a grid, rows ``m = 2p … 16p``, columns the three models: the V scheduler
@@ -55,7 +55,7 @@ QUICK_P = 8
 M_PER_P = (2, 4, 8, 16)
 MODELS = ("9.6B", "21B", "38.5B")
 CALC_COSTS = (9918, 10434, 7038, 213)
-"""PAPER.md §3.6's example costs (4959, 5217, 3519 per chunk pass, 213 comm) as full
+"""docs/theory.md §9.6's example costs (4959, 5217, 3519 per chunk pass, 213 comm) as full
 device-stage times, the key of :data:`ctrlmem.paper.FIG9_CALC`."""
 
 
@@ -134,7 +134,7 @@ def steepest_drop(points: Sequence[dict]) -> dict[str, float] | None:
 
 
 def fig9_data(quick: bool, limits: Sequence[float] = LIMITS) -> dict[str, Any]:
-    """Fig. 9's curves (``v-shape``) per panel, and the [CALC] check curves of PAPER.md §3.6."""
+    """Fig. 9's curves (``v-shape``) per panel, and the [CALC] check curves of docs/theory.md §9.6."""
     data: dict[str, Any] = {"limits": list(limits), "quick": quick, "panels": [], "calc": []}
     for pn in panels(quick):
         pts = curve("v-shape", pn.p, pn.m, pn.costs, limits)
@@ -144,7 +144,7 @@ def fig9_data(quick: bool, limits: Sequence[float] = LIMITS) -> dict[str, Any]:
         c = Costs(*costs)
         pts = curve("v-shape", p, m, c, sorted(readings))
         data["calc"].append({"p": p, "m": m, "costs": list(costs), "paper": {str(k): v for k, v in readings.items()},
-                             "v": pts, "how": f"simulated, costs {costs} (full device-stage; PAPER.md §3.6)"})
+                             "v": pts, "how": f"simulated, costs {costs} (full device-stage; docs/theory.md §9.6)"})
     return data
 
 
@@ -189,7 +189,7 @@ def fig9_figure(data: dict[str, Any], font_family: str = "Helvetica, Arial, sans
     for name in models:
         p = next(pn["p"] for pn in data["panels"] if pn["model"] == name)
         titles.append(f"{name}, p = {p}")
-    titles.append("check: p = 16, m = 64 (PAPER.md [CALC])")
+    titles.append("check: p = 16, m = 64 (our calculation, docs/theory.md §9.6)")
     fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.06)
     for col, name in enumerate(models, start=1):
         for i, pn in enumerate(pn for pn in data["panels"] if pn["model"] == name):
@@ -286,7 +286,7 @@ FIG7_METHODS = {
 
 
 def fig7_data() -> dict[str, Any]:
-    """Fig. 7's points: for each panel of PAPER.md §3.3 and each method, the predicted MFU
+    """Fig. 7's points: for each panel of docs/theory.md §9.3 and each method, the predicted MFU
     (%) and activation memory (GB) from :func:`ctrlmem.experiments.simulate_point` on the A100
     cost model (``None`` with the reason for a schedule that is not registered), and the Pareto
     frontier of ours among the points whose total memory fits an A100 80 GB."""

@@ -1,9 +1,9 @@
-"""The paper's published numbers as data, and a paper-scale cost model (PAPER.md §3–5).
+"""The paper's published numbers as data, and a paper-scale cost model (docs/theory.md §9–5).
 
 Two things live here, both pure Python:
 
-1. **The paper's own numbers** (Tables 1, 2, 3, 5, 8, 9, PAPER.md's Table A and the known cells
-   and ranges of Table 4), each tagged with its PAPER.md source. A cell that PAPER.md lists as
+1. **The paper's own numbers** (Tables 1, 2, 3, 5, 8, 9, the exact values of docs/theory.md §7 and the known cells
+   and ranges of Table 4), each tagged with its docs/theory.md source. A cell that docs/theory.md lists as
    missing is :data:`NOT_RECOVERED`; nothing here is invented.
 2. **A cost model for the paper's models on A100 80 GB** (:func:`pass_times`,
    :func:`activation_bytes`, :func:`paper_costs`), used to predict Table 4 and Fig. 9–10 from
@@ -21,12 +21,12 @@ Two things live here, both pure Python:
      model predicts Table 5's 9.6B forward pass of one layer (one V-shape chunk) at microbatch 4,
      8, 12 as 13.1 / 26.3 / 39.4 ms against the paper's 12.96 / 26.30 / 39.45 ms.
    * The paper balances stages by using ``2p − 2`` layers with the embedding and head on the
-     first and last stage (PAPER.md §3.1); we therefore treat every device-stage as ``1/p`` of
+     first and last stage (docs/theory.md §9.1); we therefore treat every device-stage as ``1/p`` of
      the whole model (layers plus head), so ``Costs`` are single numbers.
    * Activation bytes per layer and token, fp16: ``34·h + 5·heads·s`` (the authors' runtime
-     memory model, PAPER.md §6); ``32·h`` of it waits for ``W``.
+     memory model, docs/theory.md §10); ``32·h`` of it waits for ``W``.
    * Sequence length of the pure-PP runs was not recovered; :data:`ASSUMED_SEQ_LEN` = 1024 [INF,
-     PAPER.md §3.1].
+     docs/theory.md §9.1].
    * Communication: ``comm`` = one hop of ``s·b·h`` fp16 values at :data:`ASSUMED_P2P_BYTES_PER_S`
      (25 GB/s, RDMA) [INF].
 """
@@ -223,7 +223,7 @@ def parameter_count(preset: ModelPreset | str, vocab: int = ASSUMED_VOCAB) -> fl
 
 
 # --------------------------------------------------------------------------------------------
-# The paper's numbers (PAPER.md). Keys are stable; tests and tables read them.
+# The paper's numbers (docs/theory.md). Keys are stable; tests and tables read them.
 
 TABLE1 = {
     # block: (interval T, l_max in units of d, peak memory as a fraction of M)   [V1-T]
@@ -261,7 +261,7 @@ TABLE8 = {
 """Table 8: V-Min offsets by d mod 3."""
 
 TABLE9 = {
-    # d mod 2 -> offsets of V-Half (paper's turn gaps; the code mirrors them, PAPER.md §2.1)
+    # d mod 2 -> offsets of V-Half (paper's turn gaps; the code mirrors them, docs/theory.md §7)
     0: {"dF0": 2, "dF1": 1, "dB1": 2, "dB0": 1, "turn_F": 2, "loss_F1_B1": 4, "turn_B": 1},
     1: {"dF0": 2, "dF1": 1, "dB1": 2, "dB0": 1, "turn_F": 2, "loss_F1_B1": 1, "turn_B": 1},
 }
@@ -269,15 +269,15 @@ TABLE9 = {
 
 
 def table_a_memory(name: str, p: int) -> int:
-    """Table A peak activation memory in ``a`` (F = B = W, m >= 2p) [HF, CALC]."""
+    """Exact peak activation memory in ``a`` (F = B = W, m >= 2p) [HF, CALC]."""
     formulas = {"v-min": (p + 4) // 3, "v-half": (p + 2) // 2, "v-zb": p, "1f1b": p, "zb-v": p, "zb-h1": p}
     if name not in formulas:
-        raise ValueError(f"Table A has no memory formula for {name!r}; valid: {', '.join(formulas)}")
+        raise ValueError(f"docs/theory.md §7 has no memory formula for {name!r}; valid: {', '.join(formulas)}")
     return formulas[name]
 
 
 def table_a_bubble(name: str, p: int) -> int:
-    """Table A bubble per device in unit passes τ (half-stage passes; F = B = W) [CALC]."""
+    """Exact bubble per device in unit passes τ (half-stage passes; F = B = W) [CALC]."""
     formulas = {
         "v-min": 4 * p - 7 if p % 3 == 0 else 4 * p - 5,
         "v-half": 3 * p - 7 if p % 2 == 0 else 3 * p - 4,
@@ -286,12 +286,12 @@ def table_a_bubble(name: str, p: int) -> int:
         "1f1b": 6 * (p - 1),
     }
     if name not in formulas:
-        raise ValueError(f"Table A has no bubble formula for {name!r}; valid: {', '.join(formulas)}")
+        raise ValueError(f"docs/theory.md §7 has no bubble formula for {name!r}; valid: {', '.join(formulas)}")
     return formulas[name]
 
 
 TABLE_A_RATES = {
-    # (p, m) -> bubble rates printed in PAPER.md's Table A (4 decimals)   [CALC]
+    # (p, m) -> bubble rates printed in the exact values of docs/theory.md §7 (4 decimals)   [CALC]
     (16, 32): {"1f1b": 0.3191, "v-min": 0.2351, "v-half": 0.1760, "v-zb": 0.0},
     (16, 64): {"1f1b": 0.1899, "v-min": 0.1332, "v-half": 0.0965, "v-zb": 0.0},
     (16, 128): {"1f1b": 0.1049, "v-min": 0.0713, "v-half": 0.0507, "v-zb": 0.0},
@@ -335,22 +335,22 @@ TABLE4_RANGES = {
 }
 
 FIG9_CALC = {
-    # PAPER.md §3.6 [CALC]: the authors' adaptive V scheduler (v_auto_schedule.py), p = 16, m = 64.
+    # docs/theory.md §9.6 [CALC]: the authors' adaptive V scheduler (v_auto_schedule.py), p = 16, m = 64.
     # costs are ctrlmem full device-stage times (the authors' per-chunk F, B, W doubled; comm as is).
     # memory limit (fraction of 1F1B) -> bubble rate
     (16, 64, (9918, 10434, 7038, 213)): {0.375: 0.2641, 0.4375: 0.2481, 0.5: 0.2275, 0.5625: 0.1312,
                                          0.75: 0.0922, 1.0: 0.0382},
     (16, 64, (2, 2, 2, 0)): {0.375: 0.1332, 0.4375: 0.1213, 0.5: 0.1090, 0.5625: 0.0965, 0.75: 0.0565, 1.0: 0.0},
 }
-"""Fig. 9's shape reproduced with the authors' adaptive scheduler (PAPER.md §3.6; the paper's own
+"""Fig. 9's shape reproduced with the authors' adaptive scheduler (docs/theory.md §9.6; the paper's own
 curves use profiled costs that were not recovered)."""
 
 ADAPTIVE_BUBBLE_P8_M32 = {0.5: 23, 0.5625: 20, 0.75: 11, 1.0: 0}
-"""PAPER.md §1.6 [CALC]: adaptive scheduler, p = 8, m = 32, F = B = W: bubble per device in τ at
+"""docs/theory.md §6 [CALC]: adaptive scheduler, p = 8, m = 32, F = B = W: bubble per device in τ at
 memory k = 8 / 9 / 12 / 16 half-stage units (limit k / 2p); it meets the bound 6p − 1 − 3k."""
 
 FIG7_POINTS = {
-    # PAPER.md §3.3 [V1-T, read from the plot, approximate]: (model, p, m, microbatch) ->
+    # docs/theory.md §9.3 [V1-T, read from the plot, approximate]: (model, p, m, microbatch) ->
     # method -> (MFU %, activation GB); a method missing from a panel was not plotted (ZB-2P OOM in (c)).
     ("9.6B", 16, 64, 2): {"1F1B-R": (32, 4), "V-Min": (40.5, 10), "V-Half": (46.5, 14), "V-ZB": (51, 23),
                           "ZB-2P": (52.5, 48), "1F1B": (43.5, 23), "ZB-1P": (48.5, 25), "Interleaved 1F1B": (48.5, 36)},
@@ -359,9 +359,9 @@ FIG7_POINTS = {
     ("38.5B", 32, 128, 1): {"1F1B-R": (32, 4), "V-Min": (41, 15), "V-Half": (46.5, 20), "V-ZB": (51.5, 35),
                             "1F1B": (43, 35), "ZB-1P": (47.5, 36), "Interleaved 1F1B": (47.5, 46)},
 }
-"""Fig. 7: MFU against activation memory per method (approximate plot readings, PAPER.md §3.3)."""
+"""Fig. 7: MFU against activation memory per method (approximate plot readings, docs/theory.md §9.3)."""
 FIG7_FRONTIER = {
     ("9.6B", 16, 64, 2): ("1F1B-R", "V-Min", "V-Half", "V-ZB", "ZB-2P"),
     ("21B", 24, 96, 1): ("1F1B-R", "V-Min", "V-Half", "V-ZB", "ZB-2P"),
 }
-"""Fig. 7 (a), (b): the methods on the paper's Pareto frontier, by memory (PAPER.md §3.3)."""
+"""Fig. 7 (a), (b): the methods on the paper's Pareto frontier, by memory (docs/theory.md §9.3)."""

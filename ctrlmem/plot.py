@@ -14,7 +14,7 @@ Every function takes data (a :class:`~ctrlmem.SimResult`, a :class:`~ctrlmem.Sch
 * :func:`tradeoff_points`, :func:`bubble_memory_figure`, :func:`pareto_figure`: bubble rate
   against memory limit, and throughput against memory with the Pareto frontier (Fig. 7, 9).
 
-Units follow DESIGN.md: time in the units of :class:`~ctrlmem.Costs`, memory in ``a``.
+Units follow time in the units of :class:`~ctrlmem.Costs`, memory in ``a``.
 """
 
 from __future__ import annotations
@@ -362,7 +362,7 @@ def one_f_one_b_peak(num_devices: int, num_microbatches: int, costs: Costs | Non
 def theoretical_peak(schedule: Schedule) -> float | None:
     """The schedule's peak activation memory from theory, in ``a``, or ``None`` if unknown.
 
-    Closed forms of PAPER.md §1.5 / Table A (default memory model; the steady state needs
+    Closed forms of docs/theory.md §5 / the exact-values table (default memory model; the steady state needs
     enough microbatches, so each is capped by what ``m`` microbatches can hold):
     GPipe ``m``; 1F1B, ZB-H1, ZB-V, V-ZB ``p``; ZB-H2 ``2p−1``; V-Min ``⌊(p+4)/3⌋``; V-Half
     ``⌊(p+2)/2⌋``. Memory-budgeted schedules give their budget (``memory_limit`` × ``p``).
@@ -566,7 +566,7 @@ def _fallback_block(name: str, num_devices: int, costs: Costs | None) -> tuple[l
 
 def block_timelines(name: str, num_devices: int, num_microbatches: int,
                     costs: Costs | None = None) -> list[Timeline]:
-    """The steps of the paper's construction (PAPER.md §1.2) as timelines, first to last.
+    """The steps of the paper's construction (docs/theory.md §2) as timelines, first to last.
 
     With the paper's block for ``name`` (:func:`paper_block`, in slots of one chunk pass): the
     block, then every step of :func:`ctrlmem.blocks.pipeline_steps` (repeat, W placed,
@@ -620,7 +620,7 @@ def block_figure(name: str, num_devices: int, num_microbatches: int, *,
 
 
 def lifespans(item, microbatch: int = 0) -> list[dict]:
-    """Lifespan of every stage (PAPER.md §1.3): from the start of its F to the end of the pass
+    """Lifespan of every stage (docs/theory.md §3): from the start of its F to the end of the pass
     that releases its activation (W, or BW when fused).
 
     ``item`` is a :class:`SimResult` (microbatch ``microbatch`` of the simulated timeline) or a

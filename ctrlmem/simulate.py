@@ -1,12 +1,12 @@
-"""Exact, order-preserving, as-soon-as-possible simulation of a schedule (DESIGN.md "Simulator").
+"""Exact, order-preserving, as-soon-as-possible simulation of a schedule (docs/architecture.md).
 
 Each pass starts when its device is free and its input has arrived: ``comm`` is added to every
 dependency that crosses devices. Devices keep their order, which is the paper's *squeeze*
-(PAPER.md §1.2). Memory in units of ``a`` comes from the same timeline: an ``F`` allocates its
+(docs/theory.md §2). Memory in units of ``a`` comes from the same timeline: an ``F`` allocates its
 stage's activation at its start; ``B`` releases ``MemoryModel.release_at_b`` of it at its end,
 ``W`` the rest at its end, ``BW`` all of it. At equal times releases come before allocations.
 
-Definitions (PAPER.md §1.5): a device's *span* runs from the start of its first pass to the end
+Definitions (docs/theory.md §5): a device's *span* runs from the start of its first pass to the end
 of its last; its *work* is the sum of its pass times; its *bubble* is span − work. The bubble
 rate is ``1 − max_work / max_span``; with equal costs per device this is the paper's
 ``1 − m·(F+B+W) / longest span``. ``makespan`` is the global end time (all devices start at 0).
@@ -107,7 +107,7 @@ class SimResult:
         return max(self.peak_memory)
 
     def to_dict(self, include_passes: bool = True) -> dict:
-        """JSON-ready dict; its keys are the SimResult fields (DESIGN.md API contract)."""
+        """JSON-ready dict; its keys are the SimResult fields (docs/architecture.md)."""
         out = {
             "schedule": self.schedule.name,
             "num_devices": self.schedule.num_devices,

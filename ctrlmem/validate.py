@@ -2,7 +2,7 @@
 
 A valid schedule runs, for every stage ``s`` and microbatch ``k``, exactly one ``F`` and either
 one ``BW`` or one ``B`` and one ``W``, each on the device that holds ``s``. The data
-dependencies are those of DESIGN.md "Simulator":
+dependencies are those of docs/architecture.md:
 
 * ``F(s, k)`` needs ``F(s-1, k)``;
 * ``B(s, k)`` (or ``BW``) needs ``B(s+1, k)`` (or ``BW``), and the last stage's needs its own

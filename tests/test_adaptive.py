@@ -1,5 +1,5 @@
 """Memory-budgeted schedules: the adaptive ``v-shape`` search and the ``zb`` scheduler
-(PAPER.md §6, App. A/B; §2.2 ZB-1P/ZB-2P).
+(docs/theory.md §10, App. A/B; §2.2 ZB-1P/ZB-2P).
 
 Units as in test_v_shape.py: ``tau = 2 * device_bubble`` for V-shape schedules under
 ``Costs(1, 1, 1)``; memory in ``a``; ``memory_limit`` a fraction of 1F1B's ``p·a``.
@@ -77,7 +77,7 @@ def test_v_shape_at_literal_half_is_below_v_half_memory():
 
 
 def test_v_shape_p8_m32_values():
-    """PAPER.md §1.6: the authors' adaptive scheduler gives 23 / 20 / 11 / 0 τ at k = 8 / 9 /
+    """docs/theory.md §6: the authors' adaptive scheduler gives 23 / 20 / 11 / 0 τ at k = 8 / 9 /
     12 / 16 half-stage activations (p = 8, m = 32). Ours: 23 / 21 / 11 / 0; at k = 9 the best
     member of our family is one τ above the bound 20."""
     p, m = 8, 32
@@ -92,7 +92,7 @@ def test_v_shape_p8_m32_values():
 
 @pytest.mark.slow
 def test_v_shape_p16_curve_matches_paper():
-    """PAPER.md §3.6 (slow, about 5 s): with F = B = W at p = 16, m = 64 the adaptive curve is .1332 / .1213 /
+    """docs/theory.md §9.6 (slow, about 5 s): with F = B = W at p = 16, m = 64 the adaptive curve is .1332 / .1213 /
     .1090 / .0965 / .0565 / 0 at limits 0.375 / 0.4375 / 0.5 / 0.5625 / 0.75 / 1.0."""
     want = {0.375: 0.1332, 0.4375: 0.1213, 0.5: 0.1090, 0.5625: 0.0965, 0.75: 0.0565, 1.0: 0.0}
     got = {
@@ -104,7 +104,7 @@ def test_v_shape_p16_curve_matches_paper():
 
 @pytest.mark.parametrize("p", [3, 4, 5, 7, 8])
 def test_v_shape_never_beats_lower_bound(p):
-    """No schedule of the search beats 6p−1−3k τ for its own peak k (PAPER.md §1.6)."""
+    """No schedule of the search beats 6p−1−3k τ for its own peak k (docs/theory.md §6)."""
     for cand in v_shape_candidates(p, 2 * p + 2, UNIT):
         r = cm.simulate(cand.schedule, UNIT)
         assert tau_bubble(r) >= 6 * p - 1 - 3 * 2 * max(r.peak_memory), cand.label
@@ -166,7 +166,7 @@ def test_zb_respects_limit(p, m, costs):
 @pytest.mark.parametrize("p,m", [(4, 8), (4, 16), (6, 12), (8, 24), (8, 32)])
 def test_zb_1p_and_2p(p, m):
     """ZB-1P (limit 1.0) is no slower than ZB-H1 and than 1F1B; ZB-2P (limit 2.0) has no
-    bubble with F = B = W (PAPER.md §2.2)."""
+    bubble with F = B = W (docs/theory.md §8)."""
     for costs in (UNIT, UNEQUAL):
         one = cm.simulate(cm.build("zb", p, m, costs=costs, memory_limit=1.0), costs)
         assert one.makespan <= cm.simulate(cm.build("zb-h1", p, m), costs).makespan + 1e-9

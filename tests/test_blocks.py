@@ -1,4 +1,4 @@
-"""Building blocks and the pipeline steps (PAPER.md §1.2–§1.3): collisions, lifespans, Eq. 1,
+"""Building blocks and the pipeline steps (docs/theory.md §2–§1.3): collisions, lifespans, Eq. 1,
 repeat → place W → reorder → squeeze, each step on its own."""
 
 import pytest
@@ -20,7 +20,7 @@ def _block(name, p, m=10):
 
 
 def test_v_min_block_literal_p2():
-    """V-Min at p=2: PAPER.md §2.1 start slots, W in the first free slot after its B."""
+    """V-Min at p=2: docs/theory.md §7 start slots, W in the first free slot after its B."""
     b = B.v_min_block(2)
     assert b.to_text() == "d0: F..fbw.BW..\nd1: .Ff..bB..wW"
     assert b.lifespans() == {0: 9, 1: 10, 2: 8, 3: 3}
@@ -52,7 +52,7 @@ def test_repeat_literal_and_place_w_literal():
 
 
 def test_pipeline_steps_literal_p2():
-    """The reorder step moves warm-up forwards and cool-down passes earlier (PAPER.md Fig. 11)."""
+    """The reorder step moves warm-up forwards and cool-down passes earlier (the paper's Fig. 11)."""
     steps = B.pipeline_steps(B.v_min_block(2), 4)
     assert list(steps) == ["repeat", "place_w", "reorder", "squeeze"]
     assert steps["squeeze"].to_text() == (
@@ -66,7 +66,7 @@ def test_pipeline_steps_literal_p2():
 
 
 def test_v_min_without_gap_collides_when_3_divides_p():
-    """PAPER.md §2.1: without the extra gap g=2 the V-Min block collides when 3 | p."""
+    """docs/theory.md §7: without the extra gap g=2 the V-Min block collides when 3 | p."""
     for p in (3, 6, 9):
         blk = B.v_min_block(p)
         bad = [
@@ -115,7 +115,7 @@ def test_gallery_blocks_do_not_collide(name):
 @pytest.mark.parametrize("name", sorted(B.GALLERY))
 def test_eq1_bound_covers_simulated_peak_and_reorder_never_raises_it(name):
     """Eq. 1 ≥ the simulated peak of the block-built schedule, and the reordered schedule's peak
-    is ≤ the peak of the same block merely repeated and squeezed (PAPER.md §1.3, App. C)."""
+    is ≤ the peak of the same block merely repeated and squeezed (docs/theory.md §3, App. C)."""
     for p in (2, 3, 4, 5, 7, 9):
         blk = _block(name, p)
         m = 10 if name == "gpipe" else 3 * p
@@ -128,7 +128,7 @@ def test_eq1_bound_covers_simulated_peak_and_reorder_never_raises_it(name):
 
 
 def test_eq1_bound_of_v_blocks_is_near_table_a():
-    """Eq. 1 of the V blocks is at least the Table A peak and at most half a unit above it
+    """Eq. 1 of the V blocks is at least the exact-values table peak and at most half a unit above it
     (the ceilings round a chunk's lifespan up to whole intervals)."""
     for p in range(2, 20):
         for blk, peak in ((B.v_min_block(p), (p + 4) // 3), (B.v_half_block(p), (p + 2) // 2), (B.v_zb_block(p), p)):
@@ -138,7 +138,7 @@ def test_eq1_bound_of_v_blocks_is_near_table_a():
 
 def test_v_half_paper_variant_is_also_valid():
     """Both V-Half variants (code: F turn 1 / B turn 2; paper Table 9: F turn 2 / B turn 1) are
-    collision-free with the same peak (PAPER.md §2.1)."""
+    collision-free with the same peak (docs/theory.md §7)."""
     for p in range(2, 13):
         a, b = B.v_half_block(p, "code"), B.v_half_block(p, "paper")
         assert a.collisions() == [] and b.collisions() == []

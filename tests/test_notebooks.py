@@ -86,11 +86,11 @@ def check_10_experiment(out_dir: Path) -> None:
 
 
 def check_20_paper_tables(out_dir: Path) -> None:
-    """Closed forms exact; Table A exact but for v-zb's known m = 2p bubble; Table 2 within 2 %;
+    """Closed forms exact; the exact-values table exact but for v-zb's known m = 2p bubble; Table 2 within 2 %;
     every table written."""
     numbers = json.loads((out_dir / "numbers.json").read_text())
     assert numbers["closed-forms"]["max_deviation"] < 1e-6 and numbers["closed-forms"]["comparable"] >= 18
-    # Table A is exact except the registered v-zb's 2τ bubble at m = 2p (PAPER.md: 0), a known deviation.
+    # the exact-values table is exact except the registered v-zb's 2τ bubble at m = 2p (docs/theory.md: 0), a known deviation.
     assert all(" v-zb " in f" {cell.split('|')[1]} " for cell in numbers["table-a"]["deviating"]), \
         numbers["table-a"]["deviating"]
     assert numbers["table2"]["max_deviation"] < 0.02
@@ -107,7 +107,7 @@ def check_21_fig09_fig10(out_dir: Path) -> None:
     assert numbers["quick"] is True
     equal = [c for c in numbers["calc"] if "(2, 2, 2, 0)" in c["row"]]
     assert len(equal) == 6 and all(c["deviation"] < 1e-6 for c in equal), equal
-    # the example-cost curve: exact at V-Min's level and at 1F1B's memory (PAPER.md §3.6)
+    # the example-cost curve: exact at V-Min's level and at 1F1B's memory (docs/theory.md §9.6)
     example = {c["column"]: c for c in numbers["calc"] if "(2, 2, 2, 0)" not in c["row"]}
     assert example["bubble rate @ 0.5"]["deviation"] < 0.01 and example["bubble rate @ 1"]["deviation"] < 0.01
     assert len(numbers["fig10"]) == 12
@@ -120,9 +120,9 @@ def check_21_fig09_fig10(out_dir: Path) -> None:
 
 
 def check_22_schedule_figures(out_dir: Path) -> None:
-    """Fig. 4's peaks equal Table A's closed forms at p = 4 (V-Min ⌊(p+4)/3⌋ = 2, V-Half
+    """Fig. 4's peaks equal the exact-values table's closed forms at p = 4 (V-Min ⌊(p+4)/3⌋ = 2, V-Half
     ⌊(p+2)/2⌋ = 3, V-ZB and 1F1B p = 4), V-ZB has no bubble; Fig. 5: V-Half's bubble does not
-    grow with m, V-Min's grows by 6 per microbatch (PAPER.md §2.1 states 6 at p = 8)."""
+    grow with m, V-Min's grows by 6 per microbatch (docs/theory.md §7 states 6 at p = 8)."""
     numbers = json.loads((out_dir / "schedule_figures_numbers.json").read_text())
     fig4 = numbers["fig04"]
     for name, row in fig4.items():

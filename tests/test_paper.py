@@ -54,7 +54,7 @@ def test_unknown_model_names_the_valid_ones():
 
 
 def test_table_a_rates_follow_from_table_a_bubbles():
-    """PAPER.md's printed rates equal bubble / (6m + bubble) of the Table A formulas (4 decimals)."""
+    """docs/theory.md's printed rates equal bubble / (6m + bubble) of the exact-values table formulas (4 decimals)."""
     for (p, m), rates in paper.TABLE_A_RATES.items():
         for name, rate in rates.items():
             bubble = paper.table_a_bubble(name, p)
@@ -70,7 +70,7 @@ def test_table3_sixteen_percent():
 
 @pytest.mark.parametrize("p", [4, 8, 12, 16])
 def test_registered_1f1b_matches_table_a(p):
-    """The simulator's 1F1B has Table A's bubble 6(p-1) τ (full-stage passes = 2τ) and peak p."""
+    """The simulator's 1F1B has the exact-values table's bubble 6(p-1) τ (full-stage passes = 2τ) and peak p."""
     r = cm.simulate(cm.build("1f1b", p, 2 * p), cm.Costs(2, 2, 2, 0))
     assert max(r.device_bubbles) == paper.table_a_bubble("1f1b", p)
     assert max(r.peak_memory) == paper.table_a_memory("1f1b", p)

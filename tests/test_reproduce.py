@@ -37,7 +37,7 @@ SMALL_TABLE_A = {(16, 32): {"1f1b": 0.3191, "v-min": 0.2351, "v-half": 0.1760, "
 
 @pytest.mark.parametrize("name", ["1f1b", "v-min", "v-half", "v-zb"])
 def test_table_a_is_exact_or_pending(monkeypatch, name):
-    """Table A: each cell of a schedule matches the paper exactly, or says it is not registered."""
+    """Exact values (docs/theory.md §7): each cell of a schedule matches the paper exactly, or says it is not registered."""
     rates = {k: {n: v[n] for n in v if n == name} for k, v in SMALL_TABLE_A.items()}
     monkeypatch.setattr(rp.paper, "TABLE_A_RATES", {k: v for k, v in rates.items() if v})
     table = rp.build_table("table-a", quick=True)

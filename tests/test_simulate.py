@@ -1,5 +1,5 @@
 """Simulator: exact closed forms of the classic and zero-bubble schedules, and timeline
-properties for every generator (PAPER.md §1.5, §2.2; DESIGN.md "Simulator")."""
+properties for every generator (docs/theory.md §5, §2.2; docs/architecture.md)."""
 
 import math
 
@@ -27,7 +27,7 @@ SPARSE_GRID = [
 
 
 def _1f1b(p, m, c):
-    """Bubble (p−1)(F+B+W) on the worst device for every m, peak min(p, m) (PAPER.md §2.2)."""
+    """Bubble (p−1)(F+B+W) on the worst device for every m, peak min(p, m) (docs/theory.md §8)."""
     return (p - 1) * (c.f + c.b + c.w), min(p, m)
 
 
@@ -110,7 +110,7 @@ def test_closed_forms_full_grid(label):
 
 
 def test_interleaved_peak_memory_matches_paper_for_two_chunks():
-    """(3p−1)/2 for v = 2 (PAPER.md §2.2)."""
+    """(3p−1)/2 for v = 2 (docs/theory.md §8)."""
     for p in range(2, 17):
         r = cm.simulate(cm.build("interleaved-1f1b", p, 4 * p))
         assert r.peak_memory[0] == (3 * p - 1) / 2

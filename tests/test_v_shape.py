@@ -1,9 +1,9 @@
-"""V-Min, V-Half, V-ZB and 1F1B-V built from their blocks (PAPER.md §2.1, Table A, §1.5, §1.6).
+"""V-Min, V-Half, V-ZB and 1F1B-V built from their blocks (docs/theory.md §5–7).
 
-Units: PAPER.md counts bubbles in τ, one chunk pass. ctrlmem's ``Costs(1, 1, 1)`` gives a full
+Units: docs/theory.md counts bubbles in τ, one chunk pass. ctrlmem's ``Costs(1, 1, 1)`` gives a full
 device-stage pass time 1, so a V-shape chunk pass takes 0.5 and a bubble of ``x`` τ shows up
 as ``0.5·x`` in ``SimResult.device_bubbles``: ``tau = 2 * device_bubble``. Memory is in ``a``
-(a full device-stage activation), the units of the Table A peaks.
+(a full device-stage activation), the units of the exact-values table peaks.
 """
 
 import pytest
@@ -21,7 +21,7 @@ def tau_bubble(result) -> float:
 
 
 def table_a(name: str, p: int) -> tuple[int, int]:
-    """PAPER.md Table A: (peak in a, bubble in τ) with F = B = W, no comm, m ≥ 2p."""
+    """the exact values of docs/theory.md §7: (peak in a, bubble in τ) with F = B = W, no comm, m ≥ 2p."""
     if name == "v-min":
         return (p + 4) // 3, (4 * p - 7 if p % 3 == 0 else 4 * p - 5)
     if name == "v-half":
@@ -30,7 +30,7 @@ def table_a(name: str, p: int) -> tuple[int, int]:
 
 
 def lower_bound(p: int, peak_a: float) -> float:
-    """PAPER.md §1.6: bubble ≥ 6p − 1 − 3k τ, k the peak in half-stage activations."""
+    """docs/theory.md §6: bubble ≥ 6p − 1 − 3k τ, k the peak in half-stage activations."""
     return 6 * p - 1 - 3 * (2 * peak_a)
 
 
@@ -49,14 +49,14 @@ def check_table_a(name, p, m):
 @pytest.mark.parametrize("p", range(2, 13))
 def test_table_a_peak_and_bubble_small_p(name, p):
     """Peak ⌊(p+4)/3⌋ / ⌊(p+2)/2⌋ and bubble 4p−5 (4p−7 when 3|p) / 3p−7 (even) 3p−4 (odd),
-    independent of m ≥ 2p (PAPER.md Table A)."""
+    independent of m ≥ 2p (docs/theory.md §7)."""
     for m in (2 * p, 2 * p + 1, 3 * p + 2):
         check_table_a(name, p, m)
 
 
 @pytest.mark.parametrize("p", range(2, 13))
 def test_table_a_v_zb_small_p(p):
-    """V-ZB: peak p·a and zero bubble for every m ≥ 2p (PAPER.md Table A)."""
+    """V-ZB: peak p·a and zero bubble for every m ≥ 2p (docs/theory.md §7)."""
     for m in (2 * p, 2 * p + 1, 3 * p + 2):
         check_table_a("v-zb", p, m)
 
@@ -64,13 +64,13 @@ def test_table_a_v_zb_small_p(p):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["v-min", "v-half", "v-zb"])
 def test_table_a_large_p(name):
-    """Table A for p = 13..32 (slow: about 1 s per p)."""
+    """the exact-values table for p = 13..32 (slow: about 1 s per p)."""
     for p in range(13, 33):
         for m in (2 * p, 2 * p + 1):
             check_table_a(name, p, m)
 
 
-TABLE_A_RATES = [  # p, m, V-Min, V-Half (PAPER.md §2.1 Table A)
+TABLE_A_RATES = [  # p, m, V-Min, V-Half (docs/theory.md §7)
     (16, 32, 0.2351, 0.1760),
     (16, 64, 0.1332, 0.0965),
     (16, 128, 0.0713, 0.0507),
@@ -90,21 +90,21 @@ def _check_rates(p, m, v_min, v_half):
 
 @pytest.mark.parametrize("p,m,v_min,v_half", TABLE_A_RATES[:2])
 def test_table_a_bubble_rates_p16(p, m, v_min, v_half):
-    """Table A bubble rates to 4 decimals (rate = bubble / (6m + bubble))."""
+    """Exact bubble rates to 4 decimals (rate = bubble / (6m + bubble))."""
     _check_rates(p, m, v_min, v_half)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("p,m,v_min,v_half", TABLE_A_RATES[2:])
 def test_table_a_bubble_rates_slow(p, m, v_min, v_half):
-    """Table A bubble rates for the larger rows (p = 16 with m ≥ 128, p = 24, p = 32)."""
+    """Exact bubble rates for the larger rows (p = 16 with m ≥ 128, p = 24, p = 32)."""
     _check_rates(p, m, v_min, v_half)
 
 
 @settings(max_examples=15)
 @given(p=st.integers(2, 12), extra=st.integers(0, 12), name=st.sampled_from(["v-min", "v-half", "v-zb"]))
 def test_lower_bound_never_beaten(p, extra, name):
-    """No V schedule beats the bubble lower bound 6p−1−3k τ for its own peak (PAPER.md §1.6)."""
+    """No V schedule beats the bubble lower bound 6p−1−3k τ for its own peak (docs/theory.md §6)."""
     r = cm.simulate(cm.build(name, p, 2 * p + extra), UNIT)
     assert tau_bubble(r) >= lower_bound(p, max(r.peak_memory))
 
@@ -122,7 +122,7 @@ def _max_bubble(name, p, m, costs):
 
 def test_v_half_bubble_constant_in_m_exactly_under_condition():
     """V-Half's bubble does not grow with m iff W + 2B ≥ 2F and W + 2F ≥ 2B, for every
-    F, B, W ∈ 1..4, at p = 8 (PAPER.md §1.5; at p = 4 and 6 the short pipeline also keeps some
+    F, B, W ∈ 1..4, at p = 8 (docs/theory.md §5; at p = 4 and 6 the short pipeline also keeps some
     combinations outside the condition constant, or the reverse)."""
     p = 8
     schedules = [cm.build("v-half", p, m) for m in (2 * p, 3 * p, 4 * p)]
@@ -137,9 +137,9 @@ def test_v_half_bubble_constant_in_m_exactly_under_condition():
 
 
 def test_v_min_bubble_grows_with_m_when_costs_differ():
-    """V-Min repeats a bubble every period when F, B, W differ (PAPER.md §1.5, Fig. 5):
-    with per-chunk F, B, W = 3, 4, 2 at p = 8 it grows by 6 per microbatch (PAPER.md: 183 →
-    855 for m = 16 → 128; ours 181 → 853), while V-Half's stays put (PAPER.md 81, ours 83)."""
+    """V-Min repeats a bubble every period when F, B, W differ (docs/theory.md §5, Fig. 5):
+    with per-chunk F, B, W = 3, 4, 2 at p = 8 it grows by 6 per microbatch (docs/theory.md: 183 →
+    855 for m = 16 → 128; ours 181 → 853), while V-Half's stays put (docs/theory.md 81, ours 83)."""
     costs = cm.Costs(6, 8, 4, 0)  # full-stage times = twice the per-chunk ones
     v_min = [_max_bubble("v-min", 8, m, costs) for m in (16, 32, 128)]
     assert v_min[1] - v_min[0] == 6 * 16 and v_min[2] - v_min[0] == 6 * 112
@@ -155,7 +155,7 @@ def test_v_min_bubble_grows_with_m_when_costs_differ():
 @settings(max_examples=10)
 @given(p=st.integers(2, 8), m=st.integers(1, 20))
 def test_v_schedules_valid_for_any_m(name, p, m):
-    """Every V schedule is valid for any m ≥ 1 and never exceeds its Table A peak."""
+    """Every V schedule is valid for any m ≥ 1 and never exceeds its the exact-values table peak."""
     s = cm.build(name, p, m)
     cm.validate(s)
     r = cm.simulate(s, UNIT)
@@ -164,8 +164,8 @@ def test_v_schedules_valid_for_any_m(name, p, m):
 
 
 def test_1f1b_v_memory_and_bubble():
-    """1F1B-V (App. I): 0.75 / 0.75 / 0.6875 of 1F1B's memory at p = 4 / 8 / 16 (PAPER.md §2.2)
-    and less bubble than 1F1B (PAPER.md 33 τ vs 42 at p = 8, 75 vs 90 at p = 16)."""
+    """1F1B-V (App. I): 0.75 / 0.75 / 0.6875 of 1F1B's memory at p = 4 / 8 / 16 (docs/theory.md §8)
+    and less bubble than 1F1B (docs/theory.md 33 τ vs 42 at p = 8, 75 vs 90 at p = 16)."""
     for p, frac, bubble in ((4, 0.75, 15), (8, 0.75, 34), (16, 0.6875, 75)):
         r = cm.simulate(cm.build("1f1b-v", p, 4 * p), UNIT)
         assert max(r.peak_memory) / p == frac

@@ -86,7 +86,7 @@ def simulate_point(
     A schedule not registered in ``cm.SCHEDULES`` gives ``{"status": "skipped", "reason": ...}``.
     ``global_batch > 0`` sets ``m = global_batch / (dp · microbatch_size)``. With a model preset
     the result also carries paper-scale numbers: activation GB (34·h + 5·heads·s bytes per layer
-    and token, PAPER.md §6), total GB with weights and optimizer state, whether it fits an
+    and token, docs/theory.md §10), total GB with weights and optimizer state, whether it fits an
     A100 80 GB, and the predicted MFU (model FLOPs / (makespan · GPUs · peak))."""
     from .. import paper
     from ..schedules import SCHEDULES, build

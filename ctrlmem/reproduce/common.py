@@ -20,7 +20,7 @@ def _sim(name: str, p: int, m: int, costs: Costs, **kw):
 UNIT_TAU = Costs(2, 2, 2, 0)
 
 
-"""F = B = W with a full device-stage pass = 2τ, so a V-shape chunk pass is 1τ (PAPER.md §2)."""
+"""F = B = W with a full device-stage pass = 2τ, so a V-shape chunk pass is 1τ (docs/theory.md §7–8)."""
 
 
 HOW_UNIT = "simulated (F = B = W, comm 0; bubbles in τ = one chunk pass)"

@@ -17,8 +17,8 @@ log = logging.getLogger(__name__)
 
 def fig9_10(quick: bool) -> Table:
     t = Table("fig9-10", "Fig. 9–10 — bubble rate against the memory limit (adaptive V-shape and ZB schedulers)",
-              "Simulated the memory-budgeted schedulers (v-shape for Fig. 9, zb for Fig. 10) at PAPER.md's "
-              "memory limits and costs, against the authors' adaptive scheduler's numbers (PAPER.md §3.6, §1.6) "
+              "Simulated the memory-budgeted schedulers (v-shape for Fig. 9, zb for Fig. 10) at docs/theory.md's "
+              "memory limits and costs, against the authors' adaptive scheduler's numbers (docs/theory.md §9.6, §1.6) "
               "and the 1F1B reference line of Fig. 10.")
     for (p, m, costs), curve in paper.FIG9_CALC.items():
         c = Costs(*costs)
@@ -68,10 +68,10 @@ def _write_curve_figure(t: Table, fig, out: str | Path, stem: str) -> None:
 
 
 FIG910_NOTES = [
-    "The paper's curves use per-model profiled costs that were not recovered (PAPER.md §3.6), so the bubble "
+    "The paper's curves use per-model profiled costs that were not recovered (docs/theory.md §9.6), so the bubble "
     "rates themselves are not comparable; ours come from the A100 cost model of ctrlmem.paper. What compares: "
     "the position of the drop (the paper: a near-vertical drop at a memory limit ≈ 0.5, read from the plot), "
-    "and, in Fig. 9's check panel, PAPER.md's [CALC] readings of the authors' scheduler at p = 16, m = 64.",
+    "and, in Fig. 9's check panel, docs/theory.md §9.6's readings of the authors' scheduler at p = 16, m = 64.",
     "'Steepest drop at' is the midpoint of the two neighbouring evaluated limits between which the bubble rate "
     "falls most; limits are steps of 1/16 from 0.25 to 0.75 (ctrlmem.memory_curves.LIMITS), so a drop can only "
     "be located to ±1/32.",
@@ -121,7 +121,7 @@ def fig09(quick: bool, out: str | Path = "figures") -> Table:
     t = Table("fig09", "Fig. 9 — V scheduler: bubble rate vs memory limit (simulated, A100 cost model)",
               f"Simulated the adaptive V-shape scheduler (v-shape) at memory limits 0.125–2.0 for the 9.6B, 21B and "
               f"38.5B models with m = 2p, 4p, 8p, 16p on the A100 cost model ({scale}), drew the curves to "
-              f"fig09_bubble_vs_memory.png/.svg/.html, and checked PAPER.md §3.6's [CALC] readings (p = 16, m = 64).")
+              f"fig09_bubble_vs_memory.png/.svg/.html, and checked docs/theory.md §9.6's [CALC] readings (p = 16, m = 64).")
     data = mc.fig9_data(quick)
     for pn in data["panels"]:
         row = f"{pn['model']} p={pn['p']} m={pn['m']}"
@@ -190,7 +190,7 @@ def fig10(quick: bool, out: str | Path = "figures") -> Table:
 
 def fig07(quick: bool, out: str | Path = "figures") -> Table:
     """Fig. 7 as a figure (``out/fig07_pareto.{png,svg,html}``): MFU against activation memory
-    for every method at PAPER.md §3.3's three settings (the same at ``quick``: one point each)."""
+    for every method at docs/theory.md §9.3's three settings (the same at ``quick``: one point each)."""
     from .. import memory_curves as mc
 
     t = Table("fig07", "Fig. 7 — MFU vs activation memory, Pareto frontier (simulated, A100 cost model)",
@@ -247,6 +247,6 @@ def fig07(quick: bool, out: str | Path = "figures") -> Table:
     parts.append(f"frontier: ours {ours_front}; the paper's (a), (b): "
                  + " → ".join(next(iter(paper.FIG7_FRONTIER.values()))))
     t.verdict = "; ".join(parts)
-    t.notes += ["The paper's points are approximate readings of the plot (PAPER.md §3.3, [V1-T]).",
+    t.notes += ["The paper's points are approximate readings of the plot (docs/theory.md §9.3, [V1-T]).",
                 "Curve data: fig07.json."]
     return t

@@ -14,7 +14,7 @@ def cpu_real_memory(quick: bool) -> Table:
     t = Table("cpu-real-memory", "Measured on CPU — activation memory ratios from real runs",
               "Ran experiments/cpu_real_memory.yaml through `ctrlmem sweep` (real gloo runs of `ctrlmem run`, "
               "p = 4, m = 8, tiny GPT) and divided each schedule's peak of autograd-saved activation bytes by "
-              "1F1B's; the paper column is Table A's exact ratio (peak in a / p).")
+              "1F1B's; the paper column is the exact-values table's exact ratio (peak in a / p).")
     ok, why = real_run_available()
     if not ok:
         t.cells.append(Cell("all schedules", "peak activation / 1F1B", NOT_RECOVERED, f"not available: {why}", "–"))

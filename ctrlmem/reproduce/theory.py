@@ -1,4 +1,4 @@
-"""Artifacts checked against closed forms and the paper's theory tables: Table 1, Table 2, Table A,
+"""Artifacts checked against closed forms and the paper's theory tables: Table 1, Table 2, the exact-values table,
 the 1F1B / ZB-H1 / ZB-V closed forms, and the offsets of Tables 8 and 9."""
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ def table1(quick: bool) -> Table:
             continue
         r = _sim(name, p, 2 * p, UNIT_TAU)
         t.cells.append(Cell(name, f"peak / M at p = {p}", paper_val, max(r.peak_memory) / p, HOW_UNIT))
-        t.cells.append(Cell(name, f"peak / M at p = {p}, Table A's exact finite-p value",
+        t.cells.append(Cell(name, f"peak / M at p = {p}, the exact-values table's exact finite-p value",
                             paper.table_a_memory(name, p) / p, max(r.peak_memory) / p, HOW_UNIT))
-    t.notes.append("Exact finite-p values are in Table A: V-Min ⌊(p+4)/3⌋, V-Half ⌊(p+2)/2⌋ (units of a).")
+    t.notes.append("Exact finite-p values are in the exact-values table: V-Min ⌊(p+4)/3⌋, V-Half ⌊(p+2)/2⌋ (units of a).")
     return t
 
 
@@ -54,8 +54,8 @@ def table2(quick: bool) -> Table:
 
 
 def table_a(quick: bool) -> Table:
-    t = Table("table-a", "Table A — exact peak memory and bubbles (PAPER.md §2.1, F = B = W, m ≥ 2p)",
-              "Simulated every registered schedule on PAPER.md's (p, m) grid with F = B = W and compared "
+    t = Table("table-a", "Exact values — peak memory and bubbles of the V schedules (our derivation, docs/theory.md §7, F = B = W, m ≥ 2p)",
+              "Simulated every registered schedule on docs/theory.md's (p, m) grid with F = B = W and compared "
               "bubble rates (4 decimals), per-device bubbles in τ and peak memory in a with the closed forms.")
     names = ("1f1b", "v-min", "v-half", "v-zb")
     grid = list(paper.TABLE_A_RATES.items())
@@ -84,7 +84,7 @@ def table_a(quick: bool) -> Table:
 
 
 def closed_forms(quick: bool) -> Table:
-    t = Table("closed-forms", "Closed forms — 1F1B, ZB-H1, ZB-V (PAPER.md §1.5, §2.2)",
+    t = Table("closed-forms", "Closed forms — 1F1B, ZB-H1, ZB-V (docs/theory.md §5, §2.2)",
               "Simulated 1F1B, ZB-H1 and ZB-V with F = B = W (full-stage pass = 1) against their closed forms: "
               "bubble rate (p−1)/(m+p−1), (p−1)/(3m+p−1) and 0; peak memory p·a for all three.")
     ps = (4, 8, 16) if quick else (4, 8, 16, 24, 32)
@@ -167,6 +167,6 @@ def table9(quick: bool) -> Table:
     t = _offset_table("table9", "Table 9 — offsets of V-Half (d mod 2)",
                       [("paper variant", "v_half_block", {"variant": "paper"})], paper.TABLE9, 2)
     t.notes.append("The registered v-half uses the authors' code variant (v_half_block(p, variant='code')), which "
-                   "mirrors Table 9's turn gaps (F-turn 1, B-turn 2; PAPER.md §2.1) with the same peak memory; the "
+                   "mirrors Table 9's turn gaps (F-turn 1, B-turn 2; docs/theory.md §7) with the same peak memory; the "
                    "table compares Table 9 with the paper variant.")
     return t

@@ -67,14 +67,14 @@ def table4(quick: bool) -> Table:
             a = _point("1f1b", model, p, m, mb)
             b = _point(proxy, model, p, m, mb)
             ratios.append(a["makespan"] / b["makespan"])
-    label = "V-ZB" if proxy == "v-zb" else "ZB-V (proxy for V-ZB: same memory p·a, zero bubble; PAPER.md §2.2)"
+    label = "V-ZB" if proxy == "v-zb" else "ZB-V (proxy for V-ZB: same memory p·a, zero bubble; docs/theory.md §8)"
     t.cells.append(Cell(f"{label} / 1F1B throughput", "min over grid", 1.07, min(ratios), how))
     t.cells.append(Cell(f"{label} / 1F1B throughput", "max over grid", 1.55, max(ratios), how))
     t.notes += [
         "Paper ranges (e.g. 35–56 GB) are over all three models and every m; 'within range' means our cell "
         "lies inside the paper's range for that method, not that the matching paper cell is known.",
         "The abstract's '7 % to 55 %' is assumed to be the V-ZB / 1F1B throughput ratio across Table 4 "
-        "(PAPER.md §3.2, [INF]); its exact rows were not recovered.",
+        "(docs/theory.md §9.2, [INF]); its exact rows were not recovered.",
         "Predicted MFU omits the optimizer step, data loading and communication not on the critical path, so it "
         "overestimates measured MFU; ratios between methods are the meaningful output.",
     ]

@@ -12,7 +12,7 @@ one place that translates.
 
 **Placement.** Torch infers which rank runs each stage from the actions; :class:`Pipeline` checks
 that its inference equals the schedule's placement and raises otherwise. A rank's stages are
-handed to torch in ascending stage order (DESIGN.md: other orders break the warm-up handshake).
+handed to torch in ascending stage order (other orders break the warm-up handshake).
 
 **Memory fidelity.** Out of the box torch's ``I`` keeps the whole autograd graph until ``W``,
 stashes intermediate gradients as well, and keeps every sent tensor until the step ends, so

@@ -1,4 +1,4 @@
-"""Measuring activation memory and pass costs honestly (DESIGN.md "Real execution").
+"""Measuring activation memory and pass costs honestly (docs/architecture.md).
 
 * :class:`SavedTensorMeter` counts what autograd saves for backward
   (``torch.autograd.graph.saved_tensors_hooks``): deduplicated by storage, parameters skipped,

@@ -1,6 +1,6 @@
 """Model zoo for real execution: a GPT-style decoder, its presets, and its split into stages.
 
-The model is the one the paper trains (PAPER.md §3.1, Table 2): token and position embedding,
+The model is the one the paper trains (docs/theory.md §9.1, Table 2): token and position embedding,
 ``num_layers`` pre-LN transformer blocks (causal self-attention and a 4h GELU MLP, each with a
 residual), a final LayerNorm, an LM head and the cross-entropy loss. :func:`split_stages` cuts it
 into the ``S`` virtual stages of a schedule: the embedding goes on stage 0, the final norm and
@@ -96,7 +96,7 @@ class ModelConfig:
         return asdict(self)
 
 
-# The paper's Table 2 models (PAPER.md §3.1) with its pure-PP microbatch sizes (4 / 2 / 1; 1 for
+# The paper's Table 2 models (docs/theory.md §9.1) with its pure-PP microbatch sizes (4 / 2 / 1; 1 for
 # 98.5B, not reported); seq 1024 and a GPT-2-sized vocabulary are inferred, not recovered.
 # The small presets run on a laptop CPU.
 PRESETS: dict[str, ModelConfig] = {

@@ -1,6 +1,6 @@
-"""Memory-budgeted schedules: the adaptive V-shape search ``v-shape`` (PAPER.md §6, App. A/B)
+"""Memory-budgeted schedules: the adaptive V-shape search ``v-shape`` (docs/theory.md §10, App. A/B)
 and the Zero Bubble paper's memory-limited automatic scheduler ``zb`` (ZB-1P / ZB-2P,
-PAPER.md §2.2, §6).
+docs/theory.md §8, §6).
 
 ``memory_limit`` is a fraction of 1F1B's peak activation ``p·a`` throughout: 1.0 is 1F1B's
 memory, 0.5 half of it. Both generators take ``costs`` and return the schedule with the lowest
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 _EPS = 1e-9
 
-# (delta0, delta1) offset pairs of PAPER.md §1.4: V-Min (1, 1), V-Half (2, 1), V-ZB (4, 2).
+# (delta0, delta1) offset pairs of docs/theory.md §4: V-Min (1, 1), V-Half (2, 1), V-ZB (4, 2).
 # Each mix: (wide, narrow, wide links first?). Between V-Min and V-Half both orientations pay
 # off (wide first wins at some peaks, narrow first at others); above V-Half wide first does.
 _MIXES = (((2, 1), (1, 1), True), ((2, 1), (1, 1), False), ((4, 2), (2, 1), True))
@@ -121,11 +121,11 @@ def _check_v(p: int, m: int) -> None:
         raise ValueError(
             f"v-shape needs num_microbatches >= 2 (got {m}): with one microbatch every schedule is the "
             "same chain of passes and there is no memory to trade; use 'v-min' for m=1, or any m >= 2 "
-            "(the Table A closed forms hold for m >= 2p)"
+            "(the exact-values table closed forms hold for m >= 2p)"
         )
 
 
-@register("v-shape", source="Qi et al. 2024 (this paper) App. A/B, Fig. 9–10; PAPER.md §6 (adaptive V-Shape scheduler)")
+@register("v-shape", source="Qi et al. 2024 (this paper) App. A/B, Fig. 9–10; docs/theory.md §10 (adaptive V-Shape scheduler)")
 def v_shape(
     num_devices: int,
     num_microbatches: int,
@@ -134,7 +134,7 @@ def v_shape(
 ) -> Schedule:
     """Adaptive V-shape schedule: the lowest simulated makespan within ``memory_limit``.
 
-    Searches a structured family of V-shape building blocks (PAPER.md §6, adaptive scheduler):
+    Searches a structured family of V-shape building blocks (docs/theory.md §10, adaptive scheduler):
     the V-Min, V-Half and V-ZB blocks, the ZB-V schedule, and blocks whose device links mix two
     neighbouring offset levels (δ0, δ1) ∈ {(1,1), (2,1), (4,2)}, the first ``j`` links at one
     level and the rest at the other, so the peak steps from V-Min's level to 1F1B's. Every candidate is built by repeat → place W → reorder
@@ -251,7 +251,7 @@ def _zb_greedy(p: int, m: int, f: list[float], b: list[float], w: list[float], c
     return orders
 
 
-@register("zb", source="Zero Bubble paper §4 (automatic scheduling, ZB-1P/ZB-2P); PAPER.md §2.2, §6")
+@register("zb", source="Zero Bubble paper §4 (automatic scheduling, ZB-1P/ZB-2P); docs/theory.md §8, §6")
 def zb(
     num_devices: int,
     num_microbatches: int,
@@ -259,7 +259,7 @@ def zb(
     memory_limit: float | None = None,
 ) -> Schedule:
     """Memory-limited automatic zero-bubble schedule, one stage per device (ZB-1P at
-    ``memory_limit=1.0``, ZB-2P at ``2.0``; PAPER.md §2.2, Table 4, Fig. 7).
+    ``memory_limit=1.0``, ZB-2P at ``2.0``; docs/theory.md §8, Table 4, Fig. 7).
 
     A greedy list scheduler in the spirit of the Zero Bubble paper's heuristic: each device,
     whenever it is free, runs a ready ``B`` first (it is on the critical path), else a ready

@@ -1,4 +1,4 @@
-"""Classic fused-backward schedules: GPipe, 1F1B and interleaved 1F1B (PAPER.md §2.2)."""
+"""Classic fused-backward schedules: GPipe, 1F1B and interleaved 1F1B (docs/theory.md §8)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from .registry import register
 __all__ = ["gpipe", "one_f_one_b", "interleaved_1f1b"]
 
 
-@register("gpipe", source="Huang et al., GPipe (2019); PAPER.md §2.2, Fig. 18(e)")
+@register("gpipe", source="Huang et al., GPipe (2019); docs/theory.md §8, Fig. 18(e)")
 def gpipe(num_devices: int, num_microbatches: int) -> Schedule:
     """GPipe: every device runs all forwards, then all fused backwards (peak memory m·a).
 
@@ -22,7 +22,7 @@ def gpipe(num_devices: int, num_microbatches: int) -> Schedule:
     return Schedule.from_orders("gpipe", Placement.sequential(p), m, orders)
 
 
-@register("1f1b", source="Narayanan et al., PipeDream-Flush (2021); PAPER.md §2.2, Fig. 1(a)")
+@register("1f1b", source="Narayanan et al., PipeDream-Flush (2021); docs/theory.md §8, Fig. 1(a)")
 def one_f_one_b(num_devices: int, num_microbatches: int) -> Schedule:
     """1F1B: warm-up forwards, then one forward one fused backward, then the cool-down.
 
@@ -59,7 +59,7 @@ def microbatch_groups(num_devices: int, num_microbatches: int) -> int:
 
 @register(
     "interleaved-1f1b",
-    source="Narayanan et al., Megatron-LM interleaved schedule (SC 2021); PAPER.md §2.2, App. G",
+    source="Narayanan et al., Megatron-LM interleaved schedule (SC 2021); docs/theory.md §8, App. G",
 )
 def interleaved_1f1b(num_devices: int, num_microbatches: int, num_chunks: int = 2) -> Schedule:
     """Interleaved 1F1B (Megatron's order): ``v = num_chunks`` stages per device, looped placement.

@@ -1,14 +1,14 @@
 """The V-shape schedules with controllable memory built from their blocks: V-Min, V-Half, V-ZB
-(PAPER.md §1.4, §2.1) and 1F1B-V (App. I).
+(docs/theory.md §4, §2.1) and 1F1B-V (App. I).
 
 Each generator takes the block of :mod:`ctrlmem.blocks`, repeats it for ``m`` microbatches,
 places the weight passes, reorders the warm-up and cool-down without raising the peak and
 squeezes (:func:`ctrlmem.blocks.build_from_block`). With F = B = W and no communication cost the
-results are PAPER.md Table A exactly: peak ⌊(p+4)/3⌋·a, ⌊(p+2)/2⌋·a and p·a; bubble per device
+results are the exact values of docs/theory.md §7 exactly: peak ⌊(p+4)/3⌋·a, ⌊(p+2)/2⌋·a and p·a; bubble per device
 4p−5 τ (4p−7 when 3 | p), 3p−7 τ (even p) or 3p−4 τ (odd p), and 0 τ, for m ≥ 2p (τ is a
 chunk pass: with ``Costs(1, 1, 1)`` one τ is 0.5 time units). The orders are those of the
 unit-cost pattern; their simulated times follow whatever costs are given (the authors' runtime
-does the same for V-Min / V-Half, PAPER.md §6).
+does the same for V-Min / V-Half, docs/theory.md §10).
 """
 
 from __future__ import annotations
@@ -30,25 +30,25 @@ def _check(p: int, m: int, name: str) -> None:
         raise ValueError(f"{name} needs num_microbatches >= 1, got {m}")
 
 
-@register("v-min", source="Qi et al. 2024 (this paper) §3.1, Table 8; PAPER.md §2.1")
+@register("v-min", source="Qi et al. 2024 (this paper) §3.1, Table 8; docs/theory.md §7")
 def v_min(num_devices: int, num_microbatches: int) -> Schedule:
     """V-Min: V-shape block with all offsets 1 (δ0 = δ1 = 1), about 1/3 of 1F1B's memory.
 
     Block of :func:`ctrlmem.blocks.v_min_block` (an extra gap of 2 at the loss when 3 | p).
-    Peak ⌊(p+4)/3⌋·a; bubble 4p−5 τ, or 4p−7 τ when 3 | p, with F = B = W (PAPER.md Table A);
+    Peak ⌊(p+4)/3⌋·a; bubble 4p−5 τ, or 4p−7 τ when 3 | p, with F = B = W (docs/theory.md §7);
     when F, B and W differ the stable phase itself has a bubble, so it grows with m (§1.5).
     """
     _check(num_devices, num_microbatches, "v-min")
     return build_from_block(v_min_block(num_devices), num_microbatches, "v-min")
 
 
-@register("v-half", source="Qi et al. 2024 (this paper) §3.1, Table 9; PAPER.md §2.1")
+@register("v-half", source="Qi et al. 2024 (this paper) §3.1, Table 9; docs/theory.md §7")
 def v_half(num_devices: int, num_microbatches: int) -> Schedule:
     """V-Half: V-shape block with δ0 = 2, δ1 = 1, about 1/2 of 1F1B's memory.
 
     Uses the authors' code variant of the block (F turn gap 1, B turn gap 2; the paper's
     Table 9 prints the mirror, F turn 2 and B turn 1): both are collision-free with the same
-    peak, and the code's is the one whose bubbles PAPER.md Table A records, so the results
+    peak, and the code's is the one whose bubbles the exact values of docs/theory.md §7 records, so the results
     can be checked against it. ``ctrlmem.blocks.v_half_block(p, variant="paper")`` gives the
     other. Peak ⌊(p+2)/2⌋·a; bubble 3p−7 τ (even p ≥ 4) or 3p−4 τ (odd p); no repeating
     bubble whenever W + 2B ≥ 2F and W + 2F ≥ 2B (§1.5).
@@ -57,25 +57,25 @@ def v_half(num_devices: int, num_microbatches: int) -> Schedule:
     return build_from_block(v_half_block(num_devices), num_microbatches, "v-half")
 
 
-@register("v-zb", source="Qi et al. 2024 (this paper) §3.1, Fig. 3(d); PAPER.md §2.1")
+@register("v-zb", source="Qi et al. 2024 (this paper) §3.1, Fig. 3(d); docs/theory.md §7")
 def v_zb(num_devices: int, num_microbatches: int) -> Schedule:
     """V-ZB: V-shape block with δ0 = 4, δ1 = 2 and turn gaps 1: zero bubble at 1F1B's memory.
 
-    Peak p·a; bubble 0 with F = B = W and m ≥ 2p (PAPER.md §2.1, Table A).
+    Peak p·a; bubble 0 with F = B = W and m ≥ 2p (docs/theory.md §7).
     """
     _check(num_devices, num_microbatches, "v-zb")
     return build_from_block(v_zb_block(num_devices), num_microbatches, "v-zb")
 
 
-@register("1f1b-v", source="Qi et al. 2024 (this paper) App. I, Fig. 16(a)/17(a); PAPER.md §2.2")
+@register("1f1b-v", source="Qi et al. 2024 (this paper) App. I, Fig. 16(a)/17(a); docs/theory.md §8")
 def one_f_one_b_v(num_devices: int, num_microbatches: int) -> Schedule:
     """1F1B-V: V-shape placement with the fused backward (no B/W split), about 2/3–3/4 of
     1F1B's memory.
 
     Block of :func:`ctrlmem.blocks.v_1f1b_block` (each chunk pass at the earliest slot free
     modulo T = 6), then repeat, warm-up and cool-down reorder under the peak, squeeze. With
-    F = B = W: peak 0.75 / 0.75 / 0.6875 of 1F1B at p = 4 / 8 / 16 (PAPER.md §2.2 gives the
-    same), bubble 34 τ at p = 8 and 75 τ at p = 16 (PAPER.md: 33 and 75).
+    F = B = W: peak 0.75 / 0.75 / 0.6875 of 1F1B at p = 4 / 8 / 16 (docs/theory.md §8 gives the
+    same), bubble 34 τ at p = 8 and 75 τ at p = 16 (docs/theory.md: 33 and 75).
     """
     _check(num_devices, num_microbatches, "1f1b-v")
     return build_from_block(v_1f1b_block(num_devices), num_microbatches, "1f1b-v")

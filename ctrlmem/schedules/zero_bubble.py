@@ -1,7 +1,7 @@
 """Handcrafted schedules of the Zero Bubble paper (Qi et al., ICLR 2024, arXiv 2401.10241):
 ZB-H1, ZB-H2 (one stage per device) and ZB-V (V-shape placement). They split the backward into
 ``B`` (input gradient, on the critical path) and ``W`` (weight gradient, free to move), and use
-``W`` to fill the bubbles. PAPER.md §2.2.
+``W`` to fill the bubbles. docs/theory.md §8.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from .registry import register
 __all__ = ["zb_h1", "zb_h2", "zb_v"]
 
 
-@register("zb-h1", source="Zero Bubble paper §3.1 (ZB-H1); PAPER.md §2.2, Fig. 18(c)")
+@register("zb-h1", source="Zero Bubble paper §3.1 (ZB-H1); docs/theory.md §8, Fig. 18(c)")
 def zb_h1(num_devices: int, num_microbatches: int) -> Schedule:
     """ZB-H1: 1F1B with the backward split, each device ``i`` deferring ``i`` weight passes.
 
@@ -46,7 +46,7 @@ def zb_h1(num_devices: int, num_microbatches: int) -> Schedule:
     return Schedule.from_orders("zb-h1", Placement.sequential(p), m, orders)
 
 
-@register("zb-h2", source="Zero Bubble paper §3.1 (ZB-H2); PAPER.md §2.2, Fig. 18(d)")
+@register("zb-h2", source="Zero Bubble paper §3.1 (ZB-H2); docs/theory.md §8, Fig. 18(d)")
 def zb_h2(num_devices: int, num_microbatches: int) -> Schedule:
     """ZB-H2: extra warm-up forwards and the weight passes pushed to the tail (a parallelogram).
 
@@ -90,7 +90,7 @@ def zb_h2(num_devices: int, num_microbatches: int) -> Schedule:
     return Schedule.from_orders("zb-h2", Placement.sequential(p), m, orders)
 
 
-@register("zb-v", source="Zero Bubble paper §6 (ZB-V); PAPER.md §2.2")
+@register("zb-v", source="Zero Bubble paper §6 (ZB-V); docs/theory.md §8")
 def zb_v(num_devices: int, num_microbatches: int) -> Schedule:
     """ZB-V: V-shape placement (device ``i`` holds stages ``i`` and ``2p−1−i``) at 1F1B memory.
 

@@ -1,9 +1,21 @@
-"""Run a ctrlmem :class:`~ctrlmem.Schedule` on ``torch.distributed.pipelining`` (torch 2.13).
+"""Run a ctrlmem :class:`~ctrlmem.Schedule` on ``torch.distributed.pipelining``.
+
+**Supported torch: 2.11, 2.12 and 2.13** (:data:`SUPPORTED_TORCH`; :func:`check_torch_version`
+refuses others, because the private runtime used here changes between releases).
 
 This is the only module of ctrlmem that touches private torch API: the pipelining runtime's
 (``_PipelineScheduleRuntime``, ``_Action``, ``_prepare_schedule_with_comms``, ``_validate_schedule``,
-``stage_index_to_group_rank``, a stage's receive slots) and the profiler's raw memory events
-(:func:`cpu_allocation_deltas`).
+``stage_index_to_group_rank``, a stage's receive slots and its neighbour warm-up), the profiler's
+raw memory events (:func:`cpu_allocation_deltas`) and the point-to-point audit (:class:`P2PAudit`).
+
+**Shapes up front, no self-send.** Every stage is built with its input and output shapes
+(``input_args`` / ``output_args``), so torch runs no shape-inference exchange (torch 2.13 votes
+"static" and skips it; torch 2.11 and 2.12 never start it). torch 2.11 and 2.12 still open every
+stage's neighbour links with a dummy send to the next stage's rank and a receive from the previous
+one, *including* when that rank is the stage's own (the V-shape turn, e.g. stages 1 and 2 on rank 1
+at p = 2), which gloo rejects ("Pair is not connected"). :class:`TrackedStage` drops those
+self-addressed warm-up operations; :class:`Pipeline` runs the same filtered warm-up itself on every
+version, so the path is exercised (and audited by the tests) on every supported torch.
 
 **Letters.** ctrlmem's passes follow the paper: ``F`` forward, ``B`` input backward, ``W`` weight
 backward, ``BW`` fused backward. Torch's letters differ: its ``I`` (BACKWARD_INPUT) is our ``B``,
@@ -34,6 +46,9 @@ remembers the pass it is in, so a failure can name it.
 from __future__ import annotations
 
 import logging
+import os
+import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -41,6 +56,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining.stage import _RecvInfo
 from torch.distributed.pipelining.schedules import (
     BACKWARD_INPUT,
     BACKWARD_WEIGHT,
@@ -53,10 +69,38 @@ from torch.distributed.pipelining.schedules import (
 
 from ..ir import Op, Pass, Schedule
 
-__all__ = ["to_torch_actions", "torch_stage_to_rank", "torch_inferred_placement", "cpu_allocation_deltas",
-           "PassRecord", "TrackedStage", "Pipeline"]
+__all__ = ["SUPPORTED_TORCH", "UnsupportedTorch", "check_torch_version", "to_torch_actions", "torch_stage_to_rank",
+           "torch_inferred_placement", "cpu_allocation_deltas", "P2PAudit", "PassRecord", "TrackedStage", "Pipeline"]
 
 log = logging.getLogger(__name__)
+
+SUPPORTED_TORCH = ((2, 11), (2, 13))
+"""Oldest and newest supported ``(major, minor)`` of torch, both included."""
+
+ALLOW_ENV = "CTRLMEM_ALLOW_UNSUPPORTED_TORCH"
+
+
+class UnsupportedTorch(RuntimeError):
+    """The installed torch is outside :data:`SUPPORTED_TORCH`."""
+
+
+def check_torch_version(version: str | None = None) -> str:
+    """Return ``version`` (default: the installed torch's) if it is supported; raise
+    :class:`UnsupportedTorch` naming the supported range and the fix otherwise. Setting
+    ``CTRLMEM_ALLOW_UNSUPPORTED_TORCH=1`` turns the refusal into a warning."""
+    version = torch.__version__ if version is None else str(version)
+    match = re.match(r"(\d+)\.(\d+)", version)
+    (lo, hi) = SUPPORTED_TORCH
+    rng = f"{lo[0]}.{lo[1]} to {hi[0]}.{hi[1]}"
+    if match and lo <= (int(match[1]), int(match[2])) <= hi:
+        return version
+    msg = (f"torch {version} is not supported by ctrlmem's real runs (supported: torch {rng}; they rely on "
+           f"torch.distributed.pipelining internals that change between releases); install a supported "
+           f"version, e.g. pip install torch=={hi[0]}.{hi[1]}.0, or set {ALLOW_ENV}=1 to try anyway")
+    if os.environ.get(ALLOW_ENV, "") not in ("", "0"):
+        log.warning("%s (continuing: %s is set)", msg, ALLOW_ENV)
+        return version
+    raise UnsupportedTorch(msg)
 
 _TO_TORCH = {Op.F: FORWARD, Op.B: BACKWARD_INPUT, Op.W: BACKWARD_WEIGHT, Op.BW: FULL_BACKWARD}
 
@@ -89,6 +133,82 @@ def cpu_allocation_deltas(prof) -> list[tuple[int, int]]:
     events = prof.profiler.kineto_results.events()
     return sorted((e.start_ns(), e.nbytes()) for e in events
                   if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
+
+
+class P2PAudit:
+    """Counts every point-to-point operation this process issues (test and check tool).
+
+    While active it wraps ``torch.distributed``'s ``send`` / ``recv`` / ``isend`` / ``irecv``
+    (the functions every batched or single P2P operation of the pipelining runtime ends in) and
+    ``send_object_list`` / ``recv_object_list`` (torch's metadata / shape-inference exchange), and
+    records each operation's peer. :attr:`self_ops` lists operations addressed to this process
+    itself (what gloo rejects with "Pair is not connected"); :attr:`object_exchanges` counts
+    metadata exchanges (0 when every stage's shapes are given up front).
+    """
+
+    _P2P = ("send", "recv", "isend", "irecv")
+    _OBJ = ("send_object_list", "recv_object_list")
+
+    def __init__(self) -> None:
+        self.ops = 0
+        self.self_ops: list[str] = []
+        self.object_exchanges = 0
+        self._saved: list[tuple[object, str, object]] = []
+        self._lock = threading.Lock()
+
+    def summary(self) -> dict:
+        return {"p2p_ops": self.ops, "self_ops": len(self.self_ops), "self_op_examples": self.self_ops[:5],
+                "object_exchanges": self.object_exchanges}
+
+    def _wrap_p2p(self, name: str, fn):
+        sending = name in ("send", "isend")
+
+        def wrapped(tensor, *args, **kwargs):
+            peer = args[0] if args else kwargs.get("dst" if sending else "src")
+            group = args[1] if len(args) > 1 else kwargs.get("group")
+            group_peer = kwargs.get("group_dst" if sending else "group_src")
+            if peer is None and group_peer is not None:
+                peer = dist.get_global_rank(group, group_peer) if group is not None else group_peer
+            with self._lock:
+                self.ops += 1
+                if peer is not None and peer == dist.get_rank():
+                    self.self_ops.append(f"{name} to own rank {peer}")
+            return fn(tensor, *args, **kwargs)
+
+        wrapped.__wrapped__ = fn
+        return wrapped
+
+    def _wrap_obj(self, fn):
+        def wrapped(*args, **kwargs):
+            with self._lock:
+                self.object_exchanges += 1
+            return fn(*args, **kwargs)
+
+        wrapped.__wrapped__ = fn
+        return wrapped
+
+    def __enter__(self) -> "P2PAudit":
+        import torch.distributed.distributed_c10d as c10d
+
+        for name in self._P2P + self._OBJ:
+            original = getattr(c10d, name)
+            new = self._wrap_p2p(name, original) if name in self._P2P else self._wrap_obj(original)
+            for module in (c10d, dist):  # both names: P2POp checks its op against c10d's globals
+                self._saved.append((module, name, getattr(module, name)))
+                setattr(module, name, new)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for module, name, original in reversed(self._saved):
+            setattr(module, name, original)
+        self._saved = []
+
+
+def _p2p_group_peer(op: dist.P2POp, group) -> int:
+    group_peer = getattr(op, "group_peer", None)
+    if group_peer is None:
+        group_peer = dist.get_group_rank(group, op.peer) if group is not None else op.peer
+    return group_peer
 
 
 @dataclass
@@ -181,6 +301,13 @@ class TrackedStage(PipelineStage):
             self._drop_local_buffers(bwd_chunk_id)
         return out
 
+    def _get_init_p2p_neighbors_ops(self) -> list[dist.P2POp]:
+        """torch's neighbour warm-up without the operations addressed to this rank itself (a
+        neighbour stage on the same rank, the V-shape turn), which torch 2.11 and 2.12 issue and
+        gloo rejects. Same-rank neighbours exchange tensors in memory, never through P2P."""
+        ops = super()._get_init_p2p_neighbors_ops()
+        return [op for op in ops if _p2p_group_peer(op, self.group) != self.group_rank]
+
     def _drop_local_buffers(self, mb: int) -> None:
         """After B of ``mb``: forget the activation and the gradient handed over by a same-rank
         neighbour stage (V-shape turn). Torch keeps them in its receive slots until the next step;
@@ -189,11 +316,16 @@ class TrackedStage(PipelineStage):
         placement = self.stage_index_to_group_rank
         if not self.is_first and placement.get(self.stage_index - 1) == self.group_rank:
             for info in self.args_recv_info[mb]:
-                if not info.is_root_arg:
-                    info.buffer = None
+                # torch 2.13 marks model inputs with is_root_arg; 2.11/2.12 use another class for them
+                if isinstance(info, _RecvInfo) and not getattr(info, "is_root_arg", False):
+                    info.buffer = self._placeholder()
         if not self.is_last and placement.get(self.stage_index + 1) == self.group_rank:
             for info in self.grad_recv_info[mb]:
-                info.buffer = None
+                info.buffer = self._placeholder()
+
+    def _placeholder(self) -> torch.Tensor:
+        # an empty tensor, not None: torch 2.11/2.12 clear `buffer.grad` on every slot between steps
+        return torch.empty(0, device=self.device)
 
     def backward_weight_one_chunk(self, bwd_chunk_id, last_backward=False):
         return self._timed(Op.W, bwd_chunk_id, lambda: super(TrackedStage, self).backward_weight_one_chunk(
@@ -233,6 +365,16 @@ class TrackedStage(PipelineStage):
             work.wait()
         self._inflight_sends = []
         self.inflight_grad_bytes = 0
+
+
+def _warm_up_neighbours(stages: list[TrackedStage]) -> None:
+    """Open every cross-rank neighbour link (a dummy tensor each way), skipping same-rank
+    neighbours: the filtered form of torch 2.11's warm-up, run on every torch version so the
+    path is the same everywhere. Every rank of the pipeline calls it (from :meth:`Pipeline.create`)."""
+    ops = [op for st in stages for op in st._get_init_p2p_neighbors_ops()]
+    if ops:
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
 
 
 @dataclass
@@ -302,6 +444,7 @@ class Pipeline:
                 f"torch placed stages differently from the schedule ({schedule.placement.kind}): "
                 f"stage: (ours, torch's) = {diff}"
             )
+        _warm_up_neighbours(stages)
         pipeline = cls(schedule, rank, runtime, stages)
         return pipeline
 

@@ -1,4 +1,5 @@
-"""``ctrlmem run``: execute a schedule for real (see :mod:`ctrlmem.runtime.launch`).
+"""``ctrlmem run``: execute a schedule for real (see :mod:`ctrlmem.runtime.launch`);
+``ctrlmem replay``: one pipeline device's passes at full size on one device (:mod:`ctrlmem.runtime.replay`).
 
 Imports torch only when the command runs, so ``ctrlmem --help`` stays fast.
 """
@@ -21,6 +22,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("--schedule", required=True, help="schedule name (see `ctrlmem list`)")
     p.add_argument("-p", "--devices", type=int, default=2, help="number of ranks p (default 2)")
     p.add_argument("-m", "--microbatches", type=int, default=4, help="number of microbatches m (default 4)")
+    p.add_argument("--dp", type=int, default=1,
+                   help="data-parallel replicas of the pipeline (dp x p ranks; batch split, gradients averaged)")
     p.add_argument("--model", default="tiny", help="model preset: tiny, small, medium, 9.6b, 21b, 38.5b, 98.5b")
     p.add_argument("--layers", type=int, default=None, help="override the preset's number of layers")
     p.add_argument("--dtype", default=None, help="override the preset's dtype (float32, bfloat16, float16)")
@@ -48,6 +51,56 @@ def add_commands(subparsers) -> None:
     p.add_argument("--time-limit", default="00:30:00", help="with --emit-sbatch: Slurm time limit")
     p.add_argument("--json", action="store_true", help="print the whole result.json")
     p.set_defaults(func=_cmd_run)
+    _add_replay(subparsers)
+
+
+def _add_replay(subparsers) -> None:
+    p = subparsers.add_parser(
+        "replay", help="replay single pipeline devices' passes at full size on one GPU (or CPU)",
+        description="For each schedule and each pipeline device in --devices, run that device's passes in "
+                    "one process on its real stage shapes (weights made on the target device, stand-in "
+                    "tensors for its neighbours) and write DIR/replay.json: per-stage pass times and the "
+                    "saved-tensor / allocator / theory activation peaks. Rows merge into an existing file.",
+    )
+    p.add_argument("--model", required=True, help="model preset: tiny, small, medium, 9.6b, 21b, 38.5b, 98.5b")
+    p.add_argument("-p", "--pipeline", type=int, required=True, help="pipeline size p")
+    p.add_argument("-m", "--microbatches", type=int, default=None, help="microbatches m (default 2p)")
+    p.add_argument("--schedules", default="1f1b,v-half,v-min,v-zb", help="comma-separated schedule names")
+    p.add_argument("--devices", default="0,1", help="comma-separated pipeline devices to replay (default 0,1)")
+    p.add_argument("--device", default=None, help="torch device to run on (default cuda if available, else cpu)")
+    p.add_argument("--layers", type=int, default=None, help="override the preset's number of layers")
+    p.add_argument("--microbatch-size", type=int, default=None, help="override the preset's microbatch size")
+    p.add_argument("--dtype", default=None, help="override the preset's dtype (float32, bfloat16, float16)")
+    p.add_argument("--tag", default="", help="free label stored in every row")
+    p.add_argument("--out", default="build/replay", help="output folder for replay.json (default build/replay)")
+    p.set_defaults(func=_cmd_replay)
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    import torch
+
+    from .adapter import UnsupportedTorch, check_torch_version
+    from .replay import REPLAY_FILE, run_replay
+
+    try:
+        check_torch_version()
+    except UnsupportedTorch as exc:
+        raise ValueError(str(exc)) from None
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    m = args.microbatches if args.microbatches is not None else 2 * args.pipeline
+
+    def show(row: dict) -> None:
+        times = " ".join(f"{st}{op} {v['median'] * 1e3:.2f}" for st, kinds in row["pass_times_s"].items()
+                         for op, v in kinds.items())
+        print(f"{row['model']} {row['schedule']:9s} device {row['device']:>3}: saved {row['peak_saved_bytes'] / 2**30:.3f} GiB, "
+              f"allocator {row['peak_alloc_bytes'] / 2**30:.3f} GiB, theory {row['theory_peak_bytes'] / 2**30:.3f} GiB; "
+              f"pass ms {times}", flush=True)
+
+    run_replay(args.model, args.pipeline, m, args.schedules, args.devices, device=device, out=args.out,
+               num_layers=args.layers, microbatch_size=args.microbatch_size, dtype=args.dtype, tag=args.tag,
+               progress=show)
+    print(f"wrote {args.out}/{REPLAY_FILE}")
+    return 0
 
 
 def _config(args: argparse.Namespace):
@@ -65,7 +118,7 @@ def _config(args: argparse.Namespace):
         model_overrides=overrides, schedule_params=parse_params(args.param), seed=args.seed,
         threads_per_rank=args.threads, pin_cores=args.pin, timeout_s=args.timeout,
         comm_timeout_s=args.comm_timeout, hang_timeout_s=args.hang_timeout,
-        memory_fidelity=not args.torch_memory,
+        memory_fidelity=not args.torch_memory, dp=args.dp,
     )
 
 
@@ -78,7 +131,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     config = _config(args)
     if args.emit_sbatch:
-        gpn = args.gpus_per_node or max(1, config.num_devices // max(1, args.nodes))
+        gpn = args.gpus_per_node or max(1, config.world_size // max(1, args.nodes))
         emit_sbatch(config, args.nodes, gpn, args.emit_sbatch, partition=args.partition, time_limit=args.time_limit)
         print(f"wrote {args.emit_sbatch}: sbatch it; the result lands in {config.out}/result.json")
         return 0

@@ -62,6 +62,11 @@ class RunConfig:
             deferred linear weights, sent buffers dropped when sent); ``False`` keeps torch's
             own behaviour, for comparison.
         fault: test-only fault injection ``(rank, pass, "crash" | "hang")``.
+        dp: data-parallel degree: the pipeline is replicated ``dp`` times (``dp · p`` ranks on a
+            ``(dp, pp)`` device mesh), each replica runs ``m`` microbatches of a ``dp · m``
+            microbatch batch, gradients are averaged over replicas after each step.
+        audit_p2p: count every point-to-point operation on every rank (``p2p_audit`` in the
+            result: operations, self-addressed ones, metadata exchanges); a check, off by default.
     """
 
     schedule: str
@@ -81,17 +86,51 @@ class RunConfig:
     hang_timeout_s: float = 60.0
     memory_fidelity: bool = True
     fault: tuple | None = None
+    dp: int = 1
+    audit_p2p: bool = False
+
+    @property
+    def world_size(self) -> int:
+        """Ranks of the run: ``dp · p``."""
+        return self.dp * self.num_devices
 
 
-def prepare(config: RunConfig) -> tuple[Schedule, dict]:
+def visible_gpus() -> int:
+    """GPUs this process can use (``torch.cuda.device_count()``; 0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def prepare(config: RunConfig, local: bool = True) -> tuple[Schedule, dict]:
     """Validate ``config`` and return the schedule and the workers' JSON config.
 
+    ``local=True`` (a launch on this machine) also checks that an NCCL run has one GPU per rank
+    here; a Slurm script (``local=False``) leaves that to the worker on each node.
     Raises :class:`RunError` naming what is wrong and how to fix it.
     """
+    import torch
+
+    from .adapter import UnsupportedTorch, check_torch_version
     from .models import get_preset, layers_per_stage
 
+    try:
+        torch_version = check_torch_version()
+    except UnsupportedTorch as exc:
+        raise RunError(str(exc)) from None
     if config.backend not in BACKENDS:
         raise RunError(f"backend must be one of {BACKENDS}, got {config.backend!r}")
+    if isinstance(config.dp, bool) or not isinstance(config.dp, int) or config.dp < 1:
+        raise RunError(f"dp must be a positive integer (data-parallel replicas), got {config.dp!r}")
+    if local and config.backend == "nccl":
+        gpus = visible_gpus()
+        if config.world_size > gpus:
+            raise RunError(
+                f"--backend nccl runs one rank per GPU: this run needs {config.world_size} ranks "
+                f"(p={config.num_devices} x dp={config.dp}) on this node but {gpus} GPU(s) are visible "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); use p x dp <= {gpus}, "
+                f"run the same schedule on CPU with --backend gloo, or spread the ranks over nodes with "
+                f"--emit-sbatch FILE --nodes N --gpus-per-node G")
     if config.steps < 0:
         raise RunError(f"steps must be >= 0, got {config.steps}")
     try:
@@ -125,6 +164,9 @@ def prepare(config: RunConfig) -> tuple[Schedule, dict]:
         "hang_timeout_s": config.hang_timeout_s,
         "fault": list(config.fault) if config.fault else None,
         "memory_fidelity": config.memory_fidelity,
+        "dp": config.dp,
+        "audit_p2p": config.audit_p2p,
+        "torch_version": torch_version,
         "run_config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()},
     }
     return schedule, worker
@@ -133,7 +175,7 @@ def prepare(config: RunConfig) -> tuple[Schedule, dict]:
 def _torchrun_args(config: RunConfig, config_path: Path) -> list[str]:
     return [
         sys.executable, "-m", "torch.distributed.run",
-        "--nnodes", "1", "--nproc-per-node", str(config.num_devices),
+        "--nnodes", "1", "--nproc-per-node", str(config.world_size),
         "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
         "--max-restarts", "0",
         "-m", "ctrlmem.runtime.worker", str(config_path),
@@ -214,12 +256,14 @@ def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
 
     ranks = sorted(ranks, key=lambda r: r["rank"])
     model = worker["model"]
+    dp = int(worker.get("dp", 1))
     S, m = schedule.num_stages, schedule.num_microbatches
     act, kept = [0.0] * S, [0.0] * S
     for r in ranks:
         for s, pr in r["probe"].items():
             act[int(s)], kept[int(s)] = pr["activation_bytes"], pr["kept_for_w_bytes"]
-    theory = theory_peak_bytes(schedule, act, kept)
+    # per global rank (rank d·p + i is pipeline rank i of replica d): its pipeline rank's theory
+    theory = [theory_peak_bytes(schedule, act, kept)[r.get("pp_rank", r["rank"])] for r in ranks]
     records = [rec for r in ranks for rec in r["records"]]
     step_times = [max(ts) for ts in zip(*(r["step_times_s"] for r in ranks))] if ranks[0]["step_times_s"] else []
     steps = summarize(step_times)
@@ -237,17 +281,24 @@ def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
         per_stage[str(s)] = kinds
     grad_scale = max(r["grad_scale"] for r in ranks)
     grad_diff = max(r["grad_max_abs_diff"] for r in ranks)
-    last = next(r for r in ranks if S - 1 in r["stages"])
-    tokens = m * model["microbatch_size"] * model["seq_len"]
+    lasts = [r for r in ranks if S - 1 in r["stages"]]  # one per replica
+    last = lasts[0]
+    loss = sum(r["loss"] for r in lasts) / len(lasts)  # the whole batch's mean: replicas hold equal shares
+    tokens = dp * m * model["microbatch_size"] * model["seq_len"]
     return {
         "status": "ok",
         "config": worker["run_config"],
         "model": model,
         "schedule": {"name": schedule.name, "num_devices": schedule.num_devices, "num_microbatches": m,
                      "num_stages": S, "placement": schedule.placement.kind},
-        "loss": last["loss"],
+        "dp": dp,
+        "world_size": len(ranks),
+        "rank_layout": [{"rank": r["rank"], "dp_rank": r.get("dp_rank", 0), "pp_rank": r.get("pp_rank", r["rank"]),
+                         "stages": r["stages"]} for r in ranks],
+        "torch_version": worker.get("torch_version"),
+        "loss": loss,
         "ref_loss": last["ref_loss"],
-        "loss_abs_diff": abs(last["loss"] - last["ref_loss"]),
+        "loss_abs_diff": abs(loss - last["ref_loss"]),
         "grad_max_abs_diff": grad_diff,
         "grad_scale": grad_scale,
         "grad_rel_diff": grad_diff / grad_scale if grad_scale else 0.0,
@@ -269,54 +320,83 @@ def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
         "alloc_over_theory": [r["peak_alloc_bytes"] / t if t else None for r, t in zip(ranks, theory)],
         "stage_activation_bytes": act,
         "stage_kept_for_w_bytes": kept,
+        "p2p_audit": [r.get("p2p_audit") for r in ranks] if any(r.get("p2p_audit") for r in ranks) else None,
         "records": records,
     }
 
 
+_CONTROL = {chr(c) for c in range(32)} | {chr(127)}
+
+
+def _clean(name: str, value: object) -> str:
+    """``value`` as a string for the batch script; :class:`RunError` if it holds a control
+    character (a newline would start a new script line or ``#SBATCH`` directive)."""
+    text = str(value)
+    bad = sorted({repr(c) for c in text if c in _CONTROL})
+    if bad:
+        raise RunError(f"{name} {text!r} contains control character(s) {', '.join(bad)}; "
+                       f"give it without newlines, tabs or other control characters")
+    return text
+
+
 def emit_sbatch(config: RunConfig, nodes: int, gpus_per_node: int, path: str | os.PathLike,
-                partition: str | None = None, time_limit: str = "00:30:00", account: str | None = None) -> str:
+                partition: str | None = None, time_limit: str = "00:30:00", account: str | None = None,
+                python: str | None = None) -> str:
     """Write a Slurm batch script for ``config`` across ``nodes`` nodes and return its text.
 
     One ``srun`` task per node starts ``torchrun`` with ``nproc_per_node = gpus_per_node`` and a
-    c10d rendezvous on the first node; ``num_devices`` must equal ``nodes × gpus_per_node``.
+    c10d rendezvous on the first node; ``dp · p`` (the ranks) must equal ``nodes × gpus_per_node``.
+    ``python`` is the interpreter the nodes run (default: this one, ``sys.executable``; the
+    output folder and the interpreter must be on a file system every node sees). Every value
+    written into the script is shell-quoted, and a value with a control character is refused, so
+    an output folder like ``$(...)`` or a partition with a newline cannot run anything.
     """
-    if nodes * gpus_per_node != config.num_devices:
+    if nodes * gpus_per_node != config.world_size:
         raise RunError(
-            f"{nodes} nodes x {gpus_per_node} GPUs = {nodes * gpus_per_node} ranks, but p={config.num_devices}; "
-            f"choose nodes and GPUs per node whose product is p"
+            f"{nodes} nodes x {gpus_per_node} GPUs = {nodes * gpus_per_node} ranks, but the run has "
+            f"p={config.num_devices} x dp={config.dp} = {config.world_size}; choose nodes and GPUs per node "
+            f"whose product is p x dp"
         )
-    _, worker = prepare(config)
-    cfg_path = Path(worker["out"]) / "worker_config.json"
-    lines = [
-        "#!/bin/bash",
-        f"#SBATCH --job-name=ctrlmem-{config.schedule}-p{config.num_devices}",
-        f"#SBATCH --nodes={nodes}",
-        "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH --gpus-per-node={gpus_per_node}" if config.backend == "nccl" else "#SBATCH --exclusive",
-        f"#SBATCH --time={time_limit}",
-        f"#SBATCH --output={worker['out']}/slurm-%j.out",
-    ]
+    _, worker = prepare(config, local=False)
+    q = shlex.quote
+    out = _clean("--out", worker["out"])
+    Path(out).mkdir(parents=True, exist_ok=True)  # Slurm opens --output before the script runs
+    cfg_path = str(Path(out) / "worker_config.json")
+    python = _clean("python", python or sys.executable)
+    directives = {"--job-name": f"ctrlmem-{config.schedule}-p{config.num_devices}"
+                                + (f"-dp{config.dp}" if config.dp > 1 else ""),
+                  "--nodes": nodes, "--ntasks-per-node": 1}
+    if config.backend == "nccl":
+        directives["--gpus-per-node"] = gpus_per_node
+    directives["--time"] = time_limit
+    directives["--output"] = f"{out}/slurm-%j.out"
     if partition:
-        lines.append(f"#SBATCH --partition={partition}")
+        directives["--partition"] = partition
     if account:
-        lines.append(f"#SBATCH --account={account}")
+        directives["--account"] = account
+    lines = ["#!/bin/bash"]
+    for key, value in directives.items():
+        lines.append(f"#SBATCH {key}={q(_clean(key, value))}")
+    if config.backend != "nccl":
+        lines.append("#SBATCH --exclusive")
+    command = (f"ctrlmem run --schedule {config.schedule} -p {config.num_devices} -m {config.num_microbatches} "
+               f"--model {config.model} --backend {config.backend}" + (f" --dp {config.dp}" if config.dp > 1 else ""))
     lines += [
         "set -euo pipefail",
-        f"# ctrlmem run --schedule {config.schedule} -p {config.num_devices} -m {config.num_microbatches} "
-        f"--model {config.model} --backend {config.backend}",
-        f"mkdir -p {shlex.quote(worker['out'])}",
-        f"cat > {shlex.quote(str(cfg_path))} <<'CTRLMEM_CONFIG'",
+        "# " + _clean("schedule/model", command),
+        f"mkdir -p {q(out)}",
+        f"cat > {q(cfg_path)} <<'CTRLMEM_CONFIG'",
         json.dumps(worker, indent=2),
         "CTRLMEM_CONFIG",
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        "export MASTER_PORT=${MASTER_PORT:-29500}",
-        f"export OMP_NUM_THREADS={config.threads_per_rank}",
-        f"srun --kill-on-bad-exit=1 python -m torch.distributed.run \\",
-        f"    --nnodes={nodes} --nproc-per-node={gpus_per_node} \\",
+        "export MASTER_PORT=${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}",
+        f"export OMP_NUM_THREADS={int(config.threads_per_rank)} MKL_NUM_THREADS={int(config.threads_per_rank)}",
+        f"srun --kill-on-bad-exit=1 --ntasks-per-node=1 {q(python)} -m torch.distributed.run \\",
+        f"    --nnodes={int(nodes)} --nproc-per-node={int(gpus_per_node)} \\",
         '    --rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$head_node:$MASTER_PORT" \\',
         "    --max-restarts=0 \\",
-        f"    -m ctrlmem.runtime.worker {shlex.quote(str(cfg_path))}",
-        f"echo \"result: {worker['out']}/result.json\"",
+        f"    -m ctrlmem.runtime.worker {q(cfg_path)}",
+        f"echo {q('result: ' + out + '/result.json')}",
     ]
     text = "\n".join(lines) + "\n"
     Path(path).write_text(text)

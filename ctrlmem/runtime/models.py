@@ -293,24 +293,45 @@ def _init_weights(module: nn.Module, generator: torch.Generator, num_layers: int
                 prm.copy_(torch.randn(prm.shape, generator=generator) * scale)
 
 
+INITS = ("seeded", "device")
+
+
 def build_stages(
     cfg: ModelConfig,
     num_stages: int,
     stages: list[int] | None = None,
     seed: int = 0,
     device: str | torch.device = "cpu",
+    init: str = "seeded",
 ) -> dict[int, StageModule]:
     """Build the stages ``stages`` (default: all) of the model cut into ``num_stages`` stages.
 
-    Weights depend only on ``(cfg, seed)`` and the global layer index, not on the split, so a
-    stage built on any rank equals the same layers of :class:`FullModel` with the same seed.
+    ``init="seeded"``: weights depend only on ``(cfg, seed)`` and the global layer index, not on
+    the split, so a stage built on any rank equals the same layers of :class:`FullModel` with the
+    same seed (drawn on the CPU, then moved). ``init="device"``: the stage is laid out on the
+    ``meta`` device, allocated directly on ``device`` in ``cfg``'s dtype (``to_empty``) and
+    initialised there by each layer's ``reset_parameters`` (torch's default init; not seeded by
+    ``seed``). Values do not change pass times or activation memory, and a paper-scale stage
+    then takes well under a second on a GPU instead of seconds per layer on the CPU.
     """
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
     counts = layers_per_stage(cfg.num_layers, num_stages)
     starts = [sum(counts[:s]) for s in range(num_stages)]
     wanted = range(num_stages) if stages is None else stages
     out: dict[int, StageModule] = {}
     for s in wanted:
         ids = list(range(starts[s], starts[s] + counts[s]))
+        if init == "device":
+            with torch.device("meta"):
+                mod = StageModule(cfg, s, num_stages, ids).to(dtype=cfg.torch_dtype)
+            mod = mod.to_empty(device=device)
+            with torch.no_grad():
+                for sub in mod.modules():
+                    if sub is not mod and hasattr(sub, "reset_parameters"):
+                        sub.reset_parameters()
+            out[s] = mod
+            continue
         mod = StageModule(cfg, s, num_stages, ids)
         _init_stage(mod, cfg, seed)
         out[s] = mod.to(device=device, dtype=cfg.torch_dtype)

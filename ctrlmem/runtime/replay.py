@@ -8,14 +8,27 @@ one machine or one GPU (e.g. one device's share of the 9.6B model at the paper's
 size), for any schedule. Memory accounting is the same as in real runs
 (:mod:`ctrlmem.runtime.measure`): autograd saved tensors plus the deferred-W stash, and the
 allocator peak; ``B`` runs a full autograd backward with deferred linear weights, ``W`` applies
-them, as in :mod:`ctrlmem.runtime.adapter`.
+them, as in :mod:`ctrlmem.runtime.adapter`. Weights are created directly on the target device
+(``build_stages(init="device")``).
+
+:func:`run_replay` is ``ctrlmem replay``: several schedules and devices of one model, written
+to ``DIR/replay.json`` (``what``, ``date``, ``gpu``, ``torch``, ``models`` and one row per
+replayed device: ``model``, ``p``, ``m``, ``schedule``, ``device``, ``stages``,
+``peak_saved_bytes``, ``peak_alloc_bytes``, ``theory_peak_bytes``, ``pass_times_s``
+(per stage, per pass kind: median / min / max / spread / iqr / n in seconds), ``wall_s``,
+``elapsed_s``, ``tag``). Rerunning into the same folder merges: a row with the same model, p,
+m, microbatch size, schedule, device and tag is replaced, the others are kept.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import platform
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -23,7 +36,9 @@ from ..ir import Op, Schedule
 from .measure import AllocatorPeak, SavedTensorMeter, summarize, theory_peak_bytes
 from .models import ModelConfig, build_stages, loss_fn
 
-__all__ = ["ReplayResult", "replay_device", "probe_stages", "theory_per_device"]
+__all__ = ["ReplayResult", "replay_device", "probe_stages", "theory_per_device", "run_replay", "REPLAY_FILE"]
+
+REPLAY_FILE = "replay.json"
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +104,15 @@ def theory_per_device(schedule: Schedule, cfg: ModelConfig, device="cpu", seed: 
 
 
 def replay_device(schedule: Schedule, device_index: int, cfg: ModelConfig, device: str | torch.device = "cpu",
-                  seed: int = 0, measure_allocator: bool = True) -> ReplayResult:
-    """Replay ``device_index``'s passes of ``schedule`` on ``cfg`` (see module doc)."""
+                  seed: int = 0, measure_allocator: bool = True, init: str = "device") -> ReplayResult:
+    """Replay ``device_index``'s passes of ``schedule`` on ``cfg`` (see module doc); ``init`` as
+    in :func:`~ctrlmem.runtime.models.build_stages` (default: weights made on ``device``)."""
     device = torch.device(device)
     S = schedule.num_stages
+    if not 0 <= device_index < schedule.num_devices:
+        raise ValueError(f"device_index must be in 0..{schedule.num_devices - 1}, got {device_index}")
     mine = list(schedule.placement.stages_of(device_index))
-    modules = build_stages(cfg, S, stages=mine, seed=seed, device=device)
+    modules = build_stages(cfg, S, stages=mine, seed=seed, device=device, init=init)
     probe = probe_stages(cfg, S, mine, modules, device, seed)
     act = [0.0] * S
     kept = [0.0] * S
@@ -173,3 +191,99 @@ class _Null:
 
     def __exit__(self, *exc):
         return None
+
+
+def _parse_list(name: str, text: str | list, cast=str) -> list:
+    items = text if isinstance(text, list) else [x.strip() for x in str(text).split(",") if x.strip()]
+    if not items:
+        raise ValueError(f"{name} is empty; give a comma-separated list")
+    try:
+        return [cast(x) for x in items]
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a comma-separated list of {cast.__name__}, got {text!r}") from None
+
+
+def _hardware(device: torch.device) -> str:
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return f"{props.name} ({props.total_memory // 2**20} MiB)"
+    return f"none: CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+def run_replay(model: str, p: int, m: int, schedules, devices, device: str = "cuda", out: str | os.PathLike = ".",
+               num_layers: int | None = None, microbatch_size: int | None = None, dtype: str | None = None,
+               tag: str = "", seed: int = 0, progress=None) -> dict:
+    """Replay ``devices`` of every schedule in ``schedules`` for ``model`` at ``p`` devices and
+    ``m`` microbatches on ``device``; merge the rows into ``out/replay.json`` (see module doc)
+    and return the whole file's content. ``ValueError`` names a bad argument and its fix."""
+    from ..schedules import SCHEDULES, build
+    from .models import get_preset, layers_per_stage
+
+    schedules = _parse_list("schedules", schedules)
+    devices = _parse_list("devices", devices, int)
+    unknown = [n for n in schedules if n not in SCHEDULES]
+    if unknown:
+        raise ValueError(f"unknown schedule(s) {unknown}; valid: {', '.join(SCHEDULES)}")
+    if not isinstance(p, int) or p < 1:
+        raise ValueError(f"p must be a positive integer, got {p!r}")
+    bad = [d for d in devices if not 0 <= d < p]
+    if bad:
+        raise ValueError(f"devices {bad} are outside the pipeline (0..{p - 1}); pick devices below p={p}")
+    if m < p:
+        raise ValueError(f"m={m} is too small for p={p}; use m >= p (e.g. -m {2 * p})")
+    overrides = {k: v for k, v in (("num_layers", num_layers), ("microbatch_size", microbatch_size),
+                                    ("dtype", dtype)) if v is not None}
+    cfg = get_preset(model, **overrides)
+    built = {}
+    for name in schedules:
+        sched = build(name, p, m)
+        try:
+            layers_per_stage(cfg.num_layers, sched.num_stages)
+        except ValueError as exc:
+            raise ValueError(f"model {model!r} on {name} ({sched.num_stages} stages): {exc}; "
+                             f"change it with --layers") from None
+        built[name] = sched
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' asked for but torch sees no GPU; use --device cpu")
+    if dev.type == "cpu":
+        torch.set_num_threads(1)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / REPLAY_FILE
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    rows = list(data.get("rows", []))
+    kind = "CUDA events" if dev.type == "cuda" else "thread CPU time"
+    data.update({
+        "what": (f"Rank replay (ctrlmem replay, ctrlmem.runtime.replay.replay_device): one pipeline device's "
+                 f"passes in one process on {dev.type} with its real stage shapes, weights created on the "
+                 f"device at torch's default init. Per replayed device: peak autograd-saved bytes, allocator "
+                 f"peak, the schedule's theory peak, and per-stage pass times ({kind})."),
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "gpu": _hardware(dev),
+        "torch": torch.__version__,
+        "device": dev.type,
+        "pass_time_kind": kind,
+    })
+    models = dict(data.get("models", {}))
+    models[cfg.name] = (f"p={p}, {cfg.num_layers} layers, h={cfg.hidden}, mb {cfg.microbatch_size}"
+                        + (f", {cfg.dtype}" if cfg.dtype != "bfloat16" else ""))
+    data["models"] = models
+    for name, sched in built.items():
+        for d in devices:
+            t0 = time.perf_counter()
+            r = replay_device(sched, d, cfg, device=dev, seed=seed)
+            row = {"model": cfg.name, "p": p, "m": m, "microbatch_size": cfg.microbatch_size, **r.to_dict(),
+                   "elapsed_s": time.perf_counter() - t0, "tag": tag}
+            key = lambda x: (x.get("model"), x.get("p"), x.get("m"), x.get("microbatch_size", cfg.microbatch_size),
+                             x.get("schedule"), x.get("device"), x.get("tag", ""))
+            rows = [x for x in rows if key(x) != key(row)] + [row]
+            data["rows"] = rows
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(json.dumps(data, indent=1))
+            os.replace(tmp, path)  # every finished row is on disk before the next starts
+            if progress is not None:
+                progress(row)
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+    return data

@@ -2,7 +2,14 @@
 
 One run, on every rank: build this rank's stages of the model, check one pipelined step against
 a non-pipelined reference step (loss and every gradient), measure activation memory (autograd
-saved tensors in that step, the allocator in the next), then time ``steps`` steps. Each rank
+saved tensors in that step, the allocator in the next), then time ``steps`` steps.
+
+**Data × pipeline parallelism** (``dp`` > 1): the ``dp · p`` ranks form a 2-D device mesh
+``(dp, pp)`` (global rank ``d · p + i`` is pipeline rank ``i`` of replica ``d``); each replica runs
+the whole pipeline on its share of the batch (microbatches ``d·m … d·m + m − 1`` of the ``dp · m``
+in the batch), and after every step each gradient is averaged over the replicas with an
+``all_reduce`` on the ``dp`` group (as DDP does). The reference is the non-pipelined model on the
+whole batch, so the check covers the data-parallel reduction too. Each rank
 writes ``rank<R>.json`` into the output folder; rank 0 gathers all of them into
 ``result.json`` (:func:`ctrlmem.runtime.launch.assemble`). A rank that fails or stops making
 progress writes ``rank<R>.error.json`` naming the pass it was in, then exits non-zero.
@@ -24,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from ..ir import Schedule
-from .adapter import Pipeline
+from .adapter import P2PAudit, Pipeline, check_torch_version
 from .measure import AllocatorPeak, SavedTensorMeter
 from .models import FullModel, ModelConfig, build_stages, loss_fn, make_batch
 
@@ -118,12 +125,16 @@ def run(config: dict | list[dict]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     progress = Progress(rank, out, float(first["hang_timeout_s"]))
     progress.start_watchdog()
+    audit = P2PAudit() if any(job.get("audit_p2p") for job in jobs) else None
     try:
+        check_torch_version()
+        if audit is not None:
+            audit.__enter__()
         device = _init(first, rank, progress)
         for job in jobs:
             progress.out = Path(job["out"])
             progress.out.mkdir(parents=True, exist_ok=True)
-            _run(job, rank, world, progress.out, progress, device)
+            _run(job, rank, world, progress.out, progress, device, audit)
         dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 - report any failure, then re-raise
         progress.fail(f"{type(exc).__name__}: {exc}".splitlines()[0], traceback.format_exc())
@@ -142,6 +153,13 @@ def _init(config: dict, rank: int, progress: Progress) -> torch.device:
     backend = config["backend"]
     if backend == "nccl":
         local = int(os.environ.get("LOCAL_RANK", 0))
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", local + 1))
+        visible = torch.cuda.device_count()
+        if local_world > visible:
+            raise RuntimeError(
+                f"backend nccl runs one rank per GPU, but this node starts {local_world} ranks and sees "
+                f"{visible} GPU(s) (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
+                f"start at most {visible} ranks per node (torchrun --nproc-per-node, sbatch --gpus-per-node)")
         torch.cuda.set_device(local)
         device = torch.device("cuda", local)
     else:
@@ -151,15 +169,31 @@ def _init(config: dict, rank: int, progress: Progress) -> torch.device:
     return device
 
 
-def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, device: torch.device) -> None:
+def _groups(dp: int, pp: int, device: torch.device):
+    """``(pp_group, dp_group)`` of this rank on a ``(dp, pp)`` device mesh; ``(None, None)``
+    (the world group, no reduction) when ``dp == 1``."""
+    if dp == 1:
+        return None, None
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(device.type, (dp, pp), mesh_dim_names=("dp", "pp"))
+    return mesh.get_group("pp"), mesh.get_group("dp")
+
+
+def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, device: torch.device,
+         audit: P2PAudit | None = None) -> None:
     schedule = Schedule.from_text(config["schedule_text"])
-    if schedule.num_devices != world:
-        raise ValueError(f"schedule has {schedule.num_devices} devices but torchrun started {world} ranks")
-    progress.job = f"{schedule.name} p={schedule.num_devices} m={schedule.num_microbatches}: "
+    dp = int(config.get("dp", 1))
+    P = schedule.num_devices
+    if P * dp != world:
+        raise ValueError(f"schedule has {P} devices x dp={dp} = {P * dp} ranks but torchrun started {world}")
+    pp_rank, dp_rank = rank % P, rank // P
+    progress.job = f"{schedule.name} p={P} m={schedule.num_microbatches}{f' dp={dp}' if dp > 1 else ''}: "
+    pp_group, dp_group = _groups(dp, P, device)
     cfg = ModelConfig(**config["model"])
     seed = int(config.get("seed", 0))
     S, m = schedule.num_stages, schedule.num_microbatches
-    mine = list(schedule.placement.stages_of(rank))
+    mine = list(schedule.placement.stages_of(pp_rank))
     modules = build_stages(cfg, S, stages=mine, seed=seed, device=device)
 
     progress.set_phase("probe")
@@ -179,13 +213,29 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, dev
     for mod in modules.values():
         mod.stash.active = fidelity  # without fidelity: plain autograd, torch's own split backward
     progress.set_phase("pipeline set-up")
-    pipe = Pipeline.create(schedule, rank, modules, loss_fn, io_shapes, device,
+    pipe = Pipeline.create(schedule, pp_rank, modules, loss_fn, io_shapes, device, group=pp_group,
                            dw_builders={s: modules[s].stash.take for s in mine} if fidelity else None,
                            release_sends=fidelity,
                            on_pass=progress.on_pass, fault=fault)
-    tokens, targets = make_batch(cfg, m, seed)
-    tokens, targets = tokens.to(device), targets.to(device)
+    all_tokens, all_targets = make_batch(cfg, m * dp, seed)  # the whole batch: dp replicas x m microbatches
+    share = slice(dp_rank * m * cfg.microbatch_size, (dp_rank + 1) * m * cfg.microbatch_size)
+    tokens, targets = all_tokens[share].to(device), all_targets[share].to(device)
     params = [p for s in mine for p in modules[s].parameters()]
+
+    def reduce_grads() -> None:
+        """Average every gradient over the data-parallel replicas (DDP's all-reduce, after the step)."""
+        if dp_group is None:
+            return
+        works = [dist.all_reduce(p.grad, group=dp_group, async_op=True) for p in params]
+        for w in works:
+            w.wait()
+        for p in params:
+            p.grad.div_(dp)
+
+    def train_step():
+        losses = pipe.step(tokens, targets)
+        reduce_grads()
+        return losses
 
     def zero_grads() -> None:
         for p in params:
@@ -201,7 +251,7 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, dev
     for s in mine:
         modules[s].stash.meter = meter
     with meter:
-        losses = pipe.step(tokens, targets)
+        losses = train_step()
     for s in mine:
         modules[s].stash.meter = None
     pipe_grads = {(s, n): p.grad.detach().clone() for s in mine for n, p in modules[s].named_parameters()}
@@ -209,7 +259,7 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, dev
 
     progress.set_phase("reference step")
     ref = FullModel(cfg, S, seed=seed).to(device)
-    ref_loss = loss_fn(ref(tokens), targets)
+    ref_loss = loss_fn(ref(all_tokens.to(device)), all_targets.to(device))
     ref_loss.backward()
     grad_diff, grad_scale = 0.0, 0.0
     for s in mine:
@@ -227,7 +277,7 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, dev
     for st in pipe.stages:
         st.peak_inflight_grad_bytes = 0
     with AllocatorPeak(device) as alloc:
-        pipe.step(tokens, targets)
+        train_step()
     inflight = sum(st.peak_inflight_grad_bytes for st in pipe.stages)
 
     # Steps 3..: timing.
@@ -237,7 +287,7 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, dev
         zero_grads()
         dist.barrier()
         t0 = time.perf_counter()
-        pipe.step(tokens, targets)
+        train_step()
         dist.barrier()
         step_times.append(time.perf_counter() - t0)
         records.extend({"step": i, "op": r.op, "stage": r.stage, "microbatch": r.microbatch,
@@ -245,6 +295,8 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, dev
 
     mine_result = {
         "rank": rank,
+        "pp_rank": pp_rank,
+        "dp_rank": dp_rank,
         "stages": mine,
         "grad_max_abs_diff": grad_diff,
         "grad_scale": grad_scale,
@@ -256,6 +308,7 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, dev
         "probe": {str(s): {"activation_bytes": a, "kept_for_w_bytes": k} for s, (a, k) in probe.items()},
         "step_times_s": step_times,
         "records": records,
+        "p2p_audit": audit.summary() if audit is not None else None,
     }
     (out / f"rank{rank}.json").write_text(json.dumps(mine_result))
     progress.set_phase("gather")

@@ -124,3 +124,39 @@ def test_memory_fidelity_closes_the_gap_to_theory(tmp_path):
     _check_exact(torchs)
     assert max(ours["alloc_over_theory"]) <= 1.25, ours["alloc_over_theory"]
     assert max(ours["peak_alloc_bytes"]) < max(torchs["peak_alloc_bytes"])
+
+
+def _check_no_self_send_no_inference(result: dict) -> None:
+    audit = result["p2p_audit"]
+    assert audit is not None and len(audit) == result["world_size"]
+    for rank, a in enumerate(audit):
+        assert a["p2p_ops"] > 0, (rank, a)  # the audit saw the run's traffic
+        assert a["self_ops"] == 0, (rank, a["self_op_examples"])
+        assert a["object_exchanges"] == 0, (rank, a)  # shapes given up front: no metadata exchange
+
+
+V_AT_2 = [n for n in ("v-half",) if n in cm.SCHEDULES] or ["zb-v"]
+V_AT_4 = [n for n in ("v-half", "v-min", "v-zb", "zb-v") if n in cm.SCHEDULES]
+
+
+def test_v_schedules_at_p2_send_nothing_to_their_own_rank(tmp_path):
+    """V placement at p = 2 puts stages 1 and 2 on rank 1 (torch 2.11 sent a warm-up tensor from
+    rank 1 to itself there, which gloo rejects). With every stage's shapes given up front, the run
+    is exact, and an audit of every P2P operation on every rank finds none addressed to its own
+    rank and no shape/metadata exchange."""
+    results = run_many([RunConfig(n, 2, 4, steps=0, out=str(tmp_path / n), timeout_s=240, hang_timeout_s=120,
+                                  audit_p2p=True) for n in V_AT_2])
+    for name, result in zip(V_AT_2, results):
+        _check_exact(result)
+        _check_no_self_send_no_inference(result)
+        assert result["schedule"]["placement"] == "v-shape", name
+
+
+@pytest.mark.slow
+def test_v_schedules_at_p4_send_nothing_to_their_own_rank(tmp_path):
+    """The same at p = 4 (stages 3 and 4 share rank 3) for every V schedule."""
+    results = run_many([RunConfig(n, 4, 8, steps=0, out=str(tmp_path / n), timeout_s=280, hang_timeout_s=120,
+                                  audit_p2p=True) for n in V_AT_4])
+    for name, result in zip(V_AT_4, results):
+        _check_exact(result)
+        _check_no_self_send_no_inference(result)

@@ -203,3 +203,131 @@ def test_summarize_reports_median_range_and_robust_spread():
     s = measure.summarize([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 10.0])
     assert s["median"] == 1.0 and s["min"] == 1.0 and s["max"] == 10.0 and s["n"] == 8
     assert s["spread"] == pytest.approx(9.0) and s["iqr"] == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("version,ok", [("2.11.0+cu130", True), ("2.12.1", True), ("2.13.0+cpu", True),
+                                        ("2.10.2", False), ("2.14.0", False), ("3.0.0", False), ("nightly", False)])
+def test_torch_versions_outside_the_supported_range_are_refused(version, ok, monkeypatch):
+    """torch 2.11 to 2.13 pass; anything else raises naming the supported range and the fix."""
+    monkeypatch.delenv(adapter.ALLOW_ENV, raising=False)
+    if ok:
+        assert adapter.check_torch_version(version) == version
+    else:
+        with pytest.raises(adapter.UnsupportedTorch, match=r"supported: torch 2\.11 to 2\.13.*pip install torch==2\.13\.0"):
+            adapter.check_torch_version(version)
+
+
+def test_unsupported_torch_can_be_forced_with_a_warning(monkeypatch, caplog):
+    """CTRLMEM_ALLOW_UNSUPPORTED_TORCH=1 turns the refusal into a logged warning."""
+    monkeypatch.setenv(adapter.ALLOW_ENV, "1")
+    assert adapter.check_torch_version("2.9.0") == "2.9.0"
+    assert "not supported" in caplog.text
+
+
+def test_installed_torch_is_supported():
+    """The pinned torch of this checkout is inside the supported range."""
+    adapter.check_torch_version()
+
+
+def test_run_refuses_unsupported_torch_before_launching(monkeypatch, capsys):
+    """`ctrlmem run` on an unsupported torch exits 2 with one line naming the supported range."""
+    from ctrlmem.cli import main
+
+    monkeypatch.delenv(adapter.ALLOW_ENV, raising=False)
+    monkeypatch.setattr(torch, "__version__", "2.10.0")
+    assert main(["run", "--schedule", "1f1b", "-p", "2", "-m", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "torch 2.10.0 is not supported" in err[0] and "2.11 to 2.13" in err[0]
+
+
+def test_nccl_preflight_names_ranks_gpus_and_the_fix(monkeypatch, capsys):
+    """On a (faked) one-GPU machine `--backend nccl -p 2` stops before launching, with the ranks
+    needed, the GPUs seen and what to do instead; with two GPUs it passes the check."""
+    from ctrlmem.cli import main
+
+    monkeypatch.setattr(launch, "visible_gpus", lambda: 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert main(["run", "--schedule", "v-half" if "v-half" in cm.SCHEDULES else "zb-v", "-p", "2", "-m", "4",
+                 "--backend", "nccl"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    for needle in ("needs 2 ranks", "1 GPU(s) are visible", "CUDA_VISIBLE_DEVICES=0", "--backend gloo", "--emit-sbatch"):
+        assert needle in err[0], needle
+    with pytest.raises(launch.RunError, match="needs 4 ranks"):
+        launch.prepare(launch.RunConfig("1f1b", 2, 4, backend="nccl", dp=2))
+    monkeypatch.setattr(launch, "visible_gpus", lambda: 2)
+    launch.prepare(launch.RunConfig("1f1b", 2, 4, backend="nccl"))
+    # a Slurm script is checked on the nodes, not on the (GPU-less) login node
+    monkeypatch.setattr(launch, "visible_gpus", lambda: 0)
+    launch.prepare(launch.RunConfig("1f1b", 2, 4, backend="nccl"), local=False)
+
+
+def _run_script_with_fake_slurm(script, tmp_path):
+    """Execute a generated batch script with stand-ins for scontrol and srun (srun prints its argv)."""
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/sh\necho node0\n")
+    (bin_dir / "srun").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done > "$SRUN_ARGS"\n')
+    for f in ("scontrol", "srun"):
+        (bin_dir / f).chmod(0o755)
+    import os
+
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42",
+           "SLURM_JOB_NODELIST": "node0", "SRUN_ARGS": str(tmp_path / "srun_args")}
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    return proc, (tmp_path / "srun_args").read_text().splitlines() if (tmp_path / "srun_args").exists() else []
+
+
+def test_sbatch_script_does_not_execute_shell_syntax_in_values(tmp_path):
+    """An output folder named `$(touch PWNED)` and a Python path with a space and a quote end up
+    as literal arguments of srun: the script runs nothing of them."""
+    out = tmp_path / "runs" / "$(touch PWNED) `touch PWNED2` it's"
+    script = tmp_path / "job.sbatch"
+    launch.emit_sbatch(launch.RunConfig("1f1b", 2, 4, out=str(out)), 1, 2, script,
+                       python=f"{sys.executable}")
+    proc, argv = _run_script_with_fake_slurm(script, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "PWNED").exists() and not (tmp_path / "PWNED2").exists()
+    cfg = str(out.resolve() / "worker_config.json")
+    assert argv[-1] == cfg and argv[0] == "--kill-on-bad-exit=1"
+    assert (out.resolve() / "worker_config.json").is_file()
+    assert "--nproc-per-node=2" in argv and "--rdzv-id=42" in argv
+
+
+@pytest.mark.parametrize("field", ["partition", "account", "time_limit", "out"])
+def test_sbatch_refuses_control_characters(tmp_path, field):
+    """A newline (or any control character) in a value would add a line or #SBATCH directive: refused."""
+    kwargs = {"partition": "gpu", "account": None, "time_limit": "00:10:00"}
+    config = launch.RunConfig("1f1b", 2, 4, out=str(tmp_path / "o"))
+    bad = "gpu\n#SBATCH --uid=0"
+    if field == "out":
+        config = launch.RunConfig("1f1b", 2, 4, out=str(tmp_path / "o\nrm -rf x"))
+    else:
+        kwargs[field] = bad
+    with pytest.raises(launch.RunError, match="control character"):
+        launch.emit_sbatch(config, 1, 2, tmp_path / "job.sbatch", **kwargs)
+    assert not (tmp_path / "job.sbatch").exists()
+
+
+def test_sbatch_quotes_directive_values(tmp_path):
+    """A partition with shell syntax is written quoted in its #SBATCH line; dp x p = nodes x GPUs."""
+    text = launch.emit_sbatch(launch.RunConfig("1f1b", 2, 4, dp=2, backend="nccl", out=str(tmp_path / "o")),
+                              2, 2, tmp_path / "job.sbatch", partition="gpu;$(id)")
+    assert "#SBATCH --partition='gpu;$(id)'" in text
+    assert "--nnodes=2 --nproc-per-node=2" in text and '"dp": 2' in text
+    with pytest.raises(launch.RunError, match="product is p x dp"):
+        launch.emit_sbatch(launch.RunConfig("1f1b", 2, 4, dp=2), 1, 2, tmp_path / "x")
+
+
+def test_device_init_builds_on_the_target_device_with_finite_weights():
+    """build_stages(init='device') lays the stage out on meta and allocates it on the target device
+    in the model dtype (no CPU copy first); every weight is initialised (finite, not all zero)."""
+    cfg = models.get_preset("tiny", dtype="bfloat16")
+    mods = models.build_stages(cfg, 4, stages=[0, 3], device="cpu", init="device")
+    for mod in mods.values():
+        for name, prm in mod.named_parameters():
+            assert prm.device.type == "cpu" and prm.dtype == torch.bfloat16, name
+            assert torch.isfinite(prm.float()).all(), name
+        assert any(prm.float().abs().sum() > 0 for prm in mod.parameters())
+    with pytest.raises(ValueError, match="init must be one of"):
+        models.build_stages(cfg, 4, init="gpu")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import sys
 
 from .config import load_config, plan_runs
+from .slurm import SlurmError
 from .sweep import run_sweep
 
 
@@ -24,10 +26,21 @@ def _cmd_sweep(args) -> int:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, _terminate)
-    summary = run_sweep(config, results_dir=args.results, build_dir=args.build, force=args.force,
-                        only=args.only or None, progress=not args.no_progress, extra_params=extra)
+    slurm = {}  # --- Slurm launcher hook ---
+    if (args.launcher or config.launcher) == "slurm":
+        slurm = {k: v for k, v in (("wait", not args.no_wait), ("poll_s", args.poll), ("partition", args.partition),
+                                   ("account", args.account), ("time_limit", args.time_limit),
+                                   ("nodes", args.nodes)) if v is not None}
+    try:
+        summary = run_sweep(config, results_dir=args.results, build_dir=args.build, force=args.force,
+                            only=args.only or None, progress=not args.no_progress, extra_params=extra,
+                            launcher=args.launcher, **slurm)
+    except SlurmError as exc:  # no Slurm here, or it refused a command: one line, exit 2
+        print(f"ctrlmem sweep: error: {exc}", file=sys.stderr)
+        return 2
     print(f"{config.name}: {len(summary.executed)} executed, {len(summary.reused)} already done; "
-          f"ok {summary.count('ok')}, skipped {summary.count('skipped')}, failed {summary.count('failed')}")
+          f"ok {summary.count('ok')}, skipped {summary.count('skipped')}, failed {summary.count('failed')}"
+          + (f", still on Slurm {summary.count('submitted')}" if summary.count("submitted") else ""))
     if summary.table is not None:
         print(f"table: {summary.table} (+ results.parquet); runs: {summary.results_dir / 'runs'}")
     return 1 if summary.count("failed") else 0
@@ -44,4 +57,14 @@ def add_commands(subparsers) -> None:
     p.add_argument("--results", default=None, help="results folder (default experiments/results/NAME)")
     p.add_argument("--build", default=None, help="folder for executed notebooks (default build/notebooks/NAME)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    # --- Slurm launcher hook (ctrlmem/experiments/slurm.py) ---
+    p.add_argument("--launcher", choices=("local", "slurm"), default=None,
+                   help="where real-run points run: local (default) or slurm (one sbatch job per point; "
+                        "default: the config's 'launcher' key)")
+    p.add_argument("--no-wait", action="store_true", help="slurm: submit and return; a later sweep collects")
+    p.add_argument("--poll", type=float, default=None, help="slurm: seconds between job state polls (default 5)")
+    p.add_argument("--partition", default=None, help="slurm: partition")
+    p.add_argument("--account", default=None, help="slurm: account")
+    p.add_argument("--time-limit", default=None, help="slurm: job time limit (default: the config's timeout_s + 2 min)")
+    p.add_argument("--nodes", type=int, default=None, help="slurm: nodes per job (default 1)")
     p.set_defaults(func=_cmd_sweep)

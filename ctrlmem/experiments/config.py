@@ -32,7 +32,29 @@ _TOP_KEYS = {
     "params": "mapping of notebook parameters shared by every run",
     "cases": "list of mappings (each one group of parameters), or a mapping of group -> list (their product)",
     "grid": "mapping of parameter -> list of values (cartesian product)",
+    "launcher": "'local' (default: this machine) or 'slurm' (one sbatch job per real-run point)",
+    "slurm": "Slurm launcher options: partition, account, time_limit, nodes, poll_s",
 }
+
+# --- Slurm launcher hook (see ctrlmem/experiments/slurm.py) ---
+LAUNCHERS = ("local", "slurm")
+SLURM_KEYS = {"partition": str, "account": str, "time_limit": str, "nodes": int, "poll_s": (int, float)}
+
+
+def _check_launcher(where: str, data: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    launcher = data.get("launcher", "local")
+    if launcher not in LAUNCHERS:
+        raise ConfigError(f"{where}: key 'launcher' must be one of {list(LAUNCHERS)}, got {launcher!r}")
+    options = data.get("slurm") or {}
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"{where}: key 'slurm' must be a mapping of {sorted(SLURM_KEYS)}, got {options!r}")
+    for k, v in options.items():
+        if k not in SLURM_KEYS:
+            raise ConfigError(f"{where}: unknown key 'slurm.{k}'; allowed: {', '.join(sorted(SLURM_KEYS))}")
+        if isinstance(v, bool) or not isinstance(v, SLURM_KEYS[k]):
+            raise ConfigError(f"{where}: key 'slurm.{k}' has the wrong type ({v!r})")
+    return launcher, dict(options)
+# --- end of the Slurm launcher hook ---
 
 
 _REQUIRED = ("name", "description", "scale")
@@ -70,6 +92,8 @@ class ExperimentConfig:
         params, cases, grid: the point specification.
         paper: the paper artifact, free text.
         counterpart: the config at the other scale.
+        launcher: where real-run points run: "local" or "slurm" (:mod:`ctrlmem.experiments.slurm`).
+        slurm: Slurm launcher options (partition, account, time_limit, nodes, poll_s).
     """
 
     path: Path | None
@@ -83,6 +107,8 @@ class ExperimentConfig:
     grid: Mapping[str, tuple[Any, ...]]
     paper: str = ""
     counterpart: str = ""
+    launcher: str = "local"
+    slurm: Mapping[str, Any] | None = None
 
     def runs(self) -> list[Run]:
         return plan_runs(self)
@@ -181,6 +207,7 @@ def config_from_dict(data: Any, path: Path | str | None = None) -> ExperimentCon
     for text_key in ("paper", "counterpart"):
         if text_key in data and not isinstance(data[text_key], str):
             raise ConfigError(f"{where}: key {text_key!r} must be a string, got {data[text_key]!r}")
+    launcher, slurm_options = _check_launcher(where, data)
     config = ExperimentConfig(
         path=Path(path) if path is not None else None,
         name=name,
@@ -193,6 +220,8 @@ def config_from_dict(data: Any, path: Path | str | None = None) -> ExperimentCon
         grid=grid,
         paper=data.get("paper", ""),
         counterpart=data.get("counterpart", ""),
+        launcher=launcher,
+        slurm=slurm_options,
     )
     runs = plan_runs(config)
     if not runs:

@@ -87,7 +87,7 @@ def simulate_point(
     ``global_batch > 0`` sets ``m = global_batch / (dp · microbatch_size)``. With a model preset
     the result also carries paper-scale numbers: activation GB (34·h + 5·heads·s bytes per layer
     and token, docs/theory.md §10), total GB with weights and optimizer state, whether it fits an
-    A100 80 GB, and the predicted MFU (model FLOPs / (makespan · GPUs · peak))."""
+    A100 80 GB (the paper's models only, not the CPU-scale stand-ins), and the predicted MFU (model FLOPs / (makespan · GPUs · peak))."""
     from .. import paper
     from ..schedules import SCHEDULES, build
     from ..simulate import simulate
@@ -133,7 +133,8 @@ def simulate_point(
         out["activation_gb"] = max(res.peak_memory) * a_bytes / 1e9
         out["activation_gb_1f1b"] = max(ref.peak_memory) * a_bytes / 1e9
         out["total_memory_gb"] = out["activation_gb"] + states / 1e9
-        out["fits_a100_80gb"] = out["total_memory_gb"] * 1e9 <= paper.A100_MEMORY_BYTES
+        if preset.source.startswith("Table 2"):  # an A100 fit only means something for the paper's models
+            out["fits_a100_80gb"] = out["total_memory_gb"] * 1e9 <= paper.A100_MEMORY_BYTES
         if costs == "paper":
             flops = m * paper.model_flops(preset, microbatch_size, seq_len)
             out["mfu_predicted"] = flops / (res.makespan * 1e-3 * p * tp * paper.A100_PEAK_FLOPS)
@@ -164,13 +165,38 @@ def runtime_model_name(model: str | None) -> str | None:
     return name[4:] if name.startswith("cpu-") else name
 
 
+SLURM_MARKER = "slurm_job.json"
+"""Written into a run folder by the sweep's Slurm launcher when the job that ran it has ended:
+``{"job_id", "state"}``; :func:`real_run_point` then collects that job's ``result.json``."""
+
+
+def run_command(schedule: str, p: int, m: int, backend: str, run_dir: str | Path, model: str | None = None,
+                memory_limit: float | None = None, quick: bool = False, timeout_s: float = 1800,
+                dp: int = 1) -> list[str]:
+    """The ``ctrlmem run`` command line for one point (without ``--json`` / ``--emit-sbatch``)."""
+    cmd = [sys.executable, "-m", "ctrlmem.cli", "run", "--schedule", schedule, "-p", str(p), "-m", str(m),
+           "--backend", backend, "--out", str(run_dir), "--timeout", str(int(timeout_s))]
+    if dp != 1:
+        cmd += ["--dp", str(dp)]
+    if model:
+        cmd += ["--model", runtime_model_name(model)]
+    if memory_limit is not None:
+        cmd += ["--param", f"memory_limit={memory_limit}"]
+    if quick:
+        cmd += ["--steps", "1"]
+    return cmd
+
+
 def real_run_point(schedule: str, p: int, m: int, backend: str, launcher: str, quick: bool,
                    out_dir: str | Path, model: str | None = None, memory_limit: float | None = None,
-                   timeout_s: float = 1800) -> dict[str, Any]:
+                   timeout_s: float = 1800, dp: int = 1) -> dict[str, Any]:
     """Run one point for real through ``ctrlmem run --json`` in a subprocess and return its
     result JSON; ``RuntimeError`` with a clear reason when that command or the launcher is
     missing. ``launcher="slurm"`` writes a Slurm script with ``--emit-sbatch`` and submits it
-    with ``sbatch --wait``."""
+    with ``sbatch --wait``. When the sweep's Slurm launcher (``ctrlmem sweep --launcher slurm``)
+    has already run the point as a job, its result is collected instead (``out_dir/run`` holds
+    the job's ``result.json`` and a :data:`SLURM_MARKER`). ``dp`` replicates the pipeline
+    (``ctrlmem run --dp``)."""
     from ..schedules import SCHEDULES
 
     ok, why = real_run_available()
@@ -183,31 +209,29 @@ def real_run_point(schedule: str, p: int, m: int, backend: str, launcher: str, q
     if launcher not in ("local", "slurm"):
         raise ValueError(f"launcher must be 'local' or 'slurm', got {launcher!r}")
     run_dir = Path(out_dir) / "run"
-    cmd = [sys.executable, "-m", "ctrlmem.cli", "run", "--schedule", schedule, "-p", str(p), "-m", str(m),
-           "--backend", backend, "--out", str(run_dir), "--timeout", str(int(timeout_s))]
-    if model:
-        cmd += ["--model", runtime_model_name(model)]
-    if memory_limit is not None:
-        cmd += ["--param", f"memory_limit={memory_limit}"]
-    if quick:
-        cmd += ["--steps", "1"]
-    if launcher == "slurm":
-        script = Path(out_dir) / "run.sbatch"
-        cmd += ["--emit-sbatch", str(script)]
+    marker = run_dir / SLURM_MARKER
+    if marker.is_file() and (run_dir / "result.json").is_file():
+        job = json.loads(marker.read_text())
+        launcher = f"slurm, job {job.get('job_id')}"
     else:
-        cmd.append("--json")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s + 60, cwd=REPO_ROOT)
-    if proc.returncode != 0:
-        err = proc.stderr.strip().splitlines()
-        raise RuntimeError(f"`ctrlmem {' '.join(cmd[3:])}` failed (status {proc.returncode}): "
-                           f"{err[-1] if err else 'no message'}")
-    if launcher == "slurm":
-        if shutil.which("sbatch") is None:
-            raise RuntimeError(f"launcher='slurm': wrote {script}; `sbatch` is not on PATH here, submit it on the "
-                               f"cluster (its result lands in {run_dir}/result.json)")
-        sub = subprocess.run(["sbatch", "--wait", str(script)], capture_output=True, text=True)
-        if sub.returncode != 0:
-            raise RuntimeError(f"sbatch --wait {script} failed: {sub.stderr.strip()[-300:]}")
+        cmd = run_command(schedule, p, m, backend, run_dir, model, memory_limit, quick, timeout_s, dp)
+        if launcher == "slurm":
+            script = Path(out_dir) / "run.sbatch"
+            cmd += ["--emit-sbatch", str(script)]
+        else:
+            cmd.append("--json")
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s + 60, cwd=REPO_ROOT)
+        if proc.returncode != 0:
+            err = proc.stderr.strip().splitlines()
+            raise RuntimeError(f"`ctrlmem {' '.join(cmd[3:])}` failed (status {proc.returncode}): "
+                               f"{err[-1] if err else 'no message'}")
+        if launcher == "slurm":
+            if shutil.which("sbatch") is None:
+                raise RuntimeError(f"launcher='slurm': wrote {script}; `sbatch` is not on PATH here, submit it on "
+                                   f"the cluster (its result lands in {run_dir}/result.json)")
+            sub = subprocess.run(["sbatch", "--wait", str(script)], capture_output=True, text=True)
+            if sub.returncode != 0:
+                raise RuntimeError(f"sbatch --wait {script} failed: {sub.stderr.strip()[-300:]}")
     result_path = run_dir / "result.json"
     if not result_path.is_file():
         raise RuntimeError(f"`ctrlmem run` finished but wrote no {result_path}")

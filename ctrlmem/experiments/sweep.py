@@ -206,6 +206,8 @@ def run_sweep(
     executor: Executor | None = None,
     check: bool = True,
     extra_params: Mapping[str, Any] | None = None,
+    launcher: str | None = None,
+    **slurm_options: Any,
 ) -> SweepSummary:
     """Execute ``config``'s notebook once per point; see the module docstring.
 
@@ -219,9 +221,23 @@ def run_sweep(
         check: check parameter names against the notebook before running anything.
         extra_params: parameters added to every point (e.g. ``{"quick": True}``); part of the
             run id.
+        launcher: ``"local"`` or ``"slurm"`` (default: the config's ``launcher``); ``"slurm"``
+            hands the sweep to :func:`ctrlmem.experiments.slurm.run_sweep_slurm`, which takes
+            ``slurm_options`` (``wait``, ``poll_s``, ``partition``, ``account``, ``time_limit``, ``nodes``).
     """
     if not isinstance(config, ExperimentConfig):
         config = load_config(config)
+    # --- Slurm launcher hook ---
+    if (launcher or config.launcher) == "slurm":
+        from .slurm import run_sweep_slurm
+
+        return run_sweep_slurm(config, results_dir=results_dir, build_dir=build_dir, force=force, only=only,
+                               progress=progress, extra_params=extra_params, check=check, **slurm_options)
+    if launcher not in (None, "local"):
+        raise ConfigError(f"launcher must be 'local' or 'slurm', got {launcher!r}")
+    if slurm_options:
+        raise TypeError(f"run_sweep got Slurm options {sorted(slurm_options)} without launcher='slurm'")
+    # --- end of the Slurm launcher hook ---
     runs = plan_runs(config)
     if extra_params:
         runs = [Run(_run_id({**r.params, **extra_params}), {**r.params, **extra_params}) for r in runs]

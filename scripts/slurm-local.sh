@@ -27,7 +27,18 @@ SLURMD_PORT=${PORTS#*,}
 
 die() { echo "slurm-local: $*" >&2; exit 2; }
 
-pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# The daemon of pid file $1 (NAME.pid) is alive: its process exists, is not a zombie, and is still
+# called NAME (so a pid reused by another program is never taken for it, nor signalled).
+pid_alive() {
+  local pid stat
+  [ -f "$1" ] || return 1
+  pid=$(cat "$1" 2>/dev/null || true)
+  case "$pid" in ''|*[!0-9]*) return 1 ;; esac
+  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
+  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$(basename "$1" .pid)" ] || return 1
+  stat=${stat##*) }
+  [ "${stat%% *}" != Z ]
+}
 
 ensure_packages() {
   if command -v slurmctld >/dev/null 2>&1 && command -v slurmd >/dev/null 2>&1 \

@@ -1,0 +1,174 @@
+"""The sweep's Slurm launcher on a real one-node Slurm (scripts/slurm-local.sh: Debian's
+slurm-wlm and munge, daemons as root, state in a temporary folder).
+
+Slow: each test runs real gloo jobs through sbatch + srun + torchrun and executes the notebook
+with papermill. Skipped unless root (the local slurmd runs jobs as their user) and Slurm is
+installed or installable. The module's fixture stops the daemons whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("papermill")
+
+import ctrlmem as cm  # noqa: E402
+from ctrlmem.experiments import config_from_dict, read_records, run_sweep  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "slurm-local.sh"
+NAMES = [n for n in ("1f1b", "v-half") if n in cm.SCHEDULES]
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _daemon_pids(state_dir: Path) -> dict[str, int]:
+    return {f.stem: int(f.read_text()) for f in state_dir.glob("*.pid") if f.read_text().strip().isdigit()}
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (a dead daemon not yet reaped by its new parent)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture(scope="module")
+def local_slurm(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm needs root (slurmd runs jobs as their user)")
+    if shutil.which("slurmctld") is None and shutil.which("apt-get") is None:
+        pytest.skip("Slurm is not installed and cannot be installed here")
+    state = tmp_path_factory.mktemp("slurm-state")
+    ports = _free_ports(2)
+    env = {**os.environ, "CTRLMEM_SLURM_DIR": str(state), "CTRLMEM_SLURM_PORTS": f"{ports[0]},{ports[1]}"}
+    info = {"dir": state, "env": env, "conf": str(state / "slurm.conf"), "pids": {}}
+    try:
+        proc = subprocess.run(["bash", str(SCRIPT), "start"], env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == f"export SLURM_CONF={info['conf']}"
+        info["pids"] = _daemon_pids(state)
+        yield info
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "stop"], env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def slurm_env(local_slurm, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", local_slurm["conf"])
+    return local_slurm
+
+
+def _config(tmp_path: Path, name: str):
+    return config_from_dict({
+        "name": name, "description": "real gloo runs through the Slurm launcher", "scale": "cpu",
+        "notebook": str(REPO / "notebooks" / "10_experiment.ipynb"), "timeout_s": 300,
+        "params": {"backend": "gloo", "launcher": "local", "model": "cpu-tiny", "costs": "measure",
+                   "p": 2, "m": 4, "quick": True},
+        "grid": {"schedule": NAMES},
+    }, tmp_path / f"{name}.yaml")
+
+
+def _by_id(results: Path) -> dict[str, dict]:
+    return {r["run_id"]: r for r in read_records(results)}
+
+
+def test_slurm_sweep_records_equal_the_local_launchers(slurm_env, tmp_path):
+    """The same config through the local launcher and through Slurm (one sbatch job per point):
+    the same run ids and points, all ok and exact; saved-tensor peaks equal, allocator peaks
+    within 15 %; the Slurm records name their COMPLETED job; a rerun submits nothing."""
+    config = _config(tmp_path, "slurm-vs-local")
+    local = run_sweep(config, results_dir=tmp_path / "local", build_dir=tmp_path / "build-local", launcher="local")
+    slurm = run_sweep(config, results_dir=tmp_path / "slurm", build_dir=tmp_path / "build-slurm", launcher="slurm",
+                      poll_s=1)
+    assert local.count("ok") == slurm.count("ok") == len(NAMES)
+    a, b = _by_id(tmp_path / "local"), _by_id(tmp_path / "slurm")
+    assert set(a) == set(b) and len(a) == len(NAMES)
+    for run_id in a:
+        ra, rb = a[run_id]["result"], b[run_id]["result"]
+        assert a[run_id]["params"] == b[run_id]["params"]
+        assert ra["schedule"] == rb["schedule"] and ra["config"]["num_devices"] == rb["config"]["num_devices"] == 2
+        assert rb["grad_rel_diff"] <= 1e-5 and ra["grad_rel_diff"] <= 1e-5
+        for x, y in zip(ra["peak_saved_bytes"], rb["peak_saved_bytes"]):
+            assert abs(x / y - 1) <= 0.01, (run_id, ra["peak_saved_bytes"], rb["peak_saved_bytes"])
+        for x, y in zip(ra["peak_alloc_bytes"], rb["peak_alloc_bytes"]):
+            assert abs(x / y - 1) <= 0.15, (run_id, ra["peak_alloc_bytes"], rb["peak_alloc_bytes"])
+        assert b[run_id]["launcher"] == "slurm" and b[run_id]["slurm"]["state"] == "COMPLETED"
+        assert "launcher slurm, job " + b[run_id]["slurm"]["job_id"] in rb["how"]
+    again = run_sweep(config, results_dir=tmp_path / "slurm", build_dir=tmp_path / "build-slurm", launcher="slurm",
+                      poll_s=1)
+    assert sorted(again.reused) == sorted(a) and not again.executed
+    assert {k: v["slurm"]["job_id"] for k, v in _by_id(tmp_path / "slurm").items()} == \
+           {k: v["slurm"]["job_id"] for k, v in b.items()}
+
+
+def test_cancelled_job_is_recorded_failed_and_rerun(slurm_env, tmp_path):
+    """Submit without waiting, scancel one job: the next sweep collects the other job without
+    resubmitting it and records the cancelled point as failed with Slurm's CANCELLED state; the
+    sweep after that resubmits only the failed point (a new job) and it ends ok."""
+    config = _config(tmp_path, "slurm-cancel")
+    kw = dict(results_dir=tmp_path / "res", build_dir=tmp_path / "build", launcher="slurm", poll_s=1)
+    first = run_sweep(config, wait=False, **kw)
+    recs = _by_id(tmp_path / "res")
+    assert first.count("submitted") == len(NAMES)
+    assert all(r["status"] == "submitted" and r["slurm"]["job_id"] for r in recs.values())
+    victim = sorted(recs.values(), key=lambda r: int(r["slurm"]["job_id"]))[-1]
+    subprocess.run(["scancel", victim["slurm"]["job_id"]], check=True, timeout=60)
+
+    second = run_sweep(config, **kw)
+    after = _by_id(tmp_path / "res")
+    failed = after[victim["run_id"]]
+    assert failed["status"] == "failed" and failed["slurm"]["state"] == "CANCELLED"
+    assert f"Slurm job {victim['slurm']['job_id']} ended CANCELLED" in failed["error"]
+    for run_id, rec in after.items():
+        if run_id != victim["run_id"]:
+            assert rec["status"] == "ok" and rec["slurm"]["job_id"] == recs[run_id]["slurm"]["job_id"]
+    assert second.count("failed") == 1
+
+    third = run_sweep(config, **kw)
+    final = _by_id(tmp_path / "res")
+    assert third.executed == [victim["run_id"]]
+    assert final[victim["run_id"]]["status"] == "ok"
+    assert int(final[victim["run_id"]]["slurm"]["job_id"]) > int(victim["slurm"]["job_id"])
+    history = list((tmp_path / "res" / "runs" / "history").glob(f"{victim['run_id']}.*.json"))
+    assert any(json.loads(h.read_text())["status"] == "failed" for h in history)
+
+
+def test_stop_leaves_no_slurm_daemon(local_slurm):
+    """`slurm-local.sh stop` ends munged, slurmctld and slurmd (the pids `start` recorded, and any
+    process naming the state folder), and `status` then reports the cluster down."""
+    pids = local_slurm["pids"]
+    assert set(pids) == {"munged", "slurmctld", "slurmd"}
+    proc = subprocess.run(["bash", str(SCRIPT), "stop"], env=local_slurm["env"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [name for name, p in pids.items() if _alive(p)]
+    left = subprocess.run(["pgrep", "-f", str(local_slurm["dir"])], capture_output=True, text=True)
+    assert left.stdout.strip() == "", left.stdout
+    status = subprocess.run(["bash", str(SCRIPT), "status"], env=local_slurm["env"], capture_output=True, text=True)
+    assert status.returncode == 3 and "slurmctld: not running" in status.stdout

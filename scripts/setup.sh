@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up: a venv in .venv with the pinned requirements and ctrlmem itself, plus
-# Debian's chromium (for plotly/kaleido static export and browser tests) when missing and root.
+# Debian's chromium (for plotly/kaleido static export and browser tests) and slurm-wlm + munge (local
+# Slurm) when missing and root.
 # Usage: bash scripts/setup.sh        (safe to run again; it only installs what is missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,5 +24,16 @@ if ! command -v chromium >/dev/null 2>&1; then
       || echo "warning: could not install chromium; PNG/SVG export and browser tests will be skipped" >&2
   else
     echo "note: chromium not found and not root; PNG/SVG export and browser tests will be skipped" >&2
+  fi
+fi
+# Debian's slurm-wlm and munge for the local one-node Slurm (scripts/slurm-local.sh, the Slurm
+# launcher's tests), when missing and root; without them those tests are skipped.
+if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing Debian slurm-wlm and munge (local Slurm for the Slurm launcher tests)..." >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null) \
+      || echo "warning: could not install slurm-wlm/munge; the local-Slurm tests will be skipped" >&2
+  else
+    echo "note: slurm-wlm/munge not found and not root; the local-Slurm tests will be skipped" >&2
   fi
 fi

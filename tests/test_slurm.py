@@ -1,9 +1,11 @@
-"""The sweep's Slurm launcher on a real one-node Slurm (scripts/slurm-local.sh: Debian's
-slurm-wlm and munge, daemons as root, state in a temporary folder).
+"""The sweep's Slurm launcher.
 
-Slow: each test runs real gloo jobs through sbatch + srun + torchrun and executes the notebook
-with papermill. Skipped unless root (the local slurmd runs jobs as their user) and Slurm is
-installed or installable. The module's fixture stops the daemons whatever happens.
+Fast tests check the launcher's logic against stand-in Slurm commands (shell scripts on PATH).
+The slow tests use a real one-node Slurm (scripts/slurm-local.sh: Debian's slurm-wlm and munge,
+daemons as root, state in a temporary folder): each runs real gloo jobs through sbatch + srun +
+torchrun and executes the notebook with papermill. They are skipped unless root (the local
+slurmd runs jobs as their user) and Slurm is installed or installable; the module's fixture
+stops the daemons whatever happens.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ pytest.importorskip("torch")
 pytest.importorskip("papermill")
 
 import ctrlmem as cm  # noqa: E402
-from ctrlmem.experiments import config_from_dict, read_records, run_sweep  # noqa: E402
+from ctrlmem.experiments import ConfigError, config_from_dict, read_records, run_sweep  # noqa: E402
+from ctrlmem.experiments import slurm as slurm_launcher  # noqa: E402
 
-pytestmark = pytest.mark.slow
+slow = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
@@ -95,6 +98,7 @@ def _by_id(results: Path) -> dict[str, dict]:
     return {r["run_id"]: r for r in read_records(results)}
 
 
+@slow
 def test_slurm_sweep_records_equal_the_local_launchers(slurm_env, tmp_path):
     """The same config through the local launcher and through Slurm (one sbatch job per point):
     the same run ids and points, all ok and exact; saved-tensor peaks equal, allocator peaks
@@ -124,6 +128,7 @@ def test_slurm_sweep_records_equal_the_local_launchers(slurm_env, tmp_path):
            {k: v["slurm"]["job_id"] for k, v in b.items()}
 
 
+@slow
 def test_cancelled_job_is_recorded_failed_and_rerun(slurm_env, tmp_path):
     """Submit without waiting, scancel one job: the next sweep collects the other job without
     resubmitting it and records the cancelled point as failed with Slurm's CANCELLED state; the
@@ -156,6 +161,7 @@ def test_cancelled_job_is_recorded_failed_and_rerun(slurm_env, tmp_path):
     assert any(json.loads(h.read_text())["status"] == "failed" for h in history)
 
 
+@slow
 def test_stop_leaves_no_slurm_daemon(local_slurm):
     """`slurm-local.sh stop` ends munged, slurmctld and slurmd (the pids `start` recorded, and any
     process naming the state folder), and `status` then reports the cluster down."""
@@ -172,3 +178,108 @@ def test_stop_leaves_no_slurm_daemon(local_slurm):
     assert left.stdout.strip() == "", left.stdout
     status = subprocess.run(["bash", str(SCRIPT), "status"], env=local_slurm["env"], capture_output=True, text=True)
     assert status.returncode == 3 and "slurmctld: not running" in status.stdout
+
+
+def _fake_slurm(tmp_path: Path, monkeypatch, squeue: str = "", scontrol: str = "") -> Path:
+    """Stand-ins for sbatch (job ids 101, 102, ...; each call logged), squeue and scontrol (they
+    print tmp_path/squeue.txt and tmp_path/scontrol.txt, which a test may rewrite)."""
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    log = tmp_path / "sbatch.log"
+    counter = tmp_path / "counter"
+    counter.write_text("100")
+    (tmp_path / "squeue.txt").write_text(squeue)
+    (tmp_path / "scontrol.txt").write_text(scontrol)
+    scripts = {
+        "sbatch": f'#!/bin/sh\nn=$(($(cat {counter}) + 1)); echo $n > {counter}; echo "$@" >> {log}; echo "$n"\n',
+        "squeue": f"#!/bin/sh\ncat {tmp_path / 'squeue.txt'}\n",
+        "scontrol": f"#!/bin/sh\ncat {tmp_path / 'scontrol.txt'}\n",
+    }
+    for name, text in scripts.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return log
+
+
+def test_job_states_read_squeue_then_scontrol(tmp_path, monkeypatch):
+    """Queued jobs take squeue's state; a job that left the queue takes scontrol's JobState."""
+    _fake_slurm(tmp_path, monkeypatch, squeue="7|RUNNING\n8|PENDING",
+                scontrol="JobId=9 JobName=x JobState=CANCELLED Reason=None")
+    assert slurm_launcher.job_states(["7", "8", "9"]) == {"7": "RUNNING", "8": "PENDING", "9": "CANCELLED"}
+
+
+def test_submitted_job_still_running_is_not_resubmitted(tmp_path, monkeypatch):
+    """A sweep submits every real-run point once (records say submitted, with the job id); a
+    second sweep while Slurm still runs them submits nothing and leaves the records alone."""
+    log = _fake_slurm(tmp_path, monkeypatch, squeue="101|RUNNING\n102|PENDING")
+    config = _config(tmp_path, "fake-slurm")
+    kw = dict(results_dir=tmp_path / "res", build_dir=tmp_path / "build", launcher="slurm", wait=False)
+    first = run_sweep(config, **kw)
+    assert first.count("submitted") == len(NAMES)
+    recs = _by_id(tmp_path / "res")
+    assert sorted(r["slurm"]["job_id"] for r in recs.values()) == [str(101 + i) for i in range(len(NAMES))]
+    for r in recs.values():
+        script = Path(r["slurm"]["script"]).read_text()
+        assert "srun" in script and "-m torch.distributed.run" in script and "--nproc-per-node=2" in script
+    submitted = log.read_text().splitlines()
+    second = run_sweep(config, **kw)
+    assert log.read_text().splitlines() == submitted  # nothing resubmitted
+    assert second.count("submitted") == len(NAMES) and not second.executed
+    assert _by_id(tmp_path / "res") == recs
+
+
+def test_job_that_ended_without_result_is_failed_with_its_state(tmp_path, monkeypatch):
+    """A job Slurm reports FAILED, with a rank's error file in its run folder, is recorded failed
+    with the state and the rank's message; the next sweep resubmits it."""
+    log = _fake_slurm(tmp_path, monkeypatch, squeue="101|RUNNING")
+    config = _config(tmp_path, "fake-fail")
+    config = config_from_dict({**_raw(config), "grid": {"schedule": NAMES[:1]}}, tmp_path / "f.yaml")
+    kw = dict(results_dir=tmp_path / "res", build_dir=tmp_path / "build", launcher="slurm", poll_s=0.01)
+    run_sweep(config, wait=False, **kw)
+    rec = next(iter(_by_id(tmp_path / "res").values()))
+    assert rec["status"] == "submitted"
+    (tmp_path / "squeue.txt").write_text("")  # the job left the queue...
+    (tmp_path / "scontrol.txt").write_text("JobId=101 JobState=FAILED Reason=NonZeroExitCode")
+    run_dir = Path(rec["slurm"]["out"])
+    (run_dir / "rank1.error.json").write_text(json.dumps(
+        {"rank": 1, "in_pass": True, "time": 1.0, "where": "step 1, in pass 1F0", "reason": "RuntimeError: boom"}))
+    summary = run_sweep(config, **kw)
+    rec = next(iter(_by_id(tmp_path / "res").values()))
+    assert summary.count("failed") == 1 and rec["status"] == "failed" and rec["slurm"]["state"] == "FAILED"
+    assert "Slurm job 101 ended FAILED: rank 1 failed in step 1, in pass 1F0: RuntimeError: boom" in rec["error"]
+    run_sweep(config, wait=False, **kw)
+    assert len(log.read_text().splitlines()) == 2  # resubmitted once
+
+
+def _raw(config) -> dict:
+    return {"name": config.name, "description": config.description, "scale": config.scale,
+            "notebook": str(config.notebook), "timeout_s": config.timeout_s, "params": dict(config.params)}
+
+
+def test_no_slurm_on_path_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    """`ctrlmem sweep --launcher slurm` without sbatch on PATH exits 2 naming the fix."""
+    from ctrlmem.cli import main
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    path = tmp_path / "c.yaml"
+    import yaml
+
+    raw = _raw(_config(tmp_path, "no-slurm"))
+    path.write_text(yaml.safe_dump({**raw, "grid": {"schedule": NAMES}}))
+    assert main(["sweep", str(path), "--launcher", "slurm", "--results", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not on PATH" in err[0] and "slurm-local.sh start" in err[0]
+
+
+@pytest.mark.parametrize("extra,needle", [({"launcher": "pbs"}, "key 'launcher' must be one of"),
+                                          ({"slurm": {"queue": "x"}}, "unknown key 'slurm.queue'"),
+                                          ({"slurm": {"nodes": "2"}}, "'slurm.nodes' has the wrong type")])
+def test_launcher_config_keys_are_validated(tmp_path, extra, needle):
+    """`launcher:` takes local or slurm; `slurm:` takes known options of the right type."""
+    raw = {**_raw(_config(tmp_path, "keys")), "grid": {"schedule": NAMES}, **extra}
+    with pytest.raises(ConfigError, match=needle):
+        config_from_dict(raw, tmp_path / "k.yaml")
+    ok = config_from_dict({**raw, "launcher": "slurm", "slurm": {"partition": "gpu", "nodes": 2, "poll_s": 1}},
+                          tmp_path / "k.yaml")
+    assert ok.launcher == "slurm" and ok.slurm == {"partition": "gpu", "nodes": 2, "poll_s": 1}

@@ -43,6 +43,9 @@ def add_commands(subparsers) -> None:
     p.add_argument("--torch-memory", action="store_true",
                    help="keep torch's own memory behaviour (no early release at B, sends kept to the end) "
                         "to compare with the default, which follows the schedule")
+    p.add_argument("--audit-p2p", action="store_true",
+                   help="count every point-to-point operation per rank (result.json p2p_audit: operations, "
+                        "ones addressed to the rank itself, shape/metadata exchanges)")
     p.add_argument("--emit-sbatch", metavar="FILE", default=None,
                    help="write a Slurm script (srun + torchrun, c10d rendezvous) instead of running")
     p.add_argument("--nodes", type=int, default=1, help="with --emit-sbatch: number of nodes")
@@ -118,7 +121,7 @@ def _config(args: argparse.Namespace):
         model_overrides=overrides, schedule_params=parse_params(args.param), seed=args.seed,
         threads_per_rank=args.threads, pin_cores=args.pin, timeout_s=args.timeout,
         comm_timeout_s=args.comm_timeout, hang_timeout_s=args.hang_timeout,
-        memory_fidelity=not args.torch_memory, dp=args.dp,
+        memory_fidelity=not args.torch_memory, dp=args.dp, audit_p2p=args.audit_p2p,
     )
 
 

@@ -87,7 +87,8 @@ def simulate_point(
     ``global_batch > 0`` sets ``m = global_batch / (dp · microbatch_size)``. With a model preset
     the result also carries paper-scale numbers: activation GB (34·h + 5·heads·s bytes per layer
     and token, docs/theory.md §10), total GB with weights and optimizer state, whether it fits an
-    A100 80 GB (the paper's models only, not the CPU-scale stand-ins), and the predicted MFU (model FLOPs / (makespan · GPUs · peak))."""
+    A100 80 GB (the paper's models only, not the CPU-scale stand-ins), and the predicted MFU
+    (model FLOPs / (makespan · GPUs · peak))."""
     from .. import paper
     from ..schedules import SCHEDULES, build
     from ..simulate import simulate

@@ -277,7 +277,8 @@ def _submit_point(config: ExperimentConfig, run: Run, build: Path, record_path: 
     run_dir = out_dir / "run"
     script = out_dir / "run.sbatch"
     run_dir.mkdir(parents=True, exist_ok=True)  # Slurm writes the job's log there from the start
-    for stale in [*run_dir.glob("rank*.json"), run_dir / "result.json", run_dir / SLURM_MARKER, out_dir / "result.json"]:
+    stale_files = [*run_dir.glob("rank*.json"), run_dir / "result.json", run_dir / SLURM_MARKER, out_dir / "result.json"]
+    for stale in stale_files:
         stale.unlink(missing_ok=True)
     record = {
         "run_id": run.run_id, "config": config.name,

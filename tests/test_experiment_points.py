@@ -1,0 +1,44 @@
+"""What the experiment notebook calls for one point: A100 fit only for the paper's models, `dp`
+on the real-run path, and collecting a result the Slurm launcher's job already wrote."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ctrlmem.experiments import points
+
+
+def test_a100_fit_is_reported_for_the_paper_models_only():
+    """The CPU-scale stand-in (cpu-tiny) gets activation numbers but no A100 80 GB verdict;
+    the paper's 9.6B does get one."""
+    tiny = points.simulate_point("1f1b", 4, 8, model="cpu-tiny")
+    assert "fits_a100_80gb" not in tiny and "activation_gb" in tiny
+    paper = points.simulate_point("1f1b", 16, 32, costs="paper", model="9.6B", microbatch_size=4)
+    assert paper["fits_a100_80gb"] in (True, False)
+
+
+def test_real_run_command_carries_dp():
+    """dp > 1 becomes `ctrlmem run --dp`; dp = 1 adds nothing."""
+    cmd = points.run_command("v-half", 2, 4, "gloo", "out", model="cpu-tiny", quick=True, dp=2)
+    assert cmd[cmd.index("--dp") + 1] == "2" and cmd[cmd.index("--model") + 1] == "tiny"
+    assert "--dp" not in points.run_command("v-half", 2, 4, "gloo", "out")
+
+
+def test_result_of_a_finished_slurm_job_is_collected_not_rerun(tmp_path, monkeypatch):
+    """With the Slurm launcher's marker and the job's result.json in out_dir/run, the point's
+    result is that file's (labelled with the job), and no command runs."""
+    pytest.importorskip("torch")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "result.json").write_text(json.dumps({"status": "ok", "peak_saved_bytes": [3, 5], "loss": 1.0}))
+    (run_dir / points.SLURM_MARKER).write_text(json.dumps({"job_id": "77", "state": "COMPLETED"}))
+
+    def no_subprocess(*a, **k):
+        raise AssertionError("nothing must run")
+
+    monkeypatch.setattr(points.subprocess, "run", no_subprocess)
+    r = points.real_run_point("1f1b", 2, 4, backend="gloo", launcher="local", quick=True, out_dir=tmp_path)
+    assert r["status"] == "ok" and r["peak_saved_bytes_max"] == 5 and r["loss"] == 1.0
+    assert r["how"] == "measured (CPU, gloo; launcher slurm, job 77)"

@@ -137,7 +137,7 @@ cmd_start() {
 cmd_stop() {
   export SLURM_CONF=$CONF
   if pid_alive "$DIR/slurmctld.pid"; then
-    scancel --full --signal=KILL --quiet --partition=local 2>/dev/null || true
+    scancel --quiet --partition=local 2>/dev/null || true  # SIGTERM, SIGKILL after KillWait
     for _ in $(seq 1 40); do
       [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break
       sleep 0.5

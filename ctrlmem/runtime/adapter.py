@@ -9,11 +9,11 @@ This is the only module of ctrlmem that touches private torch API: the pipelinin
 raw memory events (:func:`cpu_allocation_deltas`) and the point-to-point audit (:class:`P2PAudit`).
 
 **Shapes up front, no self-send.** Every stage is built with its input and output shapes
-(``input_args`` / ``output_args``), so torch runs no shape-inference exchange (torch 2.13 votes
-"static" and skips it; torch 2.11 and 2.12 never start it). torch 2.11 and 2.12 still open every
-stage's neighbour links with a dummy send to the next stage's rank and a receive from the previous
-one, *including* when that rank is the stage's own (the V-shape turn, e.g. stages 1 and 2 on rank 1
-at p = 2), which gloo rejects ("Pair is not connected"). :class:`TrackedStage` drops those
+(``input_args`` / ``output_args``), so torch runs no shape-inference exchange (torch 2.12 and 2.13
+vote "static" and skip it; torch 2.11 never starts it). torch 2.11 instead opens every stage's
+neighbour links with a dummy send to the next stage's rank and a receive from the previous one,
+*including* when that rank is the stage's own (the V-shape turn, e.g. stages 1 and 2 on rank 1 at
+p = 2), which gloo rejects ("Pair is not connected"). :class:`TrackedStage` drops those
 self-addressed warm-up operations; :class:`Pipeline` runs the same filtered warm-up itself on every
 version, so the path is exercised (and audited by the tests) on every supported torch.
 
@@ -303,8 +303,8 @@ class TrackedStage(PipelineStage):
 
     def _get_init_p2p_neighbors_ops(self) -> list[dist.P2POp]:
         """torch's neighbour warm-up without the operations addressed to this rank itself (a
-        neighbour stage on the same rank, the V-shape turn), which torch 2.11 and 2.12 issue and
-        gloo rejects. Same-rank neighbours exchange tensors in memory, never through P2P."""
+        neighbour stage on the same rank, the V-shape turn), which torch 2.11 issues and gloo
+        rejects. Same-rank neighbours exchange tensors in memory, never through P2P."""
         ops = super()._get_init_p2p_neighbors_ops()
         return [op for op in ops if _p2p_group_peer(op, self.group) != self.group_rank]
 
@@ -316,7 +316,7 @@ class TrackedStage(PipelineStage):
         placement = self.stage_index_to_group_rank
         if not self.is_first and placement.get(self.stage_index - 1) == self.group_rank:
             for info in self.args_recv_info[mb]:
-                # torch 2.13 marks model inputs with is_root_arg; 2.11/2.12 use another class for them
+                # torch 2.12+ marks model inputs with is_root_arg; 2.11 uses another class for them
                 if isinstance(info, _RecvInfo) and not getattr(info, "is_root_arg", False):
                     info.buffer = self._placeholder()
         if not self.is_last and placement.get(self.stage_index + 1) == self.group_rank:
@@ -324,7 +324,7 @@ class TrackedStage(PipelineStage):
                 info.buffer = self._placeholder()
 
     def _placeholder(self) -> torch.Tensor:
-        # an empty tensor, not None: torch 2.11/2.12 clear `buffer.grad` on every slot between steps
+        # an empty tensor, not None: torch 2.11 clears `buffer.grad` on every slot between steps
         return torch.empty(0, device=self.device)
 
     def backward_weight_one_chunk(self, bwd_chunk_id, last_backward=False):

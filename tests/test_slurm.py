@@ -209,6 +209,16 @@ def test_job_states_read_squeue_then_scontrol(tmp_path, monkeypatch):
     assert slurm_launcher.job_states(["7", "8", "9"]) == {"7": "RUNNING", "8": "PENDING", "9": "CANCELLED"}
 
 
+def test_controller_that_does_not_answer_is_not_taken_for_ended_jobs(tmp_path, monkeypatch):
+    """squeue failing for another reason than unknown job ids raises, instead of the jobs
+    being declared gone (and their points failed)."""
+    _fake_slurm(tmp_path, monkeypatch)
+    (tmp_path / "fakebin" / "squeue").write_text(
+        "#!/bin/sh\necho 'squeue: error: Unable to contact slurm controller (connect failure)' >&2\nexit 1\n")
+    with pytest.raises(slurm_launcher.SlurmError, match="Unable to contact slurm controller"):
+        slurm_launcher.job_states(["5"])
+
+
 def test_submitted_job_still_running_is_not_resubmitted(tmp_path, monkeypatch):
     """A sweep submits every real-run point once (records say submitted, with the job id); a
     second sweep while Slurm still runs them submits nothing and leaves the records alone."""

@@ -104,6 +104,10 @@ def job_states(job_ids: Sequence[str]) -> dict[str, str]:
             jid, _, state = line.strip().partition("|")
             if jid in ids:
                 states[jid] = state.strip()
+    elif "invalid job id" not in (proc.stderr + proc.stdout).lower():
+        # the controller did not answer: no state is known, which is not the same as "ended"
+        msg = (proc.stderr or proc.stdout).strip().splitlines()
+        raise SlurmError(f"squeue failed (status {proc.returncode}): {msg[-1] if msg else 'no message'}")
     for jid in ids:
         if jid in states:
             continue
@@ -243,7 +247,15 @@ def run_sweep_slurm(
         bar = tqdm(total=len(tracked), desc=f"{config.name} (slurm)", unit="job", file=sys.stderr)
     try:
         while tracked:
-            states = job_states(list(tracked))
+            try:
+                states = job_states(list(tracked))
+            except SlurmError as exc:  # the controller is away: the jobs stay recorded as submitted
+                log.warning("cannot read job states (%s); %s", exc,
+                            "retrying" if wait else "rerun the sweep to collect them")
+                if not wait:
+                    break
+                time.sleep(poll_s)
+                continue
             for job_id, state in states.items():
                 if state in ACTIVE_STATES:
                     continue

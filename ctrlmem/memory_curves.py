@@ -261,8 +261,9 @@ def fig10_figure(data: dict[str, Any], font_family: str = "Helvetica, Arial, san
 
 def write(fig, out: str | Path, stem: str, formats: Sequence[str] = ("png", "svg", "html")) -> list[str]:
     """Write ``fig`` as ``out/stem.{png,svg,html}`` (static formats need kaleido's Chromium; the HTML
-    loads plotly.js from its CDN, which keeps the committed file small but needs a network to view)."""
-    from .plot import write_figures
+    loads plotly.js from its CDN, which keeps the committed file small but needs a network to view).
+    Deterministic: unchanged inputs give byte-identical files (:mod:`ctrlmem.figio`)."""
+    from .figio import write_figures
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,8 @@ class Cell:
         paper: the paper's number, a ``(low, high)`` range, or ``"not recovered"``.
         ours: our number, or a string saying why there is none (``pending: ...``).
         how: how ours was obtained.
+        group: for a :attr:`Table.grid` table, the sub-table the cell belongs to (e.g. a metric
+            of Table 4); ignored by the list layout.
     """
 
     row: str
@@ -36,6 +38,7 @@ class Cell:
     paper: PaperValue
     ours: Any
     how: str
+    group: str = ""
 
     @property
     def comparable(self) -> bool:
@@ -94,8 +97,14 @@ class Table:
     cells: list[Cell] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    """Wall time of the build; written only to the run log, never into the table files."""
     verdict: str | None = None
     """Overrides the computed agreement when no cell is numeric (e.g. drawings)."""
+    grid: bool = False
+    """Render as the paper lays the table out: one sub-table per cell ``group``, rows × columns,
+    each cell ``paper | ours``, each cell's "how" as a numbered label under its sub-table."""
+    row_label: str = "row"
+    """Header of the row-label column of a grid."""
 
     def agreement(self) -> str:
         if self.verdict is not None:
@@ -124,30 +133,91 @@ class Table:
 
     HEADER = ["row", "column", "paper", "ours", "ours / paper", "how ours was obtained"]
 
+    def grids(self) -> list[tuple[str, list[str], list[tuple[str, list[str]]], list[str]]]:
+        """The grid layout: per group ``(group, columns, [(row, cell texts)], how labels)``; a
+        cell's text is ``paper | ours`` followed by ``[k]`` naming its how label when the group
+        has more than one; a missing cell is empty."""
+        out = []
+        groups: dict[str, list[Cell]] = {}
+        for c in self.cells:
+            groups.setdefault(c.group, []).append(c)
+        for group, cells in groups.items():
+            cols = list(dict.fromkeys(c.column for c in cells))
+            rows = list(dict.fromkeys(c.row for c in cells))
+            hows = list(dict.fromkeys(c.how for c in cells))
+            at = {(c.row, c.column): c for c in cells}
+            body = []
+            for r in rows:
+                texts = []
+                for col in cols:
+                    c = at.get((r, col))
+                    if c is None:
+                        texts.append("")
+                        continue
+                    mark = f" [{hows.index(c.how) + 1}]" if len(hows) > 1 else ""
+                    texts.append(f"{_fmt(c.paper)} | {_fmt(c.ours)}{mark}")
+                body.append((r, texts))
+            labels = ([f"[{i + 1}] {h}" for i, h in enumerate(hows)] if len(hows) > 1
+                      else [f"every cell: {hows[0]}"])
+            out.append((group, cols, body, labels))
+        return out
+
+    GRID_LEGEND = ("Each cell: the paper's value | ours (a range is the paper's range over all models and m; "
+                   "'not recovered' = the paper's value is not in the sources we have).")
+
     def to_markdown(self) -> str:
         out = [f"# {self.title}", "", f"*What was done:* {self.done}", "",
                f"*Agreement:* {self.agreement()}", ""]
-        out.append("| " + " | ".join(self.HEADER) + " |")
-        out.append("|" + "---|" * len(self.HEADER))
-        for row in self.rows():
-            out.append("| " + " | ".join(x.replace("|", "\\|") for x in row) + " |")
+        if self.grid:
+            out += [self.GRID_LEGEND, ""]
+            for group, cols, body, labels in self.grids():
+                if group:
+                    out += [f"## {group}", ""]
+                out.append("| " + " | ".join([self.row_label] + cols) + " |")
+                out.append("|" + "---|" * (len(cols) + 1))
+                for r, texts in body:
+                    out.append("| " + " | ".join(x.replace("|", "\\|") for x in [r] + texts) + " |")
+                out += [""] + [f"{lab}  " for lab in labels] + [""]
+            if out[-1] == "":
+                out.pop()
+        else:
+            out.append("| " + " | ".join(self.HEADER) + " |")
+            out.append("|" + "---|" * len(self.HEADER))
+            for row in self.rows():
+                out.append("| " + " | ".join(x.replace("|", "\\|") for x in row) + " |")
         if self.notes:
             out += ["", "Notes:", ""] + [f"- {n}" for n in self.notes]
         return "\n".join(out) + "\n"
 
+    def _html_tables(self) -> str:
+        esc = html.escape
+        if not self.grid:
+            body = "".join("<tr>" + "".join(f"<td>{esc(x)}</td>" for x in row) + "</tr>\n" for row in self.rows())
+            return ("<table><thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in self.HEADER)
+                    + f"</tr></thead><tbody>\n{body}</tbody></table>")
+        parts = [f"<p>{esc(self.GRID_LEGEND)}</p>"]
+        for group, cols, body, labels in self.grids():
+            if group:
+                parts.append(f"<h2>{esc(group)}</h2>")
+            rows = "".join("<tr><th>" + esc(r) + "</th>" + "".join(f"<td>{esc(x)}</td>" for x in texts) + "</tr>\n"
+                           for r, texts in body)
+            parts.append("<table><thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in [self.row_label] + cols)
+                         + f"</tr></thead><tbody>\n{rows}</tbody></table>")
+            parts.append("<p class='how'>" + "<br>".join(esc(lab) for lab in labels) + "</p>")
+        return "\n".join(parts)
+
     def to_html(self) -> str:
         esc = html.escape
-        body = "".join("<tr>" + "".join(f"<td>{esc(x)}</td>" for x in row) + "</tr>\n" for row in self.rows())
         notes = "".join(f"<li>{esc(n)}</li>" for n in self.notes)
         return (
             "<!doctype html>\n<html><head><meta charset='utf-8'>"
             f"<title>{esc(self.title)}</title><style>body{{font-family:sans-serif}}"
             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}"
+            ".how{color:#555;font-size:90%}"
             "</style></head><body>\n"
             f"<h1>{esc(self.title)}</h1><p><em>What was done:</em> {esc(self.done)}</p>"
-            f"<p><em>Agreement:</em> {esc(self.agreement())}</p>\n<table><thead><tr>"
-            + "".join(f"<th>{esc(h)}</th>" for h in self.HEADER)
-            + f"</tr></thead><tbody>\n{body}</tbody></table>"
+            f"<p><em>Agreement:</em> {esc(self.agreement())}</p>\n"
+            + self._html_tables()
             + (f"<ul>{notes}</ul>" if notes else "")
             + "</body></html>\n"
         )

@@ -7,6 +7,7 @@ import pytest
 import ctrlmem as cm
 from ctrlmem import reproduce as rp
 import ctrlmem.reproduce.throughput  # noqa: F401  (monkeypatched below)
+import ctrlmem
 from ctrlmem.paper import NOT_RECOVERED
 
 
@@ -59,12 +60,25 @@ def test_v_shape_tables_fill_in_when_registered(artifact):
     for cell in table.cells:
         if isinstance(cell.ours, str) and cell.ours.startswith("pending"):
             assert cell.ours.split("'")[1] not in cm.SCHEDULES
+        elif artifact == "table1" and cell.column.startswith("Table 1"):
+            assert not cell.comparable  # the p -> infinity limit stands beside, it is not compared
         elif artifact == "table1":
             assert isinstance(cell.ours, float) and cell.how.startswith("simulated"), cell
-            if "exact finite-p" in cell.column:
-                assert cell.deviation == 0, cell
+            assert cell.deviation == 0, cell
         else:  # Tables 8 and 9 are read off ctrlmem.blocks' building blocks
             assert cell.deviation == 0, cell
+
+
+def test_table1_compares_finite_p_and_shows_the_limit():
+    """Table 1's '12.5 %' artefact is gone: V-Min at p = 24 is compared with ⌊(p+4)/3⌋/p = 0.375,
+    and the p → ∞ fraction 1/3 stands beside it in the rendered table."""
+    table = rp.build_table("table1", quick=True)
+    cell = next(c for c in table.cells if c.row.startswith("v-min") and c.column == "p = 24")
+    assert cell.paper == pytest.approx(0.375) and cell.deviation == 0
+    limit = next(c for c in table.cells if c.row.startswith("v-min") and c.column.startswith("Table 1"))
+    assert limit.paper == pytest.approx(1 / 3)
+    md = table.to_markdown()
+    assert "| schedule | Table 1 (p → ∞) | p = 8 |" in md and "0.3333 \\| limit" in md
 
 
 def test_table2_and_16_percent(monkeypatch):
@@ -81,18 +95,25 @@ def test_table2_and_16_percent(monkeypatch):
 
 
 def test_table4_marks_unregistered_methods_pending(monkeypatch):
-    """Every Table 4 method has cells: simulated when registered, 'pending' otherwise."""
+    """Table 4 in the paper's layout: rows model × m, one column per method in every metric grid;
+    simulated when registered, 'pending' otherwise."""
     monkeypatch.setattr(rp.paper, "TABLE4_SETUP", {"9.6B": (16, 4, (16, 32))})
     table = rp.build_table("table4", quick=True)
-    rows = {c.row for c in table.cells}
-    assert "9.6B m=16 1F1B" in rows and "9.6B m=32 1F1B" in rows
+    assert table.grid
+    rows = {c.row for c in table.cells if c.group != ctrlmem.reproduce.throughput.THROUGHPUT_GROUP
+            and not c.group.startswith("The abstract")}
+    assert rows == {"9.6B m=16", "9.6B m=32"}
+    for _key, group in ctrlmem.reproduce.throughput.TABLE4_METRICS:
+        assert [c.column for c in table.cells if c.group == group and c.row == "9.6B m=16"] == list(rp.TABLE4_METHODS)
     for label, (name, _) in rp.TABLE4_METHODS.items():
-        cells = [c for c in table.cells if c.row.endswith(f" {label}")]
+        cells = [c for c in table.cells if c.column == label]
         assert cells
         if name not in cm.SCHEDULES:
             assert all(c.ours == rp.pending(name) for c in cells)
         else:
             assert all(isinstance(c.ours, float) and c.how.startswith("simulated") for c in cells)
+    md = table.to_markdown()
+    assert "| model, m | 1F1B | 1F1B-R | ZB-1P | V-Min | V-Half | V-ZB |" in md
 
 
 def test_table4_known_mfu_cell_is_predicted():

@@ -8,7 +8,12 @@ from .report import ARTIFACTS, reproduce
 
 def _cmd_reproduce(args) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    path = reproduce(args.out, quick=args.quick, only=args.only)
+    from ..args import CliError
+
+    try:
+        path = reproduce(args.out, quick=args.quick, only=args.only, replay=args.replay)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     print(f"wrote {path}")
     print(path.read_text())
     return 0
@@ -21,4 +26,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--only", action="append", metavar="ARTIFACT",
                    help=f"only this artifact (repeatable): {', '.join(ARTIFACTS)}")
     p.add_argument("--out", default="figures", help="output folder (default figures/)")
+    p.add_argument("--replay", metavar="FILE", default=None,
+                   help="a rank-replay JSON written by `ctrlmem replay` for the gpu-replay artifact "
+                        "(default: the shipped H200 measurement, experiments/measured/h200_rank_replay.json)")
     p.set_defaults(func=_cmd_reproduce)

@@ -9,8 +9,10 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .claims import claims
 from .curves import fig07, fig09, fig10, fig9_10
 from .drawings import schedule_figures
+from .gpu_replay import gpu_replay
 from .measured import cpu_real_memory
 from .table import Table, _write
 from .theory import closed_forms, table1, table2, table8, table9, table_a
@@ -32,23 +34,37 @@ ARTIFACTS: dict[str, Callable[[bool], Table]] = {
     "fig09": fig09,
     "fig10": fig10,
     "cpu-real-memory": cpu_real_memory,
+    "gpu-replay": gpu_replay,
     "schedule-figures": schedule_figures,
+    "claims": claims,
 }
 
 
 WRITES_FILES = frozenset({"schedule-figures", "fig07", "fig09", "fig10"})
-
-
 """Artifacts that draw figure files into the output folder (their functions take ``out``)."""
 
+READS_OUT = frozenset({"claims"})
+"""Artifacts that read what earlier artifacts wrote into the output folder (they take ``out``;
+``claims`` reads fig07/fig09/fig10.json, so it runs last)."""
 
-def build_table(artifact: str, quick: bool = False, out: str | Path = "figures") -> Table:
-    """Build ``artifact``'s comparison (``out``: where drawn figures go, for :data:`WRITES_FILES`)."""
+READS_REPLAY = frozenset({"gpu-replay", "claims"})
+"""Artifacts that read a rank-replay file (their functions take ``replay``; ``None``: the shipped one)."""
+
+
+def build_table(artifact: str, quick: bool = False, out: str | Path = "figures",
+                replay: str | Path | None = None) -> Table:
+    """Build ``artifact``'s comparison (``out``: where drawn figures go, for :data:`WRITES_FILES`;
+    ``replay``: a ``ctrlmem replay`` file for :data:`READS_REPLAY`, default the shipped H200 one)."""
     if artifact not in ARTIFACTS:
         raise ValueError(f"unknown artifact {artifact!r}; valid: {', '.join(ARTIFACTS)}")
     t0 = time.time()
     func = ARTIFACTS[artifact]
-    table = func(quick, out) if artifact in WRITES_FILES else func(quick)
+    kw: dict = {}
+    if artifact in WRITES_FILES or artifact in READS_OUT:
+        kw["out"] = out
+    if artifact in READS_REPLAY:
+        kw["replay"] = replay
+    table = func(quick, **kw)
     table.seconds = time.time() - t0
     log.info("%s: %s (%.1f s)", artifact, table.agreement(), table.seconds)
     return table
@@ -103,11 +119,18 @@ def write_report(out: str | Path, tables: Sequence[Table], quick: bool, partial:
     return summary
 
 
-def reproduce(out: str | Path = "figures", quick: bool = False, only: Sequence[str] | None = None) -> Path:
+def reproduce(out: str | Path = "figures", quick: bool = False, only: Sequence[str] | None = None,
+              replay: str | Path | None = None) -> Path:
     """Build every (or ``only`` the named) artifact's table and write them with
-    :func:`write_report`; returns the path of ``REPRODUCTION.md``."""
+    :func:`write_report`; returns the path of ``REPRODUCTION.md``. ``replay``: a ``ctrlmem replay``
+    file for the ``gpu-replay`` artifact (default: the shipped H200 measurement)."""
     names = list(only) if only else list(ARTIFACTS)
     for n in names:
         if n not in ARTIFACTS:
             raise ValueError(f"unknown artifact {n!r}; valid: {', '.join(ARTIFACTS)}")
-    return write_report(out, [build_table(n, quick, out) for n in names], quick, partial=bool(only))
+    if replay is not None:
+        from .gpu_replay import load_replay
+
+        load_replay(replay)  # a bad file fails before anything runs
+    return write_report(out, [build_table(n, quick, out, replay=replay) for n in names], quick,
+                        partial=bool(only))

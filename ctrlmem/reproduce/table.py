@@ -125,7 +125,8 @@ class Table:
         if math.isinf(worst.deviation):
             worst_text = f"{worst.row}, {worst.column}: {_fmt(worst.ours)} where the paper has 0"
         else:
-            worst_text = f"max deviation {worst.deviation:.1%} ({worst.row}, {worst.column})"
+            where = f"{worst.group}: " if worst.group else ""
+            worst_text = f"max deviation {worst.deviation:.1%} ({where}{worst.row}, {worst.column})"
         return f"{worst_text}; {exact} of {len(comparable)} comparable cells exact or within range{tail}"
 
     def rows(self) -> list[list[str]]:

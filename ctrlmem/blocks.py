@@ -1,4 +1,4 @@
-"""Building blocks and the pipeline steps built on them (docs/theory.md §2–§1.3, §2, §6).
+"""Building blocks and the pipeline steps built on them (docs/theory.md §2–§3, §6).
 
 A **building block** is the passes of one microbatch, each with an integer start time (a *slot*)
 and a length in slots, on a placement. Repeating it every ``interval`` slots (the paper's *T*)

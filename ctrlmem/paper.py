@@ -1,4 +1,4 @@
-"""The paper's published numbers as data, and a paper-scale cost model (docs/theory.md §9–5).
+"""The paper's published numbers as data, and a paper-scale cost model (docs/theory.md §4–§9).
 
 Two things live here, both pure Python:
 

@@ -1,5 +1,5 @@
 """Memory-budgeted schedules: the adaptive ``v-shape`` search and the ``zb`` scheduler
-(docs/theory.md §10, App. A/B; §2.2 ZB-1P/ZB-2P).
+(docs/theory.md §10, App. A/B; §8 ZB-1P/ZB-2P).
 
 Units as in test_v_shape.py: ``tau = 2 * device_bubble`` for V-shape schedules under
 ``Costs(1, 1, 1)``; memory in ``a``; ``memory_limit`` a fraction of 1F1B's ``p·a``.

@@ -1,4 +1,4 @@
-"""Building blocks and the pipeline steps (docs/theory.md §2–§1.3): collisions, lifespans, Eq. 1,
+"""Building blocks and the pipeline steps (docs/theory.md §2–§3): collisions, lifespans, Eq. 1,
 repeat → place W → reorder → squeeze, each step on its own."""
 
 import pytest

@@ -1,5 +1,5 @@
 """Simulator: exact closed forms of the classic and zero-bubble schedules, and timeline
-properties for every generator (docs/theory.md §5, §2.2; docs/architecture.md)."""
+properties for every generator (docs/theory.md §5, §8; docs/architecture.md)."""
 
 import math
 

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 def fig9_10(quick: bool) -> Table:
     t = Table("fig9-10", "Fig. 9–10 — bubble rate against the memory limit (adaptive V-shape and ZB schedulers)",
               "Simulated the memory-budgeted schedulers (v-shape for Fig. 9, zb for Fig. 10) at docs/theory.md's "
-              "memory limits and costs, against the authors' adaptive scheduler's numbers (docs/theory.md §9.6, §1.6) "
+              "memory limits and costs, against the authors' adaptive scheduler's numbers (docs/theory.md §9.6, §6) "
               "and the 1F1B reference line of Fig. 10.")
     for (p, m, costs), curve in paper.FIG9_CALC.items():
         c = Costs(*costs)

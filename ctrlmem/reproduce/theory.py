@@ -100,7 +100,7 @@ def table_a(quick: bool) -> Table:
 
 
 def closed_forms(quick: bool) -> Table:
-    t = Table("closed-forms", "Closed forms — 1F1B, ZB-H1, ZB-V (docs/theory.md §5, §2.2)",
+    t = Table("closed-forms", "Closed forms — 1F1B, ZB-H1, ZB-V (docs/theory.md §5, §8)",
               "Simulated 1F1B, ZB-H1 and ZB-V with F = B = W (full-stage pass = 1) against their closed forms: "
               "bubble rate (p−1)/(m+p−1), (p−1)/(3m+p−1) and 0; peak memory p·a for all three.")
     ps = (4, 8, 16) if quick else (4, 8, 16, 24, 32)

@@ -79,6 +79,19 @@ def _size(quick: bool) -> str:
     return "--quick" if quick else "full"
 
 
+def _current_row(line: str, legacy_size: str) -> str:
+    """A summary row in the current form (artifact | size | done | agreement); rows of the older
+    form (artifact | done | agreement | seconds) get the size the old summary was generated at."""
+    cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+    if len(cells) == 4 and cells[1] not in ("--quick", "full"):
+        try:
+            float(cells[3])
+        except ValueError:
+            return line
+        return f"| {cells[0]} | {legacy_size} | {cells[1]} | {cells[2]} |"
+    return line
+
+
 def write_report(out: str | Path, tables: Sequence[Table], quick: bool, partial: bool = False) -> Path:
     """Write each table as ``<out>/<artifact>.md`` / ``.html``, the summary ``<out>/REPRODUCTION.md``
     and the run log ``<out>/reproduce-log.json`` (date, size and seconds per artifact: the only
@@ -90,10 +103,12 @@ def write_report(out: str | Path, tables: Sequence[Table], quick: bool, partial:
     log_path = out / LOG_NAME
     runs: dict[str, dict] = {}
     if partial and summary.exists():
-        for line in summary.read_text().splitlines():
+        text = summary.read_text()
+        legacy_size = "--quick" if "reproduce --quick`" in text else "full"
+        for line in text.splitlines():
             for name in ARTIFACTS:
                 if line.startswith("| [") and f"]({name}.md)" in line:
-                    rows[name] = line
+                    rows[name] = _current_row(line, legacy_size)
     if partial and log_path.exists():
         try:
             runs = dict(json.loads(log_path.read_text()).get("artifacts", {}))

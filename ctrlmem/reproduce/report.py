@@ -75,6 +75,21 @@ LOG_NAME = "reproduce-log.json"
 tables, REPRODUCTION.md and the figures stay byte-identical when regenerated from unchanged inputs."""
 
 
+def notebook_out_dir(out_dir: str | Path, notebook: str) -> Path:
+    """Where a reproduction notebook writes: ``out_dir`` when given (a relative path is relative to
+    the working directory: the notebook's folder in JupyterLab, ``--cwd`` under papermill), else
+    ``<repository>/build/notebooks/<notebook>/`` (git-ignored, so running a notebook never touches
+    the committed ``figures/``). Created if missing."""
+    if str(out_dir).strip():
+        path = Path(out_dir)
+    else:
+        from ..experiments import REPO_ROOT
+
+        path = REPO_ROOT / "build" / "notebooks" / notebook
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def _size(quick: bool) -> str:
     return "--quick" if quick else "full"
 

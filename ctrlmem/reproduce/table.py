@@ -207,6 +207,15 @@ class Table:
             parts.append("<p class='how'>" + "<br>".join(esc(lab) for lab in labels) + "</p>")
         return "\n".join(parts)
 
+    def _repr_html_(self) -> str:
+        """Rendered in Jupyter: title, what was done, agreement, the table(s) and notes."""
+        esc = html.escape
+        notes = "".join(f"<li>{esc(n)}</li>" for n in self.notes)
+        return (f"<div class='ctrlmem-table'><h3>{esc(self.title)}</h3>"
+                f"<p><em>What was done:</em> {esc(self.done)}</p>"
+                f"<p><em>Agreement:</em> {esc(self.agreement())}</p>\n" + self._html_tables()
+                + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
+
     def to_html(self) -> str:
         esc = html.escape
         notes = "".join(f"<li>{esc(n)}</li>" for n in self.notes)

@@ -17,6 +17,15 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install --quiet --no-deps -e .
   echo "$want" > "$stamp"
 fi
+# Running a notebook in JupyterLab saves its outputs into the file: strip them on `git add` / `git
+# diff` with nbstripout (pinned in requirements.txt), so the committed notebooks stay output-free.
+# The command is relative to the worktree root (git runs filters there), so every worktree uses
+# its own .venv; where it is missing git warns and takes the file as is.
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  git config filter.nbstripout.clean ".venv/bin/python -m nbstripout --keep-id"
+  git config filter.nbstripout.smudge cat
+  git config diff.ipynb.textconv ".venv/bin/python -m nbstripout --keep-id -t"
+fi
 if ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing Debian chromium (for PNG/SVG export and browser tests)..." >&2

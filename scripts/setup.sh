@@ -22,9 +22,9 @@ fi
 # The command is relative to the worktree root (git runs filters there), so every worktree uses
 # its own .venv; where it is missing git warns and takes the file as is.
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  git config filter.nbstripout.clean ".venv/bin/python -m nbstripout --keep-id"
+  git config filter.nbstripout.clean ".venv/bin/python -m nbstripout --keep-id --extra-keys metadata.language_info"
   git config filter.nbstripout.smudge cat
-  git config diff.ipynb.textconv ".venv/bin/python -m nbstripout --keep-id -t"
+  git config diff.ipynb.textconv ".venv/bin/python -m nbstripout --keep-id --extra-keys metadata.language_info -t"
 fi
 if ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

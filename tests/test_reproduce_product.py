@@ -209,3 +209,30 @@ def test_claim_verdict_follows_its_evidence(tmp_path):
     assert claims_mod.claim_fig10_v_below_zb(tmp_path).verdict == "partly"
     with pytest.raises(ValueError, match="verdict must be one of"):
         claims_mod.Claim("c", "s", "maybe", "o", "e", "h")
+
+
+def _setup_clean_filter() -> list[str]:
+    """The nbstripout clean command scripts/setup.sh configures, as an argument list."""
+    text = (REPO / "scripts" / "setup.sh").read_text()
+    match = re.search(r'git config filter\.nbstripout\.clean "\.venv/bin/python (-m nbstripout[^"]*)"', text)
+    assert match, "scripts/setup.sh does not configure the nbstripout clean filter"
+    return match.group(1).split()
+
+
+@pytest.mark.parametrize("name", ["20_paper_tables", "22_schedule_figures"])
+def test_running_a_notebook_does_not_dirty_it(name):
+    """What JupyterLab saves after a run (outputs, execution counts, the kernel's language_info)
+    goes through setup.sh's nbstripout filter back to the committed bytes; .gitattributes applies it."""
+    pytest.importorskip("nbstripout")
+    assert "*.ipynb filter=nbstripout" in (REPO / ".gitattributes").read_text()
+    path = REPO / "notebooks" / f"{name}.ipynb"
+    nb = json.loads(path.read_text())
+    for i, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
+        cell["execution_count"] = i + 1
+        cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["ran\n"]}]
+    nb["metadata"]["language_info"] = {"name": "python", "version": "3.11.7", "file_extension": ".py"}
+    executed = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+    proc = subprocess.run([sys.executable, *_setup_clean_filter(), "-t"], input=executed, capture_output=True,
+                          text=True, cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == path.read_text()

@@ -211,7 +211,9 @@ class Table:
         """Rendered in Jupyter: title, what was done, agreement, the table(s) and notes."""
         esc = html.escape
         notes = "".join(f"<li>{esc(n)}</li>" for n in self.notes)
-        return (f"<div class='ctrlmem-table'><h3>{esc(self.title)}</h3>"
+        style = ("<style>.ctrlmem-table td,.ctrlmem-table th{text-align:left;vertical-align:top}"
+                 ".ctrlmem-table .how{color:#555;font-size:90%}</style>")
+        return (f"{style}<div class='ctrlmem-table'><h3>{esc(self.title)}</h3>"
                 f"<p><em>What was done:</em> {esc(self.done)}</p>"
                 f"<p><em>Agreement:</em> {esc(self.agreement())}</p>\n" + self._html_tables()
                 + (f"<ul>{notes}</ul>" if notes else "") + "</div>")

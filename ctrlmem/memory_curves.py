@@ -189,7 +189,7 @@ def fig9_figure(data: dict[str, Any], font_family: str = "Helvetica, Arial, sans
     for name in models:
         p = next(pn["p"] for pn in data["panels"] if pn["model"] == name)
         titles.append(f"{name}, p = {p}")
-    titles.append("check: p = 16, m = 64 (our calculation, docs/theory.md §9.6)")
+    titles.append("check: p = 16, m = 64 (our calculation)")
     fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.06)
     for col, name in enumerate(models, start=1):
         for i, pn in enumerate(pn for pn in data["panels"] if pn["model"] == name):

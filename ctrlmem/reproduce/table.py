@@ -211,7 +211,7 @@ class Table:
         """Rendered in Jupyter: title, what was done, agreement, the table(s) and notes."""
         esc = html.escape
         notes = "".join(f"<li>{esc(n)}</li>" for n in self.notes)
-        style = ("<style>.ctrlmem-table td,.ctrlmem-table th{text-align:left;vertical-align:top}"
+        style = ("<style>.ctrlmem-table td,.ctrlmem-table th{text-align:left !important;vertical-align:top}"
                  ".ctrlmem-table .how{color:#555;font-size:90%}</style>")
         return (f"{style}<div class='ctrlmem-table'><h3>{esc(self.title)}</h3>"
                 f"<p><em>What was done:</em> {esc(self.done)}</p>"

@@ -54,7 +54,8 @@ def table4(quick: bool) -> Table:
             for label, (name, kw) in TABLE4_METHODS.items():
                 if not _registered(name):
                     for _key, group in TABLE4_METRICS:
-                        t.cells.append(Cell(row, label, NOT_RECOVERED, pending(name), "–", group=group))
+                        t.cells.append(Cell(row, label, NOT_RECOVERED, pending(name),
+                                            f"no generator for {name!r} in ctrlmem", group=group))
                     continue
                 r = _point(name, model, p, m, mb, **kw)
                 ours = {"bubble_percent": 100 * r["bubble_rate"], "activation_gb": r["activation_gb"],

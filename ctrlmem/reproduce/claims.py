@@ -15,6 +15,7 @@ to run first. The rules that turn evidence into a verdict are written next to ea
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,9 +67,15 @@ class ClaimsTable(Table):
     def _html_tables(self) -> str:
         import html
 
+        def cell(text: str) -> str:  # escape, then turn the Markdown links of the evidence into <a>
+            def link(mt: re.Match) -> str:
+                href = re.sub(r"[.]md$", ".html", mt.group(2))  # the HTML table links the HTML files
+                return f"<a href='{href}'>{mt.group(1)}</a>"
+
+            return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", link, html.escape(text.strip("*")))
+
         esc = html.escape
-        body = "".join("<tr>" + "".join(f"<td>{esc(x.strip('*'))}</td>" for x in row) + "</tr>\n"
-                       for row in self.rows())
+        body = "".join("<tr>" + "".join(f"<td>{cell(x)}</td>" for x in row) + "</tr>\n" for row in self.rows())
         return ("<table><thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in self.HEADER)
                 + f"</tr></thead><tbody>\n{body}</tbody></table>")
 

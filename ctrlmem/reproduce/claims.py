@@ -321,7 +321,8 @@ def claim_comm_volume() -> Claim:
                  "microbatch and direction instead of p − 1)", "§3 (V-shape placement); the authors' README",
                  "reproduced" if ok else "not reproduced",
                  "; ".join(f"p = {p}: 1F1B {h.get('1f1b')} hops, V {h.get('v-half')}" for p, h in rows),
-                 "[fig02_lifespans.svg](fig02_lifespans.svg)", "counted on the placements (closed form 2p − 2 vs p − 1)")
+                 "[docs/theory.md §4](../docs/theory.md)",
+                 "counted on ctrlmem's placements (stage boundaries that cross devices; closed form 2p − 2 vs p − 1)")
 
 
 def claim_fig9_drop(out: Path) -> Claim:

@@ -50,10 +50,11 @@ def test_docs_sections_cited_exist():
     theory = (REPO / "docs" / "theory.md").read_text()
     have = set(re.findall(r"^#+ (\d+(?:\.\d+)?)\b", theory, flags=re.M))
     missing = set()
-    for path in _files(["README.md", "ctrlmem", "notebooks", "docs", "experiments", "tests"]):
-        if path.suffix not in (".py", ".md", ".ipynb", ".yaml"):
+    for path in _files(["README.md", "ctrlmem", "notebooks", "docs", "experiments", "tests", "figures"]):
+        if path.suffix not in (".py", ".md", ".ipynb", ".yaml", ".json", ".html"):
             continue
-        for ref in re.findall(r"docs/theory\.md §(\d+(?:\.\d+)?)", path.read_text(encoding="utf-8")):
+        text = path.read_text(encoding="utf-8")
+        for ref in re.findall(r"docs/theory\.md (?:§|\\u00a7)(\d+(?:\.\d+)?)", text):
             if ref not in have:
                 missing.add(f"{path.relative_to(REPO)}: §{ref}")
     assert not missing, sorted(missing)

@@ -161,6 +161,24 @@ def test_gpu_replay_reads_a_users_file(tmp_path, small_table4):
     assert not [c for c in t.cells if c.group.startswith("Throughput")]
 
 
+def test_gpu_replay_reads_what_ctrlmem_replay_writes(tmp_path):
+    """The file `ctrlmem replay` writes (here on the CPU, tiny model) is read as is: memory cells
+    labelled "measured on CPU (rank replay)", none claiming a GPU."""
+    pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, "-m", "ctrlmem.cli", "replay", "--model", "tiny", "-p", "4", "--schedules",
+                           "1f1b,v-half", "--devices", "0,3", "--device", "cpu", "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    if proc.returncode != 0 and "invalid choice: 'replay'" in proc.stderr:
+        pytest.skip("`ctrlmem replay` is not in this checkout")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    files = list(tmp_path.glob("*.json"))
+    assert len(files) == 1
+    t = rp.build_table("gpu-replay", quick=True, replay=files[0])
+    assert t.cells and all(c.how.startswith("measured on CPU (rank replay)") for c in t.cells)
+    ratio = next(c for c in t.cells if c.column.startswith("V-Half: theory"))
+    assert ratio.ours == pytest.approx(ratio.paper, rel=0.02)  # saved bytes follow the schedule's theory
+
+
 def test_gpu_replay_bad_file_is_a_clear_error(tmp_path):
     """A file without rows, or a row without its fields, is named in one line; the CLI exits 2."""
     bad = tmp_path / "bad.json"

@@ -83,17 +83,31 @@ def load_replay(path: str | Path) -> dict[str, Any]:
 
 
 def gpu_label(data: dict[str, Any]) -> str:
-    """'NVIDIA H200' from ``"gpu": "NVIDIA H200 (143771 MiB), driver ..."`` (``"GPU"`` without one)."""
+    """'NVIDIA H200' from ``"gpu": "NVIDIA H200 (143771 MiB), driver ..."``; ``"CPU"`` for a replay
+    run on the CPU (``"device": "cpu"`` or ``"gpu": "none: ..."``); ``"GPU"`` when nothing says."""
     gpu = str(data.get("gpu") or "GPU")
+    if str(data.get("device", "")).startswith("cpu") or gpu.lower().startswith("none"):
+        return "CPU"
     return gpu.split(" (")[0].split(",")[0].strip() or "GPU"
 
 
+def _pass_time_kind(data: dict[str, Any]) -> str:
+    return str(data.get("pass_time_kind") or "CUDA events")
+
+
 def _group_key(row: dict) -> tuple:
-    return (row["model"], row["p"], row["m"], row.get("microbatch_size"))
+    return (row["model"], row["p"], row["m"], row.get("microbatch_size"), row.get("tag"))
+
+
+def _is_microbatch_sweep(label: str, mb, tag) -> bool:
+    """Rows that ask Table 5's question (a Table 4 model at another microbatch size): tagged
+    ``mb``, or at a microbatch other than Table 4's for that model."""
+    setup = paper.TABLE4_SETUP.get(label)
+    return setup is not None and (tag == "mb" or (mb is not None and mb != setup[1]))
 
 
 def _groups(data: dict) -> dict[tuple, dict[str, list[dict]]]:
-    """(model, p, m, microbatch) -> schedule -> replayed rows (only groups with a 1F1B row)."""
+    """(model, p, m, microbatch, tag) -> schedule -> replayed rows (only groups with a 1F1B row)."""
     out: dict[tuple, dict[str, list[dict]]] = {}
     for row in data["rows"]:
         out.setdefault(_group_key(row), {}).setdefault(row["schedule"], []).append(row)
@@ -157,8 +171,8 @@ def gpu_replay(quick: bool, replay: str | Path | None = None) -> Table:
     measured = f"measured on {gpu} (rank replay)"
     predicted = f"predicted from {gpu} pass costs"
     name = path.name
-    t = Table("gpu-replay", f"Table 4 on a GPU — activation memory measured on {gpu}, throughput predicted from "
-              f"its pass costs (rank replay)",
+    t = Table("gpu-replay", f"Table 4 by rank replay — activation memory measured on {gpu}, throughput predicted "
+              f"from its pass costs",
               f"Read the rank replay {name} (one device's passes of the paper's stage shapes at full size on one "
               f"{gpu}; {data.get('torch', 'torch version not recorded')}): per model and method, the peak of "
               "autograd-saved activation bytes (max over the replayed devices) next to Table 4's range, Table 1's "
@@ -174,15 +188,15 @@ def gpu_replay(quick: bool, replay: str | Path | None = None) -> Table:
                                           "Throughput / 1F1B's (Table 4: MFU ratio where the paper's cells are known)")
     ratios_vzb: list[float] = []
     mb_sweep = []
-    for key in sorted(groups, key=lambda k: (k[1], k[3] or 0)):
-        model, p, m, mb = key
+    for key in sorted(groups, key=lambda k: (k[1], k[3] or 0, str(k[4]))):
+        model, p, m, mb, tag = key
         by = groups[key]
         label = PAPER_MODEL.get(model, model)
         setup = paper.TABLE4_SETUP.get(label)
-        if setup is not None and mb is not None:  # a Table 4 model at another microbatch: Table 5's question
+        if _is_microbatch_sweep(label, mb, tag):
             mb_sweep.append((label, p, m, mb, by))
             continue
-        mb_text = f", mb {mb}" if mb else ""
+        mb_text = f", mb {mb}" if mb and (setup is None or mb != setup[1]) else ""
         row = f"{label} p={p} (replay m={m}{mb_text})"
         base = max(r["peak_saved_bytes"] for r in by["1f1b"])
         base_theory = max(r["theory_peak_bytes"] for r in by["1f1b"])
@@ -221,7 +235,7 @@ def gpu_replay(quick: bool, replay: str | Path | None = None) -> Table:
                 ref = paper.TABLE4_CELLS.get((label, mm, "1F1B", "mfu_percent"))
                 pv = round(mine / ref, 4) if mine and ref else NOT_RECOVERED
                 t.cells.append(Cell(f"{label} m={mm}", method, pv, ratio,
-                                    f"{predicted} (exact simulator, comm 0, devices {_devices(by[sched])} "
+                                    f"{predicted} (median of {_pass_time_kind(data)}; exact simulator, comm 0, devices {_devices(by[sched])} "
                                     "replayed, other stages their mean)", group=thr))
                 if sched == "v-zb":
                     ratios_vzb.append(ratio)
@@ -230,7 +244,7 @@ def gpu_replay(quick: bool, replay: str | Path | None = None) -> Table:
                             f"{predicted}", group="The abstract's '7 % to 55 %' (assumed V-ZB / 1F1B)"))
         t.cells.append(Cell("V-ZB / 1F1B over the grid", "max", 1.55, max(ratios_vzb),
                             f"{predicted}", group="The abstract's '7 % to 55 %' (assumed V-ZB / 1F1B)"))
-    _microbatch_cells(t, mb_sweep, measured)
+    _microbatch_cells(t, mb_sweep, measured, _pass_time_kind(data))
     t.verdict = _verdict(t, gpu)
     t.notes += [
         f"Source: {name}, {data.get('gpu', 'GPU not recorded')}, {data.get('torch', '')}, recorded {data.get('date', '')}.",
@@ -267,7 +281,7 @@ def _verdict(t: Table, gpu: str) -> str:
     return "; ".join(parts) if parts else "nothing comparable in the replay file"
 
 
-def _microbatch_cells(t: Table, sweep: list, measured: str) -> None:
+def _microbatch_cells(t: Table, sweep: list, measured: str, kind: str = "CUDA events") -> None:
     """Table 5's question (does a larger microbatch make each pass more efficient?): the forward
     time of one V-Half chunk (paper: 9.6B on A100, 12.96 / 26.30 ms at microbatch 4 / 8) and the
     F + B + W time per sample, per microbatch size, from the replay's microbatch rows."""
@@ -281,7 +295,7 @@ def _microbatch_cells(t: Table, sweep: list, measured: str) -> None:
             passes = rows[0]["pass_times_s"]
             stage = min(passes, key=int)
             med = {k: float(v["median"]) for k, v in passes[stage].items()}
-            how = f"{measured}, device {rows[0]['device']}, stage {stage} (median of CUDA events)"
+            how = f"{measured}, device {rows[0]['device']}, stage {stage} (median of {kind})"
             if sched == "v-half":
                 pv = paper.TABLE5.get((label, mb), NOT_RECOVERED)
                 t.cells.append(Cell(row, "V-Half chunk F pass, ms (paper: A100)", pv, 1e3 * med["F"], how, group=group))

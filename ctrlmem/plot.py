@@ -124,8 +124,8 @@ class Timeline:
 
 def _default_title(result: SimResult) -> str:
     s = result.schedule
-    return (f"{s.name} (p={s.num_devices}, m={s.num_microbatches}): makespan {result.makespan:g}, "
-            f"bubble rate {result.bubble_rate:.3f}, peak {max(result.peak_memory):g} a")
+    return (f"{s.name} (p={s.num_devices}, m={s.num_microbatches}): makespan {fmt_time(result.makespan)}, "
+            f"bubble rate {fmt_ratio(result.bubble_rate)}, peak {fmt_time(max(result.peak_memory))} a")
 
 
 def _as_list(items: Item | Sequence[Item]) -> list:
@@ -224,6 +224,53 @@ def schedule_figure(items: Item | Sequence[Item], **style) -> go.Figure:
     return go.Figure(schedule_spec(items, **style))
 
 
+#: Above this many steps, a memory curve is reduced per time column (see :func:`memory_spec`).
+MEMORY_POINTS = 800
+#: Above this many memory points in one figure, curves are sent as float32.
+COMPACT_POINTS = 20000
+#: Above this many passes in one figure, :func:`schedule_spec` draws a raster overview.
+OVERVIEW_PASSES = 3000
+#: Most time columns of the raster overview (about one per pixel of a wide figure).
+OVERVIEW_COLUMNS = 1200
+
+
+def fmt_time(x: float) -> str:
+    """A time or memory amount as every figure, title and table prints it (4 significant digits)."""
+    return f"{x:.4g}"
+
+
+def fmt_ratio(x: float) -> str:
+    """A rate or ratio (bubble rate, peak / 1F1B, speed-up) as every view prints it."""
+    return f"{x:.3f}"
+
+
+def costs_label(costs: Costs | None) -> str:
+    """``F=6 B=8 W=4 comm=0.2`` (per-stage lists shown as their first/last values)."""
+    c = costs if costs is not None else Costs()
+
+    def one(v) -> str:
+        if isinstance(v, (int, float)):
+            return f"{v:g}"
+        v = list(v)
+        return f"{v[0]:g}..{v[-1]:g}" if len(set(v)) > 1 else f"{v[0]:g}"
+
+    return f"F={one(c.f)} B={one(c.b)} W={one(c.w)} comm={c.comm:g}"
+
+
+def setting_label(num_devices: int, num_microbatches: int, costs: Costs | None = None,
+                  memory_limit: float | None = None) -> str:
+    """``p=8, m=32, F=1 B=1 W=1 comm=0, memory limit 0.5 × 1F1B``: what a title carries."""
+    out = f"p={num_devices}, m={num_microbatches}, {costs_label(costs)}"
+    if memory_limit is not None:
+        out += f", memory limit {memory_limit:g} × 1F1B"
+    return out
+
+
+def _row_height(num_devices: int) -> int:
+    """Pixels per device row: 26 for small pipelines, thinner for deep ones (12 at p=32)."""
+    return max(10, min(26, 400 // max(num_devices, 1)))
+
+
 def schedule_spec(
     items: Item | Sequence[Item],
     *,
@@ -232,13 +279,17 @@ def schedule_spec(
     colors: Mapping[Op, Sequence[str]] = DEFAULT_COLORS,
     idle_color: str = IDLE_COLOR,
     show_labels: bool = True,
-    label_min_size: int = 8,
+    label_size: int = 10,
     text_color: str = "#1A1A1A",
     light_text_color: str = "#FFFFFF",
-    row_height: int = 26,
+    row_height: int | None = None,
     box_gap: float = 0.15,
     width: int | None = None,
     title: str | None = None,
+    x_title: str = "time (cost units)",
+    overview: bool | None = None,
+    overview_passes: int = OVERVIEW_PASSES,
+    overview_columns: int = OVERVIEW_COLUMNS,
     font_family: str = "Helvetica, Arial, sans-serif",
 ) -> dict:
     """Gantt diagram of one or several schedules on a shared time axis, as the plain dict behind
@@ -251,15 +302,25 @@ def schedule_spec(
         titles: panel titles (default: name, p, m, makespan, bubble rate and peak).
         colors: fill colours per pass kind, one shade per chunk.
         idle_color: row background, visible wherever the device is idle.
-        show_labels: write the microbatch number in each box; labels that do not fit at
-            ``label_min_size`` points are hidden (plotly's ``uniformtext`` rule).
+        show_labels: write the microbatch number in each box. The label rule, the same in every
+            figure: a label is drawn at ``label_size`` points only if the whole label fits
+            inside its box (plotly's ``uniformtext`` with ``minsize`` equal to the font size,
+            so no label is ever shrunk, clipped or spilled); otherwise the box has none.
         text_color, light_text_color: label colour on light and on dark boxes.
-        row_height: pixels per device row (the figure height follows).
+        row_height: pixels per device row (default: 26, thinner for p > 15; the height follows).
         box_gap: fraction of a row left empty between rows.
+        x_title: the time axis title (its unit).
+        overview: draw each panel as a raster (a heatmap with one column per time interval,
+            at most ``overview_columns``, each cell the pass running at its middle) instead of
+            one box per pass. Default: when the figure holds more than ``overview_passes``
+            passes, where boxes would be too narrow to see and too many to draw quickly.
 
-    Each box is one pass: trace ``meta`` carries ``{"kind": "pass", "op", "chunk", "panel"}``,
-    ``y`` the device, ``base`` the start, ``x`` the duration, and ``customdata`` rows ``[stage,
-    microbatch, start, end]``. Idle rows are traces with ``meta["kind"] == "idle"``.
+    Boxes: trace ``meta`` carries ``{"kind": "pass", "op", "chunk", "panel"}``, ``y`` the device,
+    ``base`` the start, ``x`` the duration, and ``customdata`` rows ``[stage, microbatch, start,
+    end]``. Idle rows are traces with ``meta["kind"] == "idle"``. Overview: one heatmap per
+    panel, ``meta`` ``{"kind": "overview", "panel", "codes"}`` where ``codes[k]`` names the
+    ``[op, chunk]`` of ``z`` in ``(2k+1, 2k+2)`` (even and odd microbatches; 0 is idle),
+    ``customdata[d][j]`` the microbatch (-1 where idle); legend entries are traces with ``meta["kind"] == "legend"``.
     """
     items = _as_list(items)
     if not items:
@@ -269,64 +330,35 @@ def schedule_spec(
     timelines = [_columns(it, costs, None if titles is None else str(titles[i]))
                  for i, it in enumerate(items)]
     n = len(timelines)
+    if overview is None:
+        overview = sum(len(t.start) for t in timelines) > overview_passes
+    row_px = row_height or _row_height(max(t.num_devices for t in timelines))
     top = 70 if title else 34
-    layout, height = _stacked_layout([t.num_devices * row_height for t in timelines],
+    layout, height = _stacked_layout([t.num_devices * row_px for t in timelines],
                                      [t.title for t in timelines], gap_px=44, top_px=top, bottom_px=50)
     horizon = max(t.makespan for t in timelines)
     data: list[dict] = []
-    shown: set[tuple[str, int]] = set()
-    chunked = any(t.placement.num_chunks > 1 for t in timelines)
+    shown: set[str] = set()
     for panel, tl in enumerate(timelines):
-        xa, ya = _axis_names(panel)
         p = tl.num_devices
-        data.append({
-            "type": "bar", "orientation": "h", "xaxis": xa, "yaxis": ya,
-            "y": np.arange(p, dtype=np.int32), "x": np.full(p, float(horizon)), "base": np.zeros(p),
-            "marker": {"color": idle_color, "line": {"width": 0}}, "width": 1 - box_gap,
-            "name": "idle", "legendgroup": "idle", "showlegend": panel == 0, "hoverinfo": "skip",
-            "meta": {"kind": "idle", "panel": panel},
-        })
         chunk_of_stage = np.array([tl.placement.chunk_of(x) for x in range(tl.placement.num_stages)],
                                   np.int32)
         chunk = chunk_of_stage[tl.stage] if len(tl.stage) else tl.stage
-        for oi, op in enumerate(_OPS):
-            for c in range(tl.placement.num_chunks):
-                sel = np.flatnonzero((tl.op == oi) & (chunk == c))
-                if not len(sel):
-                    continue
-                start, end = tl.start[sel], tl.end[sel]
-                custom = np.column_stack([tl.stage[sel], tl.microbatch[sel], start, end]).astype(float)
-                name = f"{op.value} chunk {c}" if chunked else op.value
-                fill = pass_color(op, c, colors)
-                trace = {
-                    "type": "bar", "orientation": "h", "xaxis": xa, "yaxis": ya,
-                    "y": tl.device[sel], "base": start, "x": end - start, "width": 1 - box_gap,
-                    "marker": {"color": fill, "line": {"color": "white", "width": 0.6}},
-                    "customdata": custom,
-                    "name": name, "legendgroup": name, "showlegend": (op.value, c) not in shown,
-                    "hovertemplate": (
-                        f"<b>{op.value}</b> stage %{{customdata[0]}}, microbatch %{{customdata[1]}}"
-                        f"<br>device %{{y}}, chunk {c}<br>start %{{customdata[2]:.4g}}, "
-                        "end %{customdata[3]:.4g}<extra></extra>"
-                    ),
-                    "meta": {"kind": "pass", "op": op.value, "chunk": c, "panel": panel},
-                }
-                if show_labels:
-                    trace.update(texttemplate="%{customdata[1]}", textposition="inside",
-                                 insidetextanchor="middle", textangle=0,
-                                 textfont={"color": _text_on(fill, text_color, light_text_color)})
-                else:
-                    trace["textposition"] = "none"
-                data.append(trace)
-                shown.add((op.value, c))
+        if overview:
+            data += _overview_traces(tl, chunk, panel, horizon, colors, idle_color, row_px,
+                                     overview_columns, shown)
+        else:
+            data += _box_traces(tl, chunk, panel, horizon, colors, idle_color, box_gap, show_labels,
+                                label_size, text_color, light_text_color, shown)
         layout[f"yaxis{'' if panel == 0 else panel + 1}"].update(
             tickmode="array", tickvals=list(range(p)), ticktext=[f"d{d}" for d in range(p)],
             range=[p - 0.5, -0.5], showgrid=False, zeroline=False, ticks="",
+            tickfont={"size": 12 if row_px >= 14 else 9},
         )
     for panel in range(n):
         layout[f"xaxis{'' if panel == 0 else panel + 1}"].update(
             range=[0, horizon * 1.005 if horizon else 1], showgrid=False, zeroline=False)
-    layout[f"xaxis{'' if n == 1 else n}"]["title"] = {"text": "time"}
+    layout[f"xaxis{'' if n == 1 else n}"]["title"] = {"text": x_title}
     layout.update(
         barmode="overlay", bargap=0, height=height, width=width,
         title={"text": title} if title else None,
@@ -336,11 +368,132 @@ def schedule_spec(
         margin={"l": 50, "r": 20, "t": top, "b": 50},
         hoverlabel={"font": {"size": 12}},
     )
-    if show_labels:
-        layout["uniformtext"] = {"minsize": label_min_size, "mode": "hide"}
+    if show_labels and not overview:
+        layout["uniformtext"] = {"minsize": label_size, "mode": "hide"}
     if title is None:
         del layout["title"]
     return {"data": data, "layout": layout}
+
+
+def _kind_name(op: Op, chunk: int, num_chunks: int) -> str:
+    return f"{op.value} chunk {chunk}" if num_chunks > 1 else op.value
+
+
+def _box_traces(tl: _Columns, chunk: np.ndarray, panel: int, horizon: float, colors, idle_color: str,
+                box_gap: float, show_labels: bool, label_size: int, text_color: str,
+                light_text_color: str, shown: set[str]) -> list[dict]:
+    xa, ya = _axis_names(panel)
+    p = tl.num_devices
+    out = [{
+        "type": "bar", "orientation": "h", "xaxis": xa, "yaxis": ya,
+        "y": np.arange(p, dtype=np.int32), "x": np.full(p, float(horizon)), "base": np.zeros(p),
+        "marker": {"color": idle_color, "line": {"width": 0}}, "width": 1 - box_gap,
+        "name": "idle", "legendgroup": "idle", "showlegend": "idle" not in shown, "hoverinfo": "skip",
+        "meta": {"kind": "idle", "panel": panel},
+    }]
+    shown.add("idle")
+    for oi, op in enumerate(_OPS):
+        for c in range(tl.placement.num_chunks):
+            sel = np.flatnonzero((tl.op == oi) & (chunk == c))
+            if not len(sel):
+                continue
+            start, end = tl.start[sel], tl.end[sel]
+            custom = np.column_stack([tl.stage[sel], tl.microbatch[sel], start, end]).astype(float)
+            name = _kind_name(op, c, tl.placement.num_chunks)
+            fill = pass_color(op, c, colors)
+            chunk_text = f", chunk {c}" if tl.placement.num_chunks > 1 else ""
+            trace = {
+                "type": "bar", "orientation": "h", "xaxis": xa, "yaxis": ya,
+                "y": tl.device[sel], "base": start, "x": end - start, "width": 1 - box_gap,
+                "marker": {"color": fill, "line": {"color": "white", "width": 0.6}},
+                "customdata": custom,
+                "name": name, "legendgroup": name, "showlegend": name not in shown,
+                "hovertemplate": (
+                    f"<b>{op.value}</b> stage %{{customdata[0]}}, microbatch %{{customdata[1]}}"
+                    f"<br>device %{{y}}{chunk_text}<br>start %{{customdata[2]:.4g}}, "
+                    "end %{customdata[3]:.4g}<extra></extra>"
+                ),
+                "meta": {"kind": "pass", "op": op.value, "chunk": c, "panel": panel},
+            }
+            if show_labels:
+                trace.update(texttemplate="%{customdata[1]}", textposition="inside",
+                             insidetextanchor="middle", textangle=0, constraintext="both",
+                             textfont={"color": _text_on(fill, text_color, light_text_color),
+                                       "size": label_size})
+            else:
+                trace["textposition"] = "none"
+            out.append(trace)
+            shown.add(name)
+    return out
+
+
+def _shade(color: str, factor: float) -> str:
+    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    return "#{:02X}{:02X}{:02X}".format(*(max(0, min(255, round(x * factor))) for x in (r, g, b)))
+
+
+def _overview_traces(tl: _Columns, chunk: np.ndarray, panel: int, horizon: float, colors,
+                     idle_color: str, row_px: int, max_columns: int, shown: set[str]) -> list[dict]:
+    """One heatmap for the panel: columns are the intervals between pass boundaries when there
+    are few enough, else ``max_columns`` equal columns (each cell: the pass running at its
+    middle). Odd microbatches are drawn a shade darker so that neighbouring passes of one kind
+    stay apart."""
+    xa, ya = _axis_names(panel)
+    p, v = tl.num_devices, tl.placement.num_chunks
+    kinds = [(oi, c) for oi in range(len(_OPS)) for c in range(v)
+             if np.any((tl.op == oi) & (chunk == c))]
+    code_of = {k: i + 1 for i, k in enumerate(kinds)}
+    code = np.zeros(len(tl.op), np.int32)
+    for (oi, c), k in code_of.items():
+        code[(tl.op == oi) & (chunk == c)] = k
+    code = 2 * code - 1 + (tl.microbatch % 2)  # two shades per kind: 1..2K; 0 = idle
+    edges = np.unique(np.concatenate([[0.0, horizon], tl.start, tl.end]))
+    if len(edges) - 1 > max_columns:
+        edges = np.linspace(0.0, horizon, max_columns + 1)
+    mid = (edges[:-1] + edges[1:]) / 2
+    ncol = len(mid)
+    z = np.zeros((p, ncol), np.uint8)
+    custom = np.full((p, ncol), -1, np.int16)
+    for d in range(p):
+        sel = np.flatnonzero(tl.device == d)
+        if not len(sel):
+            continue
+        sel = sel[np.argsort(tl.start[sel], kind="stable")]
+        idx = np.searchsorted(tl.start[sel], mid, side="right") - 1
+        ok = idx >= 0
+        ok[ok] = tl.end[sel][idx[ok]] > mid[ok]
+        pick = sel[idx[ok]]
+        z[d, ok] = code[pick]
+        custom[d, ok] = tl.microbatch[pick]
+    ncodes = 2 * len(kinds)
+    fills = [idle_color]
+    for oi, c in kinds:
+        base = pass_color(_OPS[oi], c, colors)
+        fills += [base, _shade(base, 0.82) if base.startswith("#") and len(base) == 7 else base]
+    scale = []
+    for k, fill in enumerate(fills):
+        lo, hi = k / (ncodes + 1), (k + 1) / (ncodes + 1)
+        scale += [[lo, fill], [hi, fill]]
+    out = [{
+        "type": "heatmap", "xaxis": xa, "yaxis": ya, "x": edges, "y": np.arange(p, dtype=np.int32),
+        "z": z, "zmin": -0.5, "zmax": ncodes + 0.5, "colorscale": scale, "showscale": False,
+        "ygap": 2 if row_px >= 12 else 1, "customdata": custom, "name": "passes", "showlegend": False,
+        "hovertemplate": "d%{y}, t ≈ %{x:.4g}: microbatch %{customdata}<extra></extra>",
+        "meta": {"kind": "overview", "panel": panel,
+                 "codes": [[_OPS[oi].value, c] for oi, c in kinds]},
+    }]
+    for oi, c in kinds:
+        name = _kind_name(_OPS[oi], c, v)
+        if name in shown:
+            continue
+        shown.add(name)
+        out.append({
+            "type": "scatter", "xaxis": xa, "yaxis": ya, "x": [None], "y": [None], "mode": "markers",
+            "marker": {"symbol": "square", "size": 12, "color": pass_color(_OPS[oi], c, colors)},
+            "name": name, "legendgroup": name, "showlegend": True, "hoverinfo": "skip",
+            "meta": {"kind": "legend", "op": _OPS[oi].value, "chunk": c, "panel": panel},
+        })
+    return out
 
 
 def _text_on(fill: str, dark: str, light: str) -> str:
@@ -386,22 +539,9 @@ def theoretical_peak(schedule: Schedule) -> float | None:
     return float(max(block.memory_bound())) if block is not None else None
 
 
-def memory_figure(
-    results: SimResult | Sequence[SimResult],
-    *,
-    titles: Sequence[str] | None = None,
-    theoretical_peaks: Sequence[float | None] | None = None,
-    reference_peak: float | None = None,
-    device_colors: Sequence[str] = DEVICE_COLORS,
-    theory_color: str = "#C23B3B",
-    reference_color: str = "#555555",
-    line_width: float = 1.6,
-    panel_height: int = 200,
-    width: int | None = None,
-    title: str | None = None,
-    font_family: str = "Helvetica, Arial, sans-serif",
-) -> go.Figure:
-    """Activation memory (``a``) of every device over time, one panel per result.
+def memory_figure(results: SimResult | Sequence[SimResult], **style) -> go.Figure:
+    """Activation memory (``a``) of every device over time, one panel per result; ``style``
+    takes the keyword arguments of :func:`memory_spec`.
 
     Each device is a step line taken verbatim from ``SimResult.memory_curve`` (``line_shape
     'hv'``, held at its last level until the makespan; trace ``meta`` is ``{"kind": "memory",
@@ -410,12 +550,7 @@ def memory_figure(
     ``reference_peak`` (default: 1F1B's simulated peak for the first result's p, m and costs;
     ``meta["kind"] == "1f1b"``).
     """
-    return go.Figure(memory_spec(
-        results, titles=titles, theoretical_peaks=theoretical_peaks, reference_peak=reference_peak,
-        device_colors=device_colors, theory_color=theory_color, reference_color=reference_color,
-        line_width=line_width, panel_height=panel_height, width=width, title=title,
-        font_family=font_family,
-    ))
+    return go.Figure(memory_spec(results, **style))
 
 
 def memory_spec(
@@ -431,9 +566,14 @@ def memory_spec(
     panel_height: int = 200,
     width: int | None = None,
     title: str | None = None,
+    x_title: str = "time (cost units)",
+    max_points: int = MEMORY_POINTS,
     font_family: str = "Helvetica, Arial, sans-serif",
 ) -> dict:
-    """The plain-dict figure behind :func:`memory_figure` (same arguments)."""
+    """The plain-dict figure behind :func:`memory_figure` (same arguments, plus ``max_points``:
+    a device curve with more steps than this is reduced to the first, lowest, highest and last
+    point of each of ``max_points / 4`` time columns, which draws the same picture at screen
+    resolution and keeps every peak; ``meta["reduced"]`` says so)."""
     results = [results] if isinstance(results, SimResult) else list(results)
     if not results:
         raise ValueError("memory_figure needs at least one simulation result")
@@ -445,27 +585,39 @@ def memory_spec(
                                           r0.costs, r0.memory)
     n = len(results)
     if titles is None:
-        titles = [f"{r.schedule.name}: peak {max(r.peak_memory):g} a "
-                  f"({max(r.peak_memory) / reference_peak:.2f} of 1F1B)" if reference_peak else
+        titles = [f"{r.schedule.name}: peak {fmt_time(max(r.peak_memory))} a "
+                  f"({fmt_ratio(max(r.peak_memory) / reference_peak)} of 1F1B)" if reference_peak else
                   r.schedule.name for r in results]
     top = 70 if title else 34
     layout, height = _stacked_layout([panel_height] * n, list(titles), gap_px=44, top_px=top,
                                      bottom_px=50)
     data: list[dict] = []
+    horizon = max(r.makespan for r in results)
+    curves = sum(r.schedule.num_devices for r in results)
     for panel, r in enumerate(results):
         xa, ya = _axis_names(panel)
         for d in range(r.schedule.num_devices):
             t, v = r.memory_curve(d)
             if t[-1] < r.makespan:  # hold the last level until the end of the schedule
                 t, v = t + [r.makespan], v + [v[-1]]
+            t, v = np.asarray(t, float), np.asarray(v, float)
+            reduced = len(t) > max_points
+            if reduced:
+                t, v = _m4(t, v, max_points // 4, horizon)
+            # float32 where it loses nothing, or where the figure is large (a screen picture
+            # needs no more, at half the bytes); the exact curves stay in the SimResult
+            t32, v32 = t.astype(np.float32), v.astype(np.float32)
+            if reduced or len(t) * curves > COMPACT_POINTS or (
+                    np.array_equal(t32, t) and np.array_equal(v32, v)):
+                t, v = t32, v32
             data.append({
                 "type": "scatter", "xaxis": xa, "yaxis": ya,
-                "x": np.asarray(t, float), "y": np.asarray(v, float), "mode": "lines",
+                "x": t, "y": v, "mode": "lines",
                 "line": {"shape": "hv", "width": line_width,
                          "color": device_colors[d % len(device_colors)]},
                 "name": f"d{d}", "legendgroup": f"d{d}", "showlegend": panel == 0,
                 "hovertemplate": f"d{d}: %{{y:g}} a at t=%{{x:g}}<extra></extra>",
-                "meta": {"kind": "memory", "device": d, "panel": panel},
+                "meta": {"kind": "memory", "device": d, "panel": panel, "reduced": reduced},
             })
         theory = theoretical_peaks[panel]
         if theory is not None:
@@ -479,10 +631,9 @@ def memory_spec(
             title={"text": "memory (a)"}, range=[0, top_value * 1.18], showgrid=True,
             gridcolor="#EEEEEE")
         layout[f"xaxis{'' if panel == 0 else panel + 1}"].update(showgrid=True, gridcolor="#EEEEEE")
-    horizon = max(r.makespan for r in results)
     for panel in range(n):
         layout[f"xaxis{'' if panel == 0 else panel + 1}"]["range"] = [0, horizon * 1.005 if horizon else 1]
-    layout[f"xaxis{'' if n == 1 else n}"]["title"] = {"text": "time"}
+    layout[f"xaxis{'' if n == 1 else n}"]["title"] = {"text": x_title}
     layout.update(
         height=height, width=width, plot_bgcolor="white", paper_bgcolor="white",
         font={"family": font_family, "size": 12}, margin={"l": 60, "r": 20, "t": top, "b": 50},
@@ -490,6 +641,23 @@ def memory_spec(
     if title:
         layout["title"] = {"text": title}
     return {"data": data, "layout": layout}
+
+
+def _m4(t: np.ndarray, v: np.ndarray, columns: int, horizon: float) -> tuple[np.ndarray, np.ndarray]:
+    """Keep the first, lowest, highest and last point of each of ``columns`` equal time columns
+    (M4 reduction): the drawn step line is unchanged at that resolution and every peak stays."""
+    col = np.minimum((t / (horizon or 1.0) * columns).astype(np.int64), columns - 1)
+    starts = np.flatnonzero(np.r_[True, col[1:] != col[:-1]])
+    ends = np.r_[starts[1:], len(t)] - 1
+    lo = np.minimum.reduceat(v, starts)
+    hi = np.maximum.reduceat(v, starts)
+    keep = set(starts.tolist()) | set(ends.tolist())
+    for s, e, a, b in zip(starts, ends, lo, hi):
+        seg = v[s:e + 1]
+        keep.add(s + int(np.argmin(seg)))
+        keep.add(s + int(np.argmax(seg)))
+    idx = np.array(sorted(keep))
+    return t[idx], v[idx]
 
 
 def _hline(y: float, x1: float, color: str, label: str, kind: str, panel: int,

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Sequence
 
 from .costs import Costs
-from .schedules import build
+from .schedules import SCHEDULES, build
 
-__all__ = ["CliError", "add_schedule_arguments", "parse_params", "schedule_from_args"]
+__all__ = ["CliError", "add_schedule_arguments", "parse_params", "schedule_from_args", "is_schedule_file"]
 
 
 class CliError(Exception):
@@ -21,9 +22,12 @@ class CliError(Exception):
 def add_schedule_arguments(parser: argparse.ArgumentParser, name: bool = True) -> None:
     """The arguments that pick and size a schedule, shared by every subcommand."""
     if name:
-        parser.add_argument("name", help="schedule name (see `ctrlmem list`)")
-    parser.add_argument("-p", "--devices", type=int, default=4, help="number of devices p (default 4)")
-    parser.add_argument("-m", "--microbatches", type=int, default=8, help="number of microbatches m (default 8)")
+        parser.add_argument("name", help="schedule name (see `ctrlmem list`), or a schedule file: a "
+                                         "torch / torchtitan pipelining CSV or ctrlmem's text form")
+    parser.add_argument("-p", "--devices", type=int, default=4, action=_Explicit,
+                        help="number of devices p (default 4; a schedule file sets its own)")
+    parser.add_argument("-m", "--microbatches", type=int, default=8, action=_Explicit,
+                        help="number of microbatches m (default 8; a schedule file sets its own)")
     parser.add_argument(
         "--costs",
         default="1,1,1,0",
@@ -37,6 +41,22 @@ def add_schedule_arguments(parser: argparse.ArgumentParser, name: bool = True) -
         "--param", action="append", default=[], metavar="KEY=VALUE",
         help="extra generator parameter, e.g. --param num_chunks=4 (repeatable)",
     )
+
+
+class _Explicit(argparse.Action):
+    """Store the value and remember that the user gave it (``namespace.explicit``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        explicit = set(getattr(namespace, "explicit", set()))
+        explicit.add(self.dest)
+        namespace.explicit = explicit
+
+
+def is_schedule_file(name: str) -> bool:
+    """Whether a schedule argument names a file rather than a registered schedule."""
+    return name not in SCHEDULES and (os.path.isfile(name) or os.sep in name
+                                      or name.lower().endswith((".csv", ".txt", ".sched")))
 
 
 def parse_params(items: Sequence[str]) -> dict[str, object]:
@@ -54,10 +74,18 @@ def parse_params(items: Sequence[str]) -> dict[str, object]:
 
 
 def schedule_from_args(args: argparse.Namespace, name: str | None = None):
-    """Build ``(schedule, costs)`` from parsed arguments; raises ``ValueError`` on bad input."""
+    """Build ``(schedule, costs)`` from parsed arguments; raises ``ValueError`` on bad input.
+
+    ``name`` (default ``args.name``) is a registered schedule, or a file holding one (torch /
+    torchtitan CSV or ctrlmem's text form, see :meth:`ctrlmem.Schedule.load`), which is read,
+    validated and simulated as it is: its own p and m; ``-p``/``-m`` given explicitly must
+    agree (``-m`` may name more microbatches than a CSV's largest index)."""
     costs = Costs.parse(args.costs)
+    name = name or args.name
+    if is_schedule_file(name):
+        return _schedule_from_file(args, name), costs
     schedule = build(
-        name or args.name,
+        name,
         args.devices,
         args.microbatches,
         costs=costs,
@@ -65,3 +93,25 @@ def schedule_from_args(args: argparse.Namespace, name: str | None = None):
         **parse_params(args.param),
     )
     return schedule, costs
+
+
+def _schedule_from_file(args: argparse.Namespace, path: str):
+    from .ir import Schedule  # noqa: PLC0415
+    from .validate import validate  # noqa: PLC0415
+
+    if not os.path.isfile(path):
+        raise CliError(f"{path}: no such file, and not a registered schedule (see `ctrlmem list`)")
+    explicit = getattr(args, "explicit", set())
+    if args.param:
+        raise CliError(f"--param applies to generators; {path} is a schedule file")
+    if getattr(args, "memory_limit", None) is not None:
+        raise CliError(f"--memory-limit applies to generators; {path} is a schedule file "
+                       "(its memory is what its order gives)")
+    m = args.microbatches if "microbatches" in explicit else None
+    schedule = Schedule.load(path, num_microbatches=m)
+    if "devices" in explicit and args.devices != schedule.num_devices:
+        raise CliError(f"-p {args.devices} does not match {path}, which has {schedule.num_devices} ranks")
+    if m is not None and m != schedule.num_microbatches:
+        raise CliError(f"-m {m} does not match {path}, which has m={schedule.num_microbatches}")
+    validate(schedule)
+    return schedule

@@ -71,13 +71,20 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     schedule, _ = schedule_from_args(args)
-    if args.torch_csv:
+    if args.torch_csv == "-" and args.text == "-":
+        raise CliError("--torch-csv - and --text - both ask for stdout; write one of them to a file")
+    if args.torch_csv == "-":
+        sys.stdout.write(schedule.to_torch_csv())
+    elif args.torch_csv:
         schedule.to_torch_csv(args.torch_csv)
-        print(f"wrote {args.torch_csv} ({schedule.num_passes} actions on {schedule.num_devices} ranks)")
-    if args.text:
+        print(f"wrote {args.torch_csv} ({schedule.num_passes} actions on {schedule.num_devices} ranks)",
+              file=sys.stderr if args.text == "-" else sys.stdout)
+    if args.text == "-":
+        sys.stdout.write(schedule.to_text())
+    elif args.text:
         with open(args.text, "w") as fh:
             fh.write(schedule.to_text())
-        print(f"wrote {args.text}")
+        print(f"wrote {args.text}", file=sys.stderr if args.torch_csv == "-" else sys.stdout)
     if not (args.torch_csv or args.text):
         sys.stdout.write(schedule.to_text())
     return 0
@@ -104,8 +111,9 @@ def make_parser() -> argparse.ArgumentParser:
 
     p_exp = sub.add_parser("export", help="write a schedule as torch CSV or ctrlmem text")
     add_schedule_arguments(p_exp)
-    p_exp.add_argument("--torch-csv", metavar="FILE", help="torch.distributed.pipelining CSV")
-    p_exp.add_argument("--text", metavar="FILE", help="ctrlmem's text form")
+    p_exp.add_argument("--torch-csv", metavar="FILE",
+                       help="torch.distributed.pipelining / torchtitan CSV ('-' prints it)")
+    p_exp.add_argument("--text", metavar="FILE", help="ctrlmem's text form ('-' prints it)")
     p_exp.set_defaults(func=_cmd_export)
 
     missing = []

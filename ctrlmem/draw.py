@@ -4,9 +4,10 @@ schedule figures regenerated into ``figures/`` (docs/theory.md §9: Fig. 4, 5 an
     ctrlmem draw v-half -p 8 -m 32 --costs 1,1,1,0 --compare 1f1b,zb-v -o build/v-half.html
     ctrlmem draw 1f1b -p 4 -m 8 --view memory -o build/1f1b-memory.svg
     ctrlmem draw 1f1b -p 8 -m 32 --compare zb-h1,zb-h2,zb-v --view pareto -o build/pareto.html
+    ctrlmem draw my_schedule.csv --costs 6,8,4,0.2 -o build/mine.pdf   # a torch/torchtitan CSV
     ctrlmem figures -o figures --format png,svg
 
-``.html`` files embed plotly.js (they open offline); ``.png`` and ``.svg`` go through kaleido,
+``.html`` files embed plotly.js (they open offline); ``.png``, ``.svg`` and ``.pdf`` go through kaleido,
 which drives a Chromium (Debian's ``chromium`` works with no settings).
 """
 
@@ -19,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .args import CliError, add_schedule_arguments, schedule_from_args
+from .args import CliError, add_schedule_arguments, is_schedule_file, schedule_from_args
 from .costs import Costs
 from .ir import Schedule
 from .schedules import SCHEDULES, build
@@ -50,42 +51,61 @@ def _compare_args(args: argparse.Namespace, name: str) -> argparse.Namespace:
     return other
 
 
+def _figure_title(args: argparse.Namespace, names: Sequence[str], p: int, m: int, costs: Costs) -> str:
+    """The default title: schedules, p, m, costs and the memory budget (so that two drawings at
+    different costs or budgets never look alike)."""
+    budget = args.memory_limit if any(n in SCHEDULES and SCHEDULES[n].memory_limit for n in names) else None
+    shown = [os.path.basename(n) for n in names]
+    return f"{', '.join(shown)}: {_plot().setting_label(p, m, costs, budget)}"
+
+
 def draw_figure(args: argparse.Namespace):
     """The figure ``ctrlmem draw`` writes, from its parsed arguments."""
     names = [args.name] + [n.strip() for n in (args.compare or "").split(",") if n.strip()]
     style = {"width": args.width} if args.width else {}
+    costs = Costs.parse(args.costs)
     if args.view in ("bubble", "pareto"):
         for name in names:
             if name not in SCHEDULES:
-                raise CliError(f"unknown schedule {name!r}; valid names: {', '.join(SCHEDULES)}")
+                raise CliError(f"--view {args.view} sweeps registered schedules over memory limits; "
+                               f"{name!r} is not one (valid names: {', '.join(SCHEDULES)})")
         limits = [args.memory_limit] if args.memory_limit is not None else _plot().TRADEOFF_LIMITS
-        points = _plot().tradeoff_points(names, args.devices, args.microbatches, Costs.parse(args.costs),
-                                      memory_limits=limits)
+        points = _plot().tradeoff_points(names, args.devices, args.microbatches, costs,
+                                         memory_limits=limits)
         if not points:
             raise CliError("no schedule could be built for these settings")
         make = _plot().bubble_memory_figure if args.view == "bubble" else _plot().pareto_figure
-        return make(points, **style)
-    results = []
-    for name in names:
-        schedule, costs = schedule_from_args(_compare_args(args, name) if name != args.name else args, name)
+        title = args.title or f"{', '.join(names)}: {_plot().setting_label(args.devices, args.microbatches, costs)}"
+        return make(points, title=title, **style)
+    first, costs = schedule_from_args(args)
+    if is_schedule_file(args.name):  # compare at the file's own p and m
+        args = argparse.Namespace(**vars(args))
+        args.devices, args.microbatches = first.num_devices, first.num_microbatches
+        args.explicit = set()
+    results = [simulate(first, costs)]
+    for name in names[1:]:
+        schedule, _ = schedule_from_args(_compare_args(args, name), name)
         results.append(simulate(schedule, costs))
+    p, m = first.num_devices, first.num_microbatches
+    title = args.title or _figure_title(args, names, p, m, costs)
     if args.view == "schedule":
-        return _plot().schedule_figure(results, title=args.title, **style)
+        return _plot().schedule_figure(results, title=title, **style)
     if args.view == "memory":
-        return _plot().memory_figure(results, title=args.title, **style)
+        return _plot().memory_figure(results, title=title, **style)
     if args.view == "lifespans":
-        return _plot().lifespan_figure(results, **style)
+        return _plot().lifespan_figure(results, title=title, **style)
     if len(names) > 1:
         raise CliError("--view blocks draws one schedule's construction; drop --compare")
-    return _plot().block_figure(args.name, args.devices, args.microbatches, costs=Costs.parse(args.costs),
-                             title=args.title, **style)
+    if is_schedule_file(args.name):
+        raise CliError("--view blocks shows how a registered schedule is built; a schedule file has no block")
+    return _plot().block_figure(args.name, p, m, costs=costs, title=title, **style)
 
 
 def _cmd_draw(args: argparse.Namespace) -> int:
     out = args.output
     ext = out.rsplit(".", 1)[-1].lower() if "." in os.path.basename(out) else ""
-    if ext not in ("html", "png", "svg"):
-        raise CliError(f"-o {out!r}: the file name must end in .html, .png or .svg")
+    if ext not in ("html", "png", "svg", "pdf"):
+        raise CliError(f"-o {out!r}: the file name must end in .html, .png, .svg or .pdf")
     fig = draw_figure(args)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     _plot().write_figure(fig, out, scale=args.scale)
@@ -270,9 +290,9 @@ def write_paper_figures(out_dir: str = "figures", formats: Sequence[str] = ("png
 
 def _cmd_figures(args: argparse.Namespace) -> int:
     formats = [x.strip().lower() for x in args.format.split(",") if x.strip()]
-    bad = [x for x in formats if x not in ("png", "svg", "html")]
+    bad = [x for x in formats if x not in ("png", "svg", "html", "pdf")]
     if bad or not formats:
-        raise CliError(f"--format takes a comma list of png, svg, html; got {args.format!r}")
+        raise CliError(f"--format takes a comma list of png, svg, html, pdf; got {args.format!r}")
     only = [x.strip() for x in args.only.split(",")] if args.only else None
     for path in write_paper_figures(args.output, formats, only, args.devices):
         print(f"wrote {path}")
@@ -281,7 +301,7 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 
 def add_commands(subparsers) -> None:
     """Add ``draw`` and ``figures`` to the ``ctrlmem`` command line."""
-    p = subparsers.add_parser("draw", help="draw a schedule (diagram, memory, blocks) to .html/.png/.svg")
+    p = subparsers.add_parser("draw", help="draw a schedule (diagram, memory, blocks) to .html/.png/.svg/.pdf")
     add_schedule_arguments(p)
     p.add_argument("--compare", metavar="NAME2,...", default="",
                    help="more schedules stacked on the same time axis (same p, m, costs)")
@@ -289,15 +309,15 @@ def add_commands(subparsers) -> None:
                    help="schedule diagram (default), memory curves, building blocks, lifespan bars, "
                         "bubble rate vs memory, throughput vs memory (Pareto)")
     p.add_argument("-o", "--output", required=True, metavar="FILE",
-                   help="output file: .html (offline, plotly.js embedded), .png or .svg")
-    p.add_argument("--title", default=None, help="figure title")
+                   help="output file: .html (offline, plotly.js embedded), .png, .svg or .pdf")
+    p.add_argument("--title", default=None, help="figure title (default: schedules, p, m, costs, budget)")
     p.add_argument("--width", type=int, default=None, help="figure width in pixels")
     p.add_argument("--scale", type=float, default=2.0, help="PNG pixel scale (default 2)")
     p.set_defaults(func=_cmd_draw)
 
     f = subparsers.add_parser("figures", help="regenerate the paper's schedule figures (Fig. 1-5, 11, 18)")
     f.add_argument("-o", "--output", default="figures", metavar="DIR", help="output folder (default figures/)")
-    f.add_argument("--format", default="png,svg", help="comma list of png, svg, html (default png,svg)")
+    f.add_argument("--format", default="png,svg", help="comma list of png, svg, html, pdf (default png,svg)")
     f.add_argument("--only", default=None, metavar="STEM,...", help="only figures whose stem starts so, e.g. fig04")
     f.add_argument("-p", "--devices", type=int, default=4, help="devices (default 4, as in the paper)")
     f.set_defaults(func=_cmd_figures)

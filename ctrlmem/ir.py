@@ -19,7 +19,9 @@ from __future__ import annotations
 import csv
 import enum
 import io
+import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from os import PathLike
 from typing import Iterable, NamedTuple, Sequence
@@ -264,35 +266,62 @@ class Schedule:
 
     @classmethod
     def from_text(cls, text: str) -> "Schedule":
-        lines = [ln for ln in text.strip().splitlines() if ln.strip() and not ln.startswith("#")]
-        if not lines or not lines[0].startswith("schedule "):
+        """Parse :meth:`to_text`'s form. Blank lines, ``#`` comments and a UTF-8 byte-order
+        mark are ignored; a repeated header key or device line, a pass outside the schedule's
+        stages or microbatches, and text that is not text (binary) are refused with a
+        ``ValueError`` naming the line."""
+        text = _clean_text(text, "schedule text")
+        numbered = [(i, ln) for i, ln in enumerate(text.splitlines(), 1)
+                    if ln.strip() and not ln.lstrip().startswith("#")]
+        if not numbered or not numbered[0][1].startswith("schedule "):
             raise ValueError("schedule text must start with 'schedule NAME p=P m=M placement=...'")
-        tokens = lines[0].split()
+        head_no, head = numbered[0]
+        tokens = head.split()
+        if len(tokens) < 2:
+            raise ValueError(f"line {head_no}: the header needs a name: 'schedule NAME p=P m=M placement=...'")
         name = tokens[1]
         fields: dict[str, str] = {}
         for tok in tokens[2:]:
             key, sep, value = tok.partition("=")
             if not sep:
-                raise ValueError(f"bad header token {tok!r}: expected key=value")
+                raise ValueError(f"line {head_no}: bad header token {tok!r}: expected key=value")
+            if key in fields:
+                raise ValueError(f"line {head_no}: header key {key!r} is given twice")
             fields[key] = value
         try:
             p, m = int(fields.pop("p")), int(fields.pop("m"))
             kind, _, mapping = fields.pop("placement").partition(":")
         except KeyError as exc:
-            raise ValueError(f"schedule header is missing {exc.args[0]}=...") from None
-        stage_device = tuple(int(x) for x in mapping.split(",") if x)
+            raise ValueError(f"line {head_no}: schedule header is missing {exc.args[0]}=...") from None
+        except ValueError as exc:
+            raise ValueError(f"line {head_no}: p and m must be integers ({exc})") from None
+        try:
+            stage_device = tuple(int(x) for x in mapping.split(",") if x)
+        except ValueError:
+            raise ValueError(f"line {head_no}: placement must be KIND:DEV,DEV,..., got {kind}:{mapping}") from None
         placement = Placement(kind, stage_device, p)
-        rows: list[tuple[Pass, ...]] = [() for _ in range(p)]
-        for line in lines[1:]:
+        rows: list[tuple[Pass, ...] | None] = [None] * p
+        for no, line in numbered[1:]:
             label, sep, rest = line.partition(":")
-            if not sep or not label.strip().startswith("d"):
-                raise ValueError(f"bad device line {line!r}: expected 'dN: 0F0 0F1 ...'")
-            d = int(label.strip()[1:])
+            label = label.strip()
+            if not sep or not label.startswith("d") or not label[1:].isdigit():
+                raise ValueError(f"line {no}: bad device line {line.strip()[:60]!r}: expected 'dN: 0F0 0F1 ...'")
+            d = int(label[1:])
             if not 0 <= d < p:
-                raise ValueError(f"device line {label.strip()!r} is outside 0..{p - 1}")
-            rows[d] = tuple(Pass.parse(tok) for tok in rest.split())
+                raise ValueError(f"line {no}: device line {label!r} is outside d0..d{p - 1}")
+            if rows[d] is not None:
+                raise ValueError(f"line {no}: device line {label!r} is given twice")
+            row = []
+            for tok in rest.split():
+                try:
+                    ps = Pass.parse(tok)
+                except ValueError as exc:
+                    raise ValueError(f"line {no}: {exc}") from None
+                _check_range(ps, placement.num_stages, m, f"line {no}")
+                row.append(ps)
+            rows[d] = tuple(row)
         params = tuple(sorted((k, _parse_literal(v)) for k, v in fields.items()))
-        return cls(name, p, m, placement, tuple(rows), params)
+        return cls(name, p, m, placement, tuple(r or () for r in rows), params)
 
     # -- torch CSV ---------------------------------------------------------------------------
     def to_torch_csv(self, path: str | PathLike | None = None) -> str:
@@ -314,50 +343,137 @@ class Schedule:
     @classmethod
     def from_torch_csv(
         cls,
-        source: str | PathLike,
+        path: str | PathLike,
         num_microbatches: int | None = None,
         name: str = "torch-csv",
     ) -> "Schedule":
-        """Read a torch pipelining CSV (a path, or the CSV text itself if it contains a comma
-        or newline). The placement is inferred from which rank runs each stage; communication
-        actions (``SEND_F``, ``RECV_B``, ...) are rejected, since ctrlmem schedules are
-        compute-only."""
-        text = str(source)
-        if "\n" not in text and "," not in text:
-            with open(source, newline="") as fh:
-                text = fh.read()
+        """Read a file in ``torch.distributed.pipelining``'s CSV form (``_dump_csv`` /
+        ``_load_csv``, which torchtitan's ``pipeline_parallel_schedule_csv`` takes): one row per
+        rank, one action per cell, ``0F0``, ``1I0``, ``1W0``, ``0B0`` (torch's ``I`` is our B,
+        its ``B`` our BW). Its compute+comms variant loads too: communication and FSDP actions
+        (``SEND_F``, ``RECV_B``, ``UNSHARD``, ``RESHARD``, ``REDUCE_GRAD``) are dropped, since
+        they follow from the compute order, and ``(a;b)OVERLAP_F_B`` becomes ``a`` then ``b``.
+        The placement is inferred from which rank runs each stage; ``m`` from the largest
+        microbatch index unless given. ``path`` is always a file name (commas included); for
+        CSV text use :meth:`from_torch_csv_text`."""
+        if isinstance(path, str) and "\n" in path:  # ctrlmem <= 0.1 also took the text itself
+            warnings.warn("Schedule.from_torch_csv(text) is deprecated: use from_torch_csv_text(text)",
+                          DeprecationWarning, stacklevel=2)
+            return cls.from_torch_csv_text(path, num_microbatches, name)
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        return cls.from_torch_csv_text(raw, num_microbatches, name, source=str(path))
+
+    @classmethod
+    def from_torch_csv_text(
+        cls,
+        text: str | bytes,
+        num_microbatches: int | None = None,
+        name: str = "torch-csv",
+        source: str = "torch CSV",
+    ) -> "Schedule":
+        """:meth:`from_torch_csv` from the CSV text itself (``str``, or ``bytes`` in UTF-8). A
+        byte-order mark and blank lines before or after the rows are ignored; a blank line
+        between ranks, an unknown action, a microbatch outside ``0..m-1`` and binary data are
+        refused with a ``ValueError`` naming the line."""
+        text = _clean_text(text, source)
+        lines = text.splitlines()
+        first = next((i for i, ln in enumerate(lines) if ln.strip(" ,\t")), None)
+        if first is None:
+            raise ValueError(f"{source} is empty: expected one row of actions per rank")
+        last = max(i for i, ln in enumerate(lines) if ln.strip(" ,\t"))
         rows: list[tuple[Pass, ...]] = []
-        for rank, cells in enumerate(csv.reader(io.StringIO(text))):
-            row = []
+        for i in range(first, last + 1):
+            no, rank = i + 1, i - first
+            cells = next(csv.reader([lines[i]]), [])
+            if not any(c.strip() for c in cells):
+                raise ValueError(f"{source}, line {no}: blank line between ranks (rank {rank} would "
+                                 "have no actions); remove it")
+            row: list[Pass] = []
             for col, cell in enumerate(c.strip() for c in cells):
-                if not cell:
-                    continue
-                match = _TORCH_RE.match(cell)
-                letter = match.group(2) if match else None
-                if letter not in _FROM_TORCH_LETTER:
-                    raise ValueError(
-                        f"rank {rank}, column {col}: cannot read torch action {cell!r}; only the "
-                        "compute actions F, I, W and B are supported (no communication actions)"
-                    )
-                row.append(Pass(_FROM_TORCH_LETTER[letter], int(match.group(1)), int(match.group(3))))
+                if cell:
+                    row += _torch_actions(cell, f"{source}, line {no} (rank {rank}), column {col + 1}")
             rows.append(tuple(row))
-        if not rows:
-            raise ValueError("torch CSV is empty")
         p = len(rows)
         stage_device: dict[int, int] = {}
         for d, row in enumerate(rows):
             for ps in row:
                 prev = stage_device.setdefault(ps.stage, d)
                 if prev != d:
-                    raise ValueError(f"stage {ps.stage} appears on rank {prev} and on rank {d}")
-        num_stages = max(stage_device) + 1
+                    raise ValueError(f"{source}: stage {ps.stage} appears on rank {prev} and on rank {d}")
+        num_stages = max(stage_device) + 1 if stage_device else 0
         missing = [s for s in range(num_stages) if s not in stage_device]
         if missing:
-            raise ValueError(f"torch CSV has no action for stage(s) {missing}")
+            raise ValueError(f"{source} has no action for stage(s) {missing}")
         placement = Placement.infer([stage_device[s] for s in range(num_stages)], p)
+        largest = max(ps.microbatch for row in rows for ps in row)
         if num_microbatches is None:
-            num_microbatches = 1 + max(ps.microbatch for row in rows for ps in row)
+            num_microbatches = 1 + largest
+        elif largest >= num_microbatches:
+            no = first + 1 + next(d for d, row in enumerate(rows) if any(ps.microbatch == largest for ps in row))
+            raise ValueError(f"{source}, line {no}: microbatch {largest} is outside 0..{num_microbatches - 1} "
+                             f"(m={num_microbatches})")
         return cls(name, p, num_microbatches, placement, tuple(rows))
+
+    @classmethod
+    def load(cls, path: str | PathLike, num_microbatches: int | None = None) -> "Schedule":
+        """A schedule from a file in either form: ctrlmem's text form (first line
+        ``schedule NAME ...``) or a torch / torchtitan pipelining CSV. The name is the file's
+        stem for a CSV."""
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        text = _clean_text(raw, str(path))
+        if text.lstrip().startswith("schedule "):
+            return cls.from_text(text)
+        stem = os.path.splitext(os.path.basename(str(path)))[0] or "torch-csv"
+        return cls.from_torch_csv_text(text, num_microbatches, name=stem, source=str(path))
+
+
+_COMMS = {"SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD"}
+_TORCH_ACTION_RE = re.compile(r"^(\d+)(F|I|B|W|UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)(\d*)$")
+
+
+def _torch_actions(cell: str, where: str) -> list[Pass]:
+    """The compute passes of one torch action cell (none for a communication action)."""
+    if cell.startswith("(") and cell.endswith(")OVERLAP_F_B"):
+        out: list[Pass] = []
+        for sub in cell[1:-len(")OVERLAP_F_B")].split(";"):
+            if sub.strip():
+                out += _torch_actions(sub.strip(), where)
+        return out
+    match = _TORCH_ACTION_RE.match(cell)
+    if not match:
+        raise ValueError(f"{where}: cannot read torch action {cell[:40]!r}; expected e.g. 0F0, 1I0, "
+                         "1W0, 0B0 (or a communication action such as 0SEND_F0)")
+    stage, letter, mb = match.groups()
+    if letter in _COMMS:
+        return []
+    if not mb:
+        raise ValueError(f"{where}: action {cell!r} has no microbatch index")
+    return [Pass(_FROM_TORCH_LETTER[letter], int(stage), int(mb))]
+
+
+def _clean_text(text: str | bytes, source: str) -> str:
+    """Text without a byte-order mark; binary data refused, naming the first bad line."""
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            line = bytes(text)[:exc.start].count(b"\n") + 1
+            raise ValueError(f"{source}, line {line}: not UTF-8 text (binary data?)") from None
+    text = text.lstrip("\ufeff")
+    for no, line in enumerate(text.splitlines(), 1):
+        if any(ord(ch) < 32 and ch not in "\t\r\f\v" for ch in line) or "\ufffd" in line:
+            raise ValueError(f"{source}, line {no}: contains control characters (binary data?)")
+    return text
+
+
+def _check_range(ps: Pass, num_stages: int, num_microbatches: int, where: str) -> None:
+    if not 0 <= ps.stage < num_stages:
+        raise ValueError(f"{where}: pass {ps} names stage {ps.stage}, outside 0..{num_stages - 1}")
+    if not 0 <= ps.microbatch < num_microbatches:
+        raise ValueError(f"{where}: pass {ps} names microbatch {ps.microbatch}, outside "
+                         f"0..{num_microbatches - 1} (m={num_microbatches})")
 
 
 def _parse_literal(value: str) -> object:

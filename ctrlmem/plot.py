@@ -224,6 +224,9 @@ def schedule_figure(items: Item | Sequence[Item], **style) -> go.Figure:
     return go.Figure(schedule_spec(items, **style))
 
 
+#: Font size of the labels inside boxes, and the smallest size a label may be drawn at: a
+#: label is shown at this size if it fits inside its box, else not at all (the label rule).
+LABEL_SIZE = 10
 #: Above this many steps, a memory curve is reduced per time column (see :func:`memory_spec`).
 MEMORY_POINTS = 800
 #: Above this many memory points in one figure, curves are sent as float32.
@@ -279,7 +282,7 @@ def schedule_spec(
     colors: Mapping[Op, Sequence[str]] = DEFAULT_COLORS,
     idle_color: str = IDLE_COLOR,
     show_labels: bool = True,
-    label_size: int = 10,
+    label_size: int = LABEL_SIZE,
     text_color: str = "#1A1A1A",
     light_text_color: str = "#FFFFFF",
     row_height: int | None = None,
@@ -820,6 +823,7 @@ def lifespan_figure(
     stage_colors: Sequence[str] = DEVICE_COLORS,
     height: int = 320,
     width: int | None = None,
+    title: str | None = None,
     font_family: str = "Helvetica, Arial, sans-serif",
 ) -> go.Figure:
     """Per-device lifespan bars (Fig. 2): each device's bar stacks the lifespans of the stages
@@ -838,17 +842,22 @@ def lifespan_figure(
                          key=lambda s: s["device"])
             fig.add_trace(go.Bar(
                 x=[f"d{s['device']}" for s in sel], y=[s["lifespan"] for s in sel],
-                text=[f"l{s['stage']}" for s in sel], textposition="inside",
+                text=[f"l{s['stage']}" for s in sel], textposition="inside", textangle=0,
+                textfont=dict(size=LABEL_SIZE), constraintext="both",
                 marker_color=stage_colors[chunk % len(stage_colors)],
                 name=f"chunk {chunk}", legendgroup=f"chunk {chunk}", showlegend=i == 0,
-                hovertemplate="stage %{text}: lifespan %{y:g}<extra></extra>",
+                hovertemplate="stage %{text}: lifespan %{y:.4g}<extra></extra>",
                 meta={"kind": "lifespan", "chunk": chunk, "panel": i},
             ), row=1, col=i + 1)
         fig.update_xaxes(categoryorder="array",
                          categoryarray=[f"d{d}" for d in range(placement.num_devices)], row=1, col=i + 1)
-    fig.update_yaxes(title_text="summed lifespan", row=1, col=1)
-    fig.update_layout(barmode="stack", height=height, width=width, plot_bgcolor="white",
-                      font=dict(family=font_family, size=12), margin=dict(l=60, r=20, t=50, b=40))
+    fig.update_layout(uniformtext=dict(minsize=LABEL_SIZE, mode="hide"))  # the label rule
+    fig.update_yaxes(title_text="summed lifespan (time)", row=1, col=1)
+    fig.update_layout(barmode="stack", height=height + (30 if title else 0), width=width, plot_bgcolor="white",
+                      font=dict(family=font_family, size=12),
+                      margin=dict(l=60, r=20, t=80 if title else 50, b=40))
+    if title:
+        fig.update_layout(title=dict(text=title))
     return fig
 
 
@@ -900,7 +909,7 @@ def _series(points: Sequence[dict]) -> dict[str, list[dict]]:
 
 
 def bubble_memory_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVICE_COLORS,
-                         height: int = 380, width: int | None = None,
+                         height: int = 380, width: int | None = None, title: str | None = None,
                          font_family: str = "Helvetica, Arial, sans-serif") -> go.Figure:
     """Bubble rate against activation memory (fraction of 1F1B) for each schedule (Fig. 9):
     budgeted schedules are a line over their memory limits, fixed ones a single marker."""
@@ -913,13 +922,16 @@ def bubble_memory_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVI
             marker=dict(size=9, color=colors[i % len(colors)]),
             customdata=[[q["memory_limit"] if q["memory_limit"] is not None else math.nan, q["peak"]]
                         for q in pts],
-            hovertemplate=f"{name}<br>memory %{{x:.3f}} of 1F1B (%{{customdata[1]:g}} a)"
-                          "<br>bubble rate %{y:.4f}<extra></extra>",
+            hovertemplate=f"{name}<br>memory %{{x:.3f}} of 1F1B (%{{customdata[1]:.4g}} a)"
+                          "<br>bubble rate %{y:.3f}<extra></extra>",
             meta={"kind": "bubble", "name": name},
         ))
     fig.update_layout(xaxis_title="peak activation memory / 1F1B", yaxis_title="bubble rate",
                       height=height, width=width, plot_bgcolor="white",
-                      font=dict(family=font_family, size=12), margin=dict(l=60, r=20, t=30, b=50))
+                      font=dict(family=font_family, size=12),
+                      margin=dict(l=60, r=20, t=70 if title else 30, b=50))
+    if title:
+        fig.update_layout(title=dict(text=title))
     fig.update_xaxes(showgrid=True, gridcolor="#EEEEEE")
     fig.update_yaxes(showgrid=True, gridcolor="#EEEEEE", rangemode="tozero")
     return fig
@@ -937,6 +949,7 @@ def pareto_frontier(points: Sequence[dict], x: str = "memory", y: str = "through
 
 def pareto_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVICE_COLORS,
                   frontier_color: str = "#C23B3B", height: int = 380, width: int | None = None,
+                  title: str | None = None,
                   font_family: str = "Helvetica, Arial, sans-serif") -> go.Figure:
     """Throughput against activation memory (Fig. 7), with the Pareto frontier as a line.
     Throughput is shown as speed-up over 1F1B (same p, m, costs)."""
@@ -951,12 +964,16 @@ def pareto_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVICE_COLO
     front = pareto_frontier(points, "memory", "speedup")
     fig.add_trace(go.Scatter(
         x=[q["memory"] for q in front], y=[q["speedup"] for q in front], mode="lines",
-        line=dict(color=frontier_color, width=1.5, shape="hv"), name="Pareto frontier",
+        line=dict(color=frontier_color, width=2, shape="hv"), name="Pareto frontier",
         hoverinfo="skip", meta={"kind": "frontier"},
     ))
     fig.update_layout(xaxis_title="peak activation memory / 1F1B", yaxis_title="speed-up over 1F1B",
                       height=height, width=width, plot_bgcolor="white",
-                      font=dict(family=font_family, size=12), margin=dict(l=60, r=20, t=30, b=50))
+                      font=dict(family=font_family, size=12),
+                      margin=dict(l=60, r=20, t=70 if title else 30, b=50),
+                      legend=dict(itemwidth=40))
+    if title:
+        fig.update_layout(title=dict(text=title))
     fig.update_xaxes(showgrid=True, gridcolor="#EEEEEE")
     fig.update_yaxes(showgrid=True, gridcolor="#EEEEEE")
     return fig
@@ -966,16 +983,16 @@ def pareto_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVICE_COLO
 
 def _extension(path: str) -> str:
     ext = path.rsplit(".", 1)[-1].lower() if "." in os.path.basename(path) else ""
-    if ext not in ("html", "png", "svg"):
-        raise ValueError(f"cannot write {path!r}: the file name must end in .html, .png or .svg")
+    if ext not in ("html", "png", "svg", "pdf"):
+        raise ValueError(f"cannot write {path!r}: the file name must end in .html, .png, .svg or .pdf")
     return ext
 
 
 def write_figures(items: Sequence[tuple[go.Figure, object]], *, scale: float = 2.0,
                   include_plotlyjs: bool | str = True) -> list[str]:
     """Write each ``(figure, path)`` by extension: ``.html`` (plotly.js embedded, works
-    offline), ``.png`` or ``.svg`` (kaleido, which drives a Chromium: Debian's ``chromium``
-    works). All static images go through one kaleido session. Returns the paths."""
+    offline), ``.png``, ``.svg`` or ``.pdf`` (kaleido, which drives a Chromium: Debian's
+    ``chromium`` works). All static images go through one kaleido session. Returns the paths."""
     items = [(fig, str(path)) for fig, path in items]
     static = []
     for fig, path in items:

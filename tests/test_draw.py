@@ -50,13 +50,14 @@ def test_draw_other_views(tmp_path, view):
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["draw", "1f1b", "-o", "x.pdf"], "must end in .html, .png or .svg"),
+    (["draw", "1f1b", "-o", "x.jpg"], "must end in .html, .png, .svg or .pdf"),
     (["draw", "1f1b", "--compare", "nope", "-o", "x.html"], "unknown schedule 'nope'"),
     (["draw", "nope", "-o", "x.html"], "unknown schedule 'nope'"),
     (["draw", "1f1b", "--memory-limit", "0.5", "-o", "x.html"], "takes no memory_limit"),
     (["draw", "1f1b", "--compare", "zb-v", "--view", "blocks", "-o", "x.html"], "drop --compare"),
-    (["figures", "--format", "pdf"], "--format takes"),
-    (["draw", "1f1b", "--compare", "nope", "--view", "pareto", "-o", "x.html"], "unknown schedule 'nope'"),
+    (["figures", "--format", "jpg"], "--format takes"),
+    (["draw", "1f1b", "--compare", "nope", "--view", "pareto", "-o", "x.html"], "'nope' is not one"),
+    (["draw", "no/such.csv", "-o", "x.html"], "no such file"),
 ])
 def test_bad_input_is_one_line_and_status_2(tmp_path, capsys, argv, needle):
     argv = [str(tmp_path / a) if a.startswith("x.") else a for a in argv]

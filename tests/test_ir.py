@@ -76,10 +76,95 @@ def test_torch_csv_uses_torch_letters():
     assert fused.to_torch_csv().strip() == "0F0,0B0"
 
 
-def test_torch_csv_rejects_communication_actions():
-    """Only compute actions can be imported; the error names rank and column."""
-    with pytest.raises(ValueError, match="rank 0, column 1"):
-        Schedule.from_torch_csv("0F0,0SEND_F0\n")
+def test_torch_csv_unknown_action_names_line_and_column(tmp_path):
+    """An action torch does not know is refused; the error names the line, rank and column."""
+    with pytest.raises(ValueError, match=r"line 2 \(rank 1\), column 2.*'1X0'"):
+        Schedule.from_torch_csv_text("0F0,0B0\n1F0,1X0\n")
+
+
+def test_torch_compute_comms_variant_keeps_the_compute_order():
+    """torch's compute+comms dump loads: SEND/RECV/UNSHARD/RESHARD/REDUCE_GRAD are dropped and
+    an OVERLAP_F_B action becomes its sub-actions in order."""
+    comms = ("0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1,0REDUCE_GRAD\n"
+             "1UNSHARD,1RECV_F0,1F0,1RECV_F1,(1F1;1B0)OVERLAP_F_B,1SEND_B0,1B1,1SEND_B1\n")
+    s = Schedule.from_torch_csv_text(comms)
+    assert [str(ps) for ps in s.device_passes[0]] == ["0F0", "0F1", "0BW0", "0BW1"]
+    assert [str(ps) for ps in s.device_passes[1]] == ["1F0", "1F1", "1BW0", "1BW1"]
+    cm.validate(s)
+
+
+def test_torch_csv_path_with_a_comma_is_a_path(tmp_path):
+    """A file name containing a comma is read as a file, never parsed as CSV text."""
+    path = tmp_path / "sched,v2.csv"
+    cm.build("1f1b", 2, 3).to_torch_csv(path)
+    assert Schedule.from_torch_csv(str(path)).device_passes == cm.build("1f1b", 2, 3).device_passes
+    with pytest.raises(FileNotFoundError):
+        Schedule.from_torch_csv(str(tmp_path / "missing,0F0.csv"))
+
+
+def test_torch_csv_text_keeps_working_through_the_old_entry_with_a_warning():
+    with pytest.warns(DeprecationWarning, match="from_torch_csv_text"):
+        s = Schedule.from_torch_csv("0F0,0B0\n")
+    assert [str(ps) for ps in s.device_passes[0]] == ["0F0", "0BW0"]
+
+
+def test_torch_csv_tolerates_bom_crlf_and_surrounding_blank_lines(tmp_path):
+    s = cm.build("zb-v", 2, 4)
+    path = tmp_path / "s.csv"
+    path.write_bytes(b"\xef\xbb\xbf\r\n" + s.to_torch_csv().replace("\n", "\r\n").encode() + b"\r\n\r\n")
+    back = Schedule.from_torch_csv(path)
+    assert back.device_passes == s.device_passes and back.placement == s.placement
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("0F0,0B0\n\n1F0,1B0\n", "line 2: blank line between ranks"),
+    ("0F0,0B0\n1F0,1B3\n", "line 2: microbatch 3 is outside 0..1"),
+    ("0F0,0B0\n1F0,1F\n", "line 2 .*no microbatch index"),
+    ("", "empty"),
+])
+def test_torch_csv_refuses_bad_input_naming_the_line(text, needle):
+    with pytest.raises(ValueError, match=needle):
+        Schedule.from_torch_csv_text(text, num_microbatches=2)
+
+
+def test_binary_garbage_is_refused_naming_the_line(tmp_path):
+    path = tmp_path / "junk.csv"
+    path.write_bytes(b"0F0,0B0\n\x89PNG\x00\xff\xfe\n")
+    with pytest.raises(ValueError, match="line 2: not UTF-8 text"):
+        Schedule.from_torch_csv(path)
+    with pytest.raises(ValueError, match="line 2: contains control characters"):
+        Schedule.from_text("schedule x p=1 m=1 placement=sequential:0\nd0: 0F0\x00 0BW0\n")
+
+
+HEAD = "schedule s p=2 m=2 placement=sequential:0,1\n"
+
+
+@pytest.mark.parametrize("text,needle", [
+    (HEAD + "d0: 0F0 0F1 0BW0 0BW1\nd0: 0F0\nd1: 1F0\n", "line 3: device line 'd0' is given twice"),
+    ("schedule s p=2 p=3 m=2 placement=sequential:0,1\n", "line 1: header key 'p' is given twice"),
+    (HEAD + "d0: 0F0 0F2\n", "line 2: pass 0F2 names microbatch 2, outside 0..1"),
+    (HEAD + "d0: 0F0\nd1: 5F0\n", "line 3: pass 5F0 names stage 5, outside 0..1"),
+    (HEAD + "d2: 0F0\n", "line 2: device line 'd2' is outside d0..d1"),
+    (HEAD + "\nd0: 0F0 0Q0\n", "line 3: cannot parse pass '0Q0'"),
+])
+def test_text_form_refuses_bad_input_naming_the_line(text, needle):
+    with pytest.raises(ValueError, match=needle):
+        Schedule.from_text(text)
+
+
+def test_text_form_tolerates_bom_blank_lines_and_comments():
+    s = cm.build("1f1b", 2, 3)
+    text = "\ufeff# a comment\n\n" + s.to_text().replace("\nd1", "\n\nd1") + "\n\n"
+    assert Schedule.from_text(text) == s
+
+
+def test_load_reads_either_form(tmp_path):
+    s = cm.build("v-half", 2, 4)
+    (tmp_path / "a.txt").write_text(s.to_text())
+    s.to_torch_csv(tmp_path / "b.csv")
+    assert Schedule.load(tmp_path / "a.txt") == s
+    b = Schedule.load(tmp_path / "b.csv")
+    assert b.name == "b" and b.device_passes == s.device_passes and b.placement == s.placement
 
 
 def test_schedule_rejects_wrong_row_count():

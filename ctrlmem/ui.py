@@ -44,7 +44,7 @@ __all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "export_v
 log = logging.getLogger(__name__)
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
-EXPORT_KINDS = ("png", "svg", "html", "csv")
+EXPORT_KINDS = ("png", "svg", "pdf", "html", "csv")
 
 
 def default_schedules() -> tuple[str, ...]:
@@ -82,21 +82,39 @@ class Settings:
     first_stage_extra: float = 0.0
     last_stage_extra: float = 0.0
     memory_limit: float | None = None
+    stage_weights: tuple[float, ...] = ()
+    loaded: tuple[Schedule, ...] = ()
 
     def costs(self, num_stages: int | None = None) -> Costs:
         """The costs for a schedule with ``num_stages`` stages: uniform, or per-stage lists
-        with the extra first/last-stage work. Raises ``ValueError`` on bad numbers."""
+        with the per-stage weights and the extra first/last-stage work. Raises ``ValueError``
+        on bad numbers.
+
+        ``stage_weights`` (empty: all 1): the relative cost of each of ``p`` equal slices of
+        the model in model order (slice ``i`` is what a one-stage-per-device schedule puts on
+        device ``i``); a schedule with ``v`` stages per device splits each slice into ``v``
+        equal stages."""
         base = Costs(self.f, self.b, self.w, self.comm)
         extra_first, extra_last = float(self.first_stage_extra), float(self.last_stage_extra)
         for label, x in (("first-stage extra", extra_first), ("last-stage extra", extra_last)):
             if not math.isfinite(x) or x < 0:
                 raise ValueError(f"{label} must be a number >= 0 (a fraction of one device-stage), got {x:g}")
-        if not (extra_first or extra_last) or num_stages is None:
-            return base
         p = self.num_devices
+        weights = tuple(float(x) for x in self.stage_weights)
+        if weights:
+            if len(weights) != p:
+                raise ValueError(f"per-stage weights: give {p} numbers (one per device-stage, model "
+                                 f"order), got {len(weights)}")
+            if any(not math.isfinite(x) or x <= 0 for x in weights):
+                raise ValueError("per-stage weights must be numbers > 0")
+        if not (extra_first or extra_last or weights) or num_stages is None:
+            return base
+        if num_stages % p:
+            raise ValueError(f"per-stage costs need a whole number of stages per device, got {num_stages} on {p}")
+        v = num_stages // p
         lists = []
         for full in (base.f, base.b, base.w):
-            per = [full * p / num_stages] * num_stages
+            per = [full * (weights[s // v] if weights else 1.0) / v for s in range(num_stages)]
             per[0] += extra_first * full
             per[-1] += extra_last * full
             lists.append(per)
@@ -235,6 +253,16 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
             results[name] = simulate(sched, costs)
         except (ValueError, ScheduleError, KeyError) as exc:
             messages.append(f"{name}: {_reason(exc)}")
+    for sched in settings.loaded:
+        label = f"{sched.name} (file)"
+        if (sched.num_devices, sched.num_microbatches) != (p, m):
+            messages.append(f"{label}: has p={sched.num_devices}, m={sched.num_microbatches}; set p and m "
+                            "to those to compare it")
+            continue
+        try:
+            results[label] = simulate(sched, settings.costs(sched.num_stages))
+        except (ValueError, ScheduleError) as exc:
+            messages.append(f"{label}: {_reason(exc)}")
     try:
         ref_costs = settings.costs(p)
         if "1f1b" in results and results["1f1b"].costs == ref_costs:
@@ -248,7 +276,7 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
         over = stats[~stats["fits limit"].astype(bool)]
         ref_peak = max(reference.peak_memory)
         if len(over) == len(stats):
-            needs = ", ".join(f"{r['schedule']} needs {r['peak / 1F1B']:.2f}" for _, r in over.iterrows())
+            needs = ", ".join(f"{r['schedule']} needs {plot.fmt_ratio(r['peak / 1F1B'])}" for _, r in over.iterrows())
             budgeted = [n for n, s in SCHEDULES.items() if s.memory_limit]
             hint = (f"memory-budgeted schedules: {', '.join(budgeted)}" if budgeted
                     else "no memory-budgeted schedule is registered")
@@ -259,14 +287,17 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
             )
         elif len(over):
             messages.append("Over the memory limit of {:g} × 1F1B: {}.".format(
-                limit, ", ".join(f"{r['schedule']} ({r['peak / 1F1B']:.2f})" for _, r in over.iterrows())))
+                limit, ", ".join(f"{r['schedule']} ({plot.fmt_ratio(r['peak / 1F1B'])})" for _, r in over.iterrows())))
     diagram_spec = memory_spec = None
     if results:
         rs = list(results.values())
-        diagram_spec = plot.schedule_spec(rs, **style.get("diagram", {}))
+        title = plot.setting_label(p, m, base_costs if not (settings.stage_weights or settings.first_stage_extra
+                                                            or settings.last_stage_extra) else settings.costs(p),
+                                   limit)
+        diagram_spec = plot.schedule_spec(rs, title=f"schedules: {title}", **style.get("diagram", {}))
         memory_spec = plot.memory_spec(
             rs, reference_peak=max(reference.peak_memory) if reference is not None else None,
-            **style.get("memory", {}))
+            title=f"activation memory per device: {title}", **style.get("memory", {}))
     view = View(settings, results, reference, stats, messages, diagram_spec, memory_spec)
     view.seconds = time.perf_counter() - t0
     return view
@@ -277,12 +308,15 @@ def stats_html(stats: pd.DataFrame) -> str:
     if stats.empty:
         return "<i>no schedule to show</i>"
     shown = stats.copy()
-    shown["peak per device (a)"] = shown["peak per device (a)"].map(lambda v: ", ".join(f"{x:g}" for x in v))
+    shown["peak per device (a)"] = shown["peak per device (a)"].map(lambda v: ", ".join(plot.fmt_time(x) for x in v))
     if shown["fits limit"].isna().all():
         shown = shown.drop(columns=["fits limit"])
     else:
         shown["fits limit"] = shown["fits limit"].map({True: "yes", False: "NO"})
-    return shown.to_html(index=False, float_format=lambda x: f"{x:.4g}", classes="ctrlmem-stats", border=0)
+    fmt = {"makespan": plot.fmt_time, "peak (a)": plot.fmt_time, "bubble rate": plot.fmt_ratio,
+           "peak / 1F1B": plot.fmt_ratio, "speed-up over 1F1B": plot.fmt_ratio}
+    return shown.to_html(index=False, formatters=fmt, float_format=plot.fmt_time, classes="ctrlmem-stats",
+                         border=0)
 
 
 def messages_html(messages: Sequence[str]) -> str:
@@ -291,6 +325,109 @@ def messages_html(messages: Sequence[str]) -> str:
     items = "".join(f"<li>{html.escape(m)}</li>" for m in messages)
     return ("<div class='ctrlmem-message' style='color:#8a1c1c;background:#fdf0f0;border:1px solid "
             f"#e8b4b4;padding:4px 10px;border-radius:4px'><ul style='margin:4px 0'>{items}</ul></div>")
+
+
+def _closed_forms(name: str, p: int) -> tuple[str, str] | None:
+    """(peak activation in ``a``, bubble per device) in closed form for F=B=W, comm=0, as the
+    paper gives them (Sec. 3, Table 1; bubbles in unit passes τ, one F, B or W over half a
+    device-stage, so a full-stage F+B+W is 6τ), or None when the paper gives none."""
+    forms = {
+        "1f1b": (f"p = {p}", f"6(p−1) = {6 * (p - 1)}τ"),
+        "zb-h1": (f"p = {p}", f"2(p−1) = {2 * (p - 1)}τ"),
+        "zb-v": (f"p = {p}", "0"),
+        "v-zb": (f"p = {p}", "0"),
+        "v-half": (f"⌊(p+2)/2⌋ = {(p + 2) // 2}",
+                   f"3p−7 = {3 * p - 7}τ" if p % 2 == 0 else f"3p−4 = {3 * p - 4}τ"),
+        "v-min": (f"⌊(p+4)/3⌋ = {(p + 4) // 3}",
+                  f"4p−5 = {4 * p - 5}τ" if p % 3 else f"4p−7 = {4 * p - 7}τ"),
+    }
+    return forms.get(name)
+
+
+def formula_html(view: View) -> str:
+    """The closed forms of the shown schedules at this p next to the simulated numbers, and the
+    V-Half / V-ZB conditions W+2B ≥ 2F and W+2F ≥ 2B evaluated on the current costs."""
+    s = view.settings
+    if not view.results:
+        return ""
+    p = s.num_devices
+    rows = []
+    for name, r in view.results.items():
+        forms = _closed_forms(name, p)
+        if forms is None:
+            continue
+        rows.append(f"<tr><td>{html.escape(name)}</td><td>{forms[0]}</td><td>{plot.fmt_time(max(r.peak_memory))}</td>"
+                    f"<td>{forms[1]}</td></tr>")
+    f, b, w = float(s.f), float(s.b), float(s.w)
+    c1, c2 = w + 2 * b >= 2 * f - 1e-12, w + 2 * f >= 2 * b - 1e-12
+    mark = lambda ok: "<b style='color:#1c5e20'>holds</b>" if ok else "<b style='color:#8a1c1c'>fails</b>"  # noqa: E731
+    cond = (f"V-Half / V-ZB tile without a repeating bubble iff W+2B ≥ 2F and W+2F ≥ 2B: here "
+            f"W+2B = {w + 2 * b:g} vs 2F = {2 * f:g} ({mark(c1)}), W+2F = {w + 2 * f:g} vs 2B = {2 * b:g} "
+            f"({mark(c2)}).")
+    if not (c1 and c2):
+        cond += " Their bubble then grows with m."
+    table = ""
+    if rows:
+        table = ("<table class='ctrlmem-formulas' style='border-collapse:collapse'><tr><th>schedule</th>"
+                 "<th>peak, closed form (a)</th><th>peak, simulated</th><th>bubble per device, closed form</th></tr>"
+                 + "".join(rows) + "</table><small>closed forms for F=B=W, comm=0 (the paper's Sec. 3 and "
+                 "Table 1); τ is one pass over half a device-stage</small><br>")
+    return f"<div class='ctrlmem-formula' style='font-size:90%'>{table}{cond}</div>"
+
+
+def verdict(view: View) -> str:
+    """One line: the fastest schedule, the fastest at each lower memory, and every V schedule
+    that is slower than 1F1B under these costs."""
+    st = view.stats
+    if st.empty or view.reference is None:
+        return ""
+    rows = st.sort_values(["peak / 1F1B", "makespan"]).to_dict("records")
+    best = min(rows, key=lambda r: (r["makespan"], r["peak / 1F1B"]))
+    parts = [f"Fastest: {best['schedule']} ({plot.fmt_ratio(best['speed-up over 1F1B'])}× 1F1B's speed, "
+             f"peak {plot.fmt_ratio(best['peak / 1F1B'])} × 1F1B)."]
+    front, fastest = [], math.inf
+    for r in rows:  # Pareto front over (memory, makespan), lowest memory first
+        if r["makespan"] < fastest - 1e-12:
+            front.append(r)
+            fastest = r["makespan"]
+    lower = [r for r in front if r["schedule"] != best["schedule"]]
+    if lower:
+        parts.append("With less memory: " + "; ".join(
+            f"≤ {plot.fmt_ratio(r['peak / 1F1B'])} × 1F1B: {r['schedule']} ({plot.fmt_ratio(r['speed-up over 1F1B'])}×)"
+            for r in lower) + ".")
+    losers = [r for r in rows if str(r["schedule"]).startswith(("v-", "zb-v")) and r["speed-up over 1F1B"] < 1 - 1e-9]
+    for r in losers:
+        parts.append(f"{r['schedule']} loses to 1F1B here ({plot.fmt_ratio(r['speed-up over 1F1B'])}× its speed): "
+                     "its memory saving costs more bubble than 1F1B's at these costs.")
+    return " ".join(parts)
+
+
+def command_line(settings: Settings, output: str | None = None) -> str:
+    """The ``ctrlmem draw`` command that draws what the explorer shows (per-stage weights and
+    first/last-stage extras have no command-line form and are named in a trailing comment)."""
+    s = settings
+    names = [n for n in s.schedules if n in SCHEDULES]
+    if not names:
+        return ""
+    costs = ",".join(f"{x:g}" for x in (s.f, s.b, s.w, s.comm))
+    out = output or f"{_slug_of(names, s)}.html"
+    cmd = f"ctrlmem draw {names[0]}"
+    if len(names) > 1:
+        cmd += f" --compare {','.join(names[1:])}"
+    cmd += f" -p {s.num_devices} -m {s.num_microbatches} --costs {costs}"
+    if s.memory_limit is not None:
+        cmd += f" --memory-limit {s.memory_limit:g}"
+    cmd += f" -o {out}"
+    missing = []
+    if s.stage_weights:
+        missing.append("per-stage weights " + ",".join(f"{x:g}" for x in s.stage_weights))
+    if s.first_stage_extra or s.last_stage_extra:
+        missing.append(f"first/last-stage extra {s.first_stage_extra:g}/{s.last_stage_extra:g}")
+    if s.loaded:
+        missing.append("loaded files " + ", ".join(x.name for x in s.loaded))
+    if missing:
+        cmd += "  # not expressible on the command line: " + "; ".join(missing)
+    return cmd
 
 
 _TYPED_ARRAY = {"float64": "f8", "float32": "f4", "int32": "i4", "int16": "i2", "int8": "i1",
@@ -329,13 +466,26 @@ def mime_bundle(spec: dict, label: str) -> dict:
     return {PLOTLY_MIME: fig_json, "text/plain": f"<{label}: {len(spec['data'])} traces>"}
 
 
+def _slug_of(names: Sequence[str], s: Settings) -> str:
+    """A file stem carrying everything that changes the picture: schedules, p, m, costs, budget."""
+    costs = "-".join(f"{k}{v:g}" for k, v in (("F", s.f), ("B", s.b), ("W", s.w), ("c", s.comm)))
+    stem = f"{'-vs-'.join(names) or 'none'}_p{s.num_devices}_m{s.num_microbatches}_{costs}"
+    if s.memory_limit is not None:
+        stem += f"_lim{s.memory_limit:g}"
+    if s.stage_weights:
+        stem += "_w" + "-".join(f"{x:g}" for x in s.stage_weights)
+    if s.first_stage_extra or s.last_stage_extra:
+        stem += f"_x{s.first_stage_extra:g}-{s.last_stage_extra:g}"
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in stem)
+
+
 def _slug(view: View) -> str:
-    s = view.settings
-    return f"{'-vs-'.join(view.results) or 'none'}_p{s.num_devices}_m{s.num_microbatches}"
+    return _slug_of([n.replace(" (file)", "") for n in view.results], view.settings)
 
 
 def export_view(view: View, kind: str, directory: str | os.PathLike = "build/explorer") -> list[str]:
-    """Write ``view``: ``png`` / ``svg`` (diagram and memory curves, one file each, kaleido),
+    """Write ``view``: ``png`` / ``svg`` / ``pdf`` (diagram and memory curves, one file each,
+    kaleido),
     ``html`` (diagram, memory curves and stats in one offline page, plotly.js embedded), or
     ``csv`` (each schedule in torch's pipelining CSV). Returns the paths written."""
     if kind not in EXPORT_KINDS:
@@ -347,7 +497,7 @@ def export_view(view: View, kind: str, directory: str | os.PathLike = "build/exp
     paths: list[str] = []
     if kind == "csv":
         for name, r in view.results.items():
-            path = f"{stem}_{name}.csv"
+            path = f"{stem}_{name.replace(' (file)', '')}.csv"
             r.schedule.to_torch_csv(path)
             paths.append(path)
     elif kind == "html":
@@ -378,6 +528,69 @@ def save_view(view: View, out_dir: str | os.PathLike) -> str:
     return path
 
 
+_CSS = """<style>
+.ctrlmem-explorer .ctrlmem-busy-note { display: none; }
+.ctrlmem-explorer.ctrlmem-updating .ctrlmem-busy-note { display: inline-block; color: #8a5a00; font-weight: bold; }
+.ctrlmem-explorer.ctrlmem-updating .ctrlmem-diagram, .ctrlmem-explorer.ctrlmem-updating .ctrlmem-memory { opacity: 0.45; }
+.ctrlmem-explorer .ctrlmem-formulas td, .ctrlmem-explorer .ctrlmem-formulas th { padding: 1px 8px; text-align: left; }
+.ctrlmem-explorer .ctrlmem-diagram, .ctrlmem-explorer .ctrlmem-memory { min-height: 120px; }
+</style>"""
+
+_CHECKLIST = None
+
+
+def _checklist_class():
+    """A checkbox per schedule whose ``value`` is the tuple of ticked names, in the order they
+    were ticked (which is the order the panels are stacked in)."""
+    global _CHECKLIST
+    if _CHECKLIST is not None:
+        return _CHECKLIST
+    import ipywidgets as W  # noqa: PLC0415
+    import traitlets  # noqa: PLC0415
+
+    class ScheduleChecklist(W.GridBox):
+        value = traitlets.Tuple()
+
+        def __init__(self, options: Sequence[str], value: Sequence[str] = (), columns: int = 4):
+            self.boxes = {n: W.Checkbox(value=n in value, description=n, indent=False,
+                                        layout=W.Layout(width="auto", margin="0 14px 0 0"))
+                          for n in options}
+            super().__init__(children=list(self.boxes.values()), layout=W.Layout(
+                grid_template_columns=f"repeat({columns}, max-content)", grid_gap="0px 4px"))
+            self._syncing = False
+            self.value = tuple(n for n in value if n in self.boxes)
+            for box in self.boxes.values():
+                box.observe(self._box_changed, names="value")
+            self.observe(self._sync_boxes, names="value")
+            self.add_class("ctrlmem-schedules")
+
+        def _box_changed(self, change) -> None:
+            if self._syncing:
+                return
+            name = change["owner"].description
+            current = [n for n in self.value if n != name]
+            self.value = tuple(current + [name]) if change["new"] else tuple(current)
+
+        def _sync_boxes(self, change) -> None:
+            self._syncing = True
+            try:
+                for n, box in self.boxes.items():
+                    box.value = n in change["new"]
+            finally:
+                self._syncing = False
+
+    _CHECKLIST = ScheduleChecklist
+    return _CHECKLIST
+
+
+def _parse_weights(text: str) -> tuple[float, ...]:
+    parts = [x.strip() for x in str(text).replace(";", ",").split(",") if x.strip()]
+    try:
+        return tuple(float(x) for x in parts)
+    except ValueError:
+        raise ValueError(f"per-stage weights must be numbers separated by commas, got {text!r}") from None
+
+
 class Explorer:
     """The ipywidgets explorer. ``explorer.widget`` is the layout; ``explorer.view`` the last
     :class:`View`; every widget change calls :meth:`update`.
@@ -387,7 +600,7 @@ class Explorer:
         export_dir: where the export buttons write.
         max_devices, max_microbatches: slider ranges.
         style: ``{"diagram": {...}, "memory": {...}}`` keyword arguments for
-            :func:`ctrlmem.plot.schedule_figure` and :func:`ctrlmem.plot.memory_figure`.
+            :func:`ctrlmem.plot.schedule_spec` and :func:`ctrlmem.plot.memory_spec`.
     """
 
     def __init__(self, settings: Settings | None = None, *, export_dir: str = "build/explorer",
@@ -398,12 +611,11 @@ class Explorer:
         self.style = style or {}
         self.export_dir = export_dir
         self.builds = BuildCache()
+        self.loaded: list[Schedule] = list(s.loaded)
         names = list(SCHEDULES)
         self._unknown = [n for n in s.schedules if n not in SCHEDULES]
         label = {"style": {"description_width": "initial"}}
-        self.schedules = W.SelectMultiple(
-            options=names, value=tuple(n for n in s.schedules if n in SCHEDULES),
-            rows=min(len(names), 8), description="schedules", **label)
+        self.schedules = _checklist_class()(names, [n for n in s.schedules if n in SCHEDULES])
         self.devices = W.IntSlider(value=s.num_devices, min=1, max=max(max_devices, s.num_devices),
                                    description="p (devices)", continuous_update=False, **label)
         self.microbatches = W.IntSlider(value=s.num_microbatches, min=1,
@@ -419,60 +631,94 @@ class Explorer:
                                        layout=wide, **label)
         self.last_extra = W.FloatText(value=s.last_stage_extra, description="last-stage extra",
                                       layout=wide, **label)
+        self.weights = W.Text(value=",".join(f"{x:g}" for x in s.stage_weights), description="per-stage weights",
+                              placeholder="p numbers, model order, e.g. 1.3,1,1,1.6", continuous_update=False,
+                              layout=W.Layout(width="420px"), **label)
         self.limit_on = W.Checkbox(value=s.memory_limit is not None, description="memory limit",
                                    indent=False, layout=W.Layout(width="110px"))
         self.limit = W.FloatSlider(value=s.memory_limit if s.memory_limit is not None else 0.5,
                                    min=0.05, max=2.0, step=0.05, description="× 1F1B peak",
                                    continuous_update=False, readout_format=".2f", **label)
+        self.load_path = W.Text(placeholder="torch / torchtitan CSV or ctrlmem text file (path)",
+                                description="load schedule", continuous_update=False,
+                                layout=W.Layout(width="420px"), **label)
+        self.load_button = W.Button(description="load", layout=W.Layout(width="70px"))
+        self.upload = W.FileUpload(accept=".csv,.txt", multiple=False, description="upload",
+                                   layout=W.Layout(width="110px"))
+        self.clear_button = W.Button(description="clear loaded", layout=W.Layout(width="110px"))
+        self.load_button.on_click(lambda _b: self.load(self.load_path.value))
+        self.clear_button.on_click(lambda _b: self.clear_loaded())
+        self.upload.observe(self._uploaded, names="value")
         self.message = W.HTML()
+        self.verdict = W.HTML()
+        self.verdict.add_class("ctrlmem-verdict")
         self.stats_out = W.HTML()
+        self.formulas = W.HTML()
+        self.command = W.Text(description="as a command", layout=W.Layout(width="100%"), **label)
+        self.command.add_class("ctrlmem-command")
         self.timing = W.HTML()
+        self.timing.add_class("ctrlmem-timing")
         self.diagram_out = W.Output()
         self.diagram_out.add_class("ctrlmem-diagram")
         self.memory_out = W.Output()
         self.memory_out.add_class("ctrlmem-memory")
         self.buttons = {kind: W.Button(description=f"export {kind.upper() if kind != 'csv' else 'torch CSV'}",
-                                       layout=W.Layout(width="140px")) for kind in EXPORT_KINDS}
+                                       layout=W.Layout(width="130px")) for kind in EXPORT_KINDS}
         for kind, button in self.buttons.items():
             button.on_click(lambda _b, kind=kind: self._export_clicked(kind))
         self._inputs = [self.schedules, self.devices, self.microbatches, self.f, self.b, self.w,
-                        self.comm, self.first_extra, self.last_extra, self.limit_on, self.limit]
+                        self.comm, self.first_extra, self.last_extra, self.weights, self.limit_on, self.limit]
         for wdg in self._inputs:
             wdg.observe(self.update, names="value")
+        busy = W.HTML("<span class='ctrlmem-busy-note'>updating…</span>")
         controls = W.VBox([
-            W.HBox([self.schedules, W.VBox([self.devices, self.microbatches,
-                                            W.HBox([self.limit_on, self.limit])])]),
+            W.HTML(_CSS + "<b>schedules</b> <small>(tick to compare; panels stack in the order ticked)</small>"),
+            self.schedules,
+            W.HBox([self.devices, self.microbatches, self.limit_on, self.limit]),
             W.HBox([self.f, self.b, self.w, self.comm]),
-            W.HBox([self.first_extra, self.last_extra]),
+            W.HBox([self.first_extra, self.last_extra, self.weights]),
+            W.HBox([self.load_path, self.load_button, self.upload, self.clear_button]),
             W.HBox(list(self.buttons.values())),
         ])
-        self.widget = W.VBox([controls, self.message, self.stats_out, self.timing,
-                              self.diagram_out, self.memory_out])
+        self.widget = W.VBox([controls, self.message, self.verdict, self.stats_out, self.formulas,
+                              self.command, W.HBox([self.timing, busy]), self.diagram_out, self.memory_out])
         self.widget.add_class("ctrlmem-explorer")
         self.view: View | None = None
         self.update()
 
     def settings(self) -> Settings:
-        """The settings the widgets show now."""
+        """The settings the widgets show now (bad per-stage weights raise ``ValueError``)."""
         return Settings(
             schedules=tuple(self.schedules.value) + tuple(self._unknown),
             num_devices=int(self.devices.value), num_microbatches=int(self.microbatches.value),
             f=self.f.value, b=self.b.value, w=self.w.value, comm=self.comm.value,
             first_stage_extra=self.first_extra.value, last_stage_extra=self.last_extra.value,
             memory_limit=float(self.limit.value) if self.limit_on.value else None,
+            stage_weights=_parse_weights(self.weights.value), loaded=tuple(self.loaded),
         )
 
     def update(self, *_change) -> View:
-        """Recompute and redraw (called on every widget change)."""
+        """Recompute and redraw (called on every widget change). While it runs, the explorer
+        carries the CSS class ``ctrlmem-updating`` (an "updating…" note, dimmed plots)."""
         if any(getattr(c, "owner", None) is self.schedules or (isinstance(c, dict) and c.get("owner") is self.schedules)
                for c in _change):
             self._unknown = []  # names from the initial settings that are not registered: reported until the user picks
+        if hasattr(self, "widget"):
+            self.widget.add_class("ctrlmem-updating")
         try:
-            view = compute(self.settings(), style=self.style, cache=self.builds)
+            try:
+                settings = self.settings()
+            except ValueError as exc:
+                self.message.value = messages_html([f"Cannot compute: {_reason(exc)}"])
+                return self.view
+            view = compute(settings, style=self.style, cache=self.builds)
         except Exception as exc:  # an unexpected failure still shows a message, not a traceback
             log.exception("explorer update failed")
             self.message.value = messages_html([f"Unexpected error: {type(exc).__name__}: {exc}"])
             return self.view
+        finally:
+            if hasattr(self, "widget"):
+                self.widget.remove_class("ctrlmem-updating")
         self.view = view
         self.render(view)
         return view
@@ -481,7 +727,10 @@ class Explorer:
         """Put ``view`` into the widgets."""
         t0 = time.perf_counter()
         self.message.value = messages_html(view.messages)
+        self.verdict.value = f"<div style='margin:4px 0'>{html.escape(verdict(view))}</div>" if view.results else ""
         self.stats_out.value = stats_html(view.stats)
+        self.formulas.value = formula_html(view)
+        self.command.value = command_line(view.settings)
         self.diagram_out.outputs = (
             ({"output_type": "display_data", "metadata": {},
               "data": mime_bundle(view.diagram_spec, "schedule diagram")},)
@@ -492,7 +741,58 @@ class Explorer:
             if view.memory_spec is not None else ())
         self.last_render_seconds = time.perf_counter() - t0
         self.timing.value = (f"<small style='color:#777'>computed in {view.seconds * 1e3:.0f} ms, "
-                             f"drawn in {self.last_render_seconds * 1e3:.0f} ms</small>")
+                             f"sent in {self.last_render_seconds * 1e3:.0f} ms (the browser draws after)</small>")
+
+    def load(self, source) -> Schedule | None:
+        """Add a schedule file (torch / torchtitan CSV or ctrlmem's text form; a path, or
+        ``(name, bytes)`` from the upload button) to the comparison; p and m follow the file."""
+        try:
+            if isinstance(source, tuple):
+                name, raw = source
+                from .ir import _clean_text  # noqa: PLC0415
+
+                text = _clean_text(raw, name)
+                stem = os.path.splitext(os.path.basename(name))[0] or "uploaded"
+                sched = (Schedule.from_text(text) if text.lstrip().startswith("schedule ")
+                         else Schedule.from_torch_csv_text(text, name=stem, source=name))
+            else:
+                path = str(source).strip()
+                if not path:
+                    raise ValueError("type the path of a schedule file first")
+                sched = Schedule.load(path)
+            from .validate import validate  # noqa: PLC0415
+
+            validate(sched)
+        except (OSError, ValueError, ScheduleError) as exc:
+            self.message.value = messages_html([f"Cannot load {source[0] if isinstance(source, tuple) else source}: "
+                                                f"{_reason(exc)}"])
+            return None
+        self.loaded = [x for x in self.loaded if x.name != sched.name] + [sched]
+        self._set_quietly(self.devices, sched.num_devices)
+        self._set_quietly(self.microbatches, sched.num_microbatches)
+        self.update()
+        return sched
+
+    def clear_loaded(self) -> None:
+        self.loaded = []
+        self.update()
+
+    def _set_quietly(self, widget, value) -> None:
+        widget.unobserve(self.update, names="value")
+        try:
+            widget.max = max(widget.max, value)
+            widget.value = value
+        finally:
+            widget.observe(self.update, names="value")
+
+    def _uploaded(self, change) -> None:
+        files = change["new"]
+        if not files:
+            return
+        item = files[0] if isinstance(files, (list, tuple)) else next(iter(files.values()))
+        name = item.get("name", "uploaded.csv") if isinstance(item, dict) else getattr(item, "name", "uploaded.csv")
+        content = item.get("content") if isinstance(item, dict) else getattr(item, "content")
+        self.load((name, bytes(content)))
 
     def export(self, kind: str, directory: str | None = None) -> list[str]:
         """Export the current view (see :func:`export_view`)."""
@@ -519,12 +819,15 @@ class Explorer:
 def explorer(schedules: Sequence[str] | None = None, num_devices: int = 4, num_microbatches: int = 12,
              f: float = 1.0, b: float = 1.0, w: float = 1.0, comm: float = 0.0,
              first_stage_extra: float = 0.0, last_stage_extra: float = 0.0,
-             memory_limit: float | None = None, **kwargs) -> Explorer:
-    """An :class:`Explorer` with these initial settings (display it in a notebook cell)."""
+             memory_limit: float | None = None, stage_weights: Sequence[float] = (),
+             load: Sequence[str] = (), **kwargs) -> Explorer:
+    """An :class:`Explorer` with these initial settings (display it in a notebook cell);
+    ``load``: schedule files (torch / torchtitan CSV or text form) to compare as well."""
     settings = Settings(
         schedules=tuple(schedules) if schedules is not None else default_schedules(),
         num_devices=num_devices, num_microbatches=num_microbatches, f=f, b=b, w=w, comm=comm,
         first_stage_extra=first_stage_extra, last_stage_extra=last_stage_extra,
-        memory_limit=memory_limit,
+        memory_limit=memory_limit, stage_weights=tuple(stage_weights),
+        loaded=tuple(Schedule.load(x) for x in load),
     )
     return Explorer(settings, **kwargs)

@@ -236,3 +236,97 @@ def test_png_and_svg_export_open_as_images(tmp_path):
     assert root.tag.endswith("svg")
     text = open(svg, encoding="utf-8").read()
     assert "zb-v" in text and "d2" in text
+
+
+def _overview_cells(trace):
+    """(device, column) -> (op, chunk, microbatch) from an overview heatmap (None where idle)."""
+    z, custom = np.asarray(trace["z"]), np.asarray(trace["customdata"])
+    codes = trace["meta"]["codes"]
+    out = {}
+    for d in range(z.shape[0]):
+        for j in range(z.shape[1]):
+            k = int(z[d, j])
+            out[d, j] = None if k == 0 else (codes[(k - 1) // 2][0], codes[(k - 1) // 2][1], int(custom[d, j]))
+    return out
+
+
+@pytest.mark.parametrize("name,costs", [("v-half", cm.Costs(1, 1, 1, 0)), ("1f1b", cm.Costs(6, 8, 4, 0.2)),
+                                        ("zb-v", cm.Costs(3, 4, 2, 0.5))])
+def test_overview_cell_shows_the_pass_running_at_its_middle(name, costs):
+    """Above the size threshold a panel is one heatmap: each cell is the pass (kind, chunk,
+    microbatch) its device runs at the middle of the cell, idle elsewhere; odd microbatches use
+    the darker shade of their kind."""
+    r = cm.simulate(cm.build(name, 6, 24, costs=costs), costs)
+    spec = plot.schedule_spec(r, overview=True, overview_columns=300)
+    (hm,) = [t for t in spec["data"] if t["meta"]["kind"] == "overview"]
+    edges = np.asarray(hm["x"])
+    assert edges[0] == 0 and len(edges) - 1 == np.asarray(hm["z"]).shape[1] <= 300
+    mids = (edges[:-1] + edges[1:]) / 2
+    placement = r.schedule.placement
+    cells = _overview_cells(hm)
+    z = np.asarray(hm["z"])
+    for d in range(6):
+        mine = [tp for tp in r.passes if tp.device == d]
+        for j, t in enumerate(mids):
+            running = [tp for tp in mine if tp.start <= t < tp.end]
+            want = None if not running else (running[0].op.value, placement.chunk_of(running[0].stage),
+                                             running[0].microbatch)
+            assert cells[d, j] == want, (d, j, t)
+            if want is not None:
+                assert (int(z[d, j]) - 1) % 2 == want[2] % 2
+    legend = {t["name"] for t in spec["data"] if t["meta"]["kind"] == "legend"}
+    assert legend == {plot._kind_name(tp.op, placement.chunk_of(tp.stage), placement.num_chunks) for tp in r.passes}
+
+
+def test_overview_switches_on_by_size_and_keeps_the_explorer_update_under_1_mb():
+    """p=32, m=256, 1F1B and V-Half: the figure JSON one explorer update sends stays under 1 MB
+    (boxes would be ~5 MB), because the diagram is a raster overview and memory curves are
+    reduced; small figures keep one box per pass."""
+    import json
+
+    from ctrlmem import ui
+
+    small = plot.schedule_spec(cm.simulate(cm.build("v-half", 4, 8)))
+    assert {t["meta"]["kind"] for t in small["data"]} == {"idle", "pass"}
+    view = ui.compute(ui.Settings(schedules=("1f1b", "v-half"), num_devices=32, num_microbatches=256))
+    assert {t["meta"]["kind"] for t in view.diagram_spec["data"]} == {"overview", "legend"}
+    size = sum(len(json.dumps(ui.mime_bundle(spec, "x"))) for spec in (view.diagram_spec, view.memory_spec))
+    assert size < 1_000_000, size
+
+
+@pytest.mark.parametrize("name", ["v-half", "1f1b"])
+def test_reduced_memory_curves_keep_every_peak_and_the_ends(name):
+    r = cm.simulate(cm.build(name, 8, 128), cm.Costs(6, 8, 4, 0.2))
+    spec = plot.memory_spec(r, max_points=200)
+    for tr in spec["data"]:
+        if tr["meta"]["kind"] != "memory":
+            continue
+        t, v = r.memory_curve(tr["meta"]["device"])
+        assert len(tr["x"]) <= 4 * 50 + 2 or not tr["meta"]["reduced"]
+        assert max(tr["y"]) == max(v) and min(tr["y"]) == min(v)
+        assert tr["x"][0] == pytest.approx(t[0]) and tr["y"][-1] == v[-1]
+
+
+def test_sequential_panels_have_no_chunk_in_their_legend():
+    """Comparing 1F1B with a V schedule: 1F1B's boxes are 'F' and 'BW', never 'BW chunk 0'."""
+    spec = plot.schedule_spec([cm.simulate(cm.build("1f1b", 4, 8)), cm.simulate(cm.build("v-half", 4, 8))])
+    names = {t["name"] for t in spec["data"] if t["meta"]["kind"] == "pass" and t["meta"]["panel"] == 0}
+    assert names == {"F", "BW"}
+    assert not any("BW chunk" in t["name"] for t in spec["data"])
+
+
+def test_label_rule_is_full_size_or_nothing():
+    """Labels are drawn at one size and hidden when they would have to shrink (uniformtext
+    minsize = font size), in every box trace; the browser test checks the drawn boxes."""
+    spec = plot.schedule_spec(cm.simulate(cm.build("zb-v", 4, 16)))
+    sizes = {t["textfont"]["size"] for t in spec["data"] if t["meta"]["kind"] == "pass"}
+    assert sizes == {spec["layout"]["uniformtext"]["minsize"]} and spec["layout"]["uniformtext"]["mode"] == "hide"
+    fig = plot.lifespan_figure(cm.simulate(cm.build("v-half", 4, 8)), title="t")
+    assert fig.layout.uniformtext.minsize == plot.LABEL_SIZE and fig.layout.title.text == "t"
+
+
+def test_pdf_export(tmp_path):
+    if shutil.which("chromium") is None:
+        pytest.skip("kaleido needs a Chromium")
+    path = plot.write_figure(plot.schedule_figure(cm.simulate(cm.build("1f1b", 2, 3))), tmp_path / "x.pdf")
+    assert open(path, "rb").read(5) == b"%PDF-"

@@ -126,7 +126,7 @@ def test_memory_limit_nothing_meets_shows_a_message(explorer):
     explorer.limit.value = 0.1
     msgs = explorer.view.messages
     assert len(msgs) == 1 and "No selected schedule fits a memory limit of 0.1" in msgs[0]
-    assert "1f1b needs 1.00" in msgs[0]
+    assert "1f1b needs 1.000" in msgs[0]
     assert "ctrlmem-message" in explorer.message.value and "Traceback" not in explorer.message.value
     assert explorer.view.stats["fits limit"].tolist() == [False, False]
     explorer.limit.value = 1.0
@@ -247,7 +247,7 @@ def test_memory_limit_builds_budgeted_schedules_within_it():
         assert stats.loc[name, "makespan"] == r.makespan and stats.loc[name, "peak / 1F1B"] <= 0.5
         assert stats.loc[name, "fits limit"]
     assert not stats.loc["1f1b", "fits limit"]
-    assert e.view.messages == ["Over the memory limit of 0.5 × 1F1B: 1f1b (1.00)."]
+    assert e.view.messages == ["Over the memory limit of 0.5 × 1F1B: 1f1b (1.000)."]
 
 
 @budgeted
@@ -257,3 +257,121 @@ def test_a_limit_no_budgeted_schedule_can_meet_is_explained():
     assert all("smallest feasible limit" in m for m in e.view.messages)
     assert e.view.stats.empty and e.diagram_out.outputs == ()
     assert "Traceback" not in e.message.value
+
+
+def test_schedule_checkboxes_follow_the_selection_in_the_order_ticked(explorer):
+    """Every registered schedule has a checkbox; ticking appends a panel, unticking removes it,
+    and setting the value ticks the boxes."""
+    boxes = explorer.schedules.boxes
+    assert set(boxes) == set(cm.SCHEDULES)
+    assert [n for n, b in boxes.items() if b.value] == [n for n in cm.SCHEDULES if n in ("1f1b", "zb-v")]
+    boxes["zb-h1"].value = True
+    assert explorer.schedules.value == ("1f1b", "zb-v", "zb-h1")
+    assert list(explorer.view.stats["schedule"]) == ["1f1b", "zb-v", "zb-h1"]
+    boxes["1f1b"].value = False
+    assert list(explorer.view.stats["schedule"]) == ["zb-v", "zb-h1"]
+    explorer.schedules.value = ("gpipe",)
+    assert [n for n, b in boxes.items() if b.value] == ["gpipe"]
+
+
+def test_per_stage_weights_set_each_stage_cost(explorer):
+    """Weights of the p model slices (model order): a V schedule splits each slice in two."""
+    explorer.weights.value = "2, 1, 1, 3"
+    r = explorer.view.results["zb-v"]
+    dur = {(tp.op, tp.stage): tp.end - tp.start for tp in r.passes}
+    assert [dur[(cm.Op.F, s)] for s in range(8)] == pytest.approx([1, 1, 0.5, 0.5, 0.5, 0.5, 1.5, 1.5])
+    want = cm.simulate(cm.build("1f1b", 4, 8), cm.Costs([2, 1, 1, 3], [2, 1, 1, 3], [2, 1, 1, 3], 0))
+    assert explorer.view.stats.set_index("schedule").loc["1f1b", "makespan"] == want.makespan
+    explorer.weights.value = "1, 2"
+    assert any("give 4 numbers" in m for m in explorer.view.messages) or "give 4 numbers" in explorer.message.value
+
+
+def test_formula_panel_states_closed_forms_and_the_v_conditions():
+    e = ui.explorer(schedules=["1f1b", "v-half", "v-min"], num_devices=8, num_microbatches=32, f=6, b=8, w=4, comm=0.2)
+    text = e.formulas.value
+    assert "⌊(p+2)/2⌋ = 5" in text and "⌊(p+4)/3⌋ = 4" in text and "3p−7 = 17τ" in text
+    assert "W+2B = 20 vs 2F = 12" in text and "W+2F = 16 vs 2B = 16" in text and "fails" not in text
+    e.b.value = 12  # W+2F = 16 < 2B = 24
+    assert "fails" in e.formulas.value and "grows with m" in e.formulas.value
+
+
+def test_verdict_names_the_fastest_and_a_v_schedule_slower_than_1f1b():
+    """README costs 6,8,4,0.2 at p=8, m=32: v-min runs at 0.81x of 1F1B's speed, and the line says so."""
+    e = ui.explorer(schedules=["1f1b", "v-min", "v-half", "zb-v"], num_devices=8, num_microbatches=32,
+                    f=6, b=8, w=4, comm=0.2)
+    st = e.view.stats.set_index("schedule")
+    speed = st.loc["v-min", "speed-up over 1F1B"]
+    assert speed < 1
+    fastest = st["makespan"].idxmin()
+    line = e.verdict.value
+    assert f"Fastest: {fastest}" in line
+    assert f"v-min loses to 1F1B here ({plot.fmt_ratio(speed)}×" in line
+    assert "With less memory" in line and "v-half" in line.split("With less memory")[1]
+
+
+def test_copy_as_command_draws_the_same_schedules(explorer, tmp_path):
+    """The command line the explorer shows, run through `ctrlmem draw`, simulates the same
+    schedules at the same settings (same panel titles)."""
+    import shlex
+
+    from ctrlmem.cli import make_parser
+    from ctrlmem.draw import draw_figure
+
+    explorer.f.value, explorer.comm.value = 2.0, 0.25
+    cmd = explorer.command.value
+    assert cmd.startswith("ctrlmem draw 1f1b --compare zb-v -p 4 -m 8 --costs 2,1,1,0.25 -o ")
+    argv = shlex.split(cmd)[1:]
+    argv[argv.index("-o") + 1] = str(tmp_path / "x.html")
+    fig = draw_figure(make_parser().parse_args(argv))
+    shown = [a["text"] for a in shown_figure(explorer.diagram_out)["layout"]["annotations"]]
+    assert [a.text for a in fig.layout.annotations] == shown
+
+
+def test_load_a_torchtitan_csv_into_the_explorer(explorer, tmp_path):
+    """The load box takes a torch/torchtitan CSV: p and m follow the file, it is simulated at the
+    explorer's costs next to the ticked schedules; a bad file is a message."""
+    path = tmp_path / "titan.csv"
+    path.write_text("0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1W0,1F1,1I1,1W1\n")
+    explorer.load_path.value = str(path)
+    explorer.load_button.click()
+    assert (explorer.devices.value, explorer.microbatches.value) == (2, 2)
+    assert "titan (file)" in explorer.view.results
+    want = cm.simulate(cm.Schedule.from_torch_csv(path), cm.Costs(1, 1, 1, 0))
+    assert explorer.view.stats.set_index("schedule").loc["titan (file)", "makespan"] == want.makespan
+    explorer.f.value = 2.0
+    assert explorer.view.results["titan (file)"].makespan == cm.simulate(
+        cm.Schedule.from_torch_csv(path), cm.Costs(2, 1, 1, 0)).makespan
+    bad = tmp_path / "bad.csv"
+    bad.write_text("0F0,0Z0\n")
+    explorer.load(str(bad))
+    assert "Cannot load" in explorer.message.value and "line 1" in explorer.message.value
+    explorer.load(("up.csv", path.read_bytes()))
+    assert "up (file)" in explorer.view.results
+    explorer.clear_button.click()
+    assert not any(k.endswith("(file)") for k in explorer.view.results)
+
+
+def test_export_names_and_titles_carry_costs_and_budget(tmp_path):
+    e = ui.explorer(schedules=["1f1b", "v-half"], num_devices=4, num_microbatches=8, f=6, b=8, w=4, comm=0.2)
+    (page,) = e.export("html", tmp_path)
+    assert "p4_m8_F6-B8-W4-c0.2" in page
+    e.limit_on.value, e.limit.value = True, 0.6
+    (page2,) = e.export("html", tmp_path)
+    assert page2 != page and "lim0.6" in page2
+    title = shown_figure(e.diagram_out)["layout"]["title"]["text"]
+    assert "p=4, m=8" in title and "F=6 B=8 W=4 comm=0.2" in title and "memory limit 0.6" in title
+
+
+def test_updating_state_is_set_during_compute(explorer, monkeypatch):
+    """While an update computes, the explorer carries the 'ctrlmem-updating' class (the browser
+    shows "updating…" and dims the plots); it is gone afterwards."""
+    seen = []
+    real = ui.compute
+
+    def spy(*a, **k):
+        seen.append("ctrlmem-updating" in explorer.widget._dom_classes)
+        return real(*a, **k)
+
+    monkeypatch.setattr(ui, "compute", spy)
+    explorer.f.value = 1.5
+    assert seen == [True] and "ctrlmem-updating" not in explorer.widget._dom_classes

@@ -34,9 +34,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _figure_bytes(explorer) -> int:
     total = 0
-    for out in (explorer.diagram_out, explorer.memory_out):
-        for o in out.outputs:
-            total += len(json.dumps(o["data"][ui.PLOTLY_MIME]))
+    for which in ("diagram", "memory"):
+        fig = explorer.shown(which)
+        total += len(json.dumps(fig)) if fig is not None else 0
     return total
 
 
@@ -74,14 +74,15 @@ def end_to_end(names, repeats: int) -> None:
         return
     nb = os.path.join(ROOT, "notebooks", "01_explore_schedules.ipynb")
     p0, m0 = SIZES[0]
+    comm = iter(round(0.05 * k, 2) for k in range(1, 1000))  # every edit a new value
     with lb.lab_page(nb, schedules=list(names), num_devices=p0, num_microbatches=m0) as page:
         for p, m in SIZES:
             new = []
             if (p, m) != (p0, m0):
                 new.append(lb.timed_change(page, lb.set_slider(p, "p (devices)"), expect_tick=f"d{p - 1}"))
                 new.append(lb.timed_change(page, lb.set_slider(m, "m (microbatches)"), expect_tick=f"d{p - 1}"))
-            edits = [lb.timed_change(page, lb.set_number(round(0.25 * (i % 2 + 1) + 0.5, 2), "comm"),
-                                     expect_tick=f"d{p - 1}") for i in range(repeats)]
+            edits = [lb.timed_change(page, lb.set_number(next(comm), "comm"), expect_tick=f"d{p - 1}")
+                     for _ in range(repeats)]
             med = lambda k, xs: statistics.median(x[k] for x in xs)  # noqa: E731
             target = TARGET_E2E.get((p, m))
             tail = f"; target < {target:g} s" if target else ""

@@ -25,10 +25,12 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -116,6 +118,9 @@ def lab_page(notebook: str, *, workdir: str | None = None, viewport=(1400, 1600)
         stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=work,
     )
     pw = browser = None
+    previous = None
+    if threading.current_thread() is threading.main_thread():  # SIGTERM still cleans up
+        previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -169,6 +174,12 @@ def lab_page(notebook: str, *, workdir: str | None = None, viewport=(1400, 1600)
         log.close()
         if own_tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 _PROBE = """
@@ -181,15 +192,22 @@ _PROBE = """
   } catch (e) { cm.noLongtasks = String(e); }
   cm.graphs = () => ['.ctrlmem-diagram', '.ctrlmem-memory'].map(
     sel => document.querySelector(sel + ' .js-plotly-plot'));
+  const hook = gd => {  // every afterplot of every graph, with its time
+    if (gd && gd.on && !gd.__cmHooked) {
+      gd.__cmHooked = true;
+      gd.on('plotly_afterplot', () => { gd.__cmLast = performance.now(); cm.afterplot.push(gd.__cmLast); });
+    }
+  };
   cm.arm = (want) => {
-    for (const gd of cm.graphs()) if (gd) gd.__cmOld = true;
+    for (const gd of cm.graphs()) if (gd) { gd.__cmOld = true; hook(gd); }
     cm.want = want; cm.painted = null; cm.afterplot = []; cm.t0 = performance.now();
     const frame = () => {
       const gds = cm.graphs();
-      for (const gd of gds) if (gd && !gd.__cmOld && !gd.__cmHooked && gd.on) {
-        gd.__cmHooked = true; gd.on('plotly_afterplot', () => cm.afterplot.push(performance.now()));
-      }
-      const fresh = gds.every(gd => gd && !gd.__cmOld && gd._fullLayout && gd.querySelector('.main-svg'));
+      gds.forEach(hook);
+      // a graph is updated when it is a new element (a renderer that replaces its output) or
+      // when it was redrawn in place after the change (Plotly.react)
+      const fresh = gds.every(gd => gd && gd._fullLayout && gd.querySelector('.main-svg')
+                                    && (!gd.__cmOld || (gd.__cmLast || 0) > cm.t0));
       const ticks = fresh ? Array.from(gds[0].querySelectorAll('.ytick text')).map(e => e.textContent) : [];
       if (fresh && (cm.want === null || ticks.includes(cm.want))) { cm.painted = performance.now(); return; }
       requestAnimationFrame(frame);

@@ -528,6 +528,105 @@ def save_view(view: View, out_dir: str | os.PathLike) -> str:
     return path
 
 
+_PLOT_ESM = r"""
+let loading = null;
+function ensurePlotly(model) {
+  if (globalThis.Plotly && globalThis.Plotly.react) return Promise.resolve(globalThis.Plotly);
+  if (loading) return loading;
+  const src = model.get("plotly_js");
+  if (!src) {  // another view carries plotly.js: wait for it
+    loading = new Promise(resolve => { const t = setInterval(() => {
+      if (globalThis.Plotly && globalThis.Plotly.react) { clearInterval(t); resolve(globalThis.Plotly); } }, 50); });
+    return loading;
+  }
+  loading = new Promise((resolve, reject) => {
+    const amd = globalThis.define;  // keep plotly.js from registering as an AMD module
+    globalThis.define = undefined;
+    const s = document.createElement("script");
+    s.src = URL.createObjectURL(new Blob([src], {type: "text/javascript"}));
+    s.onload = () => { globalThis.define = amd; resolve(globalThis.Plotly); };
+    s.onerror = (e) => { globalThis.define = amd; reject(e); };
+    document.head.appendChild(s);
+  });
+  return loading;
+}
+
+export default {
+  async render({ model, el }) {
+    el.classList.add("ctrlmem-plots");
+    const gds = model.get("names").map(name => {
+      const box = document.createElement("div");
+      box.className = name;
+      const gd = document.createElement("div");
+      box.appendChild(gd);
+      el.appendChild(box);
+      return gd;
+    });
+    const Plotly = await ensurePlotly(model);
+    let busy = Promise.resolve();
+    const draw = () => { busy = busy.then(async () => {
+      const seq = model.get("seq"), figs = model.get("figures");
+      const t0 = performance.now();
+      for (let i = 0; i < gds.length; i++) {
+        const f = figs[i];
+        if (!f) { Plotly.purge(gds[i]); gds[i].parentNode.style.display = "none"; continue; }
+        gds[i].parentNode.style.display = "";
+        await Plotly.react(gds[i], f.data, f.layout, f.config || {});
+      }
+      await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));  // on screen
+      model.set("drawn", {seq: seq, ms: performance.now() - t0});
+      model.save_changes();
+    }).catch(e => console.error("ctrlmem plot", e)); };
+    model.on("change:seq", draw);
+    const resize = new ResizeObserver(() => gds.forEach(gd => { if (gd._fullLayout) Plotly.Plots.resize(gd); }));
+    resize.observe(el);
+    draw();
+    return () => { resize.disconnect(); gds.forEach(gd => Plotly.purge(gd)); };
+  }
+};
+"""
+
+_PLOT_VIEW = None
+
+
+def _plot_view_class():
+    """An anywidget that draws plotly figure dicts with one ``Plotly.react`` per update.
+
+    JupyterLab's plotly mime renderer draws every new output three times (react, redraw,
+    resize) and then renders it once more to a PNG it stores in the output; at thousands of
+    boxes that is most of the wait. This view keeps one graph per figure and reacts to new
+    data, so an update is drawn once. plotly.js comes from the installed plotly package (no
+    network), sent once per explorer; the browser reports its drawing time back in ``drawn``.
+    """
+    global _PLOT_VIEW
+    if _PLOT_VIEW is not None:
+        return _PLOT_VIEW
+    import anywidget  # noqa: PLC0415
+    import traitlets  # noqa: PLC0415
+
+    class PlotView(anywidget.AnyWidget):
+        _esm = _PLOT_ESM
+        names = traitlets.List(traitlets.Unicode()).tag(sync=True)
+        figures = traitlets.List().tag(sync=True)
+        seq = traitlets.Int(0).tag(sync=True)
+        drawn = traitlets.Dict().tag(sync=True)
+        plotly_js = traitlets.Unicode("").tag(sync=True)
+
+        def show(self, figures: Sequence[dict | None]) -> None:
+            with self.hold_sync():
+                self.figures = list(figures)
+                self.seq += 1
+
+    _PLOT_VIEW = PlotView
+    return PlotView
+
+
+def _plotly_js() -> str:
+    from importlib.resources import files  # noqa: PLC0415
+
+    return (files("plotly") / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
+
+
 _CSS = """<style>
 .ctrlmem-explorer .ctrlmem-busy-note { display: none; }
 .ctrlmem-explorer.ctrlmem-updating .ctrlmem-busy-note { display: inline-block; color: #8a5a00; font-weight: bold; }
@@ -658,10 +757,19 @@ class Explorer:
         self.command.add_class("ctrlmem-command")
         self.timing = W.HTML()
         self.timing.add_class("ctrlmem-timing")
-        self.diagram_out = W.Output()
-        self.diagram_out.add_class("ctrlmem-diagram")
-        self.memory_out = W.Output()
-        self.memory_out.add_class("ctrlmem-memory")
+        try:
+            self.plots = _plot_view_class()(names=["ctrlmem-diagram", "ctrlmem-memory"], plotly_js=_plotly_js())
+            self.plots.observe(self._drawn, names="drawn")
+            self.diagram_out = self.memory_out = None
+            outputs = [self.plots]
+        except (ImportError, OSError):  # no anywidget: JupyterLab's plotly renderer, in Output widgets
+            self.plots = None
+            self.diagram_out = W.Output()
+            self.diagram_out.add_class("ctrlmem-diagram")
+            self.memory_out = W.Output()
+            self.memory_out.add_class("ctrlmem-memory")
+            outputs = [self.diagram_out, self.memory_out]
+        self._sent: list[dict | None] = [None, None]
         self.buttons = {kind: W.Button(description=f"export {kind.upper() if kind != 'csv' else 'torch CSV'}",
                                        layout=W.Layout(width="130px")) for kind in EXPORT_KINDS}
         for kind, button in self.buttons.items():
@@ -681,7 +789,7 @@ class Explorer:
             W.HBox(list(self.buttons.values())),
         ])
         self.widget = W.VBox([controls, self.message, self.verdict, self.stats_out, self.formulas,
-                              self.command, W.HBox([self.timing, busy]), self.diagram_out, self.memory_out])
+                              self.command, W.HBox([self.timing, busy]), *outputs])
         self.widget.add_class("ctrlmem-explorer")
         self.view: View | None = None
         self.update()
@@ -731,17 +839,33 @@ class Explorer:
         self.stats_out.value = stats_html(view.stats)
         self.formulas.value = formula_html(view)
         self.command.value = command_line(view.settings)
-        self.diagram_out.outputs = (
-            ({"output_type": "display_data", "metadata": {},
-              "data": mime_bundle(view.diagram_spec, "schedule diagram")},)
-            if view.diagram_spec is not None else ())
-        self.memory_out.outputs = (
-            ({"output_type": "display_data", "metadata": {},
-              "data": mime_bundle(view.memory_spec, "memory curves")},)
-            if view.memory_spec is not None else ())
+        bundles = [mime_bundle(spec, label) if spec is not None else None
+                   for spec, label in ((view.diagram_spec, "schedule diagram"), (view.memory_spec, "memory curves"))]
+        self._sent = [b[PLOTLY_MIME] if b is not None else None for b in bundles]
+        if self.plots is not None:
+            self.plots.show(self._sent)
+        else:
+            for out, bundle in zip((self.diagram_out, self.memory_out), bundles):
+                out.outputs = (({"output_type": "display_data", "metadata": {}, "data": bundle},)
+                               if bundle is not None else ())
         self.last_render_seconds = time.perf_counter() - t0
+        self._python_ms = (view.seconds + self.last_render_seconds) * 1e3
         self.timing.value = (f"<small style='color:#777'>computed in {view.seconds * 1e3:.0f} ms, "
-                             f"sent in {self.last_render_seconds * 1e3:.0f} ms (the browser draws after)</small>")
+                             f"sent in {self.last_render_seconds * 1e3:.0f} ms; drawing…</small>")
+
+    def _drawn(self, change) -> None:
+        """The browser says it drew update ``seq`` in ``ms``: show the whole wait."""
+        got = change["new"] or {}
+        if self.plots is None or got.get("seq") != self.plots.seq or self.view is None:
+            return
+        self.timing.value = (f"<small style='color:#777'>computed in {self.view.seconds * 1e3:.0f} ms, "
+                             f"sent in {self.last_render_seconds * 1e3:.0f} ms, drawn by the browser in "
+                             f"{got.get('ms', 0):.0f} ms</small>")
+
+    def shown(self, which: str = "diagram") -> dict | None:
+        """The figure JSON last sent to the browser: ``"diagram"`` or ``"memory"`` (None when
+        nothing could be drawn)."""
+        return self._sent[("diagram", "memory").index(which)]
 
     def load(self, source) -> Schedule | None:
         """Add a schedule file (torch / torchtitan CSV or ctrlmem's text form; a path, or

@@ -3,6 +3,7 @@
 
     .venv/bin/python scripts/figures.py                 # PNG and SVG into figures/
     .venv/bin/python scripts/figures.py --format html   # interactive, offline pages
+    .venv/bin/python scripts/figures.py --format pdf --only fig04   # vector PDF for a paper
 
 The same as ``ctrlmem figures`` (see ``ctrlmem figures --help``); figures/schedule_figures.md
 lists what was drawn and what could not be (schedules not available yet).

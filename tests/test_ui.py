@@ -22,10 +22,18 @@ def decode(arr):
     return np.asarray(arr)
 
 
-def shown_figure(output_widget):
-    """The plotly figure JSON an Output widget holds for the browser."""
-    (out,) = output_widget.outputs
-    return out["data"][ui.PLOTLY_MIME]
+def test_figures_go_to_the_browser_in_one_plot_view(explorer):
+    """Both figures travel in one anywidget view (drawn with one Plotly.react each, plotly.js
+    from the installed package), and every update bumps its sequence number."""
+    view = explorer.plots
+    assert view is not None and view.names == ["ctrlmem-diagram", "ctrlmem-memory"]
+    assert view.figures == [explorer.shown("diagram"), explorer.shown("memory")]
+    assert "window.Plotly" in view.plotly_js and "Plotly.react" in view._esm
+    seq = view.seq
+    explorer.w.value = 2.0
+    assert view.seq == seq + 1 and view.figures[0] is explorer.shown("diagram")
+    view.drawn = {"seq": view.seq, "ms": 123.0}  # what the browser reports after drawing
+    assert "drawn by the browser in 123 ms" in explorer.timing.value
 
 
 def expected(name, p, m, costs):
@@ -47,7 +55,7 @@ def assert_view_matches(explorer, names, p, m, costs):
         assert row["peak / 1F1B"] == pytest.approx(max(r.peak_memory) / max(ref.peak_memory))
         assert row["speed-up over 1F1B"] == pytest.approx(ref.makespan / r.makespan)
         # the diagram sent to the browser has one box per simulated pass, at its times
-        fig = shown_figure(explorer.diagram_out)
+        fig = explorer.shown("diagram")
         boxes = []
         for tr in fig["data"]:
             if tr["meta"]["kind"] == "pass" and tr["meta"]["panel"] == i:
@@ -59,7 +67,7 @@ def assert_view_matches(explorer, names, p, m, costs):
         axis = fig["layout"]["yaxis" if i == 0 else f"yaxis{i + 1}"]
         assert axis["ticktext"] == [f"d{d}" for d in range(p)]
         # memory curves sent to the browser are the simulator's
-        mem = shown_figure(explorer.memory_out)
+        mem = explorer.shown("memory")
         for tr in mem["data"]:
             if tr["meta"]["kind"] == "memory" and tr["meta"]["panel"] == i:
                 t, v = r.memory_curve(tr["meta"]["device"])
@@ -95,7 +103,7 @@ def test_changing_costs_updates_figures_and_stats(explorer):
 def test_changing_the_schedule_selection(explorer):
     explorer.schedules.value = ("zb-h1", "gpipe", "1f1b")
     assert_view_matches(explorer, ["zb-h1", "gpipe", "1f1b"], 4, 8, cm.Costs(1, 1, 1, 0))
-    assert len([k for k in shown_figure(explorer.diagram_out)["layout"] if k.startswith("yaxis")]) == 3
+    assert len([k for k in explorer.shown("diagram")["layout"] if k.startswith("yaxis")]) == 3
 
 
 def test_extra_first_and_last_stage_cost_lengthens_those_stages(explorer):
@@ -143,7 +151,7 @@ def test_bad_numbers_show_a_message_not_a_traceback(explorer, widget, value, nee
     getattr(explorer, widget).value = value
     assert any(needle in m for m in explorer.view.messages), explorer.view.messages
     assert html.escape(needle) in explorer.message.value
-    assert explorer.diagram_out.outputs == () and explorer.view.stats.empty
+    assert explorer.shown("diagram") is None and explorer.view.stats.empty
 
 
 def test_a_schedule_that_cannot_be_built_is_reported_and_the_rest_shown(explorer):
@@ -153,7 +161,7 @@ def test_a_schedule_that_cannot_be_built_is_reported_and_the_rest_shown(explorer
     explorer.devices.value = 3
     assert [m.split(":")[0] for m in explorer.view.messages] == ["interleaved-1f1b"]
     assert list(explorer.view.stats["schedule"]) == ["1f1b"]
-    assert shown_figure(explorer.diagram_out)["layout"]["yaxis"]["ticktext"] == ["d0", "d1", "d2"]
+    assert explorer.shown("diagram")["layout"]["yaxis"]["ticktext"] == ["d0", "d1", "d2"]
 
 
 def test_unknown_schedule_name_is_a_message():
@@ -255,7 +263,7 @@ def test_a_limit_no_budgeted_schedule_can_meet_is_explained():
     e = ui.explorer(schedules=["v-shape", "zb"], num_devices=4, num_microbatches=8, memory_limit=0.1)
     assert [m.split(":")[0] for m in e.view.messages] == ["v-shape", "zb"]
     assert all("smallest feasible limit" in m for m in e.view.messages)
-    assert e.view.stats.empty and e.diagram_out.outputs == ()
+    assert e.view.stats.empty and e.shown("diagram") is None
     assert "Traceback" not in e.message.value
 
 
@@ -323,7 +331,7 @@ def test_copy_as_command_draws_the_same_schedules(explorer, tmp_path):
     argv = shlex.split(cmd)[1:]
     argv[argv.index("-o") + 1] = str(tmp_path / "x.html")
     fig = draw_figure(make_parser().parse_args(argv))
-    shown = [a["text"] for a in shown_figure(explorer.diagram_out)["layout"]["annotations"]]
+    shown = [a["text"] for a in explorer.shown("diagram")["layout"]["annotations"]]
     assert [a.text for a in fig.layout.annotations] == shown
 
 
@@ -358,7 +366,7 @@ def test_export_names_and_titles_carry_costs_and_budget(tmp_path):
     e.limit_on.value, e.limit.value = True, 0.6
     (page2,) = e.export("html", tmp_path)
     assert page2 != page and "lim0.6" in page2
-    title = shown_figure(e.diagram_out)["layout"]["title"]["text"]
+    title = e.shown("diagram")["layout"]["title"]["text"]
     assert "p=4, m=8" in title and "F=6 B=8 W=4 comm=0.2" in title and "memory limit 0.6" in title
 
 

@@ -418,16 +418,34 @@ def _box_traces(tl: _Columns, chunk: np.ndarray, panel: int, horizon: float, col
                 ),
                 "meta": {"kind": "pass", "op": op.value, "chunk": c, "panel": panel},
             }
-            if show_labels:
-                trace.update(texttemplate="%{customdata[1]}", textposition="inside",
-                             insidetextanchor="middle", textangle=0, constraintext="both",
-                             textfont={"color": _text_on(fill, text_color, light_text_color),
-                                       "size": label_size})
+            fits = _may_fit(end - start, tl.microbatch[sel], horizon, label_size) if show_labels else None
+            if show_labels and fits.any():
+                if fits.all():
+                    trace["texttemplate"] = "%{customdata[1]}"
+                else:  # boxes no screen could label get none (plotly then measures fewer texts)
+                    trace["text"] = [str(mb) if ok else "" for mb, ok in zip(tl.microbatch[sel].tolist(), fits)]
+                trace.update(textposition="inside", insidetextanchor="middle", textangle=0, constraintext="both",
+                             textfont={"color": _text_on(fill, text_color, light_text_color), "size": label_size})
             else:
                 trace["textposition"] = "none"
             out.append(trace)
             shown.add(name)
     return out
+
+
+#: The widest plot area (pixels) a label is assumed to get: boxes too narrow for their label
+#: even then carry none; the browser decides for the rest (see :func:`schedule_spec`).
+LABEL_MAX_PLOT_PX = 1800
+
+
+def _may_fit(durations: np.ndarray, microbatches: np.ndarray, horizon: float, label_size: int) -> np.ndarray:
+    """Whether each box could hold its label on the widest plot (a generous estimate: digits
+    0.56 em wide, plotly's 3 px padding on each side)."""
+    if horizon <= 0:
+        return np.zeros(len(durations), bool)
+    digits = np.floor(np.log10(np.maximum(microbatches, 1))) + 1
+    need = digits * 0.56 * label_size + 6
+    return durations / horizon * LABEL_MAX_PLOT_PX >= need
 
 
 def _shade(color: str, factor: float) -> str:

@@ -290,6 +290,7 @@ def schedule_spec(
     width: int | None = None,
     title: str | None = None,
     x_title: str = "time (cost units)",
+    label_width: int | None = None,
     overview: bool | None = None,
     overview_passes: int = OVERVIEW_PASSES,
     overview_columns: int = OVERVIEW_COLUMNS,
@@ -306,9 +307,12 @@ def schedule_spec(
         colors: fill colours per pass kind, one shade per chunk.
         idle_color: row background, visible wherever the device is idle.
         show_labels: write the microbatch number in each box. The label rule, the same in every
-            figure: a label is drawn at ``label_size`` points only if the whole label fits
-            inside its box (plotly's ``uniformtext`` with ``minsize`` equal to the font size,
-            so no label is ever shrunk, clipped or spilled); otherwise the box has none.
+            figure: a box gets its label, at ``label_size`` points, only if the whole label fits
+            inside it with 3 px to spare on each side at the figure's width (``width``, else
+            ``label_width``: the width the figure will be drawn at, which the explorer learns
+            from the browser; else any width up to :data:`LABEL_MAX_PLOT_PX`); plotly's
+            ``uniformtext`` (``minsize`` = font size) then hides any label that would still
+            have to shrink. Static exports re-apply the rule at their own width.
         text_color, light_text_color: label colour on light and on dark boxes.
         row_height: pixels per device row (default: 26, thinner for p > 15; the height follows).
         box_gap: fraction of a row left empty between rows.
@@ -351,8 +355,10 @@ def schedule_spec(
             data += _overview_traces(tl, chunk, panel, horizon, colors, idle_color, row_px,
                                      overview_columns, shown)
         else:
+            drawn = width or label_width
+            plot_px = max(drawn - 70, 1) if drawn else LABEL_MAX_PLOT_PX
             data += _box_traces(tl, chunk, panel, horizon, colors, idle_color, box_gap, show_labels,
-                                label_size, text_color, light_text_color, shown)
+                                label_size, text_color, light_text_color, shown, plot_px)
         layout[f"yaxis{'' if panel == 0 else panel + 1}"].update(
             tickmode="array", tickvals=list(range(p)), ticktext=[f"d{d}" for d in range(p)],
             range=[p - 0.5, -0.5], showgrid=False, zeroline=False, ticks="",
@@ -384,7 +390,7 @@ def _kind_name(op: Op, chunk: int, num_chunks: int) -> str:
 
 def _box_traces(tl: _Columns, chunk: np.ndarray, panel: int, horizon: float, colors, idle_color: str,
                 box_gap: float, show_labels: bool, label_size: int, text_color: str,
-                light_text_color: str, shown: set[str]) -> list[dict]:
+                light_text_color: str, shown: set[str], plot_px: float = 0.0) -> list[dict]:
     xa, ya = _axis_names(panel)
     p = tl.num_devices
     out = [{
@@ -418,7 +424,8 @@ def _box_traces(tl: _Columns, chunk: np.ndarray, panel: int, horizon: float, col
                 ),
                 "meta": {"kind": "pass", "op": op.value, "chunk": c, "panel": panel},
             }
-            fits = _may_fit(end - start, tl.microbatch[sel], horizon, label_size) if show_labels else None
+            fits = label_fits(end - start, tl.microbatch[sel], horizon * 1.005, label_size,
+                            plot_px or LABEL_MAX_PLOT_PX) if show_labels else None
             if show_labels and fits.any():
                 if fits.all():
                     trace["texttemplate"] = "%{customdata[1]}"
@@ -438,14 +445,22 @@ def _box_traces(tl: _Columns, chunk: np.ndarray, panel: int, horizon: float, col
 LABEL_MAX_PLOT_PX = 1800
 
 
-def _may_fit(durations: np.ndarray, microbatches: np.ndarray, horizon: float, label_size: int) -> np.ndarray:
-    """Whether each box could hold its label on the widest plot (a generous estimate: digits
-    0.56 em wide, plotly's 3 px padding on each side)."""
-    if horizon <= 0:
+#: Width of a digit in em in the fonts a browser picks for "Helvetica, Arial, sans-serif"
+#: (0.556 in Helvetica/Arial/Liberation Sans, 0.636 in DejaVu Sans): the larger.
+DIGIT_EM = 0.64
+
+
+def label_fits(durations: np.ndarray, microbatches: np.ndarray, span: float, label_size: int,
+               plot_px: float) -> np.ndarray:
+    """The label rule: whether each box (its duration, on an axis of ``span`` time units drawn
+    ``plot_px`` pixels wide) holds its microbatch label whole, with 3 px to spare each side."""
+    if span <= 0:
         return np.zeros(len(durations), bool)
-    digits = np.floor(np.log10(np.maximum(microbatches, 1))) + 1
-    need = digits * 0.56 * label_size + 6
-    return durations / horizon * LABEL_MAX_PLOT_PX >= need
+    digits = np.floor(np.log10(np.maximum(np.asarray(microbatches), 1))) + 1
+    need = digits * DIGIT_EM * label_size + 6
+    return np.asarray(durations) / span * plot_px >= need
+
+
 
 
 def _shade(color: str, factor: float) -> str:
@@ -1019,6 +1034,7 @@ def write_figures(items: Sequence[tuple[go.Figure, object]], *, scale: float = 2
             fig.write_html(path, include_plotlyjs=include_plotlyjs, full_html=True)
         else:
             static.append((fig, path, ext))
+    static = [(_static_labels(fig, fig.layout.width or 1100), path, ext) for fig, path, ext in static]
     if static:
         pio.write_images(
             [f for f, _, _ in static], [p for _, p, _ in static], format=[e for _, _, e in static],
@@ -1032,6 +1048,34 @@ def write_figures(items: Sequence[tuple[go.Figure, object]], *, scale: float = 2
     for _, path in items:
         log.info("wrote %s", path)
     return [path for _, path in items]
+
+
+def _static_labels(fig: go.Figure, width: int) -> go.Figure:
+    """The label rule (:func:`label_fits`) for a static image ``width`` pixels wide."""
+    boxes = [tr for tr in fig.data if (tr.meta or {}).get("kind") == "pass" and tr.textposition != "none"
+             and (tr.texttemplate or tr.text is not None)]
+    if not boxes:
+        return fig
+    fig = go.Figure(fig)
+    lay = fig.layout
+    margin = (lay.margin.l if lay.margin.l is not None else 80) + (lay.margin.r if lay.margin.r is not None else 80)
+    span = lay.xaxis.range[1] - lay.xaxis.range[0] if lay.xaxis.range else None
+    if not span:
+        return fig
+    for tr in fig.data:
+        if (tr.meta or {}).get("kind") != "pass" or tr.textposition == "none":
+            continue
+        size = (tr.textfont.size if tr.textfont and tr.textfont.size else LABEL_SIZE)
+        custom = np.asarray(tr.customdata)
+        mbs = custom[:, 1].astype(int)
+        fits = label_fits(np.asarray(tr.x, float), mbs, span, size, width - margin)
+        if tr.text is not None:
+            old = list(tr.text)
+            tr.text = [t if ok else "" for t, ok in zip(old, fits)]
+        else:
+            tr.text = [str(mb) if ok else "" for mb, ok in zip(mbs.tolist(), fits)]
+            tr.texttemplate = None
+    return fig
 
 
 def _stable_svg_ids(path: str) -> None:

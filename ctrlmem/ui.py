@@ -462,7 +462,9 @@ def jsonable(obj):
 def mime_bundle(spec: dict, label: str) -> dict:
     """A display_data bundle plotly's JupyterLab extension renders, from a figure dict."""
     fig_json = jsonable(spec)
-    fig_json["config"] = {"responsive": True, "displaylogo": False}
+    # not "responsive": plotly would size the height from a container sized by the plot, which
+    # collapsed plots to zero height when the window grew; the explorer's view follows the width
+    fig_json["config"] = {"responsive": False, "displaylogo": False}
     return {PLOTLY_MIME: fig_json, "text/plain": f"<{label}: {len(spec['data'])} traces>"}
 
 
@@ -578,7 +580,20 @@ export default {
       model.save_changes();
     }).catch(e => console.error("ctrlmem plot", e)); };
     model.on("change:seq", draw);
-    const resize = new ResizeObserver(() => gds.forEach(gd => { if (gd._fullLayout) Plotly.Plots.resize(gd); }));
+    // follow the width only: plotly's own autosize would also take the height from a container
+    // whose height is the plot's, and a plot could collapse to zero height when the window grows
+    let lastWidth = el.clientWidth;
+    model.set("width", lastWidth);  // the label rule needs the drawing's width (see Explorer)
+    model.save_changes();
+    const resize = new ResizeObserver(() => {
+      const width = el.clientWidth;
+      if (!width || Math.abs(width - lastWidth) < 2) return;
+      lastWidth = width;
+      model.set("width", width);
+      model.save_changes();
+      busy = busy.then(() => Promise.all(gds.map(gd => gd._fullLayout && gd.parentNode.style.display !== "none"
+        ? Plotly.relayout(gd, {width: gd.parentNode.clientWidth}) : null))).catch(e => console.error(e));
+    });
     resize.observe(el);
     draw();
     return () => { resize.disconnect(); gds.forEach(gd => Plotly.purge(gd)); };
@@ -611,6 +626,7 @@ def _plot_view_class():
         seq = traitlets.Int(0).tag(sync=True)
         drawn = traitlets.Dict().tag(sync=True)
         plotly_js = traitlets.Unicode("").tag(sync=True)
+        width = traitlets.Int(0).tag(sync=True)
 
         def show(self, figures: Sequence[dict | None]) -> None:
             with self.hold_sync():
@@ -760,6 +776,7 @@ class Explorer:
         try:
             self.plots = _plot_view_class()(names=["ctrlmem-diagram", "ctrlmem-memory"], plotly_js=_plotly_js())
             self.plots.observe(self._drawn, names="drawn")
+            self.plots.observe(self._width_changed, names="width")
             self.diagram_out = self.memory_out = None
             outputs = [self.plots]
         except (ImportError, OSError):  # no anywidget: JupyterLab's plotly renderer, in Output widgets
@@ -819,7 +836,7 @@ class Explorer:
             except ValueError as exc:
                 self.message.value = messages_html([f"Cannot compute: {_reason(exc)}"])
                 return self.view
-            view = compute(settings, style=self.style, cache=self.builds)
+            view = compute(settings, style=self._style(), cache=self.builds)
         except Exception as exc:  # an unexpected failure still shows a message, not a traceback
             log.exception("explorer update failed")
             self.message.value = messages_html([f"Unexpected error: {type(exc).__name__}: {exc}"])
@@ -861,6 +878,20 @@ class Explorer:
         self.timing.value = (f"<small style='color:#777'>computed in {self.view.seconds * 1e3:.0f} ms, "
                              f"sent in {self.last_render_seconds * 1e3:.0f} ms, drawn by the browser in "
                              f"{got.get('ms', 0):.0f} ms</small>")
+
+    def _width_changed(self, change) -> None:
+        """The drawing got wider or narrower: which labels fit changed, so redraw."""
+        old, new = change["old"] or 0, change["new"] or 0
+        if new and abs(new - old) > 0.04 * max(old, 1):
+            self.update()
+
+    def _style(self) -> dict:
+        """The figure style, with the label rule at the drawing's width when the browser told it."""
+        style = {k: dict(v) for k, v in self.style.items()}
+        width = self.plots.width if self.plots is not None else 0
+        if width:
+            style.setdefault("diagram", {}).setdefault("label_width", width)
+        return style
 
     def shown(self, which: str = "diagram") -> dict | None:
         """The figure JSON last sent to the browser: ``"diagram"`` or ``"memory"`` (None when

@@ -333,3 +333,30 @@ def test_pdf_export(tmp_path):
         pytest.skip("kaleido needs a Chromium")
     path = plot.write_figure(plot.schedule_figure(cm.simulate(cm.build("1f1b", 2, 3))), tmp_path / "x.pdf")
     assert open(path, "rb").read(5) == b"%PDF-"
+
+
+def test_static_exports_apply_the_label_rule_at_their_width():
+    """A PNG/SVG/PDF export keeps a box's label only if it fits with 3 px to spare on each side
+    at the export's width: at p=8, m=32 (F=6, B=8, W=4) 1F1B's long BW boxes keep theirs, the
+    short F boxes lose theirs; a wider export keeps more."""
+    fig = plot.schedule_figure(cm.simulate(cm.build("1f1b", 8, 32, costs=cm.Costs(6, 8, 4, 0)), cm.Costs(6, 8, 4, 0)))
+    before = fig.to_json()
+    kept = {}
+    for width in (1100, 3000):
+        out = plot._static_labels(fig, width)
+        px = (width - 70) / (out.layout.xaxis.range[1] - out.layout.xaxis.range[0])
+        n = 0
+        for tr in out.data:
+            if tr.meta["kind"] != "pass":
+                continue
+            for text, dur in zip(tr.text, tr.x):
+                if text:
+                    assert dur * px >= len(text) * plot.DIGIT_EM * plot.LABEL_SIZE + 6
+                    n += 1
+            if tr.meta["op"] == "F" and width == 1100:
+                assert not any(tr.text)
+            if tr.meta["op"] == "BW":
+                assert any(tr.text)
+        kept[width] = n
+    assert kept[3000] > kept[1100] > 0
+    assert fig.to_json() == before, "the figure itself is not changed"

@@ -383,3 +383,34 @@ def test_updating_state_is_set_during_compute(explorer, monkeypatch):
     monkeypatch.setattr(ui, "compute", spy)
     explorer.f.value = 1.5
     assert seen == [True] and "ctrlmem-updating" not in explorer.widget._dom_classes
+
+
+def test_labels_follow_the_width_the_browser_reports():
+    """The browser reports the drawing's width; the explorer redraws and keeps a box's label only
+    if it fits with 3 px to spare at that width (plot.label_fits), so a wider window shows more."""
+    e = ui.explorer(schedules=["1f1b"], num_devices=8, num_microbatches=32, f=6, b=8, w=4)
+
+    def labelled(fig):
+        n = 0
+        for tr in fig["data"]:
+            if tr["meta"]["kind"] != "pass" or tr.get("textposition") == "none":
+                continue
+            if "texttemplate" in tr:
+                n += len(decode(tr["y"]))
+            else:
+                n += sum(1 for t in tr["text"] if t)
+        return n
+
+    counts = {}
+    for width in (700, 1400, 2800):
+        e.plots.width = width
+        fig = e.shown("diagram")
+        span = fig["layout"]["xaxis"]["range"][1]
+        for tr in fig["data"]:
+            if tr["meta"]["kind"] == "pass" and "text" in tr:
+                dur = decode(tr["x"])
+                for text, d in zip(tr["text"], dur):
+                    assert bool(text) == bool(plot.label_fits([d], [int(text or 0)], span, plot.LABEL_SIZE,
+                                                              width - 70)[0]) or not text
+        counts[width] = labelled(fig)
+    assert counts[700] < counts[1400] <= counts[2800]

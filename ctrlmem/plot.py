@@ -518,6 +518,14 @@ def _overview_traces(tl: _Columns, chunk: np.ndarray, panel: int, horizon: float
         "meta": {"kind": "overview", "panel": panel,
                  "codes": [[_OPS[oi].value, c] for oi, c in kinds]},
     }]
+    if "idle" not in shown:
+        shown.add("idle")
+        out.append({
+            "type": "scatter", "xaxis": xa, "yaxis": ya, "x": [None], "y": [None], "mode": "markers",
+            "marker": {"symbol": "square", "size": 12, "color": idle_color}, "name": "idle",
+            "legendgroup": "idle", "showlegend": True, "hoverinfo": "skip",
+            "meta": {"kind": "legend", "op": None, "chunk": None, "panel": panel},
+        })
     for oi, c in kinds:
         name = _kind_name(_OPS[oi], c, v)
         if name in shown:
@@ -1030,7 +1038,11 @@ def write_figures(items: Sequence[tuple[go.Figure, object]], *, scale: float = 2
     static = []
     for fig, path in items:
         ext = _extension(path)
-        if ext == "html":
+        if ext == "html":  # drawn at a fixed width, so that the label rule holds as for images
+            width = fig.layout.width or 1100
+            fig = _static_labels(fig, width)
+            if fig.layout.width is None and any((tr.meta or {}).get("kind") == "pass" for tr in fig.data):
+                fig = go.Figure(fig).update_layout(width=width)
             fig.write_html(path, include_plotlyjs=include_plotlyjs, full_html=True)
         else:
             static.append((fig, path, ext))

@@ -308,7 +308,7 @@ def stats_html(stats: pd.DataFrame) -> str:
     if stats.empty:
         return "<i>no schedule to show</i>"
     shown = stats.copy()
-    shown["peak per device (a)"] = shown["peak per device (a)"].map(lambda v: ", ".join(plot.fmt_time(x) for x in v))
+    shown["peak per device (a)"] = shown["peak per device (a)"].map(_per_device)
     if shown["fits limit"].isna().all():
         shown = shown.drop(columns=["fits limit"])
     else:
@@ -317,6 +317,15 @@ def stats_html(stats: pd.DataFrame) -> str:
            "peak / 1F1B": plot.fmt_ratio, "speed-up over 1F1B": plot.fmt_ratio}
     return shown.to_html(index=False, formatters=fmt, float_format=plot.fmt_time, classes="ctrlmem-stats",
                          border=0)
+
+
+def _per_device(peaks: Sequence[float]) -> str:
+    """Every device's peak for small pipelines; the extremes (and where) for deep ones."""
+    if len(peaks) <= 8:
+        return ", ".join(plot.fmt_time(x) for x in peaks)
+    hi, lo = int(np.argmax(peaks)), int(np.argmin(peaks))
+    return (f"d0 {plot.fmt_time(peaks[0])} … d{len(peaks) - 1} {plot.fmt_time(peaks[-1])}; "
+            f"max {plot.fmt_time(peaks[hi])} (d{hi}), min {plot.fmt_time(peaks[lo])} (d{lo})")
 
 
 def messages_html(messages: Sequence[str]) -> str:
@@ -788,7 +797,8 @@ class Explorer:
             outputs = [self.diagram_out, self.memory_out]
         self._sent: list[dict | None] = [None, None]
         self.buttons = {kind: W.Button(description=f"export {kind.upper() if kind != 'csv' else 'torch CSV'}",
-                                       layout=W.Layout(width="130px")) for kind in EXPORT_KINDS}
+                                       layout=W.Layout(width="150px" if kind == "csv" else "120px"))
+                        for kind in EXPORT_KINDS}
         for kind, button in self.buttons.items():
             button.on_click(lambda _b, kind=kind: self._export_clicked(kind))
         self._inputs = [self.schedules, self.devices, self.microbatches, self.f, self.b, self.w,

@@ -414,3 +414,14 @@ def test_labels_follow_the_width_the_browser_reports():
                                                               width - 70)[0]) or not text
         counts[width] = labelled(fig)
     assert counts[700] < counts[1400] <= counts[2800]
+
+
+def test_stats_table_summarises_peaks_of_deep_pipelines():
+    """Up to 8 devices the table lists every device's peak; beyond, the first, the last and
+    where the extremes are (the View keeps every number)."""
+    deep = ui.compute(ui.Settings(schedules=("1f1b",), num_devices=12, num_microbatches=24))
+    text = ui.stats_html(deep.stats)
+    assert "d0 12 … d11 1; max 12 (d0), min 1 (d11)" in text
+    assert deep.stats["peak per device (a)"][0] == list(range(12, 0, -1))
+    small = ui.compute(ui.Settings(schedules=("1f1b",), num_devices=4, num_microbatches=8))
+    assert "4, 3, 2, 1" in ui.stats_html(small.stats)

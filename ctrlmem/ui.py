@@ -578,11 +578,26 @@ export default {
     const draw = () => { busy = busy.then(async () => {
       const seq = model.get("seq"), figs = model.get("figures");
       const t0 = performance.now();
+      // show "updating…" (and dim the plots) while the browser draws, not only while Python computes
+      const shell = el.closest(".ctrlmem-explorer");
+      if (shell) {
+        shell.classList.add("ctrlmem-updating");
+        await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));
+      }
+      try {
       for (let i = 0; i < gds.length; i++) {
         const f = figs[i];
         if (!f) { Plotly.purge(gds[i]); gds[i].parentNode.style.display = "none"; continue; }
         gds[i].parentNode.style.display = "";
         await Plotly.react(gds[i], f.data, f.layout, f.config || {});
+      }
+      } catch (e) {
+        console.error("ctrlmem plot", e);
+        model.set("drawn", {seq: seq, ms: performance.now() - t0, error: String(e)});
+        model.save_changes();
+        return;
+      } finally {
+        if (shell) shell.classList.remove("ctrlmem-updating");
       }
       await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));  // on screen
       model.set("drawn", {seq: seq, ms: performance.now() - t0});
@@ -885,6 +900,8 @@ class Explorer:
         got = change["new"] or {}
         if self.plots is None or got.get("seq") != self.plots.seq or self.view is None:
             return
+        if got.get("error"):
+            self.message.value = messages_html([f"The browser could not draw the plots: {got['error']}"])
         self.timing.value = (f"<small style='color:#777'>computed in {self.view.seconds * 1e3:.0f} ms, "
                              f"sent in {self.last_render_seconds * 1e3:.0f} ms, drawn by the browser in "
                              f"{got.get('ms', 0):.0f} ms</small>")

@@ -64,7 +64,7 @@ def python_side(names, repeats: int) -> None:
     explorer.close() if hasattr(explorer, "close") else None
 
 
-def end_to_end(names, repeats: int) -> None:
+def end_to_end(names, repeats: int, notebook: str | None = None) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import lab_browser as lb  # noqa: PLC0415
 
@@ -72,7 +72,7 @@ def end_to_end(names, repeats: int) -> None:
     if why:
         print(f"browser: skipped ({why})")
         return
-    nb = os.path.join(ROOT, "notebooks", "01_explore_schedules.ipynb")
+    nb = notebook or os.path.join(ROOT, "notebooks", "01_explore_schedules.ipynb")
     p0, m0 = SIZES[0]
     comm = iter(round(0.05 * k, 2) for k in range(1, 1000))  # every edit a new value
     with lb.lab_page(nb, schedules=list(names), num_devices=p0, num_microbatches=m0) as page:
@@ -99,6 +99,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--browser", action="store_true", help="also time updates end to end in JupyterLab")
     parser.add_argument("--browser-only", action="store_true", help="only the browser timings")
+    parser.add_argument("--notebook", default=None,
+                        help="explorer notebook to drive (default notebooks/01_explore_schedules.ipynb; "
+                             "an older copy to time an older ctrlmem on PYTHONPATH)")
     args = parser.parse_args()
     names = [n for n in args.schedules.split(",") if n]
     missing = [n for n in names if n not in SCHEDULES]
@@ -107,7 +110,7 @@ def main() -> None:
     if not args.browser_only:
         python_side(names, args.repeats)
     if args.browser or args.browser_only:
-        end_to_end(names, max(1, min(args.repeats, 3)))
+        end_to_end(names, max(1, min(args.repeats, 3)), args.notebook)
 
 
 if __name__ == "__main__":

@@ -216,7 +216,8 @@ def paper_figures(num_devices: int = 4) -> tuple[list[PaperFigure], list[str]]:
             "fig03_blocks",
             f"Fig. 3: building blocks of {', '.join(fig3)} ({p} devices, slots of one chunk pass)",
             lambda: _plot().schedule_figure(
-                [_plot().block_timelines(n, p, 10)[0] for n in fig3], width=1300)))
+                [_plot().block_timelines(n, p, 10)[0] for n in fig3], width=1300,
+                x_title=_plot().SLOTS_TITLE)))
     # Fig. 11: the same V-Half schedule squeezed without and with the warm-up/cool-down reorder.
     if _has_blocks("v-half", p):
         def fig11():
@@ -239,7 +240,9 @@ def paper_figures(num_devices: int = 4) -> tuple[list[PaperFigure], list[str]]:
 
         def make(name=name):
             tls = _plot().block_timelines(name, p, 8)
-            return _plot().schedule_figure([tls[0], tls[-1]], width=1300)
+            slots = _has_blocks(name, p)
+            return _plot().schedule_figure([tls[0], tls[-1]], width=1300,
+                                           x_title=_plot().SLOTS_TITLE if slots else "time (cost units)")
 
         figs.append(PaperFigure(f"fig18{letter}_{name}",
                                 f"Fig. 18({letter}) {name}: building block above the final schedule (m=8)",

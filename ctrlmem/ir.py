@@ -11,7 +11,10 @@ Notation (docs/architecture.md, docs/theory.md §1):
 The compact text form writes a pass as ``<stage><op><microbatch>`` with ctrlmem's letters, for
 example ``3F0`` or ``5BW2``; it is the form torch uses, but with our letters. Torch's letters
 differ (its ``I`` is our ``B``, its ``B`` is our ``BW``); :meth:`Schedule.to_torch_csv` and
-:meth:`Schedule.from_torch_csv` translate.
+:meth:`Schedule.from_torch_csv` translate. :meth:`Schedule.from_torch_csv` reads a file (torch's
+``_dump_csv`` form, which torchtitan also takes, compute-only or compute+comms),
+:meth:`Schedule.from_torch_csv_text` the CSV text itself, and :meth:`Schedule.load` a file in
+either form (CSV or text). Bad input is refused with a ``ValueError`` naming the line.
 """
 
 from __future__ import annotations
@@ -44,7 +47,6 @@ class Op(str, enum.Enum):
 _TORCH_LETTER = {Op.F: "F", Op.B: "I", Op.W: "W", Op.BW: "B"}
 _FROM_TORCH_LETTER = {v: k for k, v in _TORCH_LETTER.items()}
 _PASS_RE = re.compile(r"^(\d+)(BW|F|B|W)(\d+)$")
-_TORCH_RE = re.compile(r"^(\d+)([A-Za-z_]+)(\d+)$")
 
 
 class Pass(NamedTuple):

@@ -6,7 +6,10 @@ Every function takes data (a :class:`~ctrlmem.SimResult`, a :class:`~ctrlmem.Sch
 
 * :func:`schedule_figure`: one row per device, one box per pass at the simulator's start and end
   times, coloured by pass kind (F, B, W, BW) and shaded by chunk, microbatch number in the box
-  when it fits, idle time in grey; several schedules stacked on one shared time axis.
+  when it fits (:func:`label_fits`, the same rule in every view and export), idle time in grey;
+  several schedules stacked on one shared time axis. Above :data:`OVERVIEW_PASSES` passes a
+  panel is drawn as a raster overview (one heatmap, a column per time interval, with hover),
+  which keeps a p = 32, m = 256 figure to a few hundred kB and fast to draw.
 * :func:`memory_figure`: activation memory of every device over time (units of ``a``), with the
   schedule's theoretical peak and 1F1B's peak as reference lines.
 * :func:`block_figure` / :func:`lifespan_figure`: the paper's building-block views (Fig. 1, 3,
@@ -224,6 +227,8 @@ def schedule_figure(items: Item | Sequence[Item], **style) -> go.Figure:
     return go.Figure(schedule_spec(items, **style))
 
 
+#: Time axis title of views timed in the paper's slots (building blocks and their steps).
+SLOTS_TITLE = "time (slots: one pass over one chunk)"
 #: Font size of the labels inside boxes, and the smallest size a label may be drawn at: a
 #: label is shown at this size if it fits inside its box, else not at all (the label rule).
 LABEL_SIZE = 10
@@ -828,6 +833,11 @@ def block_figure(name: str, num_devices: int, num_microbatches: int, *,
     tls = block_timelines(name, num_devices, num_microbatches, costs)
     if steps is not None:
         tls = [tls[i] for i in steps]
+    try:
+        in_slots = paper_block(name, num_devices, num_microbatches) is not None
+    except ValueError:
+        in_slots = False
+    style.setdefault("x_title", SLOTS_TITLE if in_slots else "time (cost units)")
     return schedule_figure(tls, **style)
 
 

@@ -83,6 +83,7 @@ def test_explorer_in_jupyterlab_redraws_fast_with_labels_inside_their_boxes(tmp_
             cmd = page.locator(".ctrlmem-command input").input_value()
             assert cmd.startswith("ctrlmem draw 1f1b --compare v-half -p 8 -m 32 --costs 6,8,4,0")
             _shot(page, "explorer_p8_m32.png")
+            page.locator(".ctrlmem-diagram").screenshot(path=os.path.join(SHOT_DIR, "explorer_p8_m32_diagram.png"))
 
             # a real size: p=32, m=256 becomes a raster overview, still redrawn
             times["p=32"] = lb.timed_change(page, lb.set_slider(32, "p (devices)"), expect_tick="d31")
@@ -92,6 +93,7 @@ def test_explorer_in_jupyterlab_redraws_fast_with_labels_inside_their_boxes(tmp_
             assert page.locator(".ctrlmem-diagram .js-plotly-plot").bounding_box()["height"] > 300
             assert page.locator(".ctrlmem-memory .js-plotly-plot").bounding_box()["height"] > 300
             _shot(page, "explorer_p32_m256.png")
+            page.locator(".ctrlmem-memory").screenshot(path=os.path.join(SHOT_DIR, "explorer_p32_m256_memory.png"))
             # the window grows: both plots keep their height and follow the width
             before = page.locator(".ctrlmem-diagram .js-plotly-plot").bounding_box()
             page.set_viewport_size({"width": 1900, "height": 1700})

@@ -360,3 +360,16 @@ def test_static_exports_apply_the_label_rule_at_their_width():
         kept[width] = n
     assert kept[3000] > kept[1100] > 0
     assert fig.to_json() == before, "the figure itself is not changed"
+
+
+def test_time_axis_names_its_unit():
+    """Simulated schedules are in cost units; the paper's building blocks and their steps in slots
+    (one pass over one chunk), as their titles say."""
+    fig = plot.schedule_figure(cm.simulate(cm.build("1f1b", 2, 3)))
+    assert fig.layout.xaxis.title.text == "time (cost units)"
+    if plot.paper_block("v-half", 4) is None:
+        pytest.skip("no paper blocks")
+    blocks = plot.block_figure("v-half", 4, 8)
+    last = [k for k in blocks.layout.to_plotly_json() if k.startswith("xaxis")][-1]
+    assert blocks.layout[last].title.text == plot.SLOTS_TITLE
+    assert any("slots" in a.text for a in blocks.layout.annotations)

@@ -667,6 +667,50 @@ def _plotly_js() -> str:
     return (files("plotly") / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
 
 
+_COPY_ESM = r"""
+export default {
+  render({ model, el }) {
+    const button = document.createElement("button");
+    button.className = "jupyter-button widget-button ctrlmem-copy";
+    button.textContent = "copy";
+    button.title = "copy the command to the clipboard";
+    button.addEventListener("click", async () => {
+      const text = model.get("text");
+      try {
+        await navigator.clipboard.writeText(text);
+      } catch (e) {  // no clipboard API (an insecure origin): copy through a selected text area
+        const area = document.createElement("textarea");
+        area.value = text; document.body.appendChild(area); area.select();
+        document.execCommand("copy"); area.remove();
+      }
+      button.textContent = "copied";
+      setTimeout(() => { button.textContent = "copy"; }, 1500);
+      model.set("copies", model.get("copies") + 1); model.save_changes();
+    });
+    el.appendChild(button);
+  }
+};
+"""
+
+
+def _copy_button(text_widget):
+    """A button that copies ``text_widget.value`` to the clipboard (an anywidget), or None."""
+    try:
+        import anywidget  # noqa: PLC0415
+        import traitlets  # noqa: PLC0415
+    except ImportError:
+        return None
+
+    class CopyButton(anywidget.AnyWidget):
+        _esm = _COPY_ESM
+        text = traitlets.Unicode("").tag(sync=True)
+        copies = traitlets.Int(0).tag(sync=True)
+
+    button = CopyButton(text=text_widget.value)
+    text_widget.observe(lambda change: setattr(button, "text", change["new"]), names="value")
+    return button
+
+
 _CSS = """<style>
 .ctrlmem-explorer .ctrlmem-busy-note { display: none; }
 .ctrlmem-explorer.ctrlmem-updating .ctrlmem-busy-note { display: inline-block; color: #8a5a00; font-weight: bold; }
@@ -793,8 +837,9 @@ class Explorer:
         self.verdict.add_class("ctrlmem-verdict")
         self.stats_out = W.HTML()
         self.formulas = W.HTML()
-        self.command = W.Text(description="as a command", layout=W.Layout(width="100%"), **label)
+        self.command = W.Text(description="as a command", layout=W.Layout(width="90%"), **label)
         self.command.add_class("ctrlmem-command")
+        self.copy_command = _copy_button(self.command)
         self.timing = W.HTML()
         self.timing.add_class("ctrlmem-timing")
         try:
@@ -831,7 +876,8 @@ class Explorer:
             W.HBox(list(self.buttons.values())),
         ])
         self.widget = W.VBox([controls, self.message, self.verdict, self.stats_out, self.formulas,
-                              self.command, W.HBox([self.timing, busy]), *outputs])
+                              W.HBox([self.command] + ([self.copy_command] if self.copy_command else [])),
+                              W.HBox([self.timing, busy]), *outputs])
         self.widget.add_class("ctrlmem-explorer")
         self.view: View | None = None
         self.update()

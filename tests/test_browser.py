@@ -82,6 +82,9 @@ def test_explorer_in_jupyterlab_redraws_fast_with_labels_inside_their_boxes(tmp_
             assert "W+2B" in page.locator(".ctrlmem-formula").inner_text()
             cmd = page.locator(".ctrlmem-command input").input_value()
             assert cmd.startswith("ctrlmem draw 1f1b --compare v-half -p 8 -m 32 --costs 6,8,4,0")
+            page.click(".ctrlmem-copy")  # "copy as command" puts exactly that line on the clipboard
+            page.wait_for_selector(".ctrlmem-copy:text-is('copied')", timeout=10_000)
+            assert page.evaluate("() => navigator.clipboard.readText()") == cmd
             _shot(page, "explorer_p8_m32.png")
             page.locator(".ctrlmem-diagram").screenshot(path=os.path.join(SHOT_DIR, "explorer_p8_m32_diagram.png"))
 

@@ -425,3 +425,10 @@ def test_stats_table_summarises_peaks_of_deep_pipelines():
     assert deep.stats["peak per device (a)"][0] == list(range(12, 0, -1))
     small = ui.compute(ui.Settings(schedules=("1f1b",), num_devices=4, num_microbatches=8))
     assert "4, 3, 2, 1" in ui.stats_html(small.stats)
+
+
+def test_copy_button_carries_the_current_command(explorer):
+    assert explorer.copy_command is not None and explorer.copy_command.text == explorer.command.value
+    explorer.microbatches.value = 12
+    assert "-m 12" in explorer.copy_command.text and explorer.copy_command.text == explorer.command.value
+    assert "navigator.clipboard.writeText" in explorer.copy_command._esm

@@ -23,7 +23,7 @@ import logging
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Sequence
 
 import numpy as np
@@ -533,8 +533,10 @@ def save_view(view: View, out_dir: str | os.PathLike) -> str:
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(str(out_dir), "explore.json")
     stats = view.stats.astype(object).where(view.stats.notna(), None)
+    settings = {f.name: getattr(view.settings, f.name) for f in fields(view.settings)}
+    settings["loaded"] = [{"name": s.name, "text": s.to_text()} for s in view.settings.loaded]
     with open(path, "w", encoding="utf-8") as fh:
-        json.dump({"settings": asdict(view.settings), "stats": stats.to_dict(orient="records"),
+        json.dump({"settings": settings, "stats": stats.to_dict(orient="records"),
                    "messages": view.messages}, fh, indent=2)
     return path
 

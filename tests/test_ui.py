@@ -432,3 +432,16 @@ def test_copy_button_carries_the_current_command(explorer):
     explorer.microbatches.value = 12
     assert "-m 12" in explorer.copy_command.text and explorer.copy_command.text == explorer.command.value
     assert "navigator.clipboard.writeText" in explorer.copy_command._esm
+
+
+def test_save_records_settings_with_loaded_schedules(explorer, tmp_path):
+    import json
+
+    path = tmp_path / "t.csv"
+    path.write_text("0F0,0I0,0W0\n1F0,1I0,1W0\n")
+    explorer.load(str(path))
+    saved = json.loads(open(explorer.save(tmp_path / "out")).read())
+    assert saved["settings"]["num_devices"] == 2 and saved["settings"]["loaded"][0]["name"] == "t"
+    assert cm.Schedule.from_text(saved["settings"]["loaded"][0]["text"]).device_passes == \
+        cm.Schedule.from_torch_csv(path).device_passes
+    assert [r["schedule"] for r in saved["stats"]] == ["1f1b", "zb-v", "t (file)"]

@@ -345,7 +345,7 @@ def schedule_spec(
     if overview is None:
         overview = sum(len(t.start) for t in timelines) > overview_passes
     row_px = row_height or _row_height(max(t.num_devices for t in timelines))
-    top = 70 if title else 34
+    top = 60 if title else 34
     layout, height = _stacked_layout([t.num_devices * row_px for t in timelines],
                                      [t.title for t in timelines], gap_px=44, top_px=top, bottom_px=50)
     horizon = max(t.makespan for t in timelines)
@@ -637,7 +637,7 @@ def memory_spec(
         titles = [f"{r.schedule.name}: peak {fmt_time(max(r.peak_memory))} a "
                   f"({fmt_ratio(max(r.peak_memory) / reference_peak)} of 1F1B)" if reference_peak else
                   r.schedule.name for r in results]
-    top = 70 if title else 34
+    top = 60 if title else 34
     layout, height = _stacked_layout([panel_height] * n, list(titles), gap_px=44, top_px=top,
                                      bottom_px=50)
     data: list[dict] = []

@@ -8,11 +8,11 @@ module replaces these ids with ones derived from the figure's content (traces wi
 get ``t0``, ``t1``, ... on a copy; the caller's figure is not changed), so regeneration from
 unchanged inputs is byte-identical (PNG bytes from kaleido's Chromium are already stable).
 
-API (used by :mod:`ctrlmem.memory_curves` and :mod:`ctrlmem.reproduce`; any figure writer of the
-package can call it):
+API (every figure file of the package is written here: :mod:`ctrlmem.plot` (``draw``, ``figures``, the
+explorer's export) after applying its label rule, :mod:`ctrlmem.memory_curves`, :mod:`ctrlmem.reproduce`):
 
 * :func:`write_figures` ``(items, *, scale=2.0, include_plotlyjs=True) -> list[str]`` — write each
-  ``(figure, path)``; the format comes from the extension (``.html``, ``.png``, ``.svg``); all
+  ``(figure, path)``; the format comes from the extension (``.html``, ``.png``, ``.svg``, ``.pdf``); all
   static images go through one kaleido session; returns the paths as strings.
 * :func:`write_figure` ``(fig, path, **kw) -> str`` — one figure.
 * :func:`figure_html` ``(fig, include_plotlyjs=True, full_html=True) -> str`` — the HTML text
@@ -37,13 +37,13 @@ __all__ = ["write_figures", "write_figure", "figure_html", "stable_div_id", "sta
 
 log = logging.getLogger(__name__)
 
-_FORMATS = ("html", "png", "svg")
+_FORMATS = ("html", "png", "svg", "pdf")
 
 
 def _extension(path: str) -> str:
     ext = path.rsplit(".", 1)[-1].lower() if "." in os.path.basename(path) else ""
     if ext not in _FORMATS:
-        raise ValueError(f"cannot write {path!r}: the file name must end in .html, .png or .svg")
+        raise ValueError(f"cannot write {path!r}: the file name must end in .html, .png, .svg or .pdf")
     return ext
 
 

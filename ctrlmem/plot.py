@@ -22,17 +22,13 @@ Units follow time in the units of :class:`~ctrlmem.Costs`, memory in ``a``.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
-import os
-import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence, Union
 
 import numpy as np
 import plotly.graph_objects as go
-import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from .costs import Costs, MemoryModel
@@ -1032,44 +1028,25 @@ def pareto_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVICE_COLO
 
 # -- export ------------------------------------------------------------------------------------
 
-def _extension(path: str) -> str:
-    ext = path.rsplit(".", 1)[-1].lower() if "." in os.path.basename(path) else ""
-    if ext not in ("html", "png", "svg", "pdf"):
-        raise ValueError(f"cannot write {path!r}: the file name must end in .html, .png, .svg or .pdf")
-    return ext
-
-
 def write_figures(items: Sequence[tuple[go.Figure, object]], *, scale: float = 2.0,
                   include_plotlyjs: bool | str = True) -> list[str]:
     """Write each ``(figure, path)`` by extension: ``.html`` (plotly.js embedded, works
     offline), ``.png``, ``.svg`` or ``.pdf`` (kaleido, which drives a Chromium: Debian's
-    ``chromium`` works). All static images go through one kaleido session. Returns the paths."""
-    items = [(fig, str(path)) for fig, path in items]
-    static = []
+    ``chromium`` works). Schedule diagrams are drawn at a fixed width (1100 px unless the figure
+    sets one) with the label rule applied for that width; the files themselves are written by
+    :func:`ctrlmem.figio.write_figures` (one kaleido session, byte-identical on regeneration).
+    Returns the paths."""
+    from .figio import write_figures as write_files
+
+    prepared = []
     for fig, path in items:
-        ext = _extension(path)
-        if ext == "html":  # drawn at a fixed width, so that the label rule holds as for images
-            width = fig.layout.width or 1100
-            fig = _static_labels(fig, width)
-            if fig.layout.width is None and any((tr.meta or {}).get("kind") == "pass" for tr in fig.data):
-                fig = go.Figure(fig).update_layout(width=width)
-            fig.write_html(path, include_plotlyjs=include_plotlyjs, full_html=True)
-        else:
-            static.append((fig, path, ext))
-    static = [(_static_labels(fig, fig.layout.width or 1100), path, ext) for fig, path, ext in static]
-    if static:
-        pio.write_images(
-            [f for f, _, _ in static], [p for _, p, _ in static], format=[e for _, _, e in static],
-            scale=[scale if e == "png" else 1 for _, _, e in static],
-            width=[f.layout.width or 1100 for f, _, _ in static],
-            height=[f.layout.height or 500 for f, _, _ in static],
-        )
-    for _, path, ext in static:
-        if ext == "svg":
-            _stable_svg_ids(path)
-    for _, path in items:
-        log.info("wrote %s", path)
-    return [path for _, path in items]
+        width = fig.layout.width or 1100
+        fig = _static_labels(fig, width)
+        if (str(path).lower().endswith(".html") and fig.layout.width is None
+                and any((tr.meta or {}).get("kind") == "pass" for tr in fig.data)):
+            fig = go.Figure(fig).update_layout(width=width)
+        prepared.append((fig, path))
+    return write_files(prepared, scale=scale, include_plotlyjs=include_plotlyjs)
 
 
 def _static_labels(fig: go.Figure, width: int) -> go.Figure:
@@ -1098,20 +1075,6 @@ def _static_labels(fig: go.Figure, width: int) -> go.Figure:
             tr.text = [str(mb) if ok else "" for mb, ok in zip(mbs.tolist(), fits)]
             tr.texttemplate = None
     return fig
-
-
-def _stable_svg_ids(path: str) -> None:
-    """Replace plotly's random per-figure id in an SVG by one derived from its content, so
-    regenerating an unchanged figure leaves the file byte-identical (no churn in git)."""
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    match = re.search(r'id="defs-([0-9a-f]{6})"', text)
-    if not match:
-        return
-    uid = match.group(1)
-    stable = hashlib.sha1(text.replace(uid, "").encode()).hexdigest()[:6]
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text.replace(uid, stable))
 
 
 def write_figure(fig: go.Figure, path, *, scale: float = 2.0, include_plotlyjs: bool | str = True) -> str:

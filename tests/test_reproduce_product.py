@@ -109,8 +109,9 @@ def test_figio_rejects_unknown_extension(tmp_path):
 
     from ctrlmem import figio
 
-    with pytest.raises(ValueError, match=r"\.html, \.png or \.svg"):
-        figio.write_figure(go.Figure(), tmp_path / "x.pdf")
+    with pytest.raises(ValueError, match=r"\.html, \.png, \.svg or \.pdf"):
+        figio.write_figure(go.Figure(), tmp_path / "x.jpg")
+    assert not (tmp_path / "x.jpg").exists()
 
 
 # -- gpu-replay ------------------------------------------------------------------------------

@@ -109,3 +109,11 @@ def test_pareto_view_plots_each_schedule_at_its_simulated_point():
         assert mem == max(r.peak_memory) / max(ref.peak_memory)
         assert speedup == ref.makespan / r.makespan
     assert set(points) == {"1f1b", "zb-h1", "zb-h2"}
+
+
+def test_draw_html_regenerates_byte_identical(tmp_path):
+    """Drawing the same schedule twice gives the same bytes (no random div or trace ids)."""
+    a, b = tmp_path / "a.html", tmp_path / "b.html"
+    assert main(["draw", "v-half", "-p", "4", "-m", "8", "--costs", "6,8,4,0.2", "-o", str(a)]) == 0
+    assert main(["draw", "v-half", "-p", "4", "-m", "8", "--costs", "6,8,4,0.2", "-o", str(b)]) == 0
+    assert a.read_bytes() == b.read_bytes()

@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import signal
 import sys
 from typing import Callable, Sequence
 
 from . import MemoryModel, ScheduleError, build, simulate
-from .args import CliError, add_schedule_arguments, schedule_from_args
+from .args import CliError, Terminated, add_schedule_arguments, os_error_message, schedule_from_args
 from .schedules import SCHEDULES
 
 __all__ = ["main", "make_parser", "COMMAND_MODULES"]
@@ -121,13 +122,26 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _raise_terminated(signum, frame) -> None:
+    # the first SIGTERM/SIGHUP stops the command; while it cleans up (ending the processes it
+    # started), further ones are ignored so the clean-up is not cut short
+    signal.signal(signum, signal.SIG_IGN)
+    raise Terminated(signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            previous[sig] = signal.signal(sig, _raise_terminated)
+        except ValueError:  # not the main thread (main() called from a worker thread)
+            pass
     try:
         return func(args) or 0
-    except (CliError, ScheduleError, ValueError, KeyError, FileNotFoundError, IsADirectoryError) as exc:
+    except (CliError, ScheduleError, ValueError, KeyError, TypeError) as exc:
         msg = exc.args[0] if exc.args else str(exc)
         if isinstance(exc, ScheduleError):
             msg = exc.reason
@@ -136,6 +150,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        print(f"ctrlmem {args.command}: error: {os_error_message(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"ctrlmem {args.command}: interrupted (SIGINT); everything it started has been stopped",
+              file=sys.stderr)
+        return 130
+    except Terminated as exc:
+        name = signal.Signals(exc.signum).name
+        print(f"ctrlmem {args.command}: terminated ({name}); everything it started has been stopped",
+              file=sys.stderr)
+        return 128 + exc.signum
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,10 @@ def add_schedule_arguments(parser: argparse.ArgumentParser, name: bool = True) -
         "--param", action="append", default=[], metavar="KEY=VALUE",
         help="extra generator parameter, e.g. --param num_chunks=4 (repeatable)",
     )
+    parser.add_argument(
+        "--allow-large", action="store_true",
+        help="build schedules of more than 2,000,000 passes (refused by default: slow, several GB)",
+    )
 
 
 def parse_params(items: Sequence[str]) -> dict[str, object]:
@@ -98,6 +102,7 @@ def schedule_from_args(args: argparse.Namespace, name: str | None = None):
         args.microbatches,
         costs=costs,
         memory_limit=args.memory_limit,
+        allow_large=getattr(args, "allow_large", False),
         **parse_params(args.param),
     )
     return schedule, costs

@@ -46,7 +46,7 @@ def cli(args, cwd, timeout=60, files=None, env=None):
 def clean_cli(res, want_rc=2, needle=None):
     rc, out, err = res
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    ok = rc == want_rc and len(lines) == 1 and "Traceback" not in err
+    ok = rc == want_rc and len(lines) == (1 if want_rc else 0) and "Traceback" not in err
     if needle:
         ok = ok and needle.lower() in err.lower()
     return ok, f"rc={rc} err={err.strip()[-300:]!r}"
@@ -185,7 +185,8 @@ def probes(tmp: Path, faults: bool):
                                                 accept=True))
     add("simulate costs tuple", lambda: api(lambda: cm.simulate(s, (1, 1, 1, 0)), needle="costs", accept=True))
     add("simulate costs string", lambda: api(lambda: cm.simulate(s, "1,1,1,0"), needle="costs", accept=True))
-    add("simulate costs dict", lambda: api(lambda: cm.simulate(s, {"f": 1}), needle="costs"))
+    add("simulate costs dict", lambda: api(lambda: cm.simulate(s, {"f": 1}), needle="costs", accept=True))
+    add("simulate costs object", lambda: api(lambda: cm.simulate(s, object()), needle="costs"))
     add("simulate memory str", lambda: api(lambda: cm.simulate(s, None, "x"), needle="memory"))
     add("simulate None schedule", lambda: api(lambda: cm.simulate(None), needle="schedule"))
     add("validate(None)", lambda: api(lambda: cm.validate(None), needle="schedule"))

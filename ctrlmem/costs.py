@@ -137,8 +137,6 @@ class Costs:
         for name, raw in zip(names, parts):
             try:
                 values[name] = float(raw)
-                if math.isnan(values[name]) or math.isinf(values[name]):
-                    raise ValueError
             except ValueError:
                 raise ValueError(f"costs: {name} must be a number, got {raw!r} in {text!r}") from None
         return cls(**values)

@@ -56,7 +56,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(include_passes=args.passes)))
         return 0
-    one = simulate(build("1f1b", schedule.num_devices, schedule.num_microbatches), costs, memory)
+    one = simulate(build("1f1b", schedule.num_devices, schedule.num_microbatches, allow_large=args.allow_large),
+                   costs, memory)
     ref = max(one.peak_memory)
     print(f"{schedule.name}: p={schedule.num_devices} m={schedule.num_microbatches} "
           f"stages={schedule.num_stages} ({schedule.placement.kind}) costs={args.costs}")

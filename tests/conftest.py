@@ -27,30 +27,35 @@ _EXPECTED = (".venv", ".git", "__pycache__", ".pytest_cache", ".hypothesis", ".i
 
 
 def checkout_state(root: str = ROOT) -> set[str] | None:
-    """``git status --porcelain --ignored`` lines plus every file (path, size, mtime) outside the
-    expected folders, so a write inside an already-ignored folder counts too. ``None`` outside
-    a git checkout."""
+    """What the tests could have written: ``git status --porcelain --ignored`` lines for
+    untracked and ignored paths, plus every untracked file (path, size, mtime) outside the
+    expected folders, so a write inside an already-ignored folder counts too. (Tracked files are
+    left to ``git diff``: editing the sources while the tests run is no fault of the tests.)
+    ``None`` outside a git checkout."""
     import subprocess
 
     try:
         proc = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=root, capture_output=True,
                               text=True, timeout=60)
+        tracked = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if proc.returncode != 0:
+    if proc.returncode != 0 or tracked.returncode != 0:
         return None
-    state = {ln for ln in proc.stdout.splitlines() if not any(part in ln for part in _EXPECTED)}
+    known = set(tracked.stdout.split("\0"))
+    state = {ln for ln in proc.stdout.splitlines()
+             if ln[:2] in ("??", "!!") and not any(part in ln for part in _EXPECTED)}
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d not in _EXPECTED]
         for name in filenames:
-            if name.endswith((".pyc",)):
+            rel = os.path.relpath(os.path.join(dirpath, name), root)
+            if rel in known or name.endswith(".pyc"):
                 continue
-            path = os.path.join(dirpath, name)
             try:
-                st = os.stat(path)
+                st = os.stat(os.path.join(dirpath, name))
             except OSError:
                 continue
-            state.add(f"file {os.path.relpath(path, root)} {st.st_size} {st.st_mtime_ns}")
+            state.add(f"file {rel} {st.st_size} {st.st_mtime_ns}")
     return state
 
 

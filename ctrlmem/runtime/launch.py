@@ -341,9 +341,12 @@ def culprit(errors: list[dict], failures: list[dict]) -> str | None:
     consequences, so it comes first. Otherwise the rank that failed or hung inside a pass comes
     before one that was waiting for communication; then the earliest."""
     reporting = {e.get("rank") for e in errors}
-    killed = [f for f in failures if f["signal"] and f["signal"] != "SIGTERM" and f["rank"] not in reporting]
-    if killed:
-        first = sorted(killed, key=lambda f: (not f["root_cause"], f["rank"]))[0]
+    killed = sorted((f for f in failures if f["signal"] and f["signal"] != "SIGTERM" and f["rank"] not in reporting),
+                    key=lambda f: (not f["root_cause"], f["rank"]))
+    # torchrun's root cause first; a rank it killed late (SIGKILL after SIGTERM) does not hide a
+    # rank that failed inside a pass
+    if killed and (killed[0]["root_cause"] or not any(e.get("in_pass") for e in errors)):
+        first = killed[0]
         return f"rank {first['rank']} was killed by {first['signal']} (exit code {first['exitcode']})"
     if errors:
         first = min(errors, key=lambda e: (not e.get("in_pass"), e.get("time", 0.0), e.get("rank", 0)))

@@ -324,6 +324,18 @@ def test_sigkill_of_one_rank_names_that_rank(tmp_path):
     assert res["status"] == "failed" and res["failure"].startswith("rank 1 was killed by SIGKILL")
 
 
+@pytest.mark.slow
+def test_sigkill_of_ctrlmem_run_takes_torchrun_and_workers_down(tmp_path):
+    """`kill -9` of the launcher: torchrun gets SIGTERM from the kernel and stops its workers."""
+    token = f"run-launcher-kill-{os.getpid()}"
+    proc = ctrlmem(*RUN_ARGS, cwd=tmp_path, token=token)
+    wait_for(lambda: alive_with(token, RANK="1"), 90, "rank 1 to start")
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=10)
+    assert_nothing_left(token, grace=30.0)
+    assert not (tmp_path / "o" / "result.json").exists() or _result(tmp_path)["status"] != "ok"
+
+
 # ---------------------------------------------------------------- ctrlmem sweep (slow, papermill)
 
 
@@ -376,6 +388,8 @@ def test_sweep_killed_then_rerun_stops_the_orphans_and_loses_nothing(tmp_path):
     proc = _hanging_sweep(cwd, token)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=10)
+    # papermill gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and its kernel follows it
+    assert_nothing_left(token, grace=20.0)
     # the rerun (another token) finds what the dead sweep left, stops it, and redoes only x=1
     (cwd / "hang").unlink()
     token2 = token + "-rerun"

@@ -12,14 +12,16 @@ and ends all of them even after their parents died and they were re-parented. Ta
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import uuid
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
-__all__ = ["TAG_ENV", "new_tag", "start", "tagged", "kill_tree", "kill_tagged", "pid_alive"]
+__all__ = ["TAG_ENV", "new_tag", "start", "tagged", "kill_tree", "kill_tagged", "pid_alive", "no_interrupts"]
 
 TAG_ENV = "CTRLMEM_PROCESS_TAG"
 
@@ -132,6 +134,23 @@ def kill_tree(root: subprocess.Popen | None, tag: str | None, grace_s: float = 5
             root.kill()
             root.wait()
     return sorted(procs)
+
+
+@contextlib.contextmanager
+def no_interrupts() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM while the block runs (a clean-up that a second Ctrl-C must not cut
+    short); a no-op outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in old:
+        signal.signal(s, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
 def kill_tagged(tag: str, grace_s: float = 5.0) -> list[int]:

@@ -361,9 +361,9 @@ def test_sweep_signal_ends_cleanly_keeps_finished_records(tmp_path, sig, code, w
     proc.send_signal(sig)
     rc, out, err, elapsed = finish(proc, 30)
     assert rc == code, err
-    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(f"ctrlmem sweep: terminated ({word})"
-                                                                              if word == "SIGTERM" else
-                                                                              "ctrlmem sweep: interrupted (SIGINT)")
+    lines = err.strip().splitlines()
+    want = "ctrlmem sweep: terminated (SIGTERM)" if word == "SIGTERM" else "ctrlmem sweep: interrupted (SIGINT)"
+    assert "Traceback" not in err and len(lines) == 1 and lines[0].startswith(want), err
     assert_nothing_left(token, grace=1.0)
     records = _records(cwd)
     assert set(records) == {0} and records[0]["status"] == "ok"

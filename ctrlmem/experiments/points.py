@@ -231,7 +231,8 @@ def real_run_point(schedule: str, p: int, m: int, backend: str, launcher: str, q
             raise RuntimeError(f"`ctrlmem {' '.join(cmd[3:])}` overran its timeout of {timeout_s + 60:g} s and was "
                                f"stopped") from None
         finally:
-            proctree.kill_tree(proc, tag)
+            with proctree.no_interrupts():
+                proctree.kill_tree(proc, tag)
         if proc.returncode != 0:
             err = (stderr or "").strip().splitlines()
             raise RuntimeError(f"`ctrlmem {' '.join(cmd[3:])}` failed (status {proc.returncode}): "

@@ -108,7 +108,8 @@ def execute_with_papermill(notebook: Path, executed: Path, params: Mapping[str, 
         return RunOutcome("failed", error=f"timeout: the run exceeded timeout_s={timeout_s:g} s; it and every "
                                           f"process it started were stopped")
     finally:  # normal end, or interrupted (Ctrl-C, SIGTERM): nothing it started outlives it
-        proctree.kill_tree(proc, tag)
+        with proctree.no_interrupts():
+            proctree.kill_tree(proc, tag)
     if proc.returncode != 0:
         error = _notebook_error(executed)
         if error is None:

@@ -241,7 +241,8 @@ def run_many(configs: list[RunConfig]) -> list[dict]:
         except BaseException as exc:  # KeyboardInterrupt, or SIGTERM turned into an exception
             interrupted = exc
         finally:
-            proctree.kill_tree(proc, tag)
+            with proctree.no_interrupts():
+                proctree.kill_tree(proc, tag)
             if rc is None:
                 rc = proc.returncode
     elapsed = time.monotonic() - t0

@@ -201,7 +201,7 @@ def test_sweep_waits_for_the_lock_with_wait(tmp_path):
 
     threading.Timer(1.0, lock.release).start()
     t0 = time.monotonic()
-    summary = ex.run_sweep(cfg, results_dir=results, build_dir=tmp_path / "b", check=False, wait=30,
+    summary = ex.run_sweep(cfg, results_dir=results, build_dir=tmp_path / "b", check=False, lock_wait=30,
                            executor=lambda *a: ex.RunOutcome("ok", result={"v": 1}), on_message=messages.append)
     assert time.monotonic() - t0 >= 0.9
     assert summary.count("ok") == 2 and any("waiting for the sweep" in m for m in messages)
@@ -410,7 +410,7 @@ def test_two_concurrent_sweeps_one_refused_one_waits(tmp_path):
     second = subprocess.run([PY, "-m", "ctrlmem.cli", "sweep", "cfg.yaml", "--no-progress"], cwd=cwd,
                             env=token_env(token + "-b"), capture_output=True, text=True, timeout=60)
     assert second.returncode == 2 and f"pid {first.pid}" in second.stderr, second.stderr
-    waiting = ctrlmem("sweep", "cfg.yaml", "--no-progress", "--wait", cwd=cwd, token=token + "-c")
+    waiting = ctrlmem("sweep", "cfg.yaml", "--no-progress", "--wait-for-lock", cwd=cwd, token=token + "-c")
     time.sleep(3)
     assert waiting.poll() is None  # queued behind the first
     (cwd / "hang").unlink()

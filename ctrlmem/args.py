@@ -12,11 +12,47 @@ from typing import Sequence
 from .costs import Costs
 from .schedules import SCHEDULES, build
 
-__all__ = ["CliError", "add_schedule_arguments", "parse_params", "schedule_from_args", "is_schedule_file"]
+__all__ = ["CliError", "Terminated", "add_schedule_arguments", "parse_params", "schedule_from_args",
+           "is_schedule_file", "os_error_message"]
 
 
 class CliError(Exception):
     """A user error: printed as one line, exit status 2."""
+
+
+class Terminated(BaseException):
+    """SIGTERM (or SIGHUP) turned into an exception, so ``finally`` blocks stop what the command
+    started; ``ctrlmem`` exits with 128 + ``signum``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for a file or OS error: what went wrong, where, and the fix (never a bare errno)."""
+    import errno as _errno
+
+    where = exc.filename if exc.filename is not None else None
+    where2 = getattr(exc, "filename2", None)
+    path = f"{where}" + (f" -> {where2}" if where2 else "") if where is not None else "a file"
+    if isinstance(exc, IsADirectoryError):
+        return f"{path} is a folder; give a file name (e.g. {where}/NAME)"
+    if isinstance(exc, NotADirectoryError):
+        return f"{path}: part of this path is a file, not a folder; choose a path whose folders are folders"
+    if isinstance(exc, FileExistsError):
+        return f"{path} already exists and is not a folder; give a folder path, or remove the file"
+    if isinstance(exc, FileNotFoundError):
+        return (f"{path}: no such file or folder; check the path, or create the folder first "
+                f"(mkdir -p {'$(dirname ' + str(where) + ')' if where else 'DIR'})")
+    if isinstance(exc, PermissionError):
+        return f"{path}: permission denied; choose a location you can write to (or fix its permissions)"
+    if exc.errno in (_errno.ENOSPC, getattr(_errno, "EDQUOT", -1)):
+        return f"{path}: no space left on the device; free some space or choose another location"
+    if exc.errno == _errno.EROFS:
+        return f"{path}: read-only file system; choose a writable location"
+    reason = exc.strerror or type(exc).__name__
+    return f"{path}: {reason}"
 
 
 def add_schedule_arguments(parser: argparse.ArgumentParser, name: bool = True) -> None:
@@ -40,6 +76,10 @@ def add_schedule_arguments(parser: argparse.ArgumentParser, name: bool = True) -
     parser.add_argument(
         "--param", action="append", default=[], metavar="KEY=VALUE",
         help="extra generator parameter, e.g. --param num_chunks=4 (repeatable)",
+    )
+    parser.add_argument(
+        "--allow-large", action="store_true",
+        help="build schedules of more than 2,000,000 passes (refused by default: slow, several GB)",
     )
 
 
@@ -90,6 +130,7 @@ def schedule_from_args(args: argparse.Namespace, name: str | None = None):
         args.microbatches,
         costs=costs,
         memory_limit=args.memory_limit,
+        allow_large=getattr(args, "allow_large", False),
         **parse_params(args.param),
     )
     return schedule, costs

@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import signal
 import sys
 from typing import Callable, Sequence
 
 from . import MemoryModel, ScheduleError, build, simulate
-from .args import CliError, add_schedule_arguments, schedule_from_args
+from .args import CliError, Terminated, add_schedule_arguments, os_error_message, schedule_from_args
 from .schedules import SCHEDULES
 
 __all__ = ["main", "make_parser", "COMMAND_MODULES"]
@@ -55,7 +56,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(include_passes=args.passes)))
         return 0
-    one = simulate(build("1f1b", schedule.num_devices, schedule.num_microbatches), costs, memory)
+    one = simulate(build("1f1b", schedule.num_devices, schedule.num_microbatches, allow_large=args.allow_large),
+                   costs, memory)
     ref = max(one.peak_memory)
     print(f"{schedule.name}: p={schedule.num_devices} m={schedule.num_microbatches} "
           f"stages={schedule.num_stages} ({schedule.placement.kind}) costs={args.costs}")
@@ -129,13 +131,26 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _raise_terminated(signum, frame) -> None:
+    # the first SIGTERM/SIGHUP stops the command; while it cleans up (ending the processes it
+    # started), further ones are ignored so the clean-up is not cut short
+    signal.signal(signum, signal.SIG_IGN)
+    raise Terminated(signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            previous[sig] = signal.signal(sig, _raise_terminated)
+        except ValueError:  # not the main thread (main() called from a worker thread)
+            pass
     try:
         return func(args) or 0
-    except (CliError, ScheduleError, ValueError, KeyError, FileNotFoundError, IsADirectoryError) as exc:
+    except (CliError, ScheduleError, ValueError, KeyError, TypeError) as exc:
         msg = exc.args[0] if exc.args else str(exc)
         if isinstance(exc, ScheduleError):
             msg = exc.reason
@@ -144,6 +159,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        print(f"ctrlmem {args.command}: error: {os_error_message(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"ctrlmem {args.command}: interrupted (SIGINT); everything it started has been stopped",
+              file=sys.stderr)
+        return 130
+    except Terminated as exc:
+        name = signal.Signals(exc.signum).name
+        print(f"ctrlmem {args.command}: terminated ({name}); everything it started has been stopped",
+              file=sys.stderr)
+        return 128 + exc.signum
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -13,37 +13,56 @@
 from __future__ import annotations
 
 import math
+import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Sequence, Union
 
-__all__ = ["Costs", "MemoryModel"]
+__all__ = ["Costs", "MemoryModel", "MAX_COST"]
 
 Number = Union[int, float]
 PerStage = Union[Number, Sequence[Number]]
 
+MAX_COST = 1e15
+"""Largest pass time or latency accepted: sums over millions of passes stay finite and exact to
+well below one unit. Rescale the time unit (ms instead of ns) for larger values."""
+
+
+def _is_number(value: object) -> bool:
+    """A real number (``int``, ``float``, numpy scalars: ``numbers.Real``), never a ``bool``."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
 
 def _check_value(name: str, value: Number, allow_zero: bool = True) -> float:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not _is_number(value):
+        what = "a bool" if isinstance(value, bool) else f"a {type(value).__name__}"
+        raise TypeError(f"{name} must be a number, got {what} ({value!r})")
+    x = float(value)
     if math.isnan(x) or math.isinf(x):
         raise ValueError(f"{name} must be finite, got {value!r}")
     if x < 0 or (x == 0 and not allow_zero):
         raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    if x > MAX_COST:
+        raise ValueError(f"{name}={value!r} is larger than {MAX_COST:g} (ctrlmem.costs.MAX_COST); sums of many "
+                         f"passes would overflow or lose precision; express the times in a larger unit")
     return x
 
 
 def _normalise(name: str, value: PerStage, allow_zero: bool = True) -> float | tuple[float, ...]:
-    if isinstance(value, (int, float)):
+    if _is_number(value):
         return _check_value(name, value, allow_zero)
-    try:
-        items = list(value)
-    except TypeError:
-        raise ValueError(f"{name} must be a number or a list of per-stage numbers, got {value!r}") from None
+    if isinstance(value, (str, bytes, bool, Mapping)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{name} must be a number or a list of per-stage numbers, got "
+                        f"{type(value).__name__} {value!r}" + ("; parse text with Costs.parse('F,B,W,COMM')"
+                                                              if isinstance(value, str) else ""))
+    items = list(value)
     if not items:
         raise ValueError(f"{name} is an empty list; give a number or one value per stage")
     return tuple(_check_value(f"{name}[{i}]", x, allow_zero) for i, x in enumerate(items))
+
+
+def _total(value: float | tuple[float, ...]) -> float:
+    return math.fsum(value) if isinstance(value, tuple) else value
 
 
 def _per_stage(name: str, value: float | tuple[float, ...], num_stages: int, share: float) -> list[float]:
@@ -77,12 +96,39 @@ class Costs:
         for name in ("f", "b", "w"):
             object.__setattr__(self, name, _normalise(name, getattr(self, name)))
         object.__setattr__(self, "comm", _check_value("comm", self.comm))
-        if all(isinstance(getattr(self, n), float) for n in "fbw") and self.f + self.b + self.w == 0:
-            raise ValueError("f + b + w must be > 0: a schedule with free passes has no bubble rate")
+        if _total(self.f) + _total(self.b) + _total(self.w) == 0:
+            raise ValueError("f + b + w must be > 0 (on at least one stage): a schedule with free passes has no "
+                             "bubble rate")
+
+    @classmethod
+    def coerce(cls, value: object, name: str = "costs") -> "Costs":
+        """``value`` as a :class:`Costs`: ``None`` (the default costs), a ``Costs``, the text
+        ``"F,B,W[,COMM]"``, a sequence ``(F, B, W[, COMM])`` or a mapping ``{"f": .., "b": ..}``
+        (:meth:`to_dict`'s form). Anything else is a ``TypeError`` naming ``name``."""
+        if value is None:
+            return cls()
+        if isinstance(value, Costs):
+            return value
+        if isinstance(value, str):
+            return cls.parse(value)
+        if isinstance(value, Mapping):
+            unknown = sorted(set(map(str, value)) - {"f", "b", "w", "comm"})
+            if unknown:
+                raise TypeError(f"{name}: unknown key(s) {unknown}; a costs mapping takes f, b, w, comm")
+            return cls(**value)
+        if isinstance(value, (list, tuple)) and not isinstance(value, bool):
+            if len(value) not in (3, 4):
+                raise ValueError(f"{name} as a sequence must be (F, B, W) or (F, B, W, COMM), got {len(value)} "
+                                 f"values: {value!r}")
+            return cls(*value)
+        raise TypeError(f"{name} must be a ctrlmem.Costs, 'F,B,W[,COMM]' text or an (F, B, W[, COMM]) tuple, got "
+                        f"{type(value).__name__} {value!r}")
 
     @classmethod
     def parse(cls, text: str) -> "Costs":
         """``"F,B,W"`` or ``"F,B,W,COMM"``, e.g. ``"1,1,1,0"`` (command-line form)."""
+        if not isinstance(text, str):
+            raise TypeError(f"costs text must be a str like '1,1,1,0', got {type(text).__name__} {text!r}")
         parts = [x.strip() for x in str(text).split(",")]
         if len(parts) not in (3, 4):
             raise ValueError(f"costs must be F,B,W or F,B,W,COMM (e.g. 1,1,1,0), got {text!r}")
@@ -128,9 +174,20 @@ class MemoryModel:
         if self.activation is not None:
             object.__setattr__(self, "activation", _normalise("activation", self.activation))
         r = _check_value("release_at_b", self.release_at_b)
+        if self.activation is not None and _total(self.activation) == 0:
+            raise ValueError("activation is zero on every stage; give positive activations (or None for even shares)")
         if r > 1:
             raise ValueError(f"release_at_b is a fraction in [0, 1], got {self.release_at_b!r}")
         object.__setattr__(self, "release_at_b", r)
+
+    @classmethod
+    def coerce(cls, value: object, name: str = "memory") -> "MemoryModel":
+        """``None`` (the default model) or a :class:`MemoryModel`; anything else is a ``TypeError``."""
+        if value is None:
+            return cls()
+        if isinstance(value, MemoryModel):
+            return value
+        raise TypeError(f"{name} must be a ctrlmem.MemoryModel (or None), got {type(value).__name__} {value!r}")
 
     @classmethod
     def transformer(cls, hidden: int, heads: int, seq_len: int) -> "MemoryModel":

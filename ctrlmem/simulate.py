@@ -139,10 +139,16 @@ def simulate(
 ) -> SimResult:
     """Simulate ``schedule`` under ``costs`` (default: F = B = W = 1, comm 0) and ``memory``.
 
+    ``costs`` may also be given as ``"F,B,W[,COMM]"`` text or an ``(F, B, W[, COMM])`` tuple
+    (:meth:`Costs.coerce`); other types raise ``TypeError`` naming the argument.
+
     Raises :class:`ctrlmem.ScheduleError` if the schedule is malformed or deadlocks.
     """
-    costs = costs if costs is not None else Costs()
-    memory = memory if memory is not None else MemoryModel()
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a ctrlmem Schedule (from cm.build or a file import), got "
+                        f"{type(schedule).__name__} {schedule!r}"[:200])
+    costs = Costs.coerce(costs, "costs")
+    memory = MemoryModel.coerce(memory, "memory")
     S, m, p = schedule.num_stages, schedule.num_microbatches, schedule.num_devices
     f, b, w = costs.stage_times(S, p)
     act = memory.stage_activation(S, p)
@@ -194,7 +200,8 @@ def simulate(
         peaks.append(_clean(peak))
         events.append(ev)
     max_span = max(spans)
-    bubble_rate = _clean(1.0 - max(work) / max_span) if max_span > 0 else 0.0
+    # work <= span on every device, so the rate is >= 0; clamp the float noise of huge sums
+    bubble_rate = max(0.0, _clean(1.0 - max(work) / max_span)) if max_span > 0 else 0.0
     return SimResult(
         schedule=schedule,
         costs=costs,

@@ -336,6 +336,9 @@ def validate(schedule: Schedule) -> Schedule:
     or one B and one W; each device's order respects the dependencies on that device; and the
     device orders together do not deadlock.
     """
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a ctrlmem Schedule (from cm.build or a file import), got "
+                        f"{type(schedule).__name__} {schedule!r}"[:200])
     index = index_schedule(schedule)
     execute(schedule, index, [1.0] * len(index.device), 0.0)
     return schedule

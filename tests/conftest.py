@@ -17,3 +17,55 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture
 def python_exe():
     return sys.executable
+
+
+# ---------------------------------------------------------------- the suite leaves the checkout untouched
+
+# Created by running the tests themselves (bytecode, pytest's and hypothesis's caches) or by the
+# set-up: expected, and not what the product writes.
+_EXPECTED = (".venv", ".git", "__pycache__", ".pytest_cache", ".hypothesis", ".ipynb_checkpoints", "ctrlmem.egg-info")
+
+
+def checkout_state(root: str = ROOT) -> set[str] | None:
+    """What the tests could have written: ``git status --porcelain --ignored`` lines for
+    untracked and ignored paths, plus every untracked file (path, size, mtime) outside the
+    expected folders, so a write inside an already-ignored folder counts too. (Tracked files are
+    left to ``git diff``: editing the sources while the tests run is no fault of the tests.)
+    ``None`` outside a git checkout."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=root, capture_output=True,
+                              text=True, timeout=60)
+        tracked = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0 or tracked.returncode != 0:
+        return None
+    known = set(tracked.stdout.split("\0"))
+    state = {ln for ln in proc.stdout.splitlines()
+             if ln[:2] in ("??", "!!") and not any(part in ln for part in _EXPECTED)}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in _EXPECTED]
+        for name in filenames:
+            rel = os.path.relpath(os.path.join(dirpath, name), root)
+            if rel in known or name.endswith(".pyc"):
+                continue
+            try:
+                st = os.stat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            state.add(f"file {rel} {st.st_size} {st.st_mtime_ns}")
+    return state
+
+
+@pytest.fixture(scope="session", autouse=True)
+def checkout_untouched():
+    """The whole test session writes nothing into the checkout (compared before and after)."""
+    before = checkout_state()
+    yield
+    after = checkout_state()
+    if before is None or after is None:
+        return
+    changed = sorted(after ^ before)
+    assert not changed, f"the tests changed the checkout: {changed[:10]}"

@@ -189,6 +189,7 @@ def test_export_csv_and_html(explorer, tmp_path):
     (page,) = explorer.export("html", tmp_path)
     text = open(page, encoding="utf-8").read()
     assert text.count("Plotly.newPlot") == 2 and "ctrlmem-stats" in text and "zb-v" in text
+    explorer.export_dir = str(tmp_path)  # not the default build/explorer of the cwd (the checkout)
     explorer._export_clicked("csv")  # the button path writes and reports, never raises
     assert "wrote" in explorer.message.value or "failed" in explorer.message.value
 

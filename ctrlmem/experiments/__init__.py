@@ -14,13 +14,24 @@ against the notebook's ``parameters`` cell (``papermill.inspect_notebook``). Eac
 
 * ``<results>/runs/<run_id>.json``: the record (status ``ok`` / ``skipped`` / ``failed``, the
   error, parameters, timing and the notebook's own result JSON), written atomically;
-* ``build/notebooks/<config>/<run_id>.ipynb``: the executed notebook (git-ignored);
+* ``<build>/<run_id>.ipynb``: the executed notebook (default ``build/notebooks/<config>/``, git-ignored);
 
 and the sweep ends by rewriting the consolidated table ``<results>/results.csv`` and
 ``results.parquet`` from the run records. A ``run_id`` is derived from the point's parameters, so
 a rerun skips every run whose record says ``ok`` (``force=True`` reruns them, after copying the
 previous record to ``runs/history/``); records of finished runs are never rewritten otherwise,
 and an interrupted sweep (Ctrl-C, SIGTERM, a kill) loses at most the run in flight.
+
+Paths: the library never locates itself. A relative config path, the config's ``notebook``
+and the default ``experiments/results/<name>`` and ``build/notebooks/<name>`` folders mean the
+current directory, or ``root`` (``--root``); the notebooks run there. Robustness: one sweep per
+results folder (an ``flock`` on ``<results>/.sweep.lock`` naming its holder; a second sweep is
+refused, or waits with ``--wait``); each run in flight leaves ``<results>/.inflight/<run_id>.json``
+with the tag its processes carry, so a sweep killed with SIGKILL has its papermill, kernel and
+workers stopped by the next sweep before that point runs again (they also get SIGTERM from the
+kernel when the sweep dies, ``PR_SET_PDEATHSIG``); a record that is not valid (not JSON,
+truncated, ``{"status": "ok"}`` with no result, ``[]``, ``null``) is reported naming its file and
+is not counted as done; more than :data:`CONFIRM_POINTS` points need ``yes=True`` (``--yes``).
 
 :func:`simulate_point` is what ``notebooks/10_experiment.ipynb`` calls on its simulation path.
 
@@ -31,16 +42,18 @@ result store), :mod:`.points` (what a notebook calls for one point), :mod:`.comm
 
 from __future__ import annotations
 
-from .config import (DEFAULT_NOTEBOOK, REPO_ROOT, ConfigError, ExperimentConfig, Run, check_parameters,
-                     config_from_dict, load_config, plan_runs)
+from .config import (CONFIRM_POINTS, DEFAULT_NOTEBOOK, ConfigError, ExperimentConfig, Run, check_notebook,
+                     check_parameters, config_from_dict, load_config, plan_runs, resolve_root)
 from .points import (measured_costs, real_run_available, real_run_point, resolve_costs, runtime_model_name,
                      simulate_point)
-from .sweep import (RESULT_FILE, RunOutcome, SweepSummary, execute_with_papermill, read_records, run_sweep,
-                    write_json_atomic, write_table)
+from .sweep import (RESULT_FILE, RunOutcome, SweepLock, SweepLocked, SweepSummary, execute_with_papermill,
+                    read_record, read_records, reap_stale_runs, record_problem, run_sweep, write_json_atomic,
+                    write_table)
 
 __all__ = [
-    "ConfigError", "ExperimentConfig", "Run", "RunOutcome", "SweepSummary", "REPO_ROOT", "DEFAULT_NOTEBOOK",
-    "RESULT_FILE", "config_from_dict", "load_config", "plan_runs", "check_parameters", "run_sweep",
+    "ConfigError", "ExperimentConfig", "Run", "RunOutcome", "SweepSummary", "SweepLock", "SweepLocked",
+    "DEFAULT_NOTEBOOK", "CONFIRM_POINTS", "RESULT_FILE", "resolve_root", "check_notebook", "read_record",
+    "record_problem", "reap_stale_runs", "config_from_dict", "load_config", "plan_runs", "check_parameters", "run_sweep",
     "execute_with_papermill", "read_records", "write_table", "write_json_atomic", "simulate_point",
     "resolve_costs", "measured_costs", "real_run_available", "real_run_point", "runtime_model_name",
 ]

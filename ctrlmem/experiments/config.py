@@ -13,12 +13,22 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 
-
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
 DEFAULT_NOTEBOOK = "notebooks/10_experiment.ipynb"
+"""The notebook a config runs when it names none, relative to the root (the current directory)."""
+
+CONFIRM_POINTS = 1000
+"""A sweep with more points than this runs only with ``--yes`` (``yes=True``)."""
+
+
+def resolve_root(root: str | Path | None) -> Path:
+    """The folder relative paths mean: ``root`` if given, else the current directory. The library
+    never locates itself: a config's notebook and the default results/build folders are found
+    from here."""
+    base = Path.cwd() if root is None else Path(root)
+    if root is not None and not base.is_dir():
+        raise ConfigError(f"--root {root}: {'is not a folder' if base.exists() else 'no such folder'}; "
+                          f"give the folder that holds notebooks/ and experiments/")
+    return base.absolute()
 
 
 _TOP_KEYS = {
@@ -27,7 +37,7 @@ _TOP_KEYS = {
     "paper": "the paper artifact it reproduces, e.g. 'Table 4 / Fig. 6'",
     "scale": "'paper' (A100 numbers from the cost model) or 'cpu' (runs here)",
     "counterpart": "name of the config at the other scale",
-    "notebook": f"notebook path relative to the repository (default {DEFAULT_NOTEBOOK})",
+    "notebook": f"notebook path, relative to the current directory or --root (default {DEFAULT_NOTEBOOK})",
     "timeout_s": "per-run timeout in seconds (default 600)",
     "params": "mapping of notebook parameters shared by every run",
     "cases": "list of mappings (each one group of parameters), or a mapping of group -> list (their product)",
@@ -113,6 +123,18 @@ class ExperimentConfig:
     def runs(self) -> list[Run]:
         return plan_runs(self)
 
+    @property
+    def num_points(self) -> int:
+        """How many points the config defines (computed without listing them)."""
+        return _count_points(self.cases, self.grid)
+
+
+def _count_points(cases, grid) -> int:
+    n = max(1, len(cases))
+    for values in grid.values():
+        n *= len(values)
+    return n
+
 
 def _where(path: Path | str | None) -> str:
     return str(path) if path is not None else "<config>"
@@ -142,8 +164,29 @@ def _check_mapping(where: str, key: str, value: Any) -> dict[str, Any]:
     return out
 
 
-def config_from_dict(data: Any, path: Path | str | None = None) -> ExperimentConfig:
-    """Validate a parsed config mapping; ``ConfigError`` names the file, key and fix."""
+def check_notebook(notebook: Path, where: str, given: str) -> None:
+    """``ConfigError`` unless ``notebook`` is a Jupyter notebook file (never prints its content)."""
+    if not notebook.exists():
+        raise ConfigError(f"{where}: key 'notebook': {given!r} does not exist (looked at {notebook}); give a path "
+                          f"relative to the current directory (or to --root), or an absolute one")
+    if not notebook.is_file():
+        raise ConfigError(f"{where}: key 'notebook': {notebook} is a folder; give the .ipynb file")
+    if notebook.suffix != ".ipynb":
+        raise ConfigError(f"{where}: key 'notebook': {notebook} is not a Jupyter notebook (expected a .ipynb file)")
+    try:
+        with open(notebook, "rb") as fh:
+            nb = json.loads(fh.read(64 << 20).decode("utf-8"))
+    except (OSError, ValueError):
+        nb = None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or "nbformat" not in nb:
+        raise ConfigError(f"{where}: key 'notebook': {notebook} is not a Jupyter notebook (no nbformat JSON with "
+                          f"cells); give a .ipynb saved by Jupyter")
+
+
+def config_from_dict(data: Any, path: Path | str | None = None, root: str | Path | None = None) -> ExperimentConfig:
+    """Validate a parsed config mapping; ``ConfigError`` names the file, key and fix.
+
+    A relative ``notebook`` is relative to ``root`` (default: the current directory)."""
     where = _where(path)
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: the file must hold a YAML mapping (name:, description:, ...), "
@@ -169,13 +212,15 @@ def config_from_dict(data: Any, path: Path | str | None = None) -> ExperimentCon
     nb_rel = data.get("notebook", DEFAULT_NOTEBOOK)
     if not isinstance(nb_rel, str):
         raise ConfigError(f"{where}: key 'notebook' must be a path string, got {nb_rel!r}")
-    notebook = Path(nb_rel)
+    notebook = Path(nb_rel).expanduser()
     if not notebook.is_absolute():
-        notebook = REPO_ROOT / notebook
-    if not notebook.is_file():
-        raise ConfigError(f"{where}: key 'notebook': {nb_rel!r} does not exist (looked at {notebook}); "
-                          f"give a path relative to the repository root")
+        notebook = resolve_root(root) / notebook
+    check_notebook(notebook, where, nb_rel)
     params = _check_mapping(where, "params", data.get("params") or {})
+    for key, kind in (("cases", "a list of mappings"), ("grid", "a mapping of parameter: [values]")):
+        if key in data and data[key] is not None and not data[key] and isinstance(data[key], (list, Mapping)):
+            raise ConfigError(f"{where}: key {key!r} is empty ({data[key]!r}), so the sweep would run only the "
+                              f"notebook's defaults; give {kind}, or remove the key")
     raw_cases = data.get("cases") or []
     if isinstance(raw_cases, Mapping):
         groups = []
@@ -223,30 +268,50 @@ def config_from_dict(data: Any, path: Path | str | None = None) -> ExperimentCon
         launcher=launcher,
         slurm=slurm_options,
     )
-    runs = plan_runs(config)
-    if not runs:
+    if not params and not cases and not grid:
         raise ConfigError(f"{where}: the config defines no runs; add 'params', 'cases' or 'grid'")
-    seen: dict[str, Mapping[str, Any]] = {}
-    for run in runs:
-        if run.run_id in seen:
-            raise ConfigError(f"{where}: two points have the same parameters {dict(run.params)}; "
-                              f"remove the duplicate from 'cases' or 'grid'")
-        seen[run.run_id] = run.params
+    if config.num_points <= CONFIRM_POINTS:  # larger sweeps are checked when planned (after --yes)
+        check_points(config, plan_runs(config))
     return config
 
 
-def load_config(path: str | Path) -> ExperimentConfig:
-    """Read and validate an experiment config (YAML)."""
+def check_points(config: ExperimentConfig, runs: list[Run]) -> None:
+    """``ConfigError`` if two points have the same parameters."""
+    seen: dict[str, Mapping[str, Any]] = {}
+    for run in runs:
+        if run.run_id in seen:
+            raise ConfigError(f"{_where(config.path)}: two points have the same parameters {dict(run.params)}; "
+                              f"remove the duplicate from 'cases' or 'grid'")
+        seen[run.run_id] = run.params
+
+
+def load_config(path: str | Path, root: str | Path | None = None) -> ExperimentConfig:
+    """Read and validate an experiment config (YAML); a relative path, and the config's relative
+    ``notebook``, mean the current directory (or ``root``)."""
     import yaml
 
-    path = Path(path)
+    path = Path(path).expanduser()
+    if not path.is_absolute() and root is not None:
+        path = resolve_root(root) / path
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder; give a config file, e.g. experiments/table4_pure_pp_cpu.yaml")
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file; configs live in experiments/*.yaml")
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a text (UTF-8) file (byte {exc.start}); give a YAML config") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}".splitlines()[0]) from None
-    return config_from_dict(data, path)
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        context = getattr(exc, "context", None)
+        at = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        detail = f"{context}, {problem}" if context else problem
+        raise ConfigError(f"{at}: not valid YAML{where}: {detail}".splitlines()[0]) from None
+    return config_from_dict(data, path, root=root)
 
 
 def _run_id(params: Mapping[str, Any]) -> str:

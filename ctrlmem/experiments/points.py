@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .. import proctree
 from ..costs import Costs, MemoryModel
-from .config import REPO_ROOT
 
 
 
@@ -221,9 +221,20 @@ def real_run_point(schedule: str, p: int, m: int, backend: str, launcher: str, q
             cmd += ["--emit-sbatch", str(script)]
         else:
             cmd.append("--json")
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s + 60, cwd=REPO_ROOT)
+        # `ctrlmem run` in its own session, tagged: if this kernel is stopped (the sweep's timeout,
+        # Ctrl-C, SIGTERM) or the run overruns, it and its torchrun tree are ended, never left behind
+        tag = proctree.new_tag("ctrlmem-point")
+        proc = proctree.start(cmd, tag, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            _, stderr = proc.communicate(timeout=timeout_s + 60)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"`ctrlmem {' '.join(cmd[3:])}` overran its timeout of {timeout_s + 60:g} s and was "
+                               f"stopped") from None
+        finally:
+            with proctree.no_interrupts():
+                proctree.kill_tree(proc, tag)
         if proc.returncode != 0:
-            err = proc.stderr.strip().splitlines()
+            err = (stderr or "").strip().splitlines()
             raise RuntimeError(f"`ctrlmem {' '.join(cmd[3:])}` failed (status {proc.returncode}): "
                                f"{err[-1] if err else 'no message'}")
         if launcher == "slurm":

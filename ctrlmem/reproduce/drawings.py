@@ -16,10 +16,8 @@ def schedule_figures(quick: bool, out: str | Path = "figures") -> Table:
     t = Table("schedule-figures", "Fig. 1–5, 11, 18 — schedule figures (drawn by `ctrlmem figures`)",
               "Ran `ctrlmem figures` (schedule Gantt charts, memory curves, lifespans, building blocks) into the "
               "output folder; drawings are compared with the paper's by eye, so no cell is numeric.")
-    from ..experiments import REPO_ROOT
-
     proc = subprocess.run([sys.executable, "-m", "ctrlmem.cli", "figures", "-o", str(out)], capture_output=True,
-                          text=True, cwd=REPO_ROOT)
+                          text=True)
     listing = Path(out) / "schedule_figures.md"
     if proc.returncode != 0 or not listing.is_file():
         err = (proc.stderr or proc.stdout).strip().splitlines()

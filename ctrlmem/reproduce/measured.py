@@ -9,7 +9,7 @@ from ..paper import NOT_RECOVERED
 from .table import Cell, Table
 
 def cpu_real_memory(quick: bool) -> Table:
-    from ..experiments import REPO_ROOT, load_config, read_records, real_run_available, run_sweep
+    from ..experiments import load_config, read_records, real_run_available, run_sweep
 
     t = Table("cpu-real-memory", "Measured on CPU — activation memory ratios from real runs",
               "Ran experiments/cpu_real_memory.yaml through `ctrlmem sweep` (real gloo runs of `ctrlmem run`, "
@@ -19,7 +19,7 @@ def cpu_real_memory(quick: bool) -> Table:
     if not ok:
         t.cells.append(Cell("all schedules", "peak activation / 1F1B", NOT_RECOVERED, f"not available: {why}", "–"))
         return t
-    cfg = load_config(REPO_ROOT / "experiments" / "cpu_real_memory.yaml")
+    cfg = load_config("experiments/cpu_real_memory.yaml")  # relative to the current directory
     summary = run_sweep(cfg, extra_params={"quick": True} if quick else None)
     records = {r["params"]["schedule"]: r for r in read_records(summary.results_dir)
                if r["run_id"] in summary.statuses}

@@ -3,9 +3,13 @@
 :func:`run` is what ``ctrlmem run`` calls. It checks everything that can be checked before
 launching (schedule name and size, model preset, layers divisible among the stages, ``m ≥ p``),
 then runs ``python -m torch.distributed.run --nproc-per-node P -m ctrlmem.runtime.worker``
-with a wall-clock timeout. Rank 0 writes ``result.json`` (:func:`assemble`); if the run fails or
-times out, the launcher writes a ``result.json`` with ``status: "failed"`` and the failing
-rank's message (which rank, which pass). :func:`emit_sbatch` writes the same run as a Slurm script
+with a wall-clock timeout. Rank 0 writes ``result.json`` (:func:`assemble`); if the run fails,
+times out or is stopped (SIGTERM, Ctrl-C), the launcher ends torchrun and every worker (the whole
+process tree, :mod:`ctrlmem.proctree`), waits until all of them exited, and only then writes a
+``result.json`` with ``status: "failed"`` naming the culprit rank (a rank killed by a signal, from
+torchrun's own failure summary; else the rank that failed inside a pass, and where). A success
+record rank 0 wrote before a launch that did not end cleanly is moved to
+``result.unconfirmed.json``: ``result.json`` never says ``ok`` for a failed run. :func:`emit_sbatch` writes the same run as a Slurm script
 (``srun`` + torchrun with c10d rendezvous across nodes); see ``docs/cluster.md``.
 """
 
@@ -14,13 +18,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .. import proctree
 from ..costs import Costs
 from ..ir import Schedule
 from ..schedules import build
@@ -206,7 +213,7 @@ def run_many(configs: list[RunConfig]) -> list[dict]:
         raise RunError("every run needs its own output folder")
     for out in outs:
         out.mkdir(parents=True, exist_ok=True)
-        for stale in list(out.glob("rank*.json")) + [out / "result.json"]:
+        for stale in list(out.glob("rank*.json")) + [out / "result.json", out / "result.unconfirmed.json"]:
             stale.unlink(missing_ok=True)
     home = outs[0]
     config_path = home / "worker_config.json"
@@ -219,35 +226,137 @@ def run_many(configs: list[RunConfig]) -> list[dict]:
     log.info("launching: %s", shlex.join(cmd))
     t0 = time.monotonic()
     timed_out = False
+    interrupted: BaseException | None = None
+    tag = proctree.new_tag("ctrlmem-run")
+    rc: int | None = None
     with open(home / "launch.log", "w") as logf:
+        # torchrun in its own session, tagged: on a timeout, SIGTERM or Ctrl-C the whole tree
+        # (torchrun and every worker, which torchrun starts in sessions of their own) is ended,
+        # and the result is reported only once every process has exited.
+        proc = proctree.start(cmd, tag, env=env, stdout=logf, stderr=subprocess.STDOUT)
         try:
-            proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, timeout=timeout)
-            rc = proc.returncode
+            rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            rc, timed_out = None, True
+            timed_out = True
+        except BaseException as exc:  # KeyboardInterrupt, or SIGTERM turned into an exception
+            interrupted = exc
+        finally:
+            with proctree.no_interrupts():
+                proctree.kill_tree(proc, tag)
+            if rc is None:
+                rc = proc.returncode
     elapsed = time.monotonic() - t0
-    errors = [json.loads(p.read_text()) for out in outs for p in sorted(out.glob("rank*.error.json"))]
+    errors = []
+    for out in outs:
+        for p in sorted(out.glob("rank*.error.json")):
+            try:
+                errors.append(json.loads(p.read_text()))
+            except (OSError, ValueError):
+                pass
+    failures = torchrun_failures((home / "launch.log").read_text(errors="replace"))
+    launch_ok = rc == 0 and not timed_out and interrupted is None
     results = []
-    for out, worker in zip(outs, workers):
+    for i, (out, worker) in enumerate(zip(outs, workers)):
         result_path = out / "result.json"
+        result = None
         if result_path.exists():
-            results.append(json.loads(result_path.read_text()))
+            try:
+                result = json.loads(result_path.read_text())
+            except (OSError, ValueError):
+                result = None
+        # rank 0 writes result.json before the final barrier: it is confirmed only when every rank
+        # got past that barrier (the launch ended cleanly, or a later job of this launch started)
+        later_started = any(any(o.glob("rank*.json")) for o in outs[i + 1:])
+        if isinstance(result, dict) and result.get("status") == "ok" and (launch_ok or later_started):
+            results.append(result)
             continue
-        reason = None
-        if errors:
-            # the root cause: a rank that failed or hung inside a pass before one that was waiting
-            # for communication (whose error is usually the consequence); then the earliest
-            first = min(errors, key=lambda e: (not e.get("in_pass"), e.get("time", 0.0), e["rank"]))
-            reason = f"rank {first['rank']} failed in {first['where']}: {first['reason']}"
+        unconfirmed = None
+        if isinstance(result, dict) and result.get("status") == "ok":
+            unconfirmed = out / "result.unconfirmed.json"
+            os.replace(result_path, unconfirmed)
+        reason = culprit(errors, failures)
+        if interrupted is not None:
+            what = "SIGTERM" if getattr(interrupted, "signum", None) == 15 else "an interrupt (SIGINT)"
+            reason = f"stopped by {what}" + (f"; {reason}" if reason else "")
         if timed_out:
             reason = (reason + "; " if reason else "") + f"the launch exceeded its timeout of {timeout:g} s"
         if reason is None:
             reason = f"torchrun exited with status {rc} and no rank reported an error; see {home / 'launch.log'}"
-        result = {"status": "failed", "failure": reason, "rank_errors": errors, "elapsed_s": elapsed,
-                  "config": worker["run_config"], "log": str(home / "launch.log")}
+        result = {"status": "failed", "failure": reason, "rank_errors": errors, "rank_exits": failures,
+                  "elapsed_s": elapsed, "config": worker["run_config"], "log": str(home / "launch.log")}
+        if unconfirmed is not None:
+            result["unconfirmed_result"] = str(unconfirmed)
         result_path.write_text(json.dumps(result, indent=2))
         results.append(result)
+    if interrupted is not None:
+        raise interrupted
     return results
+
+
+_FAILURE_FIELD = re.compile(r"^\s*(rank|exitcode|traceback)\s*:\s*(.*)$")
+
+
+def torchrun_failures(log_text: str) -> list[dict]:
+    """The failed ranks torchrun lists in its error summary (``Failures:`` and ``Root Cause``):
+    ``[{"rank": 1, "exitcode": -9, "signal": "SIGKILL", "root_cause": True}, ...]``."""
+    out: list[dict] = []
+    current: dict | None = None
+    root = False
+    for line in log_text.splitlines():
+        if "Root Cause" in line:
+            root = True
+        elif line.strip().startswith("Failures:"):
+            root = False
+        m = _FAILURE_FIELD.match(line)
+        if not m:
+            continue
+        key, value = m.groups()
+        if key == "rank":
+            rank = re.match(r"(\d+)", value)
+            if rank is None:
+                continue
+            current = {"rank": int(rank.group(1)), "exitcode": None, "signal": None, "root_cause": root}
+            if not any(f["rank"] == current["rank"] and f["root_cause"] == root for f in out):
+                out.append(current)
+        elif current is not None and key == "exitcode":
+            code = re.match(r"(-?\d+)", value)
+            if code:
+                current["exitcode"] = int(code.group(1))
+                if current["exitcode"] < 0:
+                    try:
+                        current["signal"] = signal.Signals(-current["exitcode"]).name
+                    except ValueError:
+                        current["signal"] = f"signal {-current['exitcode']}"
+        elif current is not None and key == "traceback":
+            sig = re.search(r"\((SIG[A-Z0-9]+)\)", value)
+            if sig and current["signal"] is None:
+                current["signal"] = sig.group(1)
+    return out
+
+
+def culprit(errors: list[dict], failures: list[dict]) -> str | None:
+    """Name the rank that caused a failed launch.
+
+    A rank killed by a signal (other than the SIGTERM torchrun sends to stop the others) could
+    write no error of its own: the other ranks' errors ("Connection reset by peer") are its
+    consequences, so it comes first. Otherwise the rank that failed or hung inside a pass comes
+    before one that was waiting for communication; then the earliest."""
+    reporting = {e.get("rank") for e in errors}
+    killed = sorted((f for f in failures if f["signal"] and f["signal"] != "SIGTERM" and f["rank"] not in reporting),
+                    key=lambda f: (not f["root_cause"], f["rank"]))
+    # torchrun's root cause first; a rank it killed late (SIGKILL after SIGTERM) does not hide a
+    # rank that failed inside a pass
+    if killed and (killed[0]["root_cause"] or not any(e.get("in_pass") for e in errors)):
+        first = killed[0]
+        return f"rank {first['rank']} was killed by {first['signal']} (exit code {first['exitcode']})"
+    if errors:
+        first = min(errors, key=lambda e: (not e.get("in_pass"), e.get("time", 0.0), e.get("rank", 0)))
+        return f"rank {first['rank']} failed in {first['where']}: {first['reason']}"
+    if failures:
+        first = sorted(failures, key=lambda f: (not f["root_cause"], f["rank"]))[0]
+        how = f"was killed by {first['signal']}" if first["signal"] else f"exited with status {first['exitcode']}"
+        return f"rank {first['rank']} {how} without reporting an error"
+    return None
 
 
 def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:

@@ -14,7 +14,7 @@ from typing import Callable, Iterator, Mapping
 from ..costs import Costs
 from ..ir import Schedule
 
-__all__ = ["ScheduleSpec", "SCHEDULES", "register", "build"]
+__all__ = ["ScheduleSpec", "SCHEDULES", "register", "build", "MAX_PASSES"]
 
 
 @dataclass(frozen=True)
@@ -98,15 +98,64 @@ def register(name: str, source: str) -> Callable[[Callable[..., Schedule]], Call
     return wrap
 
 
+# ---- argument checks of build() (kept together so the generators can change independently) ----
+
+MAX_PASSES = 2_000_000
+"""``build`` refuses schedules of more passes than this (about 5 s to build and as long again to
+simulate, a few GB); ``allow_large=True`` (``--allow-large``) builds them anyway."""
+
+
 def _positive_int(field: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
+    """``value`` as an ``int`` >= 1: any ``numbers.Integral`` (numpy too) or an integral real;
+    ``TypeError`` for a bool or a non-number, ``ValueError`` for a fraction or < 1."""
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{field} must be a positive integer, got {type(value).__name__} {value!r}")
+    if not isinstance(value, numbers.Integral):
+        if not float(value).is_integer():
             raise ValueError(f"{field} must be a positive integer, got {value!r}")
+    value = int(value)
     if value < 1:
         raise ValueError(f"{field} must be >= 1, got {value}")
     return value
+
+
+def _fraction(field: str, value: object) -> float:
+    import math
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{field} must be a number (a fraction of 1F1B's peak), got {type(value).__name__} {value!r}")
+    x = float(value)
+    if not x > 0 or math.isinf(x):
+        raise ValueError(f"{field} must be a positive fraction of 1F1B's peak, got {value!r}")
+    return x
+
+
+def _check_size(name: str, spec: ScheduleSpec, p: int, m: int, params: Mapping[str, object]) -> None:
+    """``ValueError`` when the schedule would exceed :data:`MAX_PASSES` passes. A pass count is
+    (passes per stage and microbatch) x stages x m; the per-device stage count is ``num_chunks``
+    where the generator takes it, else measured on a small instance."""
+    chunks = params.get("num_chunks", spec.params.get("num_chunks"))
+    v = _positive_int("num_chunks", chunks) if chunks is not None else None
+    if 3 * p * m * max(2, v or 2) <= MAX_PASSES:
+        return
+    per = 3
+    if v is None:
+        try:
+            small = spec.func(4, 8, **({"costs": Costs()} if spec.uses_costs else {}))
+            v = max(1, small.num_stages // 4)
+            per = max(2, -(-small.num_passes // (small.num_stages * 8)))
+        except Exception:  # noqa: BLE001 - fall back to the upper bound
+            v = 2
+    passes = per * p * v * m
+    if passes > MAX_PASSES:
+        raise ValueError(
+            f"schedule {name!r} with num_devices={p}, num_microbatches={m}"
+            + (f", {v} stages per device" if v > 1 else "")
+            + f" has about {passes:.3g} passes, more than the limit of {MAX_PASSES:.0e} (ctrlmem.schedules.registry.MAX_PASSES); "
+              f"use smaller sizes, or pass allow_large=True (--allow-large) to build it anyway")
 
 
 def build(
@@ -115,16 +164,23 @@ def build(
     num_microbatches: int,
     costs: Costs | None = None,
     memory_limit: float | None = None,
+    allow_large: bool = False,
     **params: object,
 ) -> Schedule:
     """Build the schedule registered as ``name`` for ``num_devices`` devices and
     ``num_microbatches`` microbatches.
 
     ``costs`` is used by cost-aware generators (others ignore it: their order does not depend on
-    costs). ``memory_limit`` (a fraction of 1F1B's peak activation) is accepted only by
+    costs); it may be a :class:`Costs`, ``"F,B,W[,COMM]"`` text or an ``(F, B, W[, COMM])``
+    tuple. ``memory_limit`` (a fraction of 1F1B's peak activation) is accepted only by
     memory-budgeted generators. Extra keyword ``params`` go to the generator (e.g.
-    ``num_chunks=2`` for ``interleaved-1f1b``).
+    ``num_chunks=2`` for ``interleaved-1f1b``). Numbers may be any ``numbers.Integral`` /
+    ``numbers.Real`` (numpy scalars too), never ``bool``. Schedules of more than
+    :data:`MAX_PASSES` passes are refused unless ``allow_large=True``.
     """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a schedule name (str), got {type(name).__name__} {name!r}; "
+                        f"valid names: {', '.join(SCHEDULES)}")
     if name not in SCHEDULES:
         raise ValueError(unknown_schedule_message(name))
     spec = SCHEDULES[name]
@@ -136,19 +192,22 @@ def build(
         accepted = ", ".join(spec.params) or "none"
         raise ValueError(f"schedule {name!r} does not take parameter(s) {unknown}; it accepts: {accepted}")
     kwargs.update(params)
+    if "num_chunks" in kwargs:
+        kwargs["num_chunks"] = _positive_int("num_chunks", kwargs["num_chunks"])
+    costs = Costs.coerce(costs, "costs") if costs is not None else None
     if spec.uses_costs:
         kwargs["costs"] = costs if costs is not None else Costs()
-    elif costs is not None and not isinstance(costs, Costs):
-        raise ValueError(f"costs must be a ctrlmem.Costs, got {type(costs).__name__}")
     if memory_limit is not None:
+        limit = _fraction("memory_limit", memory_limit)
         if not spec.memory_limit:
             budgeted = [n for n, s in SCHEDULES.items() if s.memory_limit] or ["(none registered yet)"]
             raise ValueError(
                 f"schedule {name!r} has a fixed memory footprint and takes no memory_limit; "
                 f"memory-budgeted schedules: {', '.join(budgeted)}"
             )
-        limit = float(memory_limit)
-        if not limit > 0 or limit != limit:
-            raise ValueError(f"memory_limit must be a positive fraction of 1F1B's peak, got {memory_limit!r}")
         kwargs["memory_limit"] = limit
+    if not isinstance(allow_large, bool):
+        raise TypeError(f"allow_large must be True or False, got {allow_large!r}")
+    if not allow_large:
+        _check_size(name, spec, p, m, params)
     return spec.func(p, m, **kwargs)

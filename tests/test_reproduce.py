@@ -165,3 +165,15 @@ def test_agreement_text_is_bounded():
     assert text.startswith("not comparable: reason 0; reason 1; reason 2") and text.endswith("(+3 more)")
     t.verdict = "drawings"
     assert t.agreement() == "drawings"
+
+
+def test_measured_artifact_outside_the_project_names_root(tmp_path, monkeypatch, capsys):
+    """From a folder without experiments/, cpu-real-memory fails in one line naming --root, and
+    writes nothing."""
+    from ctrlmem.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["reproduce", "--only", "cpu-real-memory", "--quick", "--out", "relfigs"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--root DIR" in err and "cpu_real_memory.yaml" in err
+    assert not (tmp_path / "experiments").exists()

@@ -11,7 +11,7 @@ def _cmd_reproduce(args) -> int:
     from ..args import CliError
 
     try:
-        path = reproduce(args.out, quick=args.quick, only=args.only, replay=args.replay)
+        path = reproduce(args.out, quick=args.quick, only=args.only, replay=args.replay, root=args.root)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     print(f"wrote {path}")
@@ -28,5 +28,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("--out", default="figures", help="output folder (default figures/)")
     p.add_argument("--replay", metavar="FILE", default=None,
                    help="a rank-replay JSON written by `ctrlmem replay` for the gpu-replay artifact "
-                        "(default: the shipped H200 measurement, experiments/measured/h200_rank_replay.json)")
+                        "(default: the shipped H200 measurement, ctrlmem/data/h200_rank_replay.json)")
+    p.add_argument("--root", metavar="DIR", default=None,
+                   help="the project folder holding experiments/ and notebooks/ (default: the current directory); "
+                        "cpu-real-memory runs its experiments/cpu_real_memory.yaml")
     p.set_defaults(func=_cmd_reproduce)

@@ -20,7 +20,7 @@ the paper's 2p − 2 layer rule puts one layer less on the first and last stage)
 measures compute only, so the prediction uses comm = 0. A model whose first or last stage was not
 replayed gets memory cells only.
 
-The shipped measurement is ``experiments/measured/h200_rank_replay.json`` (9.6B at p = 16, 21B at
+The shipped measurement is ``ctrlmem/data/h200_rank_replay.json``, package data (9.6B at p = 16, 21B at
 p = 24, 38.5B at p = 32, bf16, seq 1024, m = 2p, devices 0, 1, p/2, p − 1, one NVIDIA H200);
 ``ctrlmem reproduce --only gpu-replay --replay FILE`` uses a file of your own.
 """
@@ -38,8 +38,8 @@ from .table import Cell, Table
 
 __all__ = ["DEFAULT_REPLAY", "load_replay", "replay_costs", "gpu_replay", "gpu_label", "METHODS"]
 
-DEFAULT_REPLAY = Path("experiments") / "measured" / "h200_rank_replay.json"
-"""The shipped H200 measurement, relative to the repository root."""
+DEFAULT_REPLAY = "h200_rank_replay.json"
+"""The shipped H200 measurement: a data file of the ``ctrlmem`` package (``ctrlmem/data/``)."""
 
 METHODS = {
     # Table 4's label -> schedule replayed
@@ -58,9 +58,11 @@ ROW_KEYS = ("model", "p", "m", "schedule", "device", "stages", "peak_saved_bytes
 
 
 def default_replay_path() -> Path:
-    from ..experiments import REPO_ROOT
+    """The shipped H200 measurement, read from the installed package (it is package data, so
+    it is found from any working directory)."""
+    from importlib.resources import files
 
-    return REPO_ROOT / DEFAULT_REPLAY
+    return Path(str(files("ctrlmem") / "data" / DEFAULT_REPLAY))
 
 
 def load_replay(path: str | Path) -> dict[str, Any]:

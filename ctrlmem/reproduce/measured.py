@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from .. import paper
 from ..paper import NOT_RECOVERED
 from .table import Cell, Table
 
-def cpu_real_memory(quick: bool) -> Table:
+
+def cpu_real_memory(quick: bool, root: str | Path | None = None) -> Table:
+    """Runs ``<root>/experiments/cpu_real_memory.yaml`` (root: the current directory unless given)."""
     from ..experiments import load_config, read_records, real_run_available, run_sweep
 
     t = Table("cpu-real-memory", "Measured on CPU — activation memory ratios from real runs",
@@ -19,8 +22,12 @@ def cpu_real_memory(quick: bool) -> Table:
     if not ok:
         t.cells.append(Cell("all schedules", "peak activation / 1F1B", NOT_RECOVERED, f"not available: {why}", "–"))
         return t
-    cfg = load_config("experiments/cpu_real_memory.yaml")  # relative to the current directory
-    summary = run_sweep(cfg, extra_params={"quick": True} if quick else None)
+    config_path = Path(root or ".") / "experiments" / "cpu_real_memory.yaml"
+    if not config_path.is_file():
+        raise ValueError(f"cpu-real-memory runs {config_path}, which does not exist; run `ctrlmem reproduce` from the "
+                         f"repository folder or give it with --root DIR")
+    cfg = load_config(config_path)
+    summary = run_sweep(cfg, extra_params={"quick": True} if quick else None, root=root)
     records = {r["params"]["schedule"]: r for r in read_records(summary.results_dir)
                if r["run_id"] in summary.statuses}
     ref = (records.get("1f1b") or {}).get("result") or {}

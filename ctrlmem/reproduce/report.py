@@ -47,12 +47,16 @@ READS_OUT = frozenset({"claims"})
 """Artifacts that read what earlier artifacts wrote into the output folder (they take ``out``;
 ``claims`` reads fig07/fig09/fig10.json, so it runs last)."""
 
+READS_ROOT = frozenset({"cpu-real-memory"})
+"""Artifacts that run an experiment config of the project folder (they take ``root``: the folder
+holding ``experiments/`` and ``notebooks/``; ``None``: the current directory)."""
+
 READS_REPLAY = frozenset({"gpu-replay", "claims"})
 """Artifacts that read a rank-replay file (their functions take ``replay``; ``None``: the shipped one)."""
 
 
 def build_table(artifact: str, quick: bool = False, out: str | Path = "figures",
-                replay: str | Path | None = None) -> Table:
+                replay: str | Path | None = None, root: str | Path | None = None) -> Table:
     """Build ``artifact``'s comparison (``out``: where drawn figures go, for :data:`WRITES_FILES`;
     ``replay``: a ``ctrlmem replay`` file for :data:`READS_REPLAY`, default the shipped H200 one)."""
     if artifact not in ARTIFACTS:
@@ -64,6 +68,8 @@ def build_table(artifact: str, quick: bool = False, out: str | Path = "figures",
         kw["out"] = out
     if artifact in READS_REPLAY:
         kw["replay"] = replay
+    if artifact in READS_ROOT:
+        kw["root"] = root
     table = func(quick, **kw)
     table.seconds = time.time() - t0
     log.info("%s: %s (%.1f s)", artifact, table.agreement(), table.seconds)
@@ -76,16 +82,11 @@ tables, REPRODUCTION.md and the figures stay byte-identical when regenerated fro
 
 
 def notebook_out_dir(out_dir: str | Path, notebook: str) -> Path:
-    """Where a reproduction notebook writes: ``out_dir`` when given (a relative path is relative to
-    the working directory: the notebook's folder in JupyterLab, ``--cwd`` under papermill), else
-    ``<repository>/build/notebooks/<notebook>/`` (git-ignored, so running a notebook never touches
-    the committed ``figures/``). Created if missing."""
-    if str(out_dir).strip():
-        path = Path(out_dir)
-    else:
-        from ..experiments import REPO_ROOT
-
-        path = REPO_ROOT / "build" / "notebooks" / notebook
+    """Where a reproduction notebook writes: ``out_dir`` when given, else ``build/notebooks/<notebook>/``.
+    Both are relative to the working directory (the notebook's folder in JupyterLab, ``--cwd`` under
+    papermill); ``build/`` is git-ignored at any depth, so running a notebook never touches the
+    committed ``figures/``. Created if missing."""
+    path = Path(out_dir) if str(out_dir).strip() else Path("build") / "notebooks" / notebook
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -150,10 +151,11 @@ def write_report(out: str | Path, tables: Sequence[Table], quick: bool, partial:
 
 
 def reproduce(out: str | Path = "figures", quick: bool = False, only: Sequence[str] | None = None,
-              replay: str | Path | None = None) -> Path:
+              replay: str | Path | None = None, root: str | Path | None = None) -> Path:
     """Build every (or ``only`` the named) artifact's table and write them with
     :func:`write_report`; returns the path of ``REPRODUCTION.md``. ``replay``: a ``ctrlmem replay``
-    file for the ``gpu-replay`` artifact (default: the shipped H200 measurement)."""
+    file for the ``gpu-replay`` artifact (default: the shipped H200 measurement). ``root``: the project
+    folder whose ``experiments/`` configs the measured artifacts run (default: the current directory)."""
     names = list(only) if only else list(ARTIFACTS)
     for n in names:
         if n not in ARTIFACTS:
@@ -162,5 +164,5 @@ def reproduce(out: str | Path = "figures", quick: bool = False, only: Sequence[s
         from .gpu_replay import load_replay
 
         load_replay(replay)  # a bad file fails before anything runs
-    return write_report(out, [build_table(n, quick, out, replay=replay) for n in names], quick,
+    return write_report(out, [build_table(n, quick, out, replay=replay, root=root) for n in names], quick,
                         partial=bool(only))

@@ -124,10 +124,11 @@ class PaperFigure:
     make: Callable[[], object]
 
 
-def _has_blocks(name: str, p: int) -> bool:
-    """Whether :mod:`ctrlmem.blocks` can make the paper's block ``name`` for ``p`` devices."""
+def _has_blocks(name: str, p: int, m: int = 8) -> bool:
+    """Whether :mod:`ctrlmem.blocks` can make the paper's block ``name`` for ``p`` devices (``m``
+    microbatches: GPipe's block depends on it)."""
     try:
-        return _plot().paper_block(name, p) is not None
+        return _plot().paper_block(name, p, m) is not None
     except ValueError:
         return False
 

@@ -3,8 +3,8 @@ explorer notebook opened in headless Chromium (Python playwright driving /usr/bi
 all cells run, then widgets changed by typing into them as a user would. Checks that the
 diagram is redrawn with the new device rows, that no drawn label is wider (or taller) than its
 box, and that a p=32, m=256 update is drawn as an overview; prints the end-to-end times (widget
-change → both plots painted, and → page responsive again). Screenshots go to build/browser/
-(git-ignored). The harness (server, browser, timing) is benchmarks/lab_browser.py; it stops
+change → both plots painted, and → page responsive again). Screenshots go to
+$CTRLMEM_SCREENSHOTS (default: <tmp>/ctrlmem-browser/; never into the checkout). The harness (server, browser, timing) is benchmarks/lab_browser.py; it stops
 the server, kernels and browser even on failure.
 
 Slow (starts a server, a kernel and a browser): run with ``pytest -m slow tests/test_browser.py``.
@@ -12,6 +12,7 @@ Slow (starts a server, a kernel and a browser): run with ``pytest -m slow tests/
 
 import os
 import sys
+import tempfile
 
 import pytest
 
@@ -22,7 +23,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import lab_browser as lb  # noqa: E402
 
 NOTEBOOK = os.path.join(ROOT, "notebooks", "01_explore_schedules.ipynb")
-SHOT_DIR = os.path.join(ROOT, "build", "browser")
+SHOT_DIR = os.environ.get("CTRLMEM_SCREENSHOTS") or os.path.join(tempfile.gettempdir(), "ctrlmem-browser")
 
 # Every drawn box label (plotly puts a bar's path and its text in one g.point) with its box.
 _LABELS = """

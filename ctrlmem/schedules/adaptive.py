@@ -3,9 +3,28 @@ and the Zero Bubble paper's memory-limited automatic scheduler ``zb`` (ZB-1P / Z
 docs/theory.md §8, §6).
 
 ``memory_limit`` is a fraction of 1F1B's peak activation ``p·a`` throughout: 1.0 is 1F1B's
-memory, 0.5 half of it. Both generators take ``costs`` and return the schedule with the lowest
-simulated makespan for *those* costs among the schedules they consider whose simulated peak
-(default :class:`~ctrlmem.costs.MemoryModel`) is within the limit.
+memory, 0.5 half of it, 2.0 twice it. Both generators take ``costs`` and return, among the
+schedules they consider, the one with the shortest longest device span (the basis of the paper's
+bubble rate; ties go to the shorter makespan, then the lower peak) whose simulated peak (default
+:class:`~ctrlmem.costs.MemoryModel`) is within the limit. Every candidate is simulated with
+:func:`ctrlmem.simulate` under the given costs (per-stage lists and ``comm`` included).
+
+Two families make up the search, so that it is right at any budget and for any costs:
+
+* **building blocks** (:mod:`ctrlmem.blocks`): the V-Min, V-Half and V-ZB blocks, ZB-V, and
+  blocks whose device links mix two offset levels (δ0, δ1) — the first ``j`` links at one level,
+  the rest at the other — for neighbouring levels among (1,1), (2,1), (3,1), (4,2), which steps
+  the peak from V-Min's level to 1F1B's. They give the periodic stable phases of the paper;
+* **cost-aware list schedules** (:mod:`ctrlmem.schedules.listsched`): the pipeline run pass by
+  pass under the real costs and a per-device activation cap, for every cap in half-a steps from
+  one microbatch (``a``, the smallest feasible budget: ``1/p``) up to the budget, under a few
+  tie-breaking policies. They fill the budgets between the blocks' levels, the ones above 1F1B's
+  (extra warm-up, up to 2× and beyond) and the costs the unit-slot blocks do not suit.
+
+The candidates of a budget are those of every smaller budget plus the list schedules of its own
+cap, so the result never gets slower as the budget grows (the search is monotone by
+construction). For ``p > 12`` the caps are taken on a grid (every ``⌈p/12⌉``-th half-a step,
+the same grid for every budget, so monotonicity holds) to keep the search within seconds.
 """
 
 from __future__ import annotations
@@ -17,36 +36,43 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..blocks import BuildingBlock, build_from_block, v_half_block, v_min_block, v_shape_block, v_zb_block
-from ..costs import Costs
+from ..costs import Costs, MemoryModel
 from ..ir import Op, Pass, Placement, Schedule
 from ..simulate import simulate
+from .listsched import POLICIES, list_schedule
 from .registry import register
 from .zero_bubble import zb_h1, zb_h2, zb_v
 
-__all__ = ["v_shape", "VShapeCandidate", "v_shape_candidates", "zb", "min_v_shape_limit"]
+__all__ = [
+    "v_shape", "VShapeCandidate", "v_shape_candidates", "zb", "min_v_shape_limit", "best_v_shape",
+    "best_fused_v",
+]
 
 log = logging.getLogger(__name__)
 
 _EPS = 1e-9
 
-# (delta0, delta1) offset pairs of docs/theory.md §4: V-Min (1, 1), V-Half (2, 1), V-ZB (4, 2).
-# Each mix: (wide, narrow, wide links first?). Between V-Min and V-Half both orientations pay
-# off (wide first wins at some peaks, narrow first at others); above V-Half wide first does.
-_MIXES = (((2, 1), (1, 1), True), ((2, 1), (1, 1), False), ((4, 2), (2, 1), True))
+# Offset levels (delta0, delta1) of PAPER.md §1.4 and the pairs of levels whose mixes the block
+# family contains: (wide, narrow, wide links first?).
+_MIXES = (
+    ((2, 1), (1, 1), True), ((2, 1), (1, 1), False),
+    ((3, 1), (2, 1), True), ((3, 1), (2, 1), False),
+    ((4, 2), (2, 1), True), ((4, 2), (3, 1), True),
+)
 
 
 @dataclass(frozen=True)
 class VShapeCandidate:
-    """One member of the searched family, simulated.
+    """One schedule the search considered, simulated.
 
     Attributes:
-        label: how it was built, e.g. ``"v-half"`` or ``"mix (2, 1)x5+(1, 1)x2"`` (the offsets
-            of the device links 0→1, 1→2, ... in order).
+        label: how it was built, e.g. ``"v-half"``, ``"mix (2, 1)x5+(1, 1)x2"`` (the offsets
+            of the device links 0→1, 1→2, ... in order) or ``"list cap 2.5a ready/high/lazy"``.
         schedule: the schedule.
         makespan: simulated makespan under the search's costs.
         peak: simulated peak over devices, in units of ``a``.
         bubble_rate: simulated bubble rate.
-        max_span: the longest device span (ties on makespan go to the shorter span).
+        max_span: the longest device span.
     """
 
     label: str
@@ -61,6 +87,16 @@ class VShapeCandidate:
         """Peak as a fraction of 1F1B's ``p·a``."""
         return self.peak / self.schedule.num_devices
 
+    @property
+    def key(self) -> tuple[float, float, float]:
+        """What the search minimises: longest span, then makespan, then peak."""
+        return (self.max_span, self.makespan, self.peak)
+
+
+def _candidate(label: str, sched: Schedule, costs: Costs) -> VShapeCandidate:
+    r = simulate(sched, costs)
+    return VShapeCandidate(label, sched, r.makespan, max(r.peak_memory), r.bubble_rate, max(r.device_spans))
+
 
 def _mixed_block(p: int, first: tuple[int, int], second: tuple[int, int], j: int) -> BuildingBlock:
     d0 = [first[0]] * j + [second[0]] * (p - 1 - j)
@@ -69,24 +105,28 @@ def _mixed_block(p: int, first: tuple[int, int], second: tuple[int, int], j: int
 
 
 def _family(p: int) -> list[tuple[str, object]]:
-    """The searched family: the V-Min, V-Half and V-ZB blocks, ZB-V, and for neighbouring
-    offset levels the blocks whose first ``j`` device links use one level and the rest the
-    other (``j = 1 .. p−2``), which steps the peak between the two levels."""
+    """The block family: the V-Min, V-Half and V-ZB blocks, ZB-V, and for each pair of offset
+    levels the blocks whose first ``j`` device links use one level and the rest the other
+    (``j = 1 .. p−2``, on a grid of at most 12 values for large ``p``)."""
     fam: list[tuple[str, object]] = [
         ("v-min", v_min_block(p)),
         ("v-half", v_half_block(p)),
         ("v-zb", v_zb_block(p)),
         ("zb-v", None),
     ]
+    js = list(range(1, p - 1))
+    if len(js) > 12:
+        step = math.ceil(len(js) / 12)
+        js = sorted(set(js[::step]) | {js[-1]})
     for wide, narrow, wide_first in _MIXES:
         first, second = (wide, narrow) if wide_first else (narrow, wide)
-        for j in range(1, p - 1):
+        for j in js:
             fam.append((f"mix {first}x{j}+{second}x{p - 1 - j}", (first, second, j)))
     return fam
 
 
 @lru_cache(maxsize=64)
-def _evaluate(p: int, m: int, costs: Costs) -> tuple[VShapeCandidate, ...]:
+def _blocks(p: int, m: int, costs: Costs) -> tuple[VShapeCandidate, ...]:
     out = []
     for label, spec in _family(p):
         if spec is None:
@@ -94,21 +134,75 @@ def _evaluate(p: int, m: int, costs: Costs) -> tuple[VShapeCandidate, ...]:
         elif isinstance(spec, BuildingBlock):
             sched = build_from_block(spec, m, spec.name)
         else:
-            sched = build_from_block(_mixed_block(p, *spec), m, "v-shape")
-        r = simulate(sched, costs)
-        out.append(VShapeCandidate(label, sched, r.makespan, max(r.peak_memory), r.bubble_rate, max(r.device_spans)))
+            try:
+                sched = build_from_block(_mixed_block(p, *spec), m, "v-shape")
+            except ValueError:  # no collision-free block for this mix
+                continue
+        out.append(_candidate(label, sched, costs))
     return tuple(out)
 
 
-def v_shape_candidates(num_devices: int, num_microbatches: int, costs: Costs | None = None) -> list[VShapeCandidate]:
-    """Every schedule the ``v-shape`` search considers, simulated under ``costs`` (cached)."""
+def _cap_grid(p: int) -> int:
+    """Step, in half-a, between the caps the list scheduler tries (1 for p <= 12)."""
+    return max(1, math.ceil(p / 12))
+
+
+def _policies(p: int) -> tuple[tuple[str, str, str], ...]:
+    return POLICIES if p <= 12 else POLICIES[:4]
+
+
+@lru_cache(maxsize=4096)
+def _listed(p: int, m: int, costs: Costs, half: int, fused: bool) -> tuple[VShapeCandidate, ...]:
+    """List schedules on the V-shape placement with a cap of ``half`` half-a per device."""
+    placement = Placement.v_shape(p)
+    f, b, w = costs.stage_times(2 * p, p)
+    act = MemoryModel().stage_activation(2 * p, p)
+    out = []
+    seen = set()
+    pols = (POLICIES[0], POLICIES[2]) if fused else _policies(p)
+    for pol in pols:
+        orders = list_schedule(placement, m, f, b, w, float(costs.comm), act, half / 2, fused=fused, policy=pol)
+        if orders is None:
+            continue
+        sig = tuple(tuple(o) for o in orders)
+        if sig in seen:
+            continue
+        seen.add(sig)
+        name = "1f1b-v" if fused else "v-shape"
+        sched = Schedule.from_orders(name, placement, m, orders)
+        out.append(_candidate(f"list cap {half / 2:g}a {'/'.join(pol)}", sched, costs))
+    return tuple(out)
+
+
+def _half_levels(p: int, limit: float) -> list[int]:
+    """The caps (in half-a) the list scheduler tries for ``limit``: the grid from 2 (one
+    microbatch, ``a``) up to ``⌊2p·limit⌋``."""
+    top = math.floor(2 * p * limit + _EPS)
+    step = _cap_grid(p)
+    return [h for h in range(2, top + 1) if (h - 2) % step == 0]
+
+
+def v_shape_candidates(
+    num_devices: int, num_microbatches: int, costs: Costs | None = None, memory_limit: float = 1.0,
+    fused: bool = False,
+) -> list[VShapeCandidate]:
+    """Every schedule the ``v-shape`` search considers for ``memory_limit``, simulated under
+    ``costs`` (cached): the block family (all of it, whatever its peak) and the list schedules of
+    every cap up to the limit. ``fused=True``: the fused-backward list schedules (``1f1b-v``)."""
     _check_v(num_devices, num_microbatches)
-    return list(_evaluate(num_devices, num_microbatches, costs if costs is not None else Costs()))
+    p, m = num_devices, num_microbatches
+    costs = costs if costs is not None else Costs()
+    out = [] if fused else list(_blocks(p, m, costs))
+    for h in _half_levels(p, memory_limit):
+        out.extend(_listed(p, m, costs, h, fused))
+    return out
 
 
 def min_v_shape_limit(num_devices: int, num_microbatches: int, costs: Costs | None = None) -> float:
-    """The smallest memory limit (fraction of 1F1B's peak) the ``v-shape`` family meets."""
-    return min(c.memory_fraction for c in v_shape_candidates(num_devices, num_microbatches, costs))
+    """The smallest memory limit (fraction of 1F1B's peak) the ``v-shape`` search meets: one
+    microbatch's activation per device, ``a``, so ``1/p``."""
+    _check_v(num_devices, num_microbatches)
+    return 1.0 / num_devices
 
 
 def _check_v(p: int, m: int) -> None:
@@ -125,42 +219,57 @@ def _check_v(p: int, m: int) -> None:
         )
 
 
-@register("v-shape", source="Qi et al. 2024 (this paper) App. A/B, Fig. 9–10; docs/theory.md §10 (adaptive V-Shape scheduler)")
+def best_v_shape(p: int, m: int, costs: Costs, limit: float, first: VShapeCandidate | None = None) -> VShapeCandidate:
+    """The best candidate of the ``v-shape`` search within ``limit`` (``first``, if given, wins
+    ties: a fixed pattern stays unless something is strictly better)."""
+    cands = ([first] if first is not None else []) + v_shape_candidates(p, m, costs, limit)
+    fits = [c for c in cands if c.peak <= limit * p + _EPS]
+    if not fits:
+        raise ValueError(
+            f"memory_limit={limit:g} is below what any V-shape schedule reaches for p={p}, m={m}: the "
+            f"smallest feasible limit is {1 / p:.6g} (one microbatch's activation a per device, of "
+            f"1F1B's p·a); raise memory_limit to at least {1 / p:.6g}"
+        )
+    return min(fits, key=lambda c: c.key)
+
+
+def best_fused_v(p: int, m: int, costs: Costs, limit: float, first: VShapeCandidate) -> VShapeCandidate:
+    """The best fused-backward V-shape schedule (``1f1b-v``) within ``limit``: ``first`` (the
+    pattern) or a fused list schedule."""
+    cands = [first] + v_shape_candidates(p, m, costs, limit, fused=True)
+    fits = [c for c in cands if c.peak <= limit * p + _EPS]
+    if not fits:
+        raise ValueError(f"no fused V-shape schedule within memory_limit={limit:g} for p={p}, m={m}")
+    return min(fits, key=lambda c: c.key)
+
+
+@register("v-shape", source="Qi et al. 2024 (this paper) App. A/B, Fig. 9–10; PAPER.md §6 (adaptive V-Shape scheduler)")
 def v_shape(
     num_devices: int,
     num_microbatches: int,
     costs: Costs | None = None,
     memory_limit: float | None = None,
 ) -> Schedule:
-    """Adaptive V-shape schedule: the lowest simulated makespan within ``memory_limit``.
+    """Adaptive V-shape schedule: the shortest longest-span schedule within ``memory_limit``.
 
-    Searches a structured family of V-shape building blocks (docs/theory.md §10, adaptive scheduler):
-    the V-Min, V-Half and V-ZB blocks, the ZB-V schedule, and blocks whose device links mix two
-    neighbouring offset levels (δ0, δ1) ∈ {(1,1), (2,1), (4,2)}, the first ``j`` links at one
-    level and the rest at the other, so the peak steps from V-Min's level to 1F1B's. Every candidate is built by repeat → place W → reorder
-    → squeeze and simulated under ``costs`` (per-stage and unequal costs included); the result
-    is the candidate with the lowest makespan (then the shortest longest device span, so the
-    lowest bubble rate) whose simulated peak is at most ``memory_limit · p · a`` (default 1.0). Since the family does not depend on the limit, the
-    makespan never grows when the limit grows.
+    Searches two families under the given costs (per-stage and unequal costs, ``comm``
+    included), every candidate scored by the exact simulator: building blocks (V-Min, V-Half,
+    V-ZB, ZB-V and blocks mixing two neighbouring offset levels (δ0, δ1) across the device links,
+    each built by repeat → place W → reorder → squeeze), and cost-aware list schedules run under
+    a per-device activation cap at every half-a step up to the limit (see
+    :mod:`ctrlmem.schedules.adaptive`). The result is the candidate with the shortest longest
+    device span (so the lowest bubble rate), then the shortest makespan, whose simulated peak is
+    at most ``memory_limit · p · a`` (default 1.0). Any limit from ``1/p`` (one microbatch per
+    device) up works, 2.0 and beyond included; a larger limit never gives a slower schedule.
 
-    Raises ``ValueError`` when no candidate fits the limit, naming the smallest feasible limit
-    for this ``p`` and ``m``.
+    Raises ``ValueError`` below ``1/p``, naming the smallest feasible limit.
     """
     p, m = num_devices, num_microbatches
     _check_v(p, m)
     limit = 1.0 if memory_limit is None else float(memory_limit)
     costs = costs if costs is not None else Costs()
-    cands = _evaluate(p, m, costs)
-    fits = [c for c in cands if c.peak <= limit * p + _EPS]
-    if not fits:
-        least = min(c.memory_fraction for c in cands)
-        raise ValueError(
-            f"memory_limit={limit:g} is below what any V-shape schedule reaches for p={p}, m={m}: the "
-            f"smallest feasible limit is {least:.6g} (peak {least * p:g}·a, V-Min's level "
-            f"⌊(p+4)/3⌋/p = {((p + 4) // 3) / p:.6g}); raise memory_limit to at least {least:.6g}"
-        )
-    best = min(fits, key=lambda c: (c.makespan, c.max_span, c.peak))
-    log.debug("v-shape p=%d m=%d limit=%g: %s (makespan %g, peak %g a)", p, m, limit, best.label, best.makespan, best.peak)
+    best = best_v_shape(p, m, costs, limit)
+    log.debug("v-shape p=%d m=%d limit=%g: %s (span %g, peak %g a)", p, m, limit, best.label, best.max_span, best.peak)
     s = best.schedule
     return Schedule(
         "v-shape", s.num_devices, s.num_microbatches, s.placement, s.device_passes,
@@ -251,7 +360,33 @@ def _zb_greedy(p: int, m: int, f: list[float], b: list[float], w: list[float], c
     return orders
 
 
-@register("zb", source="Zero Bubble paper §4 (automatic scheduling, ZB-1P/ZB-2P); docs/theory.md §8, §6")
+@lru_cache(maxsize=4096)
+def _zb_level(p: int, m: int, costs: Costs, cap: int) -> tuple[VShapeCandidate, ...]:
+    """The one-stage-per-device candidates with at most ``cap`` activations per device."""
+    f, b, w = costs.stage_times(p, p)
+    placement = Placement.sequential(p)
+    out, seen = [], set()
+    runs = [(policy, _zb_greedy(p, m, f, b, w, float(costs.comm), cap, policy)) for policy in ("bfw", "fit", "bwf")]
+    for pol in _policies(p):
+        orders = list_schedule(placement, m, f, b, w, float(costs.comm), [1.0] * p, cap, policy=pol)
+        if orders is not None:
+            runs.append(("list " + "/".join(pol), orders))
+    for label, orders in runs:
+        sig = tuple(tuple(o) for o in orders)
+        if sig in seen:
+            continue
+        seen.add(sig)
+        s = Schedule.from_orders("zb", placement, m, orders)
+        out.append(_candidate(f"cap {cap}a {label}", s, costs))
+    return tuple(out)
+
+
+@lru_cache(maxsize=64)
+def _zb_fixed(p: int, m: int, costs: Costs) -> tuple[VShapeCandidate, ...]:
+    return tuple(_candidate(name, gen(p, m), costs) for name, gen in (("zb-h1", zb_h1), ("zb-h2", zb_h2)))
+
+
+@register("zb", source="Zero Bubble paper §4 (automatic scheduling, ZB-1P/ZB-2P); PAPER.md §2.2, §6")
 def zb(
     num_devices: int,
     num_microbatches: int,
@@ -261,38 +396,32 @@ def zb(
     """Memory-limited automatic zero-bubble schedule, one stage per device (ZB-1P at
     ``memory_limit=1.0``, ZB-2P at ``2.0``; docs/theory.md §8, Table 4, Fig. 7).
 
-    A greedy list scheduler in the spirit of the Zero Bubble paper's heuristic: each device,
+    Greedy list schedules in the spirit of the Zero Bubble paper's heuristic: each device,
     whenever it is free, runs a ready ``B`` first (it is on the critical path), else a ready
-    ``F`` while it holds fewer than ``⌊memory_limit · p⌋`` activations, else a pending ``W`` to
-    fill the gap. Three tie policies are tried (W as filler only, W eagerly, W only when it
-    ends before the next input is due) together with the handcrafted ZB-H1 (peak p·a) and
-    ZB-H2 (peak (2p−1)·a) orders; each is simulated under ``costs`` and the lowest makespan
-    among those within the limit wins. Default limit 1.0 (ZB-1P).
+    ``F`` while it holds fewer activations than its cap, else a pending ``W`` to fill the gap.
+    Several tie policies (W as filler only, W eagerly, W only when it ends before the next input
+    is due, and those of :mod:`ctrlmem.schedules.listsched`) run at every cap from one
+    activation up to ``⌊memory_limit · p⌋`` (on a grid for ``p > 12``), next to the handcrafted
+    ZB-H1 (peak p·a) and ZB-H2 (peak (2p−1)·a) orders; each is simulated under ``costs`` and the
+    shortest longest span (then makespan) within the limit wins, so a larger limit never gives a
+    slower schedule. Default limit 1.0 (ZB-1P).
     """
     p, m = num_devices, num_microbatches
     limit = 1.0 if memory_limit is None else float(memory_limit)
-    cap = math.floor(limit * p + _EPS)
-    if cap < 1:
+    top = math.floor(limit * p + _EPS)
+    if top < 1:
         raise ValueError(
             f"memory_limit={limit:g} lets a device hold no activation at all (p={p}); the smallest "
             f"feasible limit is {1 / p:.6g} (one microbatch in flight); ZB-1P is 1.0 and ZB-2P 2.0"
         )
     costs = costs if costs is not None else Costs()
-    f, b, w = costs.stage_times(p, p)
-    placement = Placement.sequential(p)
-    candidates = []
-    for policy in ("bfw", "fit", "bwf"):
-        orders = _zb_greedy(p, m, f, b, w, float(costs.comm), cap, policy)
-        candidates.append((policy, orders))
-    for name, gen in (("zb-h1", zb_h1), ("zb-h2", zb_h2)):
-        candidates.append((name, gen(p, m).device_passes))
-    best = None
-    for label, orders in candidates:
-        s = Schedule.from_orders("zb", placement, m, orders, params={"memory_limit": limit, "policy": label})
-        r = simulate(s, costs)
-        if max(r.peak_memory) > cap + _EPS:
-            continue
-        key = (r.makespan, max(r.device_spans), max(r.peak_memory))
-        if best is None or key < best[0]:
-            best = (key, s)
-    return best[1]
+    step = _cap_grid(p)
+    cands = list(_zb_fixed(p, m, costs))
+    for cap in range(1, top + 1):
+        if (cap - 1) % step == 0 or cap == p or cap == 2 * p - 1 or cap == 2 * p:
+            cands.extend(_zb_level(p, m, costs, cap))
+    fits = [c for c in cands if c.peak <= limit * p + _EPS]
+    best = min(fits, key=lambda c: c.key)
+    s = best.schedule
+    return Schedule("zb", s.num_devices, s.num_microbatches, s.placement, s.device_passes,
+                    tuple(sorted({"memory_limit": limit, "policy": best.label}.items())))

@@ -62,6 +62,8 @@ __all__ = [
     "v_half_block",
     "v_zb_block",
     "v_shape_block",
+    "v_cost_block",
+    "slot_lengths",
     "v_1f1b_block",
     "one_f_one_b_block",
     "eager_1f1b_block",
@@ -998,6 +1000,63 @@ def v_shape_block(p: int, delta0: Sequence[int], delta1: Sequence[int], name: st
     return greedy_block(
         name, Placement.v_shape(p), 6, 1, 1, 1, off,
         {"delta0": tuple(delta0), "delta1": tuple(delta1)},
+    )
+
+
+def slot_lengths(f: float, b: float, w: float, comm: float = 0.0, resolution: int = 1) -> tuple[int, int, int, int]:
+    """Chunk pass times ``f``, ``b``, ``w`` and hop latency ``comm`` as whole slots: the
+    shortest of the three passes is ``resolution`` slots, the others in proportion (rounded, at
+    least 1 slot; ``comm`` may round to 0)."""
+    if resolution < 1:
+        raise ValueError(f"resolution must be >= 1 slot, got {resolution}")
+    unit = min(x for x in (f, b, w) if x > 0) / resolution if max(f, b, w) > 0 else 1.0
+    fl, bl, wl = (max(1, round(x / unit)) for x in (f, b, w))
+    return fl, bl, wl, max(0, round(comm / unit))
+
+
+def v_cost_block(
+    p: int,
+    lengths: tuple[int, int, int, int],
+    gap0: Sequence[int],
+    gap1: Sequence[int],
+    name: str = "v-shape",
+) -> BuildingBlock:
+    """A V-shape block for unequal pass times (PAPER.md §2.3, App. A: offsets adapt to F/B/W).
+
+    ``lengths = (F, B, W, comm)`` in slots (see :func:`slot_lengths`); the interval is a
+    device's work per microbatch, ``T = 2(F + B + W)``, so a block that repeats without
+    collision has no bubble in its stable phase under those times. Along each device link a
+    pass starts at least its predecessor's length plus ``comm`` plus a gap after it:
+    ``gap0[i]`` on the link ``i → i+1`` (chunk-0 forward, chunk-1 backward: δ0 of the paper),
+    ``gap1[i]`` on ``i+1 → i`` (chunk-1 forward, chunk-0 backward: δ1). Larger gaps lengthen
+    the lifespans (more memory) and leave room to avoid collisions; each pass goes to the
+    earliest collision-free slot (:func:`greedy_block`), each W to the first free slot after
+    its B.
+    """
+    _need_p(p, 2, "a V-shape block")
+    if len(gap0) != p - 1 or len(gap1) != p - 1:
+        raise ValueError(f"gap0 and gap1 need p-1={p - 1} values each, got {len(gap0)} and {len(gap1)}")
+    fl, bl, wl, cl = lengths
+    S = 2 * p
+
+    def off(op: Op, a: int, b: int) -> int:
+        if op is Op.F:
+            if b < p:  # chunk 0 forward, device a -> a+1
+                return fl + cl + gap0[a]
+            if a == p - 1:  # turn on the last device
+                return fl
+            return fl + cl + gap1[S - 1 - b]
+        if a == S:  # the loss: B of the last stage right after its F, on device 0
+            return fl
+        if b >= p:  # chunk 1 backward, device S-1-a -> S-1-b
+            return bl + cl + gap0[S - 1 - a]
+        if a == p:  # turn on the last device
+            return bl
+        return bl + cl + gap1[b]
+
+    return greedy_block(
+        name, Placement.v_shape(p), 2 * (fl + bl + wl), fl, bl, wl, off,
+        {"lengths": tuple(lengths), "gap0": tuple(gap0), "gap1": tuple(gap1)},
     )
 
 

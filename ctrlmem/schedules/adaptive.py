@@ -24,7 +24,8 @@ Two families make up the search, so that it is right at any budget and for any c
 The candidates of a budget are those of every smaller budget plus the list schedules of its own
 cap, so the result never gets slower as the budget grows (the search is monotone by
 construction). For ``p > 12`` the caps are taken on a grid (every ``⌈p/12⌉``-th half-a step,
-the same grid for every budget, so monotonicity holds) to keep the search within seconds.
+twice as coarse above 1F1B's memory; the same grid for every budget, so monotonicity holds)
+to keep the search within seconds.
 """
 
 from __future__ import annotations
@@ -35,7 +36,16 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..blocks import BuildingBlock, build_from_block, v_half_block, v_min_block, v_shape_block, v_zb_block
+from ..blocks import (
+    BuildingBlock,
+    build_from_block,
+    slot_lengths,
+    v_cost_block,
+    v_half_block,
+    v_min_block,
+    v_shape_block,
+    v_zb_block,
+)
 from ..costs import Costs, MemoryModel
 from ..ir import Op, Pass, Placement, Schedule
 from ..simulate import simulate
@@ -107,7 +117,7 @@ def _mixed_block(p: int, first: tuple[int, int], second: tuple[int, int], j: int
 def _family(p: int) -> list[tuple[str, object]]:
     """The block family: the V-Min, V-Half and V-ZB blocks, ZB-V, and for each pair of offset
     levels the blocks whose first ``j`` device links use one level and the rest the other
-    (``j = 1 .. p−2``, on a grid of at most 12 values for large ``p``)."""
+    (``j = 1 .. p−2``; for ``p > 12`` about 6 values of ``j`` and 4 pairs of levels)."""
     fam: list[tuple[str, object]] = [
         ("v-min", v_min_block(p)),
         ("v-half", v_half_block(p)),
@@ -115,18 +125,21 @@ def _family(p: int) -> list[tuple[str, object]]:
         ("zb-v", None),
     ]
     js = list(range(1, p - 1))
-    if len(js) > 12:
-        step = math.ceil(len(js) / 12)
+    mixes = _MIXES
+    if len(js) > 11:  # large p: about 6 values of j, 4 pairs of levels
+        step = math.ceil(len(js) / 5)
         js = sorted(set(js[::step]) | {js[-1]})
-    for wide, narrow, wide_first in _MIXES:
+        mixes = _MIXES[:3] + _MIXES[4:5]
+    for wide, narrow, wide_first in mixes:
         first, second = (wide, narrow) if wide_first else (narrow, wide)
         for j in js:
             fam.append((f"mix {first}x{j}+{second}x{p - 1 - j}", (first, second, j)))
     return fam
 
 
-@lru_cache(maxsize=64)
-def _blocks(p: int, m: int, costs: Costs) -> tuple[VShapeCandidate, ...]:
+@lru_cache(maxsize=16)
+def _block_schedules(p: int, m: int) -> tuple[tuple[str, Schedule], ...]:
+    """The block family's schedules (their orders do not depend on the costs: cached apart)."""
     out = []
     for label, spec in _family(p):
         if spec is None:
@@ -138,7 +151,83 @@ def _blocks(p: int, m: int, costs: Costs) -> tuple[VShapeCandidate, ...]:
                 sched = build_from_block(_mixed_block(p, *spec), m, "v-shape")
             except ValueError:  # no collision-free block for this mix
                 continue
-        out.append(_candidate(label, sched, costs))
+        out.append((label, sched))
+    return tuple(out)
+
+
+@lru_cache(maxsize=64)
+def _blocks(p: int, m: int, costs: Costs) -> tuple[VShapeCandidate, ...]:
+    return tuple(_candidate(label, sched, costs) for label, sched in _block_schedules(p, m))
+
+
+def _mix_js(p: int, most: int) -> list[int]:
+    """Split points ``j`` (links before it use one setting, the rest the other): all of
+    ``1 .. p−2``, or about ``most`` of them spread evenly."""
+    js = list(range(1, p - 1))
+    if len(js) > most:
+        step = math.ceil(len(js) / (most - 1))
+        js = sorted(set(js[::step]) | {js[-1]})
+    return js
+
+
+def _cost_lengths(p: int, costs: Costs) -> list[tuple[int, int, int, int]]:
+    """The costs' chunk pass times (mean over stages) as slots, at 1, 2 and 3 slots for the
+    shortest pass (distinct ratios only; at most 48 slots per interval)."""
+    f, b, w = costs.stage_times(2 * p, p)
+    fa, ba, wa = (math.fsum(x) / len(x) for x in (f, b, w))
+    out: list[tuple[int, int, int, int]] = []
+    for r in (1, 2, 3):
+        ln = slot_lengths(fa, ba, wa, float(costs.comm), r)
+        if 2 * sum(ln[:3]) > 48:
+            break
+        g = math.gcd(*ln)
+        if tuple(x // g for x in ln) not in {tuple(x // math.gcd(*o) for x in o) for o in out}:
+            out.append(ln)
+    return out
+
+
+@lru_cache(maxsize=2048)
+def _cost_block_schedule(p: int, m: int, lengths: tuple, gap0: tuple, gap1: tuple) -> Schedule | None:
+    """The schedule of one cost-aware block (cost-independent once quantised: cached)."""
+    try:
+        return build_from_block(v_cost_block(p, lengths, gap0, gap1), m, "v-shape")
+    except ValueError:  # no collision-free block with these gaps
+        return None
+
+
+@lru_cache(maxsize=64)
+def _cost_blocks(p: int, m: int, costs: Costs) -> tuple[VShapeCandidate, ...]:
+    """Cost-aware blocks (:func:`ctrlmem.blocks.v_cost_block`): for each slot quantisation of
+    the costs, uniform gaps (g0, g1) along the links, then, between each two neighbouring peak
+    levels the uniform blocks reach, blocks whose first ``j`` links use one level's gaps and
+    the rest the other's (stepping the peak between the levels)."""
+    out: list[VShapeCandidate] = []
+    big = p > 12
+    for ln in _cost_lengths(p, costs):
+        fl, bl, wl, cl = ln
+        r = min(fl, bl, wl)
+        uniform: dict[float, VShapeCandidate] = {}
+        gaps_of: dict[str, tuple[int, int]] = {}
+        for g0 in range(0, 2 * max(fl, bl) + 1, r):
+            for g1 in range(0, max(fl, bl) + 1, r):
+                s = _cost_block_schedule(p, m, ln, (g0,) * (p - 1), (g1,) * (p - 1))
+                if s is None:
+                    continue
+                c = _candidate(f"cost {fl}:{bl}:{wl}:{cl} gaps ({g0}, {g1})", s, costs)
+                out.append(c)
+                gaps_of[c.label] = (g0, g1)
+                if c.peak not in uniform or c.key < uniform[c.peak].key:
+                    uniform[c.peak] = c
+        levels = [uniform[k] for k in sorted(uniform)]
+        for lo, hi in zip(levels, levels[1:]):
+            a, b = gaps_of[lo.label], gaps_of[hi.label]
+            for first, second in ((b, a),) if big else ((b, a), (a, b)):
+                for j in _mix_js(p, 5 if big else 12):
+                    g0 = (first[0],) * j + (second[0],) * (p - 1 - j)
+                    g1 = (first[1],) * j + (second[1],) * (p - 1 - j)
+                    s = _cost_block_schedule(p, m, ln, g0, g1)
+                    if s is not None:
+                        out.append(_candidate(f"cost {fl}:{bl}:{wl}:{cl} gaps {first}x{j}+{second}x{p - 1 - j}", s, costs))
     return tuple(out)
 
 
@@ -152,26 +241,31 @@ def _policies(p: int) -> tuple[tuple[str, str, str], ...]:
 
 
 @lru_cache(maxsize=4096)
-def _listed(p: int, m: int, costs: Costs, half: int, fused: bool) -> tuple[VShapeCandidate, ...]:
-    """List schedules on the V-shape placement with a cap of ``half`` half-a per device."""
+def _listed_raw(p: int, m: int, costs: Costs, half: int, fused: bool) -> tuple[tuple[tuple, VShapeCandidate | None, bool], ...]:
+    """Per policy: (policy, candidate or None when a smaller cap of the grid already gave the
+    same orders, capped?) for list schedules on the V-shape placement with ``half`` half-a."""
     placement = Placement.v_shape(p)
     f, b, w = costs.stage_times(2 * p, p)
     act = MemoryModel().stage_activation(2 * p, p)
+    levels = _half_levels(p, half / (2 * p))
+    below = levels[-2] if len(levels) > 1 else 0
+    prev = {pol: capped for pol, _, capped in _listed_raw(p, m, costs, below, fused)} if below >= 2 else {}
     out = []
-    seen = set()
     pols = (POLICIES[0], POLICIES[2]) if fused else _policies(p)
     for pol in pols:
-        orders = list_schedule(placement, m, f, b, w, float(costs.comm), act, half / 2, fused=fused, policy=pol)
-        if orders is None:
+        if prev.get(pol) is False:  # the cap did not bind one step below: same orders
+            out.append((pol, None, False))
             continue
-        sig = tuple(tuple(o) for o in orders)
-        if sig in seen:
+        res = list_schedule(placement, m, f, b, w, float(costs.comm), act, half / 2, fused=fused, policy=pol)
+        if res is None:
             continue
-        seen.add(sig)
-        name = "1f1b-v" if fused else "v-shape"
-        sched = Schedule.from_orders(name, placement, m, orders)
-        out.append(_candidate(f"list cap {half / 2:g}a {'/'.join(pol)}", sched, costs))
+        sched = Schedule.from_orders("1f1b-v" if fused else "v-shape", placement, m, res.orders)
+        out.append((pol, _candidate(f"list cap {half / 2:g}a {'/'.join(pol)}", sched, costs), res.capped))
     return tuple(out)
+
+
+def _listed(p: int, m: int, costs: Costs, half: int, fused: bool) -> list[VShapeCandidate]:
+    return [c for _, c, _ in _listed_raw(p, m, costs, half, fused) if c is not None]
 
 
 def _half_levels(p: int, limit: float) -> list[int]:
@@ -179,7 +273,8 @@ def _half_levels(p: int, limit: float) -> list[int]:
     microbatch, ``a``) up to ``⌊2p·limit⌋``."""
     top = math.floor(2 * p * limit + _EPS)
     step = _cap_grid(p)
-    return [h for h in range(2, top + 1) if (h - 2) % step == 0]
+    # above 1F1B's memory (2p half-a) the grid is twice as coarse
+    return [h for h in range(2, top + 1) if (h - 2) % (step if h <= 2 * p else 2 * step) == 0]
 
 
 def v_shape_candidates(
@@ -192,7 +287,7 @@ def v_shape_candidates(
     _check_v(num_devices, num_microbatches)
     p, m = num_devices, num_microbatches
     costs = costs if costs is not None else Costs()
-    out = [] if fused else list(_blocks(p, m, costs))
+    out = [] if fused else list(_blocks(p, m, costs)) + list(_cost_blocks(p, m, costs))
     for h in _half_levels(p, memory_limit):
         out.extend(_listed(p, m, costs, h, fused))
     return out
@@ -368,9 +463,9 @@ def _zb_level(p: int, m: int, costs: Costs, cap: int) -> tuple[VShapeCandidate, 
     out, seen = [], set()
     runs = [(policy, _zb_greedy(p, m, f, b, w, float(costs.comm), cap, policy)) for policy in ("bfw", "fit", "bwf")]
     for pol in _policies(p):
-        orders = list_schedule(placement, m, f, b, w, float(costs.comm), [1.0] * p, cap, policy=pol)
-        if orders is not None:
-            runs.append(("list " + "/".join(pol), orders))
+        res = list_schedule(placement, m, f, b, w, float(costs.comm), [1.0] * p, cap, policy=pol)
+        if res is not None:
+            runs.append(("list " + "/".join(pol), res.orders))
     for label, orders in runs:
         sig = tuple(tuple(o) for o in orders)
         if sig in seen:
@@ -425,3 +520,9 @@ def zb(
     s = best.schedule
     return Schedule("zb", s.num_devices, s.num_microbatches, s.placement, s.device_passes,
                     tuple(sorted({"memory_limit": limit, "policy": best.label}.items())))
+
+
+def clear_caches() -> None:
+    """Forget every cached candidate (for cold-start timings)."""
+    for fn in (_block_schedules, _blocks, _cost_block_schedule, _cost_blocks, _listed_raw, _zb_level, _zb_fixed):
+        fn.cache_clear()

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from ..ir import Op, Pass, Placement
 
-__all__ = ["POLICIES", "list_schedule"]
+__all__ = ["POLICIES", "ListResult", "list_schedule"]
 
 _INF = math.inf
 _EPS = 1e-9
@@ -50,6 +50,14 @@ POLICIES: tuple[tuple[str, str, str], ...] = (
 )
 
 
+class ListResult(NamedTuple):
+    """Device orders, and whether the cap ever held a forward back (if not, any larger cap
+    gives the same orders)."""
+
+    orders: list[list[Pass]]
+    capped: bool
+
+
 def list_schedule(
     placement: Placement,
     num_microbatches: int,
@@ -61,7 +69,7 @@ def list_schedule(
     cap: float,
     fused: bool = False,
     policy: tuple[str, str, str] = POLICIES[0],
-) -> list[list[Pass]] | None:
+) -> ListResult | None:
     """Device orders for ``placement`` and ``num_microbatches`` under per-stage pass times
     ``f``, ``b``, ``w``, hop latency ``comm``, per-stage activations ``act`` and a per-device cap
     ``cap`` (same unit as ``act``). ``fused``: one ``BW`` pass (``b + w``) per stage instead of
@@ -87,6 +95,7 @@ def list_schedule(
     orders: list[list[Pass]] = [[] for _ in range(p)]
     remaining = S * m * (2 if fused else 3)
     heap = [(0.0, d) for d in range(p)]
+    capped = False
     back_op = Op.BW if fused else Op.B
     c_in_f = [comm if s > 0 and dev[s - 1] != dev[s] else 0.0 for s in range(S)]
     c_in_b = [comm if s < S - 1 and dev[s + 1] != dev[s] else 0.0 for s in range(S)]
@@ -114,7 +123,7 @@ def list_schedule(
                 tf = 0.0 if s == 0 else f_end[s - 1][k] + c_in_f[s]
                 if tf < _INF:
                     if live[d] + (need[d] if s == entry[d] else act[s]) > cap + _EPS:
-                        blocked_f = True
+                        blocked_f = capped = True
                     elif tf <= t + _EPS:
                         key = (-s, tf, k) if f_pick == "high" else (tf, k, -s)
                         if best_f is None or key < best_f[0]:
@@ -181,4 +190,4 @@ def list_schedule(
         free[d] = e
         remaining -= 1
         heapq.heappush(heap, (e, d))
-    return orders
+    return ListResult(orders, capped)

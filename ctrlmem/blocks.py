@@ -1021,7 +1021,7 @@ def v_cost_block(
     gap1: Sequence[int],
     name: str = "v-shape",
 ) -> BuildingBlock:
-    """A V-shape block for unequal pass times (PAPER.md §2.3, App. A: offsets adapt to F/B/W).
+    """A V-shape block for unequal pass times (the paper §2.3, App. A: offsets adapt to F/B/W).
 
     ``lengths = (F, B, W, comm)`` in slots (see :func:`slot_lengths`); the interval is a
     device's work per microbatch, ``T = 2(F + B + W)``, so a block that repeats without

@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 
 _EPS = 1e-9
 
-# Offset levels (delta0, delta1) of PAPER.md §1.4 and the pairs of levels whose mixes the block
+# Offset levels (delta0, delta1) of docs/theory.md §4 and the pairs of levels whose mixes the block
 # family contains: (wide, narrow, wide links first?).
 _MIXES = (
     ((2, 1), (1, 1), True), ((2, 1), (1, 1), False),
@@ -338,7 +338,7 @@ def best_fused_v(p: int, m: int, costs: Costs, limit: float, first: VShapeCandid
     return min(fits, key=lambda c: c.key)
 
 
-@register("v-shape", source="Qi et al. 2024 (this paper) App. A/B, Fig. 9–10; PAPER.md §6 (adaptive V-Shape scheduler)")
+@register("v-shape", source="Qi et al. 2024 (this paper) App. A/B, Fig. 9–10; docs/theory.md §10 (adaptive V-Shape scheduler)")
 def v_shape(
     num_devices: int,
     num_microbatches: int,
@@ -481,7 +481,7 @@ def _zb_fixed(p: int, m: int, costs: Costs) -> tuple[VShapeCandidate, ...]:
     return tuple(_candidate(name, gen(p, m), costs) for name, gen in (("zb-h1", zb_h1), ("zb-h2", zb_h2)))
 
 
-@register("zb", source="Zero Bubble paper §4 (automatic scheduling, ZB-1P/ZB-2P); PAPER.md §2.2, §6")
+@register("zb", source="Zero Bubble paper §4 (automatic scheduling, ZB-1P/ZB-2P); docs/theory.md §8, §6")
 def zb(
     num_devices: int,
     num_microbatches: int,

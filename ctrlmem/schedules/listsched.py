@@ -5,7 +5,7 @@ block; its times then follow the real costs. This module builds orders *from* th
 it runs the pipeline as a discrete-event simulation, and each device, whenever it is free, picks
 its next pass among those whose inputs have arrived (``comm`` added across devices), under a
 per-device activation cap. It is the Zero Bubble paper's automatic-scheduling heuristic
-(§4 there; the authors' ``zb.py`` / ``zbv.py`` greedy, PAPER.md §6) generalised to any
+(§4 there; the authors' ``zb.py`` / ``zbv.py`` greedy, docs/theory.md §10) generalised to any
 placement, fused or split backward, and a cap anywhere from one microbatch to 2× 1F1B.
 
 Rules on a free device (a *policy* picks among the variants):

@@ -8,7 +8,7 @@ results are the exact values of docs/theory.md §7 exactly: peak ⌊(p+4)/3⌋·
 4p−5 τ (4p−7 when 3 | p), 3p−7 τ (even p) or 3p−4 τ (odd p), and 0 τ, for m ≥ 2p (τ is a
 chunk pass: with ``Costs(1, 1, 1)`` one τ is 0.5 time units). The orders are those of the
 unit-cost pattern; their simulated times follow whatever costs are given (the authors' runtime
-does the same for V-Min / V-Half, PAPER.md §6).
+does the same for V-Min / V-Half, docs/theory.md §10).
 
 With ``costs`` given, each generator adapts to them while keeping its memory level: it returns
 the best schedule (shortest longest device span, then makespan) of the ``v-shape`` search whose
@@ -61,7 +61,7 @@ def _adapt(pattern: Schedule, costs: Costs | None, fused: bool = False) -> Sched
                     tuple(sorted(params.items())))
 
 
-@register("v-min", source="Qi et al. 2024 (this paper) §3.1, Table 8; PAPER.md §2.1")
+@register("v-min", source="Qi et al. 2024 (this paper) §3.1, Table 8; docs/theory.md §7")
 def v_min(num_devices: int, num_microbatches: int, costs: Costs | None = None) -> Schedule:
     """V-Min: V-shape block with all offsets 1 (δ0 = δ1 = 1), about 1/3 of 1F1B's memory.
 
@@ -73,7 +73,7 @@ def v_min(num_devices: int, num_microbatches: int, costs: Costs | None = None) -
     return _adapt(build_from_block(v_min_block(num_devices), num_microbatches, "v-min"), costs)
 
 
-@register("v-half", source="Qi et al. 2024 (this paper) §3.1, Table 9; PAPER.md §2.1")
+@register("v-half", source="Qi et al. 2024 (this paper) §3.1, Table 9; docs/theory.md §7")
 def v_half(num_devices: int, num_microbatches: int, costs: Costs | None = None) -> Schedule:
     """V-Half: V-shape block with δ0 = 2, δ1 = 1, about 1/2 of 1F1B's memory.
 
@@ -88,7 +88,7 @@ def v_half(num_devices: int, num_microbatches: int, costs: Costs | None = None) 
     return _adapt(build_from_block(v_half_block(num_devices), num_microbatches, "v-half"), costs)
 
 
-@register("v-zb", source="Qi et al. 2024 (this paper) §3.1, Fig. 3(d); PAPER.md §2.1")
+@register("v-zb", source="Qi et al. 2024 (this paper) §3.1, Fig. 3(d); docs/theory.md §7")
 def v_zb(num_devices: int, num_microbatches: int, costs: Costs | None = None) -> Schedule:
     """V-ZB: V-shape block with δ0 = 4, δ1 = 2 and turn gaps 1: zero bubble at 1F1B's memory.
 
@@ -98,7 +98,7 @@ def v_zb(num_devices: int, num_microbatches: int, costs: Costs | None = None) ->
     return _adapt(build_from_block(v_zb_block(num_devices), num_microbatches, "v-zb"), costs)
 
 
-@register("1f1b-v", source="Qi et al. 2024 (this paper) App. I, Fig. 16(a)/17(a); PAPER.md §2.2")
+@register("1f1b-v", source="Qi et al. 2024 (this paper) App. I, Fig. 16(a)/17(a); docs/theory.md §8")
 def one_f_one_b_v(num_devices: int, num_microbatches: int, costs: Costs | None = None) -> Schedule:
     """1F1B-V: V-shape placement with the fused backward (no B/W split), about 2/3–3/4 of
     1F1B's memory.

@@ -95,3 +95,18 @@ def test_p4_m8_half_budget_beats_v_shape():
     assert r.makespan < heur
     full = cm.optimal(4, 8, costs, memory_limit=1.0, time_limit=120)
     assert full.makespan == 156
+
+
+def test_cli_optimal(capsys):
+    """``ctrlmem optimal`` prints status, makespan and bound (or one JSON object); a budget
+    that holds no microbatch exits 2 with one line naming the smallest feasible limit."""
+    import json
+
+    from ctrlmem.cli import main
+
+    assert main(["optimal", "-p", "2", "-m", "3", "--memory-limit", "1.0", "--json", "--time-limit", "10"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "optimal" and out["makespan"] == out["lower_bound"]
+    assert main(["optimal", "-p", "4", "-m", "4", "--memory-limit", "0.1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "smallest feasible limit is 0.25" in err[0]

@@ -110,3 +110,15 @@ def test_cli_optimal(capsys):
     assert main(["optimal", "-p", "4", "-m", "4", "--memory-limit", "0.1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "smallest feasible limit is 0.25" in err[0]
+
+
+def test_optimality_gap_artifact_quick():
+    """The ``optimality-gap`` reproduce artifact (quick grid): one ratio per heuristic and row,
+    none below 1 (no heuristic beats the proven optimum), and a verdict naming the worst cases."""
+    from ctrlmem.reproduce import build_table
+
+    t = build_table("optimality-gap", quick=True)
+    ratios = [c.ours for c in t.cells if c.column.endswith("/ optimum") and isinstance(c.ours, float)]
+    assert len(ratios) >= 12
+    assert min(ratios) >= 1 - 1e-9
+    assert "v-shape" in t.agreement() and "every optimum proved" in t.agreement()

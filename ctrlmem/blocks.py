@@ -742,6 +742,7 @@ def build_from_block(
     params: dict | None = None,
     reorder_phases: bool = True,
     direct: bool = False,
+    direct_fallback: bool = True,
 ) -> Schedule:
     """Repeat ``block`` for ``num_microbatches``, place W, reorder the warm-up and cool-down
     without raising the peak, squeeze, and return the schedule (docs/theory.md §2, §6).
@@ -750,7 +751,9 @@ def build_from_block(
     warm-up, a stable phase and cool-down) and the stable phase is then lengthened: the
     stable phase is periodic, one period being one microbatch more, so each device's order
     gains the missing periods in its middle (:func:`extend_stable`). ``direct=True`` runs the
-    steps on all ``num_microbatches`` instead (slower; the tests check both agree).
+    steps on all ``num_microbatches`` instead (slower; the tests check both agree); it is also
+    the fallback when the short pipeline has no exactly periodic stable phase to lengthen
+    (``direct_fallback=False``: raise ``ValueError`` instead).
     """
     m = num_microbatches
     short = _short_pipeline(block, m)
@@ -758,7 +761,12 @@ def build_from_block(
         steps = pipeline_steps(block, m, reorder_phases)
         return steps["squeeze"].to_schedule(name or block.name, params)
     small = pipeline_steps(block, short, reorder_phases)["squeeze"].to_schedule(name or block.name, params)
-    return extend_stable(small, m)
+    try:
+        return extend_stable(small, m)
+    except ValueError:  # no exactly periodic stable phase (unequal pass lengths): run all m
+        if not direct_fallback:
+            raise
+        return pipeline_steps(block, m, reorder_phases)["squeeze"].to_schedule(name or block.name, params)
 
 
 def _short_pipeline(block: BuildingBlock, m: int) -> int:
@@ -1019,45 +1027,69 @@ def v_cost_block(
     lengths: tuple[int, int, int, int],
     gap0: Sequence[int],
     gap1: Sequence[int],
+    slack: int = 0,
     name: str = "v-shape",
 ) -> BuildingBlock:
     """A V-shape block for unequal pass times (the paper §2.3, App. A: offsets adapt to F/B/W).
 
     ``lengths = (F, B, W, comm)`` in slots (see :func:`slot_lengths`); the interval is a
-    device's work per microbatch, ``T = 2(F + B + W)``, so a block that repeats without
-    collision has no bubble in its stable phase under those times. Along each device link a
-    pass starts at least its predecessor's length plus ``comm`` plus a gap after it:
-    ``gap0[i]`` on the link ``i → i+1`` (chunk-0 forward, chunk-1 backward: δ0 of the paper),
-    ``gap1[i]`` on ``i+1 → i`` (chunk-1 forward, chunk-0 backward: δ1). Larger gaps lengthen
-    the lifespans (more memory) and leave room to avoid collisions; each pass goes to the
-    earliest collision-free slot (:func:`greedy_block`), each W to the first free slot after
-    its B.
+    device's work per microbatch plus ``slack``, ``T = 2(F + B + W) + slack``, so a block that
+    repeats without collision has at most ``slack`` idle slots per interval in its stable phase
+    under those times. Along each device link a pass starts at least its predecessor's length
+    plus ``comm`` plus a gap after it: ``gap0[i]`` on the link ``i → i+1`` (chunk-0 forward,
+    chunk-1 backward: δ0 of the paper), ``gap1[i]`` on ``i+1 → i`` (chunk-1 forward, chunk-0
+    backward: δ1). Larger gaps lengthen the lifespans (more memory) and leave room to avoid
+    collisions. The passes are laid out along the microbatch's chain, each at the earliest slot
+    whose residues modulo ``T`` are free on its device, and each ``W`` is reserved at the first
+    free slot after its ``B`` as soon as the ``B`` is placed. Raises ``ValueError`` when a device
+    runs out of room in ``T`` (raise ``slack``).
     """
     _need_p(p, 2, "a V-shape block")
     if len(gap0) != p - 1 or len(gap1) != p - 1:
         raise ValueError(f"gap0 and gap1 need p-1={p - 1} values each, got {len(gap0)} and {len(gap1)}")
     fl, bl, wl, cl = lengths
     S = 2 * p
+    T = 2 * (fl + bl + wl) + slack
+    placement = Placement.v_shape(p)
+    used: dict[int, set[int]] = {d: set() for d in range(p)}
+    passes: list[SlotPass] = []
 
-    def off(op: Op, a: int, b: int) -> int:
-        if op is Op.F:
-            if b < p:  # chunk 0 forward, device a -> a+1
-                return fl + cl + gap0[a]
-            if a == p - 1:  # turn on the last device
-                return fl
-            return fl + cl + gap1[S - 1 - b]
-        if a == S:  # the loss: B of the last stage right after its F, on device 0
-            return fl
-        if b >= p:  # chunk 1 backward, device S-1-a -> S-1-b
-            return bl + cl + gap0[S - 1 - a]
-        if a == p:  # turn on the last device
-            return bl
-        return bl + cl + gap1[b]
+    def put(op: Op, stage: int, earliest: int, ln: int) -> SlotPass:
+        d = placement.device_of(stage)
+        t = earliest
+        for _ in range(T + 1):
+            if all((u % T) not in used[d] for u in range(t, t + ln)):
+                break
+            t += 1
+        else:
+            raise ValueError(f"block {name}: device {d} has no room for {op}{stage} within T={T}")
+        used[d].update(u % T for u in range(t, t + ln))
+        sp = SlotPass(t, ln, op, stage, 0)
+        passes.append(sp)
+        return sp
 
-    return greedy_block(
-        name, Placement.v_shape(p), 2 * (fl + bl + wl), fl, bl, wl, off,
-        {"lengths": tuple(lengths), "gap0": tuple(gap0), "gap1": tuple(gap1)},
-    )
+    prev = put(Op.F, 0, 0, fl)
+    for s in range(1, S):
+        if s < p:
+            gap = fl + cl + gap0[s - 1]
+        elif s == p:
+            gap = fl  # turn on the last device
+        else:
+            gap = fl + cl + gap1[S - 1 - s]
+        prev = put(Op.F, s, max(prev.end, prev.start + gap), fl)
+    for s in range(S - 1, -1, -1):
+        if s == S - 1:
+            gap = fl  # the loss, on device 0
+        elif s >= p:
+            gap = bl + cl + gap0[S - 2 - s]
+        elif s == p - 1:
+            gap = bl  # turn on the last device
+        else:
+            gap = bl + cl + gap1[s]
+        prev = put(Op.B, s, max(prev.end, prev.start + gap), bl)
+        put(Op.W, s, prev.end, wl)
+    return BuildingBlock(name, placement, T, tuple(passes),
+                         (("gap0", tuple(gap0)), ("gap1", tuple(gap1)), ("lengths", tuple(lengths)), ("slack", slack)))
 
 
 def v_1f1b_block(p: int) -> BuildingBlock:

@@ -49,6 +49,7 @@ from ..blocks import (
 from ..costs import Costs, MemoryModel
 from ..ir import Op, Pass, Placement, Schedule
 from ..simulate import simulate
+from ..validate import ScheduleError, validate
 from .listsched import POLICIES, list_schedule
 from .registry import register
 from .zero_bubble import zb_h1, zb_h2, zb_v
@@ -117,21 +118,20 @@ def _mixed_block(p: int, first: tuple[int, int], second: tuple[int, int], j: int
 def _family(p: int) -> list[tuple[str, object]]:
     """The block family: the V-Min, V-Half and V-ZB blocks, ZB-V, and for each pair of offset
     levels the blocks whose first ``j`` device links use one level and the rest the other
-    (``j = 1 .. p−2``; for ``p > 12`` about 6 values of ``j`` and 4 pairs of levels)."""
+    (``j = 1 .. p−2``; for large ``p`` about 6 values of ``j`` for the (3, 1) mixes, and for all
+    mixes when ``p > 16``)."""
     fam: list[tuple[str, object]] = [
         ("v-min", v_min_block(p)),
         ("v-half", v_half_block(p)),
         ("v-zb", v_zb_block(p)),
         ("zb-v", None),
     ]
-    js = list(range(1, p - 1))
-    mixes = _MIXES
-    if len(js) > 11:  # large p: about 6 values of j, 4 pairs of levels
-        step = math.ceil(len(js) / 5)
-        js = sorted(set(js[::step]) | {js[-1]})
-        mixes = _MIXES[:3] + _MIXES[4:5]
-    for wide, narrow, wide_first in mixes:
+    for wide, narrow, wide_first in _MIXES:
         first, second = (wide, narrow) if wide_first else (narrow, wide)
+        # the paper's levels (1,1), (2,1), (4,2): every split; (3,1) mixes: about 6 splits for p > 12
+        js = _mix_js(p, 6) if p > 12 and (3, 1) in (wide, narrow) else list(range(1, p - 1))
+        if p > 16:
+            js = _mix_js(p, 6)
         for j in js:
             fam.append((f"mix {first}x{j}+{second}x{p - 1 - j}", (first, second, j)))
     return fam
@@ -186,13 +186,26 @@ def _cost_lengths(p: int, costs: Costs) -> list[tuple[int, int, int, int]]:
     return out
 
 
-@lru_cache(maxsize=2048)
-def _cost_block_schedule(p: int, m: int, lengths: tuple, gap0: tuple, gap1: tuple) -> Schedule | None:
-    """The schedule of one cost-aware block (cost-independent once quantised: cached)."""
+@lru_cache(maxsize=512)
+def _cost_block_schedule(p: int, m: int, lengths: tuple, gap0: tuple, gap1: tuple,
+                         reorder: bool = True) -> tuple[tuple[str, Schedule], ...]:
+    """The schedules of one cost-aware block (cost-independent once quantised: cached): the
+    block repeated as it is (its own W slots, squeezed by the simulator), and, for one-slot W,
+    the block through the whole pipeline (place W, reorder, squeeze). Empty when it collides."""
     try:
-        return build_from_block(v_cost_block(p, lengths, gap0, gap1), m, "v-shape")
+        block = v_cost_block(p, lengths, gap0, gap1)
     except ValueError:  # no collision-free block with these gaps
-        return None
+        return ()
+    out = [("repeat", block.repeat(m).to_schedule("v-shape"))]
+    if lengths[2] != 1 or not reorder:  # the reorder rounds of ctrlmem.blocks assume one-slot W
+        return tuple(out)
+    try:
+        full = build_from_block(block, m, "v-shape", direct_fallback=False)
+        validate(full)  # the reorder rounds assume one-slot W; keep the result only when valid
+        out.append(("reorder", full))
+    except (ValueError, ScheduleError):
+        pass
+    return tuple(out)
 
 
 @lru_cache(maxsize=64)
@@ -202,32 +215,30 @@ def _cost_blocks(p: int, m: int, costs: Costs) -> tuple[VShapeCandidate, ...]:
     levels the uniform blocks reach, blocks whose first ``j`` links use one level's gaps and
     the rest the other's (stepping the peak between the levels)."""
     out: list[VShapeCandidate] = []
-    big = p > 12
-    for ln in _cost_lengths(p, costs):
+    big = p > 16
+
+    def add(ln, g0, g1, label, reorder=True) -> list[VShapeCandidate]:
+        got = [_candidate(f"cost {':'.join(map(str, ln))} gaps {label} {how}", sched, costs)
+               for how, sched in _cost_block_schedule(p, m, ln, g0, g1, reorder)]
+        out.extend(got)
+        return got
+
+    for ln in _cost_lengths(p, costs)[: 2 if p > 12 else 3]:
         fl, bl, wl, cl = ln
         r = min(fl, bl, wl)
-        uniform: dict[float, VShapeCandidate] = {}
-        gaps_of: dict[str, tuple[int, int]] = {}
-        for g0 in range(0, 2 * max(fl, bl) + 1, r):
-            for g1 in range(0, max(fl, bl) + 1, r):
-                s = _cost_block_schedule(p, m, ln, (g0,) * (p - 1), (g1,) * (p - 1))
-                if s is None:
-                    continue
-                c = _candidate(f"cost {fl}:{bl}:{wl}:{cl} gaps ({g0}, {g1})", s, costs)
-                out.append(c)
-                gaps_of[c.label] = (g0, g1)
-                if c.peak not in uniform or c.key < uniform[c.peak].key:
-                    uniform[c.peak] = c
-        levels = [uniform[k] for k in sorted(uniform)]
+        uniform: dict[float, tuple[VShapeCandidate, tuple[int, int]]] = {}
+        for a in range(0, 2 * max(fl, bl) + 1, r):
+            for b in range(0, max(fl, bl) + 1, r):
+                for c in add(ln, (a,) * (p - 1), (b,) * (p - 1), f"({a}, {b})"):
+                    if c.peak not in uniform or c.key < uniform[c.peak][0].key:
+                        uniform[c.peak] = (c, (a, b))
+        levels = [uniform[k][1] for k in sorted(uniform)]
         for lo, hi in zip(levels, levels[1:]):
-            a, b = gaps_of[lo.label], gaps_of[hi.label]
-            for first, second in ((b, a),) if big else ((b, a), (a, b)):
+            for first, second in ((hi, lo),) if big else ((hi, lo), (lo, hi)):
                 for j in _mix_js(p, 5 if big else 12):
                     g0 = (first[0],) * j + (second[0],) * (p - 1 - j)
                     g1 = (first[1],) * j + (second[1],) * (p - 1 - j)
-                    s = _cost_block_schedule(p, m, ln, g0, g1)
-                    if s is not None:
-                        out.append(_candidate(f"cost {fl}:{bl}:{wl}:{cl} gaps {first}x{j}+{second}x{p - 1 - j}", s, costs))
+                    add(ln, g0, g1, f"{first}x{j}+{second}x{p - 1 - j}", reorder=p <= 12)
     return tuple(out)
 
 
@@ -237,19 +248,25 @@ def _cap_grid(p: int) -> int:
 
 
 def _policies(p: int) -> tuple[tuple[str, str, str], ...]:
-    return POLICIES if p <= 12 else POLICIES[:4]
+    return POLICIES if p <= 12 else POLICIES[:3]
 
 
-@lru_cache(maxsize=4096)
+_LISTED: dict[tuple, tuple] = {}
+
+
 def _listed_raw(p: int, m: int, costs: Costs, half: int, fused: bool) -> tuple[tuple[tuple, VShapeCandidate | None, bool], ...]:
-    """Per policy: (policy, candidate or None when a smaller cap of the grid already gave the
-    same orders, capped?) for list schedules on the V-shape placement with ``half`` half-a."""
+    """Per policy: (policy, candidate or None when the next smaller cap of the grid already gave
+    the same orders, capped?) for list schedules on the V-shape placement with ``half`` half-a.
+    Cached (at most 512 entries); the skip applies when the smaller cap was computed first."""
+    key = (p, m, costs, half, fused)
+    if key in _LISTED:
+        return _LISTED[key]
     placement = Placement.v_shape(p)
     f, b, w = costs.stage_times(2 * p, p)
     act = MemoryModel().stage_activation(2 * p, p)
     levels = _half_levels(p, half / (2 * p))
     below = levels[-2] if len(levels) > 1 else 0
-    prev = {pol: capped for pol, _, capped in _listed_raw(p, m, costs, below, fused)} if below >= 2 else {}
+    prev = {pol: capped for pol, _, capped in _LISTED.get((p, m, costs, below, fused), ())}
     out = []
     pols = (POLICIES[0], POLICIES[2]) if fused else _policies(p)
     for pol in pols:
@@ -261,7 +278,10 @@ def _listed_raw(p: int, m: int, costs: Costs, half: int, fused: bool) -> tuple[t
             continue
         sched = Schedule.from_orders("1f1b-v" if fused else "v-shape", placement, m, res.orders)
         out.append((pol, _candidate(f"list cap {half / 2:g}a {'/'.join(pol)}", sched, costs), res.capped))
-    return tuple(out)
+    if len(_LISTED) >= 512:
+        _LISTED.clear()
+    _LISTED[key] = tuple(out)
+    return _LISTED[key]
 
 
 def _listed(p: int, m: int, costs: Costs, half: int, fused: bool) -> list[VShapeCandidate]:
@@ -318,6 +338,10 @@ def best_v_shape(p: int, m: int, costs: Costs, limit: float, first: VShapeCandid
     """The best candidate of the ``v-shape`` search within ``limit`` (``first``, if given, wins
     ties: a fixed pattern stays unless something is strictly better)."""
     cands = ([first] if first is not None else []) + v_shape_candidates(p, m, costs, limit)
+    return _pick(cands, p, m, limit)
+
+
+def _pick(cands: list[VShapeCandidate], p: int, m: int, limit: float) -> VShapeCandidate:
     fits = [c for c in cands if c.peak <= limit * p + _EPS]
     if not fits:
         raise ValueError(
@@ -326,6 +350,18 @@ def best_v_shape(p: int, m: int, costs: Costs, limit: float, first: VShapeCandid
             f"1F1B's p·a); raise memory_limit to at least {1 / p:.6g}"
         )
     return min(fits, key=lambda c: c.key)
+
+
+def adapt_at_level(p: int, m: int, costs: Costs, limit: float, first: VShapeCandidate) -> VShapeCandidate:
+    """The cost-adaptive form of a fixed V pattern at its memory level ``limit``: the best of the
+    pattern (``first``, kept on ties), the cost-aware blocks and the list schedules whose cap is
+    that level (a subset of what ``v-shape`` searches at the same limit, so ``v-shape`` is never
+    slower there)."""
+    cands = [first] + list(_cost_blocks(p, m, costs))
+    levels = _half_levels(p, limit)
+    if levels:
+        cands += _listed(p, m, costs, levels[-1], False)
+    return _pick(cands, p, m, limit)
 
 
 def best_fused_v(p: int, m: int, costs: Costs, limit: float, first: VShapeCandidate) -> VShapeCandidate:
@@ -424,12 +460,9 @@ def _zb_greedy(p: int, m: int, f: list[float], b: list[float], w: list[float], c
             nxt = min(t_b, t_f)
             if has_w:  # "fit" waits for an input due before the W would end
                 nxt = min(nxt, t + w[d])
-            if nxt == INF:
-                # wait for another device to make progress
-                others = [free[e] for e in range(p) if e != d and free[e] > t]
-                nxt = min(others) if others else t + min(f[d], b[d], w[d])
-            heapq.heappush(heap, (max(nxt, t), d))  # neighbours also re-push it when they finish
-            continue
+            if nxt < INF:
+                heapq.heappush(heap, (max(nxt, t), d))
+            continue  # otherwise its neighbours push it when they finish a pass
         if choice == "B":
             b_end[d][k_b] = t + b[d]
             orders[d].append(Pass(Op.B, d, k_b))
@@ -455,7 +488,7 @@ def _zb_greedy(p: int, m: int, f: list[float], b: list[float], w: list[float], c
     return orders
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=512)
 def _zb_level(p: int, m: int, costs: Costs, cap: int) -> tuple[VShapeCandidate, ...]:
     """The one-stage-per-device candidates with at most ``cap`` activations per device."""
     f, b, w = costs.stage_times(p, p)
@@ -524,5 +557,6 @@ def zb(
 
 def clear_caches() -> None:
     """Forget every cached candidate (for cold-start timings)."""
-    for fn in (_block_schedules, _blocks, _cost_block_schedule, _cost_blocks, _listed_raw, _zb_level, _zb_fixed):
+    for fn in (_block_schedules, _blocks, _cost_block_schedule, _cost_blocks, _zb_level, _zb_fixed):
         fn.cache_clear()
+    _LISTED.clear()

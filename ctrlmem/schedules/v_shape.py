@@ -11,8 +11,9 @@ unit-cost pattern; their simulated times follow whatever costs are given (the au
 does the same for V-Min / V-Half, docs/theory.md §10).
 
 With ``costs`` given, each generator adapts to them while keeping its memory level: it returns
-the best schedule (shortest longest device span, then makespan) of the ``v-shape`` search whose
-peak is at most the unit pattern's (⌊(p+4)/3⌋·a, ⌊(p+2)/2⌋·a, p·a; 1F1B-V's pattern peak with
+the best schedule (shortest longest device span, then makespan) among the pattern, the
+cost-aware blocks and the list schedules capped at the pattern's level, whose peak is at most
+the unit pattern's (⌊(p+4)/3⌋·a, ⌊(p+2)/2⌋·a, p·a; 1F1B-V's pattern peak with
 the fused backward), the pattern itself included and kept on ties. So with costs that suit the
 pattern it is the pattern, and otherwise offsets and orders follow the costs (per-stage lists
 and ``comm`` included). Without ``costs`` they are the exact unit-cost patterns.
@@ -43,13 +44,13 @@ def _adapt(pattern: Schedule, costs: Costs | None, fused: bool = False) -> Sched
     peak (the pattern wins ties)."""
     if costs is None or pattern.num_microbatches < 2:
         return pattern
-    from .adaptive import _candidate, best_fused_v, best_v_shape
+    from .adaptive import _candidate, adapt_at_level, best_fused_v
 
     p, m = pattern.num_devices, pattern.num_microbatches
     first = _candidate("pattern", pattern, costs)
     limit = _candidate("pattern", pattern, Costs()).peak / p  # the pattern's memory level
     try:
-        best = best_fused_v(p, m, costs, limit, first) if fused else best_v_shape(p, m, costs, limit, first)
+        best = best_fused_v(p, m, costs, limit, first) if fused else adapt_at_level(p, m, costs, limit, first)
     except ValueError:  # nothing fits that level under these costs: keep the pattern
         return pattern
     if best is first:

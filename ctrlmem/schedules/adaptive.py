@@ -280,6 +280,7 @@ def _listed_raw(p: int, m: int, costs: Costs, half: int, fused: bool) -> tuple[t
         out.append((pol, _candidate(f"list cap {half / 2:g}a {'/'.join(pol)}", sched, costs), res.capped))
     if len(_LISTED) >= 512:
         _LISTED.clear()
+    _POLISHED.clear()
     _LISTED[key] = tuple(out)
     return _LISTED[key]
 
@@ -302,15 +303,78 @@ def v_shape_candidates(
     fused: bool = False,
 ) -> list[VShapeCandidate]:
     """Every schedule the ``v-shape`` search considers for ``memory_limit``, simulated under
-    ``costs`` (cached): the block family (all of it, whatever its peak) and the list schedules of
-    every cap up to the limit. ``fused=True``: the fused-backward list schedules (``1f1b-v``)."""
+    ``costs`` (cached): the block family (all of it, whatever its peak), the list schedules of
+    every cap up to the limit, and, for small pipelines (``p·m <= 64``), at each cap up to 1F1B's
+    memory the best schedule so far polished by neighbour swaps under that cap (:func:`polish`).
+    ``fused=True``: the fused-backward list schedules (``1f1b-v``)."""
     _check_v(num_devices, num_microbatches)
     p, m = num_devices, num_microbatches
     costs = costs if costs is not None else Costs()
     out = [] if fused else list(_blocks(p, m, costs)) + list(_cost_blocks(p, m, costs))
+    polish_here = not fused and p * m <= _POLISH_MAX_PM
     for h in _half_levels(p, memory_limit):
         out.extend(_listed(p, m, costs, h, fused))
+        if polish_here and h <= 2 * p:  # small pipelines, budgets up to 1F1B's: polish per cap
+            best = _polished(p, m, costs, h, out)
+            if best is not None:
+                out.append(best)
     return out
+
+
+_POLISH_MAX_PM = 64  # polish instances with p·m up to this (a few hundred passes)
+_POLISH_EVALS = 800  # simulations per polished cap
+_POLISHED: dict[tuple, VShapeCandidate | None] = {}
+
+
+def polish(cand: VShapeCandidate, costs: Costs, cap: float, max_evals: int = _POLISH_EVALS) -> VShapeCandidate:
+    """Hill-climb ``cand`` by swapping neighbouring passes of a device (the paper's reordering,
+    App. C, with real costs): a swap is kept when the simulated schedule is valid, its peak stays
+    within ``cap`` (in ``a``) and it shortens (longest span, makespan, sum of spans); at most
+    ``max_evals`` simulations. Returns the improved candidate (``cand`` itself if none)."""
+    s = cand.schedule
+    orders = [list(o) for o in s.device_passes]
+
+    def score(r):
+        return (max(r.device_spans), r.makespan, math.fsum(r.device_spans))
+
+    best = simulate(s, costs)
+    best_key = score(best)
+    best_sched = s
+    evals, improved = 0, True
+    while improved and evals < max_evals:
+        improved = False
+        for o in orders:
+            for i in range(len(o) - 1):
+                a, b = o[i], o[i + 1]
+                if (a.stage == b.stage and (a.microbatch == b.microbatch or a.op is b.op)) or evals >= max_evals:
+                    continue  # a pass and its own input, or a relabelling of identical microbatches
+                o[i], o[i + 1] = b, a
+                evals += 1
+                trial = Schedule(s.name, s.num_devices, s.num_microbatches, s.placement,
+                                 tuple(tuple(x) for x in orders), s.params)
+                try:
+                    r = simulate(trial, costs)
+                except ScheduleError:
+                    r = None
+                if r is not None and max(r.peak_memory) <= cap + _EPS and score(r) < best_key:
+                    best, best_key, best_sched, improved = r, score(r), trial, True
+                else:
+                    o[i], o[i + 1] = a, b
+    if best_sched is s:
+        return cand
+    return VShapeCandidate(cand.label + " polished", best_sched, best.makespan, max(best.peak_memory),
+                           best.bubble_rate, max(best.device_spans))
+
+
+def _polished(p: int, m: int, costs: Costs, half: int, pool: list[VShapeCandidate]) -> VShapeCandidate | None:
+    """The best of ``pool`` within ``half`` half-a, polished under that cap (cached per cap)."""
+    key = (p, m, costs, half)
+    if key not in _POLISHED:
+        fits = [c for c in pool if c.peak <= half / 2 + _EPS]
+        _POLISHED[key] = polish(min(fits, key=lambda c: c.key), costs, half / 2) if fits else None
+        if len(_POLISHED) > 512:
+            _POLISHED.pop(next(iter(_POLISHED)))
+    return _POLISHED[key]
 
 
 def min_v_shape_limit(num_devices: int, num_microbatches: int, costs: Costs | None = None) -> float:
@@ -560,3 +624,4 @@ def clear_caches() -> None:
     for fn in (_block_schedules, _blocks, _cost_block_schedule, _cost_blocks, _zb_level, _zb_fixed):
         fn.cache_clear()
     _LISTED.clear()
+    _POLISHED.clear()

@@ -54,6 +54,9 @@ LIMITS: tuple[float, ...] = (0.125, 0.25, 0.3125, 0.375, 0.4375, 0.5, 0.5625, 0.
 curve also starts at its scheduler's smallest feasible limit (one microbatch per device,
 ``1/p``) when that is below the first of these."""
 QUICK_P = 8
+DROP_FROM = 0.25
+"""The drop of a curve is located from this limit on: the paper's Fig. 9 x axis starts at 0.25,
+and below it (down to one microbatch per device) every curve falls steeply for want of memory."""
 M_PER_P = (2, 4, 8, 16)
 MODELS = ("9.6B", "21B", "38.5B")
 CALC_COSTS = (9918, 10434, 7038, 213)
@@ -141,13 +144,17 @@ def steepest_drop(points: Sequence[dict]) -> dict[str, float] | None:
     return best
 
 
+def _from(points: Sequence[dict]) -> list[dict]:
+    return [q for q in points if q["limit"] >= DROP_FROM - 1e-12]
+
+
 def fig9_data(quick: bool, limits: Sequence[float] = LIMITS) -> dict[str, Any]:
     """Fig. 9's curves (``v-shape``) per panel, and the [CALC] check curves of docs/theory.md §9.6."""
     data: dict[str, Any] = {"limits": list(limits), "quick": quick, "panels": [], "calc": []}
     for pn in panels(quick):
         pts = curve("v-shape", pn.p, pn.m, pn.costs, limits)
         data["panels"].append({"model": pn.model, "p": pn.p, "m": pn.m, "microbatch_size": pn.microbatch_size,
-                               "costs": pn.costs.to_dict(), "how": pn.how, "v": pts, "drop": steepest_drop(pts)})
+                               "costs": pn.costs.to_dict(), "how": pn.how, "v": pts, "drop": steepest_drop(_from(pts))})
     for (p, m, costs), readings in paper.FIG9_CALC.items():
         c = Costs(*costs)
         pts = curve("v-shape", p, m, c, sorted(readings), from_smallest=False)
@@ -169,7 +176,7 @@ def fig10_data(quick: bool, limits: Sequence[float] = LIMITS) -> dict[str, Any]:
             "costs": pn.costs.to_dict(), "how": pn.how, "v": v, "zb": z,
             "bubble_rate_1f1b": reference_1f1b(pn.p, pn.m, pn.costs),
             "v_not_above_zb": (sum(1 for a, b in both if a <= b + 1e-9) / len(both)) if both else None,
-            "v_drop": steepest_drop(v), "zb_drop": steepest_drop(z),
+            "v_drop": steepest_drop(_from(v)), "zb_drop": steepest_drop(_from(z)),
         })
     return data
 

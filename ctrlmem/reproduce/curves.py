@@ -73,8 +73,9 @@ FIG910_NOTES = [
     "the position of the drop (the paper: a near-vertical drop at a memory limit ≈ 0.5, read from the plot), "
     "and, in Fig. 9's check panel, docs/theory.md §9.6's readings of the authors' scheduler at p = 16, m = 64.",
     "'Steepest drop at' is the midpoint of the two neighbouring evaluated limits between which the bubble rate "
-    "falls most; limits are steps of 1/16 from 0.25 to 0.75 (ctrlmem.memory_curves.LIMITS), so a drop can only "
-    "be located to ±1/32.",
+    "falls most, from a limit of 0.25 on (where the paper's x axis starts; below it every curve falls steeply for "
+    "want of memory); limits are steps of 1/16 from 0.25 to 0.75 (ctrlmem.memory_curves.LIMITS), so a drop can "
+    "only be located to ±1/32.",
     "Every curve runs from its scheduler's smallest feasible limit (one microbatch per device, 1/p of 1F1B's "
     "memory) to 2.0: the searches (ctrlmem.schedules.adaptive) combine building blocks with cost-aware list "
     "schedules under every activation cap up to the limit, so extra memory above 1F1B's buys extra warm-up, "

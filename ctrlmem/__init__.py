@@ -8,6 +8,8 @@ Public API (docs/architecture.md)::
     cm.validate(s)
     r = cm.simulate(s, cm.Costs(f=1, b=1, w=1, comm=0))
     r.makespan, r.device_spans, r.bubble_rate, r.peak_memory, r.passes
+    best = cm.optimal(4, 8, cm.Costs(6, 8, 4), memory_limit=0.5)   # CP-SAT, small pipelines
+    best.schedule, best.makespan, best.lower_bound, best.status
 
 Importing ctrlmem does not import torch; real execution lives in ``ctrlmem.runtime``.
 """
@@ -18,6 +20,7 @@ from .ir import Op, Pass, Placement, Schedule
 from .schedules import SCHEDULES, ScheduleSpec, build, register
 from .simulate import SimResult, TimedPass, simulate
 from .validate import ScheduleError, validate
+from .optimal import OptimalResult, optimal
 
 __version__ = "0.1.0"
 
@@ -41,4 +44,6 @@ __all__ = [
     "simulate",
     "ScheduleError",
     "validate",
+    "optimal",
+    "OptimalResult",
 ]

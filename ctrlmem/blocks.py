@@ -62,6 +62,8 @@ __all__ = [
     "v_half_block",
     "v_zb_block",
     "v_shape_block",
+    "v_cost_block",
+    "slot_lengths",
     "v_1f1b_block",
     "one_f_one_b_block",
     "eager_1f1b_block",
@@ -740,6 +742,7 @@ def build_from_block(
     params: dict | None = None,
     reorder_phases: bool = True,
     direct: bool = False,
+    direct_fallback: bool = True,
 ) -> Schedule:
     """Repeat ``block`` for ``num_microbatches``, place W, reorder the warm-up and cool-down
     without raising the peak, squeeze, and return the schedule (docs/theory.md §2, §6).
@@ -748,7 +751,9 @@ def build_from_block(
     warm-up, a stable phase and cool-down) and the stable phase is then lengthened: the
     stable phase is periodic, one period being one microbatch more, so each device's order
     gains the missing periods in its middle (:func:`extend_stable`). ``direct=True`` runs the
-    steps on all ``num_microbatches`` instead (slower; the tests check both agree).
+    steps on all ``num_microbatches`` instead (slower; the tests check both agree); it is also
+    the fallback when the short pipeline has no exactly periodic stable phase to lengthen
+    (``direct_fallback=False``: raise ``ValueError`` instead).
     """
     m = num_microbatches
     short = _short_pipeline(block, m)
@@ -756,7 +761,12 @@ def build_from_block(
         steps = pipeline_steps(block, m, reorder_phases)
         return steps["squeeze"].to_schedule(name or block.name, params)
     small = pipeline_steps(block, short, reorder_phases)["squeeze"].to_schedule(name or block.name, params)
-    return extend_stable(small, m)
+    try:
+        return extend_stable(small, m)
+    except ValueError:  # no exactly periodic stable phase (unequal pass lengths): run all m
+        if not direct_fallback:
+            raise
+        return pipeline_steps(block, m, reorder_phases)["squeeze"].to_schedule(name or block.name, params)
 
 
 def _short_pipeline(block: BuildingBlock, m: int) -> int:
@@ -999,6 +1009,87 @@ def v_shape_block(p: int, delta0: Sequence[int], delta1: Sequence[int], name: st
         name, Placement.v_shape(p), 6, 1, 1, 1, off,
         {"delta0": tuple(delta0), "delta1": tuple(delta1)},
     )
+
+
+def slot_lengths(f: float, b: float, w: float, comm: float = 0.0, resolution: int = 1) -> tuple[int, int, int, int]:
+    """Chunk pass times ``f``, ``b``, ``w`` and hop latency ``comm`` as whole slots: the
+    shortest of the three passes is ``resolution`` slots, the others in proportion (rounded, at
+    least 1 slot; ``comm`` may round to 0)."""
+    if resolution < 1:
+        raise ValueError(f"resolution must be >= 1 slot, got {resolution}")
+    unit = min(x for x in (f, b, w) if x > 0) / resolution if max(f, b, w) > 0 else 1.0
+    fl, bl, wl = (max(1, round(x / unit)) for x in (f, b, w))
+    return fl, bl, wl, max(0, round(comm / unit))
+
+
+def v_cost_block(
+    p: int,
+    lengths: tuple[int, int, int, int],
+    gap0: Sequence[int],
+    gap1: Sequence[int],
+    slack: int = 0,
+    name: str = "v-shape",
+) -> BuildingBlock:
+    """A V-shape block for unequal pass times (the paper §2.3, App. A: offsets adapt to F/B/W).
+
+    ``lengths = (F, B, W, comm)`` in slots (see :func:`slot_lengths`); the interval is a
+    device's work per microbatch plus ``slack``, ``T = 2(F + B + W) + slack``, so a block that
+    repeats without collision has at most ``slack`` idle slots per interval in its stable phase
+    under those times. Along each device link a pass starts at least its predecessor's length
+    plus ``comm`` plus a gap after it: ``gap0[i]`` on the link ``i → i+1`` (chunk-0 forward,
+    chunk-1 backward: δ0 of the paper), ``gap1[i]`` on ``i+1 → i`` (chunk-1 forward, chunk-0
+    backward: δ1). Larger gaps lengthen the lifespans (more memory) and leave room to avoid
+    collisions. The passes are laid out along the microbatch's chain, each at the earliest slot
+    whose residues modulo ``T`` are free on its device, and each ``W`` is reserved at the first
+    free slot after its ``B`` as soon as the ``B`` is placed. Raises ``ValueError`` when a device
+    runs out of room in ``T`` (raise ``slack``).
+    """
+    _need_p(p, 2, "a V-shape block")
+    if len(gap0) != p - 1 or len(gap1) != p - 1:
+        raise ValueError(f"gap0 and gap1 need p-1={p - 1} values each, got {len(gap0)} and {len(gap1)}")
+    fl, bl, wl, cl = lengths
+    S = 2 * p
+    T = 2 * (fl + bl + wl) + slack
+    placement = Placement.v_shape(p)
+    used: dict[int, set[int]] = {d: set() for d in range(p)}
+    passes: list[SlotPass] = []
+
+    def put(op: Op, stage: int, earliest: int, ln: int) -> SlotPass:
+        d = placement.device_of(stage)
+        t = earliest
+        for _ in range(T + 1):
+            if all((u % T) not in used[d] for u in range(t, t + ln)):
+                break
+            t += 1
+        else:
+            raise ValueError(f"block {name}: device {d} has no room for {op}{stage} within T={T}")
+        used[d].update(u % T for u in range(t, t + ln))
+        sp = SlotPass(t, ln, op, stage, 0)
+        passes.append(sp)
+        return sp
+
+    prev = put(Op.F, 0, 0, fl)
+    for s in range(1, S):
+        if s < p:
+            gap = fl + cl + gap0[s - 1]
+        elif s == p:
+            gap = fl  # turn on the last device
+        else:
+            gap = fl + cl + gap1[S - 1 - s]
+        prev = put(Op.F, s, max(prev.end, prev.start + gap), fl)
+    for s in range(S - 1, -1, -1):
+        if s == S - 1:
+            gap = fl  # the loss, on device 0
+        elif s >= p:
+            gap = bl + cl + gap0[S - 2 - s]
+        elif s == p - 1:
+            gap = bl  # turn on the last device
+        else:
+            gap = bl + cl + gap1[s]
+        prev = put(Op.B, s, max(prev.end, prev.start + gap), bl)
+        put(Op.W, s, prev.end, wl)
+    return BuildingBlock(name, placement, T, tuple(passes),
+                         (("gap0", tuple(gap0)), ("gap1", tuple(gap1)), ("lengths", tuple(lengths)), ("slack", slack)))
 
 
 def v_1f1b_block(p: int) -> BuildingBlock:

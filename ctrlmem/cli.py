@@ -1,6 +1,6 @@
 """The ``ctrlmem`` command line.
 
-Subcommands here: ``list``, ``simulate``, ``export``. Feature modules add their own (``draw``,
+Subcommands here: ``list``, ``simulate``, ``export``. Feature modules add their own (``draw``, ``optimal``,
 ``run``, ``sweep``, ``reproduce``) by defining ``add_commands(subparsers)``; list them in
 ``COMMAND_MODULES``. A module that cannot be imported (a missing optional dependency) leaves
 its commands out and says why in ``ctrlmem --help``.
@@ -25,7 +25,9 @@ from .schedules import SCHEDULES
 __all__ = ["main", "make_parser", "COMMAND_MODULES"]
 
 # Modules that contribute subcommands through ``add_commands(subparsers)``.
-COMMAND_MODULES: tuple[str, ...] = ("ctrlmem.experiments.command", "ctrlmem.runtime.cli", "ctrlmem.draw", "ctrlmem.reproduce.command")
+COMMAND_MODULES: tuple[str, ...] = (
+    "ctrlmem.experiments.command", "ctrlmem.runtime.cli", "ctrlmem.draw", "ctrlmem.reproduce.command", "ctrlmem.optimal",
+)
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

@@ -48,10 +48,15 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 LIMITS: tuple[float, ...] = (0.125, 0.25, 0.3125, 0.375, 0.4375, 0.5, 0.5625, 0.625, 0.6875, 0.75, 0.875, 1.0,
-                             1.5, 2.0)
+                             1.125, 1.25, 1.5, 1.75, 2.0)
 """Memory limits (fractions of 1F1B's peak activation) every curve is evaluated at: steps of
-1/16 from 0.25 to 0.75 (fine where the paper's drop is), coarser elsewhere."""
+1/16 from 0.25 to 0.75 (fine where the paper's drop is), coarser elsewhere, up to 2.0. Each
+curve also starts at its scheduler's smallest feasible limit (one microbatch per device,
+``1/p``) when that is below the first of these."""
 QUICK_P = 8
+DROP_FROM = 0.25
+"""The drop of a curve is located from this limit on: the paper's Fig. 9 x axis starts at 0.25,
+and below it (down to one microbatch per device) every curve falls steeply for want of memory."""
 M_PER_P = (2, 4, 8, 16)
 MODELS = ("9.6B", "21B", "38.5B")
 CALC_COSTS = (9918, 10434, 7038, 213)
@@ -87,10 +92,13 @@ def panels(quick: bool) -> list[Panel]:
     return out
 
 
-def curve(schedule: str, p: int, m: int, costs: Costs, limits: Sequence[float] = LIMITS) -> list[dict[str, Any]]:
+def curve(schedule: str, p: int, m: int, costs: Costs, limits: Sequence[float] = LIMITS,
+          from_smallest: bool = True) -> list[dict[str, Any]]:
     """Build and simulate ``schedule`` at each memory limit; one record per limit:
     ``limit``, ``bubble_rate`` and ``memory`` (the simulated peak / 1F1B's ``p·a``), both
-    ``None`` where no schedule of the family fits the limit.
+    ``None`` where no schedule of the family fits the limit. With ``from_smallest`` the curve of
+    ``v-shape`` / ``zb`` starts at their smallest feasible limit ``1/p`` (limits below it are
+    dropped).
 
     ``zb`` depends on the limit only through its activation cap ``⌊limit·p⌋`` (its docstring),
     so limits with the same cap are built once."""
@@ -99,6 +107,9 @@ def curve(schedule: str, p: int, m: int, costs: Costs, limits: Sequence[float] =
 
     points = []
     seen: dict[Any, dict[str, Any]] = {}
+    if from_smallest and schedule in ("v-shape", "zb") and limits and 1 / p < max(limits):
+        # start at the smallest feasible limit (one microbatch per device), not below it
+        limits = [1 / p, *(x for x in limits if x > 1 / p + 1e-12)]
     for limit in limits:
         key = math.floor(limit * p + 1e-9) if schedule == "zb" else limit
         if key not in seen:
@@ -133,16 +144,20 @@ def steepest_drop(points: Sequence[dict]) -> dict[str, float] | None:
     return best
 
 
+def _from(points: Sequence[dict]) -> list[dict]:
+    return [q for q in points if q["limit"] >= DROP_FROM - 1e-12]
+
+
 def fig9_data(quick: bool, limits: Sequence[float] = LIMITS) -> dict[str, Any]:
     """Fig. 9's curves (``v-shape``) per panel, and the [CALC] check curves of docs/theory.md §9.6."""
     data: dict[str, Any] = {"limits": list(limits), "quick": quick, "panels": [], "calc": []}
     for pn in panels(quick):
         pts = curve("v-shape", pn.p, pn.m, pn.costs, limits)
         data["panels"].append({"model": pn.model, "p": pn.p, "m": pn.m, "microbatch_size": pn.microbatch_size,
-                               "costs": pn.costs.to_dict(), "how": pn.how, "v": pts, "drop": steepest_drop(pts)})
+                               "costs": pn.costs.to_dict(), "how": pn.how, "v": pts, "drop": steepest_drop(_from(pts))})
     for (p, m, costs), readings in paper.FIG9_CALC.items():
         c = Costs(*costs)
-        pts = curve("v-shape", p, m, c, sorted(readings))
+        pts = curve("v-shape", p, m, c, sorted(readings), from_smallest=False)
         data["calc"].append({"p": p, "m": m, "costs": list(costs), "paper": {str(k): v for k, v in readings.items()},
                              "v": pts, "how": f"simulated, costs {costs} (full device-stage; docs/theory.md §9.6)"})
     return data
@@ -161,7 +176,7 @@ def fig10_data(quick: bool, limits: Sequence[float] = LIMITS) -> dict[str, Any]:
             "costs": pn.costs.to_dict(), "how": pn.how, "v": v, "zb": z,
             "bubble_rate_1f1b": reference_1f1b(pn.p, pn.m, pn.costs),
             "v_not_above_zb": (sum(1 for a, b in both if a <= b + 1e-9) / len(both)) if both else None,
-            "v_drop": steepest_drop(v), "zb_drop": steepest_drop(z),
+            "v_drop": steepest_drop(_from(v)), "zb_drop": steepest_drop(_from(z)),
         })
     return data
 
@@ -216,7 +231,7 @@ def fig9_figure(data: dict[str, Any], font_family: str = "Helvetica, Arial, sans
         title=f"Fig. 9 (simulated, A100 cost model; {scale}) — V scheduler: bubble rate vs memory limit",
         height=380, width=330 * len(titles), plot_bgcolor="white", font=dict(family=font_family, size=11),
         margin=dict(l=60, r=20, t=70, b=50), legend=dict(orientation="h", y=-0.18))
-    fig.update_xaxes(title_text="memory limit / 1F1B", range=[0.2, 2.05], showgrid=True, gridcolor="#EEEEEE")
+    fig.update_xaxes(title_text="memory limit / 1F1B", range=[0, 2.05], showgrid=True, gridcolor="#EEEEEE")
     fig.update_yaxes(showgrid=True, gridcolor="#EEEEEE", rangemode="tozero")
     fig.update_yaxes(title_text="bubble rate", row=1, col=1)
     return fig

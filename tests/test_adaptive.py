@@ -21,18 +21,18 @@ def tau_bubble(result) -> float:
 
 
 def limits_for(p: int, m: int, costs) -> list[float]:
-    """V-Min's level, every peak level the family reaches, and a few fractions in between."""
-    levels = {c.memory_fraction for c in v_shape_candidates(p, m, costs)}
-    grid = {x / 16 for x in range(4, 17)}
-    vmin = ((p + 4) // 3) / p
-    return sorted(x for x in levels | grid if vmin <= x <= 1.0)
+    """From the smallest feasible limit (1/p) to 2.0: every half-a step, every peak level the
+    block family reaches, and a few fractions in between."""
+    levels = {c.memory_fraction for c in v_shape_candidates(p, m, costs, 2.0)}
+    grid = {x / 16 for x in range(4, 33)} | {h / (2 * p) for h in range(2, 4 * p + 1)}
+    return sorted(x for x in levels | grid if 1 / p <= x <= 2.0)
 
 
 @pytest.mark.parametrize("costs", [UNIT, UNEQUAL], ids=["equal", "unequal"])
 @pytest.mark.parametrize("p", [4, 5, 6, 8])
 def test_v_shape_respects_limit_and_improves_with_it(p, costs):
-    """From V-Min's level to 1.0: the peak stays within the limit and the makespan (and, for
-    equal costs, the bubble) never grows as the limit grows."""
+    """From the smallest feasible limit to 2.0: the peak stays within the limit and the longest
+    device span (the bubble rate's basis) never grows as the limit grows."""
     m = 2 * p + 2
     prev = None
     for limit in limits_for(p, m, costs):
@@ -41,9 +41,7 @@ def test_v_shape_respects_limit_and_improves_with_it(p, costs):
         r = cm.simulate(s, costs)
         assert max(r.peak_memory) <= limit * p + 1e-9, (limit, r.peak_memory)
         if prev is not None:
-            assert r.makespan <= prev.makespan + 1e-9, limit
-            if costs is UNIT:
-                assert max(r.device_bubbles) <= max(prev.device_bubbles) + 1e-9, limit
+            assert max(r.device_spans) <= max(prev.device_spans) + 1e-9, limit
         prev = r
 
 
@@ -56,7 +54,7 @@ def test_v_shape_no_worse_than_fixed_v_schedules(p, costs):
     for name, level in (("v-min", (p + 4) // 3 / p), ("v-half", (p + 2) // 2 / p), ("v-zb", 1.0), ("zb-v", 1.0)):
         ours = cm.simulate(cm.build("v-shape", p, m, costs=costs, memory_limit=level), costs)
         fixed = cm.simulate(cm.build(name, p, m), costs)
-        assert ours.makespan <= fixed.makespan + 1e-9, (name, level)
+        assert max(ours.device_spans) <= max(fixed.device_spans) + 1e-9, (name, level)
 
 
 @pytest.mark.parametrize("p", [2, 3, 4, 6])
@@ -122,16 +120,21 @@ def test_v_shape_per_stage_costs():
     s = cm.build("v-shape", p, 3 * p, costs=costs, memory_limit=level)
     r = cm.simulate(s, costs)
     assert max(r.peak_memory) <= level * p + 1e-9
-    assert r.makespan <= cm.simulate(cm.build("v-half", p, 3 * p), costs).makespan + 1e-9
+    span = max(r.device_spans)
+    assert span <= max(cm.simulate(cm.build("v-half", p, 3 * p), costs).device_spans) + 1e-9
+    assert span <= max(cm.simulate(cm.build("v-half", p, 3 * p, costs=costs), costs).device_spans) + 1e-9
 
 
 def test_v_shape_bad_limit_names_smallest_feasible():
-    """A limit below every candidate names the smallest feasible limit for that p."""
+    """The smallest feasible limit is one microbatch per device (1/p, the list scheduler's
+    smallest cap); below it the error names it, at it a schedule exists."""
     p, m = 8, 20
     least = min_v_shape_limit(p, m)
-    assert least == pytest.approx(((p + 4) // 3) / p)
-    with pytest.raises(ValueError, match=r"smallest feasible limit is 0\.5\b"):
-        cm.build("v-shape", p, m, memory_limit=0.3)
+    assert least == pytest.approx(1 / p)
+    s = cm.build("v-shape", p, m, memory_limit=least)
+    assert max(cm.simulate(s).peak_memory) <= 1.0
+    with pytest.raises(ValueError, match=r"smallest feasible limit is 0\.125\b"):
+        cm.build("v-shape", p, m, memory_limit=0.1)
 
 
 def test_v_shape_bad_sizes_explained():
@@ -188,13 +191,55 @@ def test_zb_bad_limit():
     comm=st.sampled_from([0.0, 0.1, 0.5]),
 )
 def test_v_shape_any_costs_limit_and_monotone(p, fbw, comm):
-    """For any F, B, W ∈ 1..4 and comm, the search respects every limit and its makespan never
-    grows as the limit grows."""
+    """For any F, B, W ∈ 1..4 and comm, the search respects every limit and its longest span
+    never grows as the limit grows."""
     costs = cm.Costs(*fbw, comm)
     m = 2 * p + 1
     prev = None
-    for limit in limits_for(p, m, costs):
+    for limit in limits_for(p, m, costs)[::3]:
         r = cm.simulate(cm.build("v-shape", p, m, costs=costs, memory_limit=limit), costs)
         assert max(r.peak_memory) <= limit * p + 1e-9
-        assert prev is None or r.makespan <= prev + 1e-9
-        prev = r.makespan
+        assert prev is None or max(r.device_spans) <= prev + 1e-9
+        prev = max(r.device_spans)
+
+
+_stage_cost = st.floats(0.25, 4.0, allow_nan=False).map(lambda x: round(x, 2))
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    p=st.integers(2, 5),
+    extra=st.integers(0, 6),
+    data=st.data(),
+    comm=st.sampled_from([0.0, 0.05, 0.3, 1.0]),
+    per_stage=st.booleans(),
+    budgets=st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=2, max_size=3),
+)
+def test_v_shape_property_random_costs(p, extra, data, comm, per_stage, budgets):
+    """Random costs (per-stage lists or one value each, comm) and budgets in [1/p, 2.0]:
+    ``v-shape`` validates, respects the budget, is monotone in it (longest span), and is never
+    slower than the cost-adaptive ``v-min``, ``v-half`` and ``v-zb`` at their memory levels."""
+    m = p + extra + 1
+    S = 2 * p
+    if per_stage:
+        f, b, w = (data.draw(st.lists(_stage_cost, min_size=S, max_size=S)) for _ in range(3))
+    else:
+        f, b, w = (data.draw(_stage_cost) for _ in range(3))
+    costs = cm.Costs(f, b, w, comm)
+    least = 1 / p
+    limits = sorted(least + x * (2.0 - least) for x in budgets)
+    prev = None
+    for limit in limits:
+        s = cm.build("v-shape", p, m, costs=costs, memory_limit=limit)
+        cm.validate(s)
+        r = cm.simulate(s, costs)
+        assert max(r.peak_memory) <= limit * p + 1e-9
+        assert prev is None or max(r.device_spans) <= prev + 1e-9
+        prev = max(r.device_spans)
+    for name in ("v-min", "v-half", "v-zb"):
+        fixed = cm.build(name, p, m, costs=costs)
+        fr = cm.simulate(fixed, costs)
+        level = max(cm.simulate(cm.build(name, p, m)).peak_memory) / p  # the pattern's memory level
+        assert max(fr.peak_memory) <= level * p + 1e-9, name
+        ours = cm.simulate(cm.build("v-shape", p, m, costs=costs, memory_limit=level), costs)
+        assert max(ours.device_spans) <= max(fr.device_spans) + 1e-9, name

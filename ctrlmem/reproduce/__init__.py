@@ -17,7 +17,8 @@ Method names of the paper map to registered schedules as in ``experiments/table4
 Layout: :mod:`.table` (the Cell/Table model), one module per artifact group — :mod:`.theory`
 (closed forms, Tables 1, 2, 8, 9, the exact values), :mod:`.throughput` (Tables 3, 4),
 :mod:`.curves` (Fig. 7, 9, 10), :mod:`.measured` (CPU runs), :mod:`.gpu_replay` (GPU rank
-replay), :mod:`.drawings` (schedule figures), :mod:`.claims` (verdict per claim) — and
+replay), :mod:`.drawings` (schedule figures), :mod:`.optimality` (heuristics over the exact
+optimum), :mod:`.claims` (verdict per claim) — and
 :mod:`.report` (registry, report writer), :mod:`.command` (the CLI).
 """
 

@@ -14,6 +14,7 @@ from .curves import fig07, fig09, fig10, fig9_10
 from .drawings import schedule_figures
 from .gpu_replay import gpu_replay
 from .measured import cpu_real_memory
+from .optimality import optimality_gap
 from .table import Table, _write
 from .theory import closed_forms, table1, table2, table8, table9, table_a
 from .throughput import table3, table4
@@ -36,6 +37,7 @@ ARTIFACTS: dict[str, Callable[[bool], Table]] = {
     "cpu-real-memory": cpu_real_memory,
     "gpu-replay": gpu_replay,
     "schedule-figures": schedule_figures,
+    "optimality-gap": optimality_gap,
     "claims": claims,
 }
 

@@ -172,7 +172,8 @@ def build(
 
     ``costs`` is used by cost-aware generators (others ignore it: their order does not depend on
     costs); it may be a :class:`Costs`, ``"F,B,W[,COMM]"`` text or an ``(F, B, W[, COMM])``
-    tuple. ``memory_limit`` (a fraction of 1F1B's peak activation) is accepted only by
+    tuple; without it the V patterns are the exact unit-cost ones and the searches assume
+    F = B = W = 1, comm 0. ``memory_limit`` (a fraction of 1F1B's peak activation) is accepted only by
     memory-budgeted generators. Extra keyword ``params`` go to the generator (e.g.
     ``num_chunks=2`` for ``interleaved-1f1b``). Numbers may be any ``numbers.Integral`` /
     ``numbers.Real`` (numpy scalars too), never ``bool``. Schedules of more than
@@ -196,7 +197,7 @@ def build(
         kwargs["num_chunks"] = _positive_int("num_chunks", kwargs["num_chunks"])
     costs = Costs.coerce(costs, "costs") if costs is not None else None
     if spec.uses_costs:
-        kwargs["costs"] = costs if costs is not None else Costs()
+        kwargs["costs"] = costs  # None: the generator's cost-free form (e.g. the unit-cost pattern)
     if memory_limit is not None:
         limit = _fraction("memory_limit", memory_limit)
         if not spec.memory_limit:

@@ -9,11 +9,20 @@ results are the exact values of docs/theory.md §7 exactly: peak ⌊(p+4)/3⌋·
 chunk pass: with ``Costs(1, 1, 1)`` one τ is 0.5 time units). The orders are those of the
 unit-cost pattern; their simulated times follow whatever costs are given (the authors' runtime
 does the same for V-Min / V-Half, docs/theory.md §10).
+
+With ``costs`` given, each generator adapts to them while keeping its memory level: it returns
+the best schedule (shortest longest device span, then makespan) among the pattern, the
+cost-aware blocks and the list schedules capped at the pattern's level, whose peak is at most
+the unit pattern's (⌊(p+4)/3⌋·a, ⌊(p+2)/2⌋·a, p·a; 1F1B-V's pattern peak with
+the fused backward), the pattern itself included and kept on ties. So with costs that suit the
+pattern it is the pattern, and otherwise offsets and orders follow the costs (per-stage lists
+and ``comm`` included). Without ``costs`` they are the exact unit-cost patterns.
 """
 
 from __future__ import annotations
 
 from ..blocks import build_from_block, v_1f1b_block, v_half_block, v_min_block, v_zb_block
+from ..costs import Costs
 from ..ir import Schedule
 from .registry import register
 
@@ -30,8 +39,31 @@ def _check(p: int, m: int, name: str) -> None:
         raise ValueError(f"{name} needs num_microbatches >= 1, got {m}")
 
 
+def _adapt(pattern: Schedule, costs: Costs | None, fused: bool = False) -> Schedule:
+    """``pattern`` without costs; with costs, the best schedule of the search at the pattern's
+    peak (the pattern wins ties)."""
+    if costs is None or pattern.num_microbatches < 2:
+        return pattern
+    from .adaptive import _candidate, adapt_at_level, best_fused_v
+
+    p, m = pattern.num_devices, pattern.num_microbatches
+    first = _candidate("pattern", pattern, costs)
+    limit = _candidate("pattern", pattern, Costs()).peak / p  # the pattern's memory level
+    try:
+        best = best_fused_v(p, m, costs, limit, first) if fused else adapt_at_level(p, m, costs, limit, first)
+    except ValueError:  # nothing fits that level under these costs: keep the pattern
+        return pattern
+    if best is first:
+        return pattern
+    s = best.schedule
+    params = dict(pattern.params)
+    params.update({"costs_adapted": best.label})
+    return Schedule(pattern.name, s.num_devices, s.num_microbatches, s.placement, s.device_passes,
+                    tuple(sorted(params.items())))
+
+
 @register("v-min", source="Qi et al. 2024 (this paper) §3.1, Table 8; docs/theory.md §7")
-def v_min(num_devices: int, num_microbatches: int) -> Schedule:
+def v_min(num_devices: int, num_microbatches: int, costs: Costs | None = None) -> Schedule:
     """V-Min: V-shape block with all offsets 1 (δ0 = δ1 = 1), about 1/3 of 1F1B's memory.
 
     Block of :func:`ctrlmem.blocks.v_min_block` (an extra gap of 2 at the loss when 3 | p).
@@ -39,11 +71,11 @@ def v_min(num_devices: int, num_microbatches: int) -> Schedule:
     when F, B and W differ the stable phase itself has a bubble, so it grows with m (§1.5).
     """
     _check(num_devices, num_microbatches, "v-min")
-    return build_from_block(v_min_block(num_devices), num_microbatches, "v-min")
+    return _adapt(build_from_block(v_min_block(num_devices), num_microbatches, "v-min"), costs)
 
 
 @register("v-half", source="Qi et al. 2024 (this paper) §3.1, Table 9; docs/theory.md §7")
-def v_half(num_devices: int, num_microbatches: int) -> Schedule:
+def v_half(num_devices: int, num_microbatches: int, costs: Costs | None = None) -> Schedule:
     """V-Half: V-shape block with δ0 = 2, δ1 = 1, about 1/2 of 1F1B's memory.
 
     Uses the authors' code variant of the block (F turn gap 1, B turn gap 2; the paper's
@@ -54,21 +86,21 @@ def v_half(num_devices: int, num_microbatches: int) -> Schedule:
     bubble whenever W + 2B ≥ 2F and W + 2F ≥ 2B (§1.5).
     """
     _check(num_devices, num_microbatches, "v-half")
-    return build_from_block(v_half_block(num_devices), num_microbatches, "v-half")
+    return _adapt(build_from_block(v_half_block(num_devices), num_microbatches, "v-half"), costs)
 
 
 @register("v-zb", source="Qi et al. 2024 (this paper) §3.1, Fig. 3(d); docs/theory.md §7")
-def v_zb(num_devices: int, num_microbatches: int) -> Schedule:
+def v_zb(num_devices: int, num_microbatches: int, costs: Costs | None = None) -> Schedule:
     """V-ZB: V-shape block with δ0 = 4, δ1 = 2 and turn gaps 1: zero bubble at 1F1B's memory.
 
     Peak p·a; bubble 0 with F = B = W and m ≥ 2p (docs/theory.md §7).
     """
     _check(num_devices, num_microbatches, "v-zb")
-    return build_from_block(v_zb_block(num_devices), num_microbatches, "v-zb")
+    return _adapt(build_from_block(v_zb_block(num_devices), num_microbatches, "v-zb"), costs)
 
 
 @register("1f1b-v", source="Qi et al. 2024 (this paper) App. I, Fig. 16(a)/17(a); docs/theory.md §8")
-def one_f_one_b_v(num_devices: int, num_microbatches: int) -> Schedule:
+def one_f_one_b_v(num_devices: int, num_microbatches: int, costs: Costs | None = None) -> Schedule:
     """1F1B-V: V-shape placement with the fused backward (no B/W split), about 2/3–3/4 of
     1F1B's memory.
 
@@ -78,4 +110,4 @@ def one_f_one_b_v(num_devices: int, num_microbatches: int) -> Schedule:
     same), bubble 34 τ at p = 8 and 75 τ at p = 16 (docs/theory.md: 33 and 75).
     """
     _check(num_devices, num_microbatches, "1f1b-v")
-    return build_from_block(v_1f1b_block(num_devices), num_microbatches, "1f1b-v")
+    return _adapt(build_from_block(v_1f1b_block(num_devices), num_microbatches, "1f1b-v"), costs, fused=True)

@@ -7,7 +7,9 @@ import logging
 from .report import ARTIFACTS, reproduce
 
 def _cmd_reproduce(args) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # progress lines from ctrlmem only: kaleido and choreographer log every browser step at INFO
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("ctrlmem").setLevel(logging.INFO)
     from ..args import CliError
 
     try:

@@ -219,14 +219,22 @@ def test_claims_give_a_verdict_per_claim(tmp_path, small_table4):
 
 
 def test_claim_verdict_follows_its_evidence(tmp_path):
-    """The Fig. 10 claim turns 'partly' when V is above ZB in one panel of the curve data."""
-    panel = {"v": [{"limit": 0.5, "bubble_rate": 0.1}], "zb": [{"limit": 0.5, "bubble_rate": 0.2}]}
-    worse = copy.deepcopy(panel)
-    worse["v"][0]["bubble_rate"] = 0.3
-    (tmp_path / "fig10.json").write_text(json.dumps({"quick": True, "panels": [panel, panel]}))
-    assert claims_mod.claim_fig10_v_below_zb(tmp_path).verdict == "reproduced"
-    (tmp_path / "fig10.json").write_text(json.dumps({"quick": True, "panels": [panel, worse]}))
-    assert claims_mod.claim_fig10_v_below_zb(tmp_path).verdict == "partly"
+    """The Fig. 10 claim: 'reproduced' when V ≤ ZB at every limit of every panel, 'partly' when V is
+    above ZB at a few (panel, limit) pairs (named in the finding), 'not reproduced' when at many."""
+    limits = [0.125 * k for k in range(1, 9)]  # 8 limits up to 1.0
+
+    def panel(above=()):
+        return {"p": 8, "v": [{"limit": x, "bubble_rate": 0.3 if x in above else 0.1} for x in limits],
+                "zb": [{"limit": x, "bubble_rate": 0.2} for x in limits]}
+
+    def verdict(*panels):
+        (tmp_path / "fig10.json").write_text(json.dumps({"quick": True, "panels": list(panels)}))
+        return claims_mod.claim_fig10_v_below_zb(tmp_path)
+
+    assert verdict(panel(), panel()).verdict == "reproduced"
+    few = verdict(panel(above=(0.125,)), panel())  # 1 of 16 pairs: at limit 1/p
+    assert few.verdict == "partly" and "limit 1/p in 1 panel," in few.ours
+    assert verdict(panel(above=limits[:4]), panel()).verdict == "not reproduced"  # 4 of 16 pairs
     with pytest.raises(ValueError, match="verdict must be one of"):
         claims_mod.Claim("c", "s", "maybe", "o", "e", "h")
 

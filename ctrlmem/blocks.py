@@ -926,6 +926,29 @@ def v_zb_block(p: int) -> BuildingBlock:
     return _v_block("v-zb", p, f0, f1, b1, b0, {"delta0": 4, "delta1": 2})
 
 
+def _slot_placer(name: str, placement: Placement, T: int, passes: list[SlotPass]):
+    """``put(op, stage, earliest, length)``: place a pass of ``length`` slots on its stage's device at
+    the first slot from ``earliest`` whose slots are all free modulo the interval ``T``, append it
+    to ``passes`` and return it (``ValueError`` when the device has no room within ``T``)."""
+    used: dict[int, set[int]] = {d: set() for d in range(placement.num_devices)}
+
+    def put(op: Op, stage: int, earliest: int, ln: int) -> SlotPass:
+        d = placement.device_of(stage)
+        t = earliest
+        for _ in range(T + 1):
+            if all((u % T) not in used[d] for u in range(t, t + ln)):
+                break
+            t += 1
+        else:
+            raise ValueError(f"block {name}: device {d} has no room for {op}{stage} within T={T}")
+        used[d].update(u % T for u in range(t, t + ln))
+        sp = SlotPass(t, ln, op, stage, 0)
+        passes.append(sp)
+        return sp
+
+    return put
+
+
 def greedy_block(
     name: str,
     placement: Placement,
@@ -946,22 +969,8 @@ def greedy_block(
     slot after its ``B``.
     """
     S, T = placement.num_stages, interval
-    used: dict[int, set[int]] = {d: set() for d in range(placement.num_devices)}
     passes: list[SlotPass] = []
-
-    def put(op: Op, stage: int, earliest: int, ln: int) -> SlotPass:
-        d = placement.device_of(stage)
-        t = earliest
-        for _ in range(T + 1):
-            if all((u % T) not in used[d] for u in range(t, t + ln)):
-                break
-            t += 1
-        else:
-            raise ValueError(f"block {name}: device {d} has no room for {op}{stage} within T={T}")
-        used[d].update(u % T for u in range(t, t + ln))
-        sp = SlotPass(t, ln, op, stage, 0)
-        passes.append(sp)
-        return sp
+    put = _slot_placer(name, placement, T, passes)
 
     back = Op.BW if w_len is None else Op.B
     prev = None
@@ -1051,22 +1060,8 @@ def v_cost_block(
     S = 2 * p
     T = 2 * (fl + bl + wl) + slack
     placement = Placement.v_shape(p)
-    used: dict[int, set[int]] = {d: set() for d in range(p)}
     passes: list[SlotPass] = []
-
-    def put(op: Op, stage: int, earliest: int, ln: int) -> SlotPass:
-        d = placement.device_of(stage)
-        t = earliest
-        for _ in range(T + 1):
-            if all((u % T) not in used[d] for u in range(t, t + ln)):
-                break
-            t += 1
-        else:
-            raise ValueError(f"block {name}: device {d} has no room for {op}{stage} within T={T}")
-        used[d].update(u % T for u in range(t, t + ln))
-        sp = SlotPass(t, ln, op, stage, 0)
-        passes.append(sp)
-        return sp
+    put = _slot_placer(name, placement, T, passes)
 
     prev = put(Op.F, 0, 0, fl)
     for s in range(1, S):

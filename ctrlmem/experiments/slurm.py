@@ -43,9 +43,9 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .config import ConfigError, ExperimentConfig, Run, _run_id, check_parameters, load_config, plan_runs
+from .config import ExperimentConfig, Run, load_config
 from .points import SLURM_MARKER, run_command
-from .sweep import SweepSummary, read_records, write_json_atomic, write_table
+from .sweep import SweepSummary, write_json_atomic, write_table
 
 log = logging.getLogger(__name__)
 
@@ -191,17 +191,7 @@ def run_sweep_slurm(
     account = account or opts.get("account")
     time_limit = time_limit or opts.get("time_limit") or _time_limit(config.timeout_s)
     nodes = int(nodes or opts.get("nodes", 1))
-    runs = plan_runs(config)
-    if extra_params:
-        runs = [Run(_run_id({**r.params, **extra_params}), {**r.params, **extra_params}) for r in runs]
-    if only:
-        missing = sorted(set(only) - {r.run_id for r in runs})
-        if missing:
-            raise ConfigError(f"--only names unknown run id(s) {missing}; see `ctrlmem sweep {config.path} --list`")
-        runs = [r for r in runs if r.run_id in set(only)]
-    if check:
-        names = set().union(*(r.params for r in runs)) if runs else set()
-        check_parameters(config.notebook, names | {"out_dir"})
+    runs = sweep.select_runs(config, extra_params=extra_params, only=only, check=check)
     results = Path(results_dir) if results_dir is not None else sweep.default_results_dir(config)
     build = (Path(build_dir) if build_dir is not None else Path("build") / "notebooks" / config.name).resolve()
     results = results.resolve()

@@ -333,6 +333,28 @@ def _check_folder(flag: str, path: Path) -> None:
             break
 
 
+def select_runs(config: ExperimentConfig, extra_params: Mapping[str, Any] | None = None,
+                only: Sequence[str] | None = None, check: bool = True) -> list[Run]:
+    """The points a sweep runs (either launcher): the config's points with ``extra_params`` merged
+    in (their run ids follow), restricted to ``only``; with ``check``, every parameter name is
+    checked against the notebook's ``parameters`` cell. ``ConfigError`` on a duplicate point or an
+    unknown ``--only`` id."""
+    runs = plan_runs(config)
+    if config.num_points > CONFIRM_POINTS:
+        check_points(config, runs)
+    if extra_params:
+        runs = [Run(_run_id({**r.params, **extra_params}), {**r.params, **extra_params}) for r in runs]
+    if only:
+        missing = sorted(set(only) - {r.run_id for r in runs})
+        if missing:
+            raise ConfigError(f"--only names unknown run id(s) {missing}; see `ctrlmem sweep {config.path} --list`")
+        runs = [r for r in runs if r.run_id in set(only)]
+    if check:
+        names = set().union(*(r.params for r in runs)) if runs else set()
+        check_parameters(config.notebook, names | {"out_dir"})
+    return runs
+
+
 def run_sweep(
     config: ExperimentConfig | str | Path,
     results_dir: str | Path | None = None,
@@ -395,19 +417,7 @@ def run_sweep(
     if slurm_options:
         raise TypeError(f"run_sweep got Slurm options {sorted(slurm_options)} without launcher='slurm'")
     # --- end of the Slurm launcher hook ---
-    runs = plan_runs(config)
-    if config.num_points > CONFIRM_POINTS:
-        check_points(config, runs)
-    if extra_params:
-        runs = [Run(_run_id({**r.params, **extra_params}), {**r.params, **extra_params}) for r in runs]
-    if only:
-        missing = sorted(set(only) - {r.run_id for r in runs})
-        if missing:
-            raise ConfigError(f"--only names unknown run id(s) {missing}; see `ctrlmem sweep {config.path} --list`")
-        runs = [r for r in runs if r.run_id in set(only)]
-    if check:
-        names = set().union(*(r.params for r in runs)) if runs else set()
-        check_parameters(config.notebook, names | {"out_dir"})
+    runs = select_runs(config, extra_params=extra_params, only=only, check=check)
     executor = executor or execute_with_papermill
     kwargs: dict[str, Any] = {}
     try:

@@ -24,6 +24,7 @@ import enum
 import io
 import os
 import re
+import shlex
 import warnings
 from dataclasses import dataclass, field
 from os import PathLike
@@ -260,7 +261,9 @@ class Schedule:
             f"placement={self.placement.to_text()}"
         )
         if self.params:
-            head += " " + " ".join(f"{k}={v}" for k, v in self.params)
+            # a value with spaces or quotes (e.g. a search's description of what it chose) is quoted
+            # shell-style, so the header stays one token per key
+            head += " " + " ".join(f"{k}={shlex.quote(str(v))}" for k, v in self.params)
         lines = [head]
         for d, row in enumerate(self.device_passes):
             lines.append(f"d{d}: " + " ".join(map(str, row)))
@@ -278,7 +281,10 @@ class Schedule:
         if not numbered or not numbered[0][1].startswith("schedule "):
             raise ValueError("schedule text must start with 'schedule NAME p=P m=M placement=...'")
         head_no, head = numbered[0]
-        tokens = head.split()
+        try:
+            tokens = shlex.split(head)
+        except ValueError as exc:  # an unbalanced quote
+            raise ValueError(f"line {head_no}: bad header ({exc}): quote values with spaces, e.g. key='a b'") from None
         if len(tokens) < 2:
             raise ValueError(f"line {head_no}: the header needs a name: 'schedule NAME p=P m=M placement=...'")
         name = tokens[1]

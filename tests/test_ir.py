@@ -170,3 +170,16 @@ def test_load_reads_either_form(tmp_path):
 def test_schedule_rejects_wrong_row_count():
     with pytest.raises(ValueError, match="rows"):
         Schedule("x", 2, 1, Placement.sequential(2), ((),))
+
+
+@pytest.mark.parametrize("name", ["1f1b-v", "v-min", "v-half", "v-zb", "v-shape", "zb"])
+def test_text_round_trips_cost_adapted_schedules(name):
+    """A cost-adapted schedule's parameters (free text with spaces, e.g. what the search chose)
+    survive the text form: from_text(to_text(s)) == s."""
+    s = cm.build(name, 2, 4, costs=cm.Costs(3, 4, 2, 0.1))
+    assert cm.Schedule.from_text(s.to_text()) == s
+
+
+def test_text_header_with_an_unbalanced_quote_names_the_line():
+    with pytest.raises(ValueError, match="line 1: bad header"):
+        cm.Schedule.from_text("schedule x p=1 m=1 placement=sequential:0 note='open\nd0: 0F0 0BW0\n")

@@ -174,6 +174,10 @@ class Placement:
         return f"{self.kind}:" + ",".join(map(str, self.stage_device))
 
 
+_HEADER_KEYS = frozenset({"p", "m", "placement"})
+"""Keys of the text header that a generator parameter of the same name must not shadow."""
+
+
 @dataclass(frozen=True)
 class Schedule:
     """Per-device ordered passes plus the placement they run on.
@@ -263,7 +267,9 @@ class Schedule:
         if self.params:
             # a value with spaces or quotes (e.g. a search's description of what it chose) is quoted
             # shell-style, so the header stays one token per key
-            head += " " + " ".join(f"{k}={shlex.quote(str(v))}" for k, v in self.params)
+            # a parameter named like a header key (p, m, placement) is written as param.KEY
+            head += " " + " ".join(f"{'param.' + k if k in _HEADER_KEYS else k}={shlex.quote(str(v))}"
+                                   for k, v in self.params)
         lines = [head]
         for d, row in enumerate(self.device_passes):
             lines.append(f"d{d}: " + " ".join(map(str, row)))
@@ -328,7 +334,8 @@ class Schedule:
                 _check_range(ps, placement.num_stages, m, f"line {no}")
                 row.append(ps)
             rows[d] = tuple(row)
-        params = tuple(sorted((k, _parse_literal(v)) for k, v in fields.items()))
+        params = tuple(sorted((k[len("param."):] if k.startswith("param.") else k, _parse_literal(v))
+                              for k, v in fields.items()))
         return cls(name, p, m, placement, tuple(r or () for r in rows), params)
 
     # -- torch CSV ---------------------------------------------------------------------------
@@ -485,6 +492,10 @@ def _check_range(ps: Pass, num_stages: int, num_microbatches: int, where: str) -
 
 
 def _parse_literal(value: str) -> object:
+    """A header value back to what :meth:`Schedule.to_text` wrote: int, float, None, True, False
+    or the text itself."""
+    if value in ("None", "True", "False"):
+        return {"None": None, "True": True, "False": False}[value]
     for conv in (int, float):
         try:
             return conv(value)

@@ -183,3 +183,13 @@ def test_text_round_trips_cost_adapted_schedules(name):
 def test_text_header_with_an_unbalanced_quote_names_the_line():
     with pytest.raises(ValueError, match="line 1: bad header"):
         cm.Schedule.from_text("schedule x p=1 m=1 placement=sequential:0 note='open\nd0: 0F0 0BW0\n")
+
+
+def test_text_round_trips_parameters_named_like_header_keys():
+    """A generator parameter called like a header key (the solver's 'placement') and None values
+    round-trip; the header never holds a key twice."""
+    s = cm.Schedule("x", 1, 1, Placement.sequential(1), ((Pass.parse("0F0"), Pass.parse("0BW0")),),
+                    (("memory_limit", None), ("placement", "v-shape"), ("strict", True)))
+    head = s.to_text().splitlines()[0]
+    assert head.count("placement=") == 2 and "param.placement=v-shape" in head
+    assert cm.Schedule.from_text(s.to_text()) == s

@@ -852,12 +852,8 @@ def _fill_block_w(name, placement, T, passes, offsets, w_length: int | None = No
     for sp in sorted([sp for sp in passes if sp.op is Op.B], key=lambda x: (x.end, x.stage)):
         d = placement.device_of(sp.stage)
         ln = w_length or sp.length
-        t = sp.end
-        for _ in range(T + 1):
-            if all((u % T) not in used[d] for u in range(t, t + ln)):
-                break
-            t += 1
-        else:
+        t = _first_free(used[d], sp.end, ln, T)
+        if t is None:
             raise ValueError(f"block {name}: device {d} has no free slot for W of stage {sp.stage} in T={T}")
         used[d].update(u % T for u in range(t, t + ln))
         passes.append(SlotPass(t, ln, Op.W, sp.stage, 0))
@@ -926,6 +922,15 @@ def v_zb_block(p: int) -> BuildingBlock:
     return _v_block("v-zb", p, f0, f1, b1, b0, {"delta0": 4, "delta1": 2})
 
 
+def _first_free(used: set[int], earliest: int, length: int, T: int) -> int | None:
+    """The first start slot from ``earliest`` whose ``length`` slots are all free modulo the
+    interval ``T`` on a device whose taken residues are ``used``; ``None`` if none within ``T``."""
+    for t in range(earliest, earliest + T + 1):
+        if all((u % T) not in used for u in range(t, t + length)):
+            return t
+    return None
+
+
 def _slot_placer(name: str, placement: Placement, T: int, passes: list[SlotPass]):
     """``put(op, stage, earliest, length)``: place a pass of ``length`` slots on its stage's device at
     the first slot from ``earliest`` whose slots are all free modulo the interval ``T``, append it
@@ -934,12 +939,8 @@ def _slot_placer(name: str, placement: Placement, T: int, passes: list[SlotPass]
 
     def put(op: Op, stage: int, earliest: int, ln: int) -> SlotPass:
         d = placement.device_of(stage)
-        t = earliest
-        for _ in range(T + 1):
-            if all((u % T) not in used[d] for u in range(t, t + ln)):
-                break
-            t += 1
-        else:
+        t = _first_free(used[d], earliest, ln, T)
+        if t is None:
             raise ValueError(f"block {name}: device {d} has no room for {op}{stage} within T={T}")
         used[d].update(u % T for u in range(t, t + ln))
         sp = SlotPass(t, ln, op, stage, 0)

@@ -811,9 +811,10 @@ def extend_stable(schedule: Schedule, num_microbatches: int) -> Schedule:
         cut = best + L
         window = row[best:cut]
         out = list(row[:cut])
+        new = tuple.__new__  # Pass is a NamedTuple: build it without its Python-level __new__
         for j in range(1, extra + 1):
-            out.extend(Pass(ps.op, ps.stage, ps.microbatch + j) for ps in window)
-        out.extend(Pass(ps.op, ps.stage, ps.microbatch + extra) for ps in row[cut:])
+            out.extend([new(Pass, (op, st, mb + j)) for op, st, mb in window])
+        out.extend([new(Pass, (op, st, mb + extra)) for op, st, mb in row[cut:]])
         orders.append(out)
     return Schedule(
         schedule.name, schedule.num_devices, num_microbatches, schedule.placement,

@@ -38,7 +38,9 @@ from functools import lru_cache
 
 from ..blocks import (
     BuildingBlock,
+    _short_pipeline,
     build_from_block,
+    extend_stable,
     slot_lengths,
     v_cost_block,
     v_half_block,
@@ -48,9 +50,12 @@ from ..blocks import (
 )
 from ..costs import Costs, MemoryModel
 from ..ir import Op, Pass, Placement, Schedule
-from ..simulate import simulate
-from ..validate import ScheduleError, validate
+from ..simulate import _clean, simulate
+from ..validate import ScheduleError, ScheduleIndex, execute, index_schedule, validate
 from .listsched import POLICIES, list_schedule
+from .vgreedy import zbv_variants
+from .vgrid import clear_cache as clear_grid
+from .vgrid import grid_schedules
 from .registry import register
 from .zero_bubble import zb_h1, zb_h2, zb_v
 
@@ -98,6 +103,9 @@ class VShapeCandidate:
         """Peak as a fraction of 1F1B's ``p·a``."""
         return self.peak / self.schedule.num_devices
 
+    def _replace_label(self, label: str) -> "VShapeCandidate":
+        return VShapeCandidate(label, self.schedule, self.makespan, self.peak, self.bubble_rate, self.max_span)
+
     @property
     def key(self) -> tuple[float, float, float]:
         """What the search minimises: longest span, then makespan, then peak."""
@@ -105,8 +113,72 @@ class VShapeCandidate:
 
 
 def _candidate(label: str, sched: Schedule, costs: Costs) -> VShapeCandidate:
-    r = simulate(sched, costs)
-    return VShapeCandidate(label, sched, r.makespan, max(r.peak_memory), r.bubble_rate, max(r.device_spans))
+    return _score(_prepare(label, sched), costs)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A schedule with what does not depend on the costs: its index and its peak (a device runs
+    its passes one after another, so its memory curve follows its order whatever the costs)."""
+
+    label: str
+    schedule: Schedule
+    index: ScheduleIndex
+    peak: float
+
+
+def _prepare(label: str, sched: Schedule) -> _Prepared:
+    idx = index_schedule(sched)
+    S, m = sched.num_stages, sched.num_microbatches
+    act = MemoryModel().stage_activation(S, sched.num_devices)
+    sm = S * m
+    fused = idx.fused
+    peak = 0.0
+    for keys in idx.device_keys:  # F allocates, W (or a fused BW) releases; B releases nothing
+        level = top = 0.0
+        for key in keys:
+            kind, r = divmod(key, sm)
+            if kind == 0:
+                level += act[r // m]
+                if level > top:
+                    top = level
+            elif kind == 2 or fused[r]:
+                level -= act[r // m]
+        peak = max(peak, _clean(top))
+    return _Prepared(label, sched, idx, peak)
+
+
+def _score(prep: _Prepared, costs: Costs) -> VShapeCandidate:
+    """``prep`` timed under ``costs`` (the simulator's ASAP execution; same numbers as
+    :func:`ctrlmem.simulate`, without recomputing what does not depend on the costs)."""
+    s, idx = prep.schedule, prep.index
+    S, m, p = s.num_stages, s.num_microbatches, s.num_devices
+    f, b, w = costs.stage_times(S, p)
+    sm = S * m
+    durations = [0.0] * (3 * sm)
+    fused = idx.fused
+    for st in range(S):
+        base = st * m
+        durations[base : base + m] = [f[st]] * m
+        if any(fused[base : base + m]):
+            durations[sm + base : sm + base + m] = [b[st] + w[st] if fused[base + k] else b[st] for k in range(m)]
+        else:
+            durations[sm + base : sm + base + m] = [b[st]] * m
+        durations[2 * sm + base : 2 * sm + base + m] = [w[st]] * m
+    start, end = execute(s, idx, durations, float(costs.comm))
+    spans, work, makespan = [], [], 0.0
+    for d, keys in enumerate(idx.device_keys):
+        if not keys:
+            spans.append(0.0)
+            work.append(0.0)
+            continue
+        last = end[keys[-1]]
+        makespan = max(makespan, last)
+        spans.append(_clean(last - start[keys[0]]))
+        work.append(_clean(math.fsum(m * (f[st] + b[st] + w[st]) for st in s.placement.stages_of(d))))
+    max_span = max(spans)
+    rate = max(0.0, _clean(1.0 - max(work) / max_span)) if max_span > 0 else 0.0
+    return VShapeCandidate(prep.label, s, _clean(makespan), prep.peak, rate, max_span)
 
 
 def _mixed_block(p: int, first: tuple[int, int], second: tuple[int, int], j: int) -> BuildingBlock:
@@ -116,23 +188,24 @@ def _mixed_block(p: int, first: tuple[int, int], second: tuple[int, int], j: int
 
 
 def _family(p: int) -> list[tuple[str, object]]:
-    """The block family: the V-Min, V-Half and V-ZB blocks, ZB-V, and for each pair of offset
-    levels the blocks whose first ``j`` device links use one level and the rest the other
-    (``j = 1 .. p−2``; for large ``p`` about 6 values of ``j`` for the (3, 1) mixes, and for all
-    mixes when ``p > 16``)."""
+    """The block family: the V-Min, V-Half and V-ZB blocks, ZB-V, and (for ``p <= 12``) for each
+    pair of offset levels the blocks whose first ``j`` device links use one level and the rest
+    the other (``j = 1 .. p−2``). Above ``p = 12`` the mixes are left to the App. A grid family
+    (:mod:`ctrlmem.schedules.vgrid`), which covers the same offset levels with every turn
+    pattern: on a survey at p = 8 (7 cost mixes, every budget up to 2.0) the mixes were the
+    only best candidate in 5 of 434 cases, by at most 1.3 %, and they take seconds to build at
+    p = 16."""
     fam: list[tuple[str, object]] = [
         ("v-min", v_min_block(p)),
         ("v-half", v_half_block(p)),
         ("v-zb", v_zb_block(p)),
         ("zb-v", None),
     ]
+    if p > 12:
+        return fam
     for wide, narrow, wide_first in _MIXES:
         first, second = (wide, narrow) if wide_first else (narrow, wide)
-        # the paper's levels (1,1), (2,1), (4,2): every split; (3,1) mixes: about 6 splits for p > 12
-        js = _mix_js(p, 6) if p > 12 and (3, 1) in (wide, narrow) else list(range(1, p - 1))
-        if p > 16:
-            js = _mix_js(p, 6)
-        for j in js:
+        for j in range(1, p - 1):
             fam.append((f"mix {first}x{j}+{second}x{p - 1 - j}", (first, second, j)))
     return fam
 
@@ -155,9 +228,45 @@ def _block_schedules(p: int, m: int) -> tuple[tuple[str, Schedule], ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=16)
+def _block_prepared(p: int, m: int) -> tuple[_Prepared, ...]:
+    return tuple(_prepare(label, sched) for label, sched in _block_schedules(p, m))
+
+
 @lru_cache(maxsize=64)
 def _blocks(p: int, m: int, costs: Costs) -> tuple[VShapeCandidate, ...]:
-    return tuple(_candidate(label, sched, costs) for label, sched in _block_schedules(p, m))
+    return tuple(_score(prep, costs) for prep in _block_prepared(p, m))
+
+
+# id(schedule) -> (schedule, prepared or None when it deadlocks); the schedules are cached in vgrid
+_GRID_PREPARED: dict[int, tuple[Schedule, _Prepared | None]] = {}
+
+
+@lru_cache(maxsize=256)
+def _grid(p: int, m: int, costs: Costs, top: int) -> tuple[VShapeCandidate, ...]:
+    """The App. A framework's schedules (:mod:`ctrlmem.schedules.vgrid`) from blocks peaking at
+    most ``top`` half-a, timed under ``costs``."""
+    out = []
+    for label, sched in grid_schedules(p, m, top):
+        entry = _GRID_PREPARED.get(id(sched))
+        if entry is None or entry[0] is not sched:
+            if len(_GRID_PREPARED) > 4096:
+                _GRID_PREPARED.clear()
+            try:
+                prep = _prepare(label, sched)
+            except ScheduleError:
+                prep = None
+            entry = _GRID_PREPARED[id(sched)] = (sched, prep)
+        if entry[1] is not None:
+            try:
+                out.append(_score(entry[1], costs))
+            except ScheduleError:  # deadlocks (whatever the costs): never again
+                _GRID_PREPARED[id(sched)] = (sched, None)
+    return tuple(out)
+
+
+def _grid_top(p: int, limit: float) -> int:
+    return min(2 * p, math.floor(2 * p * limit + _EPS))
 
 
 def _mix_js(p: int, most: int) -> list[int]:
@@ -188,7 +297,7 @@ def _cost_lengths(p: int, costs: Costs) -> list[tuple[int, int, int, int]]:
 
 @lru_cache(maxsize=512)
 def _cost_block_schedule(p: int, m: int, lengths: tuple, gap0: tuple, gap1: tuple,
-                         reorder: bool = True) -> tuple[tuple[str, Schedule], ...]:
+                         reorder: bool = True) -> tuple[tuple[str, _Prepared], ...]:
     """The schedules of one cost-aware block (cost-independent once quantised: cached): the
     block repeated as it is (its own W slots, squeezed by the simulator), and, for one-slot W,
     the block through the whole pipeline (place W, reorder, squeeze). Empty when it collides."""
@@ -196,16 +305,23 @@ def _cost_block_schedule(p: int, m: int, lengths: tuple, gap0: tuple, gap1: tupl
         block = v_cost_block(p, lengths, gap0, gap1)
     except ValueError:  # no collision-free block with these gaps
         return ()
-    out = [("repeat", block.repeat(m).to_schedule("v-shape"))]
-    if lengths[2] != 1 or not reorder:  # the reorder rounds of ctrlmem.blocks assume one-slot W
-        return tuple(out)
-    try:
-        full = build_from_block(block, m, "v-shape", direct_fallback=False)
-        validate(full)  # the reorder rounds assume one-slot W; keep the result only when valid
-        out.append(("reorder", full))
-    except (ValueError, ScheduleError):
-        pass
-    return tuple(out)
+    short = _short_pipeline(block, m)
+    if short < m:  # the repeated block is periodic after its first copies: repeat a few, lengthen
+        try:
+            rep = extend_stable(block.repeat(short).to_schedule("v-shape"), m)
+        except ValueError:
+            rep = block.repeat(m).to_schedule("v-shape")
+    else:
+        rep = block.repeat(m).to_schedule("v-shape")
+    out = [("repeat", rep)]
+    if lengths[2] == 1 and reorder:  # the reorder rounds of ctrlmem.blocks assume one-slot W
+        try:
+            full = build_from_block(block, m, "v-shape", direct_fallback=False)
+            validate(full)  # the reorder rounds assume one-slot W; keep the result only when valid
+            out.append(("reorder", full))
+        except (ValueError, ScheduleError):
+            pass
+    return tuple((how, _prepare(how, sched)) for how, sched in out)
 
 
 @lru_cache(maxsize=64)
@@ -218,12 +334,12 @@ def _cost_blocks(p: int, m: int, costs: Costs) -> tuple[VShapeCandidate, ...]:
     big = p > 16
 
     def add(ln, g0, g1, label, reorder=True) -> list[VShapeCandidate]:
-        got = [_candidate(f"cost {':'.join(map(str, ln))} gaps {label} {how}", sched, costs)
-               for how, sched in _cost_block_schedule(p, m, ln, g0, g1, reorder)]
+        got = [_score(prep, costs)._replace_label(f"cost {':'.join(map(str, ln))} gaps {label} {how}")
+               for how, prep in _cost_block_schedule(p, m, ln, g0, g1, reorder)]
         out.extend(got)
         return got
 
-    for ln in _cost_lengths(p, costs)[: 2 if p > 12 else 3]:
+    for ln in _cost_lengths(p, costs)[: 1 if p > 12 else 3]:
         fl, bl, wl, cl = ln
         r = min(fl, bl, wl)
         uniform: dict[float, tuple[VShapeCandidate, tuple[int, int]]] = {}
@@ -240,6 +356,15 @@ def _cost_blocks(p: int, m: int, costs: Costs) -> tuple[VShapeCandidate, ...]:
                     g1 = (first[1],) * j + (second[1],) * (p - 1 - j)
                     add(ln, g0, g1, f"{first}x{j}+{second}x{p - 1 - j}", reorder=p <= 12)
     return tuple(out)
+
+
+@lru_cache(maxsize=64)
+def _zbv(p: int, m: int, costs: Costs) -> tuple[VShapeCandidate, ...]:
+    """The cost-aware ZB-V heuristic (:mod:`ctrlmem.schedules.vgreedy`) at 1F1B's memory."""
+    f, b, w = costs.stage_times(2 * p, p)
+    placement = Placement.v_shape(p)
+    return tuple(_candidate(label, Schedule.from_orders("v-shape", placement, m, orders), costs)
+                 for label, orders in zbv_variants(p, m, f, b, w, float(costs.comm), 2 * p))
 
 
 def _cap_grid(p: int) -> int:
@@ -310,8 +435,11 @@ def v_shape_candidates(
     _check_v(num_devices, num_microbatches)
     p, m = num_devices, num_microbatches
     costs = costs if costs is not None else Costs()
-    out = [] if fused else list(_blocks(p, m, costs)) + list(_cost_blocks(p, m, costs))
+    out = [] if fused else (list(_blocks(p, m, costs)) + list(_grid(p, m, costs, _grid_top(p, memory_limit)))
+                            + list(_cost_blocks(p, m, costs)))
     polish_here = not fused and p * m <= _POLISH_MAX_PM
+    if not fused and memory_limit >= 1.0 - _EPS:
+        out.extend(_zbv(p, m, costs))
     for h in _half_levels(p, memory_limit):
         out.extend(_listed(p, m, costs, h, fused))
         if polish_here and h <= 2 * p:  # small pipelines, budgets up to 1F1B's: polish per cap
@@ -422,6 +550,8 @@ def adapt_at_level(p: int, m: int, costs: Costs, limit: float, first: VShapeCand
     that level (a subset of what ``v-shape`` searches at the same limit, so ``v-shape`` is never
     slower there)."""
     cands = [first] + list(_cost_blocks(p, m, costs))
+    if limit >= 1.0 - _EPS:
+        cands += _zbv(p, m, costs)
     levels = _half_levels(p, limit)
     if levels:
         cands += _listed(p, m, costs, levels[-1], False)
@@ -621,7 +751,10 @@ def zb(
 
 def clear_caches() -> None:
     """Forget every cached candidate (for cold-start timings)."""
-    for fn in (_block_schedules, _blocks, _cost_block_schedule, _cost_blocks, _zb_level, _zb_fixed):
+    _GRID_PREPARED.clear()
+    clear_grid()
+    for fn in (_block_schedules, _block_prepared, _blocks, _grid, _zbv,
+               _cost_block_schedule, _cost_blocks, _zb_level, _zb_fixed):
         fn.cache_clear()
     _LISTED.clear()
     _POLISHED.clear()

@@ -29,9 +29,13 @@ from __future__ import annotations
 
 import heapq
 import math
+from functools import partial
 from typing import NamedTuple, Sequence
 
 from ..ir import Op, Pass, Placement
+
+# a Pass without the NamedTuple's Python-level constructor (these loops make millions)
+_new_pass = partial(tuple.__new__, Pass)
 
 __all__ = ["POLICIES", "ListResult", "list_schedule"]
 
@@ -156,7 +160,7 @@ def list_schedule(
             dur = b[s] + w[s] if fused else b[s]
             e = t + dur
             b_end[s][k] = e
-            orders[d].append(Pass(back_op, s, k))
+            orders[d].append(_new_pass((back_op, s, k)))
             if fused:
                 live[d] -= act[s]
                 committed[d] -= act[s]
@@ -171,7 +175,7 @@ def list_schedule(
             nf[s] = k + 1
             e = t + f[s]
             f_end[s][k] = e
-            orders[d].append(Pass(Op.F, s, k))
+            orders[d].append(_new_pass((Op.F, s, k)))
             live[d] += act[s]
             if s == entry[d]:
                 committed[d] += need[d]
@@ -184,7 +188,7 @@ def list_schedule(
             wh[d] += 1
             nw[s] += 1
             e = t + w[s]
-            orders[d].append(Pass(Op.W, s, k))
+            orders[d].append(_new_pass((Op.W, s, k)))
             live[d] -= act[s]
             committed[d] -= act[s]
         free[d] = e

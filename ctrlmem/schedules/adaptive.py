@@ -240,6 +240,7 @@ def _blocks(p: int, m: int, costs: Costs) -> tuple[VShapeCandidate, ...]:
 
 # id(schedule) -> (schedule, prepared or None when it deadlocks); the schedules are cached in vgrid
 _GRID_PREPARED: dict[int, tuple[Schedule, _Prepared | None]] = {}
+_GRID_SCORED: dict[tuple[int, Costs], VShapeCandidate] = {}  # each timed once per costs, whatever the budget
 
 
 @lru_cache(maxsize=256)
@@ -257,11 +258,20 @@ def _grid(p: int, m: int, costs: Costs, top: int) -> tuple[VShapeCandidate, ...]
             except ScheduleError:
                 prep = None
             entry = _GRID_PREPARED[id(sched)] = (sched, prep)
-        if entry[1] is not None:
+        if entry[1] is None:
+            continue
+        key = (id(sched), costs)
+        got = _GRID_SCORED.get(key)
+        if got is None or got.schedule is not sched:
             try:
-                out.append(_score(entry[1], costs))
+                got = _score(entry[1], costs)
             except ScheduleError:  # deadlocks (whatever the costs): never again
                 _GRID_PREPARED[id(sched)] = (sched, None)
+                continue
+            if len(_GRID_SCORED) > 8192:
+                _GRID_SCORED.clear()
+            _GRID_SCORED[key] = got
+        out.append(got)
     return tuple(out)
 
 
@@ -752,6 +762,7 @@ def zb(
 def clear_caches() -> None:
     """Forget every cached candidate (for cold-start timings)."""
     _GRID_PREPARED.clear()
+    _GRID_SCORED.clear()
     clear_grid()
     for fn in (_block_schedules, _block_prepared, _blocks, _grid, _zbv,
                _cost_block_schedule, _cost_blocks, _zb_level, _zb_fixed):

@@ -9,23 +9,30 @@ bubble rate; ties go to the shorter makespan, then the lower peak) whose simulat
 :class:`~ctrlmem.costs.MemoryModel`) is within the limit. Every candidate is simulated with
 :func:`ctrlmem.simulate` under the given costs (per-stage lists and ``comm`` included).
 
-Two families make up the search, so that it is right at any budget and for any costs:
+Five families make up the search, so that it is right at any budget and for any costs:
 
-* **building blocks** (:mod:`ctrlmem.blocks`): the V-Min, V-Half and V-ZB blocks, ZB-V, and
-  blocks whose device links mix two offset levels (δ0, δ1) — the first ``j`` links at one level,
-  the rest at the other — for neighbouring levels among (1,1), (2,1), (3,1), (4,2), which steps
-  the peak from V-Min's level to 1F1B's. They give the periodic stable phases of the paper;
+* **the paper's App. A framework** (:mod:`ctrlmem.schedules.vgrid`): unit-slot V blocks from a
+  device-0 pattern and two offset levels, repeated, warm-up and cool-down rewritten under the
+  peak, idle slots filled; cost-independent orders, cached per (p, m). It reproduces the
+  authors' adaptive scheduler and meets the lower bound of docs/theory.md §6 with F = B = W;
+* **the cost-aware ZB-V greedy** (:mod:`ctrlmem.schedules.vgreedy`) at 1F1B's memory;
+* **building blocks** (:mod:`ctrlmem.blocks`): the V-Min, V-Half and V-ZB blocks, ZB-V, and (for
+  ``p <= 12``) blocks whose device links mix two offset levels (δ0, δ1) — the first ``j`` links
+  at one level, the rest at the other — for neighbouring levels among (1,1), (2,1), (3,1), (4,2);
+* **blocks laid out in the costs' own slots** (:func:`ctrlmem.blocks.v_cost_block`);
 * **cost-aware list schedules** (:mod:`ctrlmem.schedules.listsched`): the pipeline run pass by
   pass under the real costs and a per-device activation cap, for every cap in half-a steps from
   one microbatch (``a``, the smallest feasible budget: ``1/p``) up to the budget, under a few
-  tie-breaking policies. They fill the budgets between the blocks' levels, the ones above 1F1B's
-  (extra warm-up, up to 2× and beyond) and the costs the unit-slot blocks do not suit.
+  tie-breaking policies. They fill the budgets above 1F1B's (extra warm-up, up to 2× and
+  beyond) and the costs the unit-slot blocks do not suit.
 
 The candidates of a budget are those of every smaller budget plus the list schedules of its own
-cap, so the result never gets slower as the budget grows (the search is monotone by
-construction). For ``p > 12`` the caps are taken on a grid (every ``⌈p/12⌉``-th half-a step,
-twice as coarse above 1F1B's memory; the same grid for every budget, so monotonicity holds)
-to keep the search within seconds.
+cap (and the grid blocks that fit it), so the result never gets slower as the budget grows (the
+search is monotone by construction). For ``p > 12`` the caps are taken on a grid (every
+``⌈p/12⌉``-th half-a step, twice as coarse above 1F1B's memory; the same grid for every budget,
+so monotonicity holds) to keep the search within seconds. Every candidate's index and peak are
+computed once (they do not depend on the costs); timing it under the costs is then one
+as-soon-as-possible run.
 """
 
 from __future__ import annotations
@@ -587,15 +594,17 @@ def v_shape(
 ) -> Schedule:
     """Adaptive V-shape schedule: the shortest longest-span schedule within ``memory_limit``.
 
-    Searches two families under the given costs (per-stage and unequal costs, ``comm``
-    included), every candidate scored by the exact simulator: building blocks (V-Min, V-Half,
-    V-ZB, ZB-V and blocks mixing two neighbouring offset levels (δ0, δ1) across the device links,
-    each built by repeat → place W → reorder → squeeze), and cost-aware list schedules run under
-    a per-device activation cap at every half-a step up to the limit (see
-    :mod:`ctrlmem.schedules.adaptive`). The result is the candidate with the shortest longest
-    device span (so the lowest bubble rate), then the shortest makespan, whose simulated peak is
-    at most ``memory_limit · p · a`` (default 1.0). Any limit from ``1/p`` (one microbatch per
-    device) up works, 2.0 and beyond included; a larger limit never gives a slower schedule.
+    Searches five families under the given costs (per-stage and unequal costs, ``comm``
+    included), every candidate scored by the exact simulator: the paper's App. A framework
+    (device-0 patterns × two offset levels, repeated, warm-up and cool-down rewritten under the
+    peak, idle slots filled), the cost-aware ZB-V greedy at 1F1B's memory, building blocks
+    (V-Min, V-Half, V-ZB, ZB-V and offset-level mixes), blocks laid out in the costs' own slots,
+    and cost-aware list schedules run under a per-device activation cap at every half-a step up
+    to the limit (see :mod:`ctrlmem.schedules.adaptive`). The result is the candidate with the
+    shortest longest device span (so the lowest bubble rate), then the shortest makespan, whose
+    simulated peak is at most ``memory_limit · p · a`` (default 1.0). Any limit from ``1/p``
+    (one microbatch per device) up works, 2.0 and beyond included; a larger limit never gives a
+    slower schedule.
 
     Raises ``ValueError`` below ``1/p``, naming the smallest feasible limit.
     """

@@ -88,9 +88,17 @@ def assert_nothing_left(token: str, grace: float = 5.0) -> None:
     assert not left, f"processes of the run left running: {desc}"
 
 
+def _interruptible() -> None:
+    """In the child: SIGINT back to its default, so Python turns it into KeyboardInterrupt even
+    when the test runner was started in the background (a shell's background job ignores SIGINT,
+    and its children inherit that), as a user's Ctrl-C would reach a foreground ctrlmem."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def ctrlmem(*args: str, cwd: Path, token: str) -> subprocess.Popen:
     return subprocess.Popen([PY, "-m", "ctrlmem.cli", *args], cwd=cwd, env=token_env(token),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_interruptible)
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str, str, float]:

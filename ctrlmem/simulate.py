@@ -132,6 +132,24 @@ class SimResult:
         return out
 
 
+def pass_durations(index: ScheduleIndex, f, b, w) -> list[float]:
+    """Each pass's time, indexed by the key of ``index`` (:class:`ctrlmem.validate.ScheduleIndex`),
+    from per-stage times ``f``, ``b``, ``w`` (a fused ``BW`` takes ``b + w``)."""
+    S, m = index.num_stages, index.num_microbatches
+    sm = S * m
+    fused = index.fused
+    durations = [0.0] * (3 * sm)
+    for st in range(S):
+        base = st * m
+        durations[base : base + m] = [f[st]] * m
+        if any(fused[base : base + m]):
+            durations[sm + base : sm + base + m] = [b[st] + w[st] if fused[base + k] else b[st] for k in range(m)]
+        else:
+            durations[sm + base : sm + base + m] = [b[st]] * m
+        durations[2 * sm + base : 2 * sm + base + m] = [w[st]] * m
+    return durations
+
+
 def simulate(
     schedule: Schedule,
     costs: Costs | None = None,
@@ -155,15 +173,7 @@ def simulate(
     index = index_schedule(schedule)
     sm = S * m
     fused = index.fused
-    durations = [0.0] * (3 * sm)
-    for s in range(S):
-        base = s * m
-        fs, bs, ws = f[s], b[s], w[s]
-        for k in range(m):
-            r = base + k
-            durations[r] = fs
-            durations[sm + r] = bs + ws if fused[r] else bs
-            durations[2 * sm + r] = ws
+    durations = pass_durations(index, f, b, w)
     start, end = execute(schedule, index, durations, float(costs.comm))
 
     rb = memory.release_at_b

@@ -59,7 +59,7 @@ from ..blocks import (
 )
 from ..costs import Costs, MemoryModel
 from ..ir import Op, Pass, Placement, Schedule
-from ..simulate import _clean, simulate
+from ..simulate import _clean, pass_durations, simulate
 from ..validate import ScheduleError, ScheduleIndex, execute, index_schedule, validate
 from .listsched import POLICIES, list_schedule
 from .vgreedy import zbv_variants
@@ -163,17 +163,7 @@ def _score(prep: _Prepared, costs: Costs) -> VShapeCandidate:
     s, idx = prep.schedule, prep.index
     S, m, p = s.num_stages, s.num_microbatches, s.num_devices
     f, b, w = costs.stage_times(S, p)
-    sm = S * m
-    durations = [0.0] * (3 * sm)
-    fused = idx.fused
-    for st in range(S):
-        base = st * m
-        durations[base : base + m] = [f[st]] * m
-        if any(fused[base : base + m]):
-            durations[sm + base : sm + base + m] = [b[st] + w[st] if fused[base + k] else b[st] for k in range(m)]
-        else:
-            durations[sm + base : sm + base + m] = [b[st]] * m
-        durations[2 * sm + base : 2 * sm + base + m] = [w[st]] * m
+    durations = pass_durations(idx, f, b, w)
     start, end = execute(s, idx, durations, float(costs.comm))
     spans, work, makespan = [], [], 0.0
     for d, keys in enumerate(idx.device_keys):
@@ -247,9 +237,11 @@ def _blocks(p: int, m: int, costs: Costs) -> tuple[VShapeCandidate, ...]:
     return tuple(_score(prep, costs) for prep in _block_prepared(p, m))
 
 
-# id(schedule) -> (schedule, prepared or None when it deadlocks); the schedules are cached in vgrid
-_GRID_PREPARED: dict[int, tuple[Schedule, _Prepared | None]] = {}
-_GRID_SCORED: dict[tuple[int, Costs], VShapeCandidate] = {}  # each timed once per costs, whatever the budget
+# (p, m, label) -> prepared (None when it deadlocks) and (p, m, label, costs) -> timed: each grid
+# schedule (cached in vgrid, its label unique for its p and m) prepared once and timed once per costs,
+# whatever the budget
+_GRID_PREPARED: dict[tuple[int, int, str], _Prepared | None] = {}
+_GRID_SCORED: dict[tuple[int, int, str, Costs], VShapeCandidate] = {}
 
 
 @lru_cache(maxsize=256)
@@ -258,28 +250,27 @@ def _grid(p: int, m: int, costs: Costs, top: int) -> tuple[VShapeCandidate, ...]
     most ``top`` half-a, timed under ``costs``."""
     out = []
     for label, sched in grid_schedules(p, m, top):
-        entry = _GRID_PREPARED.get(id(sched))
-        if entry is None or entry[0] is not sched:
+        key = (p, m, label)
+        if key not in _GRID_PREPARED:
             if len(_GRID_PREPARED) > 4096:
                 _GRID_PREPARED.clear()
             try:
-                prep = _prepare(label, sched)
-            except ScheduleError:
-                prep = None
-            entry = _GRID_PREPARED[id(sched)] = (sched, prep)
-        if entry[1] is None:
+                _GRID_PREPARED[key] = _prepare(label, sched)
+            except ScheduleError:  # not a complete schedule: never again
+                _GRID_PREPARED[key] = None
+        prep = _GRID_PREPARED[key]
+        if prep is None:
             continue
-        key = (id(sched), costs)
-        got = _GRID_SCORED.get(key)
-        if got is None or got.schedule is not sched:
+        got = _GRID_SCORED.get(key + (costs,))
+        if got is None:
             try:
-                got = _score(entry[1], costs)
+                got = _score(prep, costs)
             except ScheduleError:  # deadlocks (whatever the costs): never again
-                _GRID_PREPARED[id(sched)] = (sched, None)
+                _GRID_PREPARED[key] = None
                 continue
             if len(_GRID_SCORED) > 8192:
                 _GRID_SCORED.clear()
-            _GRID_SCORED[key] = got
+            _GRID_SCORED[key + (costs,)] = got
         out.append(got)
     return tuple(out)
 

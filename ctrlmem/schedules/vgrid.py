@@ -173,19 +173,22 @@ def _dep(p: int, i: int, c: str) -> tuple[int, str] | None:
     return None
 
 
+def _own(p: int, i: int, c: str) -> str | None:
+    """The kind on the same device whose pass of the same microbatch must come first (the turns
+    at the ends of the V, and each W after its backward); None if there is none."""
+    if c in "Ww":
+        return "B" if c == "W" else "b"
+    if c == "B" and i == 0:
+        return "f"
+    if i == p - 1 and c in "fb":
+        return "F" if c == "f" else "B"
+    return None
+
+
 def _same_device_ready(i: int, p: int, c: str, n: int, cnt: dict) -> bool:
     """Whether the same-device input of the n-th ``c`` on device ``i`` has been counted."""
-    if c == "B" and i == 0:
-        return cnt["f"] > n
-    if c == "f" and i == p - 1:
-        return cnt["F"] > n
-    if c == "b" and i == p - 1:
-        return cnt["B"] > n
-    if c == "W":
-        return cnt["B"] > n
-    if c == "w":
-        return cnt["b"] > n
-    return True
+    own = _own(p, i, c)
+    return own is None or cnt[own] > n
 
 
 def _squeeze(rows: list[list[str]], keep: int = 0) -> list[list[str]] | None:
@@ -202,7 +205,7 @@ def _squeeze(rows: list[list[str]], keep: int = 0) -> list[list[str]] | None:
         how = {}
         for c in _KINDS:
             d = _dep(p, i, c)
-            own = _OWN.get((c, i == 0, i == p - 1))
+            own = _own(p, i, c)
             how[c] = (starts[i][c], starts[i][own] if own else None, starts[d[0]][d[1]] if d else None)
         for c in row:
             if c == _IDLE:
@@ -260,13 +263,6 @@ def _squeeze(rows: list[list[str]], keep: int = 0) -> list[list[str]] | None:
     return out
 
 
-# (kind, first device?, last device?) -> the same-device kind whose pass of the same microbatch
-# must come first in the order
-_OWN = {("W", a, z): "B" for a in (False, True) for z in (False, True)}
-_OWN.update({("w", a, z): "b" for a in (False, True) for z in (False, True)})
-_OWN.update({("B", True, z): "f" for z in (False, True)})
-_OWN.update({("f", a, True): "F" for a in (False, True)})
-_OWN.update({("b", a, True): "B" for a in (False, True)})
 
 
 def _warmup(rows: list[list[str]], m: int) -> list[list[str]]:
@@ -427,7 +423,7 @@ def _put(row: list[str], j: int, c: str) -> bool:
     return True
 
 
-def _fill(rows: list[list[str]], m: int) -> list[list[str]]:
+def _fill(rows: list[list[str]]) -> list[list[str]]:
     """Step 6: fill idle slots with later passes whose inputs are ready, the peak kept."""
     p = len(rows)
     width = max(map(len, rows))
@@ -544,7 +540,7 @@ def grid_schedule(p: int, m: int, slots: list[list[int]], release_w: bool = Fals
     rows = _cooldown(rows, m)
     if rows is None:
         return None
-    rows = _fill(rows, m)
+    rows = _fill(rows)
     if max(_peaks(rows)) > start_peak:
         return None
     try:

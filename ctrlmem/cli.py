@@ -27,6 +27,7 @@ __all__ = ["main", "make_parser", "COMMAND_MODULES"]
 # Modules that contribute subcommands through ``add_commands(subparsers)``.
 COMMAND_MODULES: tuple[str, ...] = (
     "ctrlmem.experiments.command", "ctrlmem.runtime.cli", "ctrlmem.draw", "ctrlmem.reproduce.command", "ctrlmem.optimal",
+    "ctrlmem.planner.cli",
 )
 
 

@@ -19,7 +19,9 @@ def add_commands(subparsers) -> None:
                     "write DIR/result.json: exactness vs a non-pipelined step, step and pass times, "
                     "measured and theoretical activation memory, the simulator's predicted step time.",
     )
-    p.add_argument("--schedule", required=True, help="schedule name (see `ctrlmem list`)")
+    p.add_argument("--schedule", required=True,
+                   help="schedule name (see `ctrlmem list`), or a schedule file: a torch / torchtitan CSV (e.g. the "
+                        "schedule.csv of `ctrlmem plan --emit`) or ctrlmem's text form")
     p.add_argument("-p", "--devices", type=int, default=2, help="number of ranks p (default 2)")
     p.add_argument("-m", "--microbatches", type=int, default=4, help="number of microbatches m (default 4)")
     p.add_argument("--dp", type=int, default=1,
@@ -27,6 +29,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("--model", default="tiny", help="model preset: tiny, small, medium, 9.6b, 21b, 38.5b, 98.5b")
     p.add_argument("--layers", type=int, default=None, help="override the preset's number of layers")
     p.add_argument("--dtype", default=None, help="override the preset's dtype (float32, bfloat16, float16)")
+    p.add_argument("--microbatch-size", type=int, default=None, help="override the preset's microbatch size")
+    p.add_argument("--seq-len", type=int, default=None, help="override the preset's sequence length")
     p.add_argument("--steps", type=int, default=3, help="timed steps after the check and memory steps (default 3)")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="gloo on CPU (default), nccl on GPUs")
     p.add_argument("--out", default="build/runs/latest",
@@ -115,6 +119,10 @@ def _config(args: argparse.Namespace):
         overrides["num_layers"] = args.layers
     if args.dtype is not None:
         overrides["dtype"] = args.dtype
+    if args.microbatch_size is not None:
+        overrides["microbatch_size"] = args.microbatch_size
+    if args.seq_len is not None:
+        overrides["seq_len"] = args.seq_len
     return RunConfig(
         schedule=args.schedule, num_devices=args.devices, num_microbatches=args.microbatches,
         model=args.model, steps=args.steps, backend=args.backend, out=args.out,

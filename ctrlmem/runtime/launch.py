@@ -145,8 +145,10 @@ def prepare(config: RunConfig, local: bool = True) -> tuple[Schedule, dict]:
     except (ValueError, TypeError) as exc:
         raise RunError(str(exc)) from None
     try:
-        schedule = build(config.schedule, config.num_devices, config.num_microbatches, **config.schedule_params)
+        schedule = _schedule_of(config)
         validate(schedule)
+    except RunError:
+        raise
     except Exception as exc:  # ValueError, KeyError, ScheduleError: all user errors here
         raise RunError(f"schedule {config.schedule!r}: {getattr(exc, 'reason', None) or exc}") from None
     if config.num_microbatches < config.num_devices:
@@ -177,6 +179,25 @@ def prepare(config: RunConfig, local: bool = True) -> tuple[Schedule, dict]:
         "run_config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()},
     }
     return schedule, worker
+
+
+def _schedule_of(config: RunConfig) -> Schedule:
+    """The registered schedule ``config.schedule`` built at p and m, or the schedule file it
+    names (a torch / torchtitan CSV, e.g. one ``ctrlmem plan --emit`` wrote, or ctrlmem's text
+    form), which must have ``p`` ranks."""
+    from ..args import is_schedule_file
+
+    if not is_schedule_file(config.schedule):
+        return build(config.schedule, config.num_devices, config.num_microbatches, **config.schedule_params)
+    path = config.schedule
+    if not os.path.isfile(path):
+        raise RunError(f"{path}: no such file, and not a registered schedule (see `ctrlmem list`)")
+    if config.schedule_params:
+        raise RunError(f"--param applies to schedule generators; {path} is a schedule file")
+    schedule = Schedule.load(path, num_microbatches=config.num_microbatches)
+    if schedule.num_devices != config.num_devices:
+        raise RunError(f"-p {config.num_devices} does not match {path}, which has {schedule.num_devices} ranks")
+    return schedule
 
 
 def _torchrun_args(config: RunConfig, config_path: Path) -> list[str]:
@@ -472,7 +493,7 @@ def emit_sbatch(config: RunConfig, nodes: int, gpus_per_node: int, path: str | o
     Path(out).mkdir(parents=True, exist_ok=True)  # Slurm opens --output before the script runs
     cfg_path = str(Path(out) / "worker_config.json")
     python = _clean("python", python or sys.executable)
-    directives = {"--job-name": f"ctrlmem-{config.schedule}-p{config.num_devices}"
+    directives = {"--job-name": f"ctrlmem-{Path(config.schedule).stem}-p{config.num_devices}"
                                 + (f"-dp{config.dp}" if config.dp > 1 else ""),
                   "--nodes": nodes, "--ntasks-per-node": 1}
     if config.backend == "nccl":

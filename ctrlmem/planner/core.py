@@ -1,0 +1,807 @@
+"""``cm.plan``: the fastest pipeline configuration that fits a cluster, in GB and seconds.
+
+For a model, ``N`` GPUs of ``G`` GB, a global batch and a cost source, the planner enumerates
+every ``DP × TP × PP = N`` factorization, every microbatch size that divides the batch, and every
+schedule asked for (by default 1F1B, ZB-H1, V-Min, V-Half, V-ZB, and ``v-shape`` / ``zb`` at the
+activation budget the remaining memory allows), and predicts for each configuration:
+
+* **memory per GPU** on the device that needs most: parameters, gradients and optimizer states
+  (:mod:`ctrlmem.planner.model`), the schedule's activation peak simulated with every stage's
+  activation bytes, and the measured allocator margin (:class:`~ctrlmem.planner.sources.AllocatorMargin`);
+* **time per step**: the schedule simulated exactly (``cm.simulate``) with per-stage pass costs
+  (:mod:`ctrlmem.planner.sources`), plus the data-parallel gradient exchange, not overlapped;
+* **throughput**: samples/s, tokens/s and MFU.
+
+It returns a pandas DataFrame ranked by predicted samples/s; rows that do not fit are kept and
+marked, and ``df.attrs`` holds the settings, every assumption in words, notes on the answer and
+how long the search took.
+
+**Few searches.** Cost-adapted schedules (``v-min`` … with ``costs``, ``v-shape`` / ``zb`` with a
+budget) are searches. The planner (1) prunes a configuration whose memory cannot fit before
+building its cost-adapted schedule: the schedule's unit-cost pattern has the same memory level,
+so its simulated peak is the estimate (a row within :data:`ESTIMATE_TOLERANCE` of the GPU is
+built anyway); (2) unless ``exhaustive``, skips a configuration whose no-bubble bound on
+throughput is below the best the same schedule already reached (marked ``bounded``), trying the
+most promising first; (3) caches every build by (schedule, p, m, costs, budget) for the process,
+so a second plan (another GB, another batch) reuses them. Auto budgets are rounded down to whole
+stage activations, the granularity of any schedule's peak, so nearby budgets share a build.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from .. import paper
+from ..costs import Costs, MemoryModel
+from ..schedules import SCHEDULES, build
+from ..simulate import simulate
+from .model import (BYTES_GRAD, BYTES_OPTIMIZER, BYTES_WEIGHT, ModelSpec, StageBytes, default_global_batch,
+                    model_spec, stage_bytes)
+from .sources import AllocatorMargin, CostSource, cost_source
+
+__all__ = ["plan", "DEFAULT_SCHEDULES", "METHOD_LABELS", "ScheduleChoice", "parse_schedules", "Planner",
+           "row_schedule", "cache_info", "clear_cache", "ESTIMATE_TOLERANCE", "COLUMNS", "insights"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SCHEDULES = ("1f1b", "zb-h1", "v-min", "v-half", "v-zb", "v-shape", "zb")
+"""What :func:`plan` compares by default: ``v-shape`` and ``zb`` without a budget take the one the
+remaining memory allows."""
+
+METHOD_LABELS = {"1f1b": "1F1B", "zb-h1": "ZB-H1", "zb-h2": "ZB-H2", "zb-v": "ZB-V", "v-min": "V-Min",
+                 "v-half": "V-Half", "v-zb": "V-ZB", "1f1b-v": "1F1B-V", "gpipe": "GPipe",
+                 "interleaved-1f1b": "Interleaved 1F1B", "v-shape": "V-shape", "zb": "ZB"}
+
+ESTIMATE_TOLERANCE = 0.05
+"""A cost-adapted schedule is built when its unit-cost pattern's memory is within this fraction
+above the GPU's (the adapted schedule keeps the pattern's level in units of a stage, but stages of
+unequal size can move its peak by a few per cent)."""
+
+MAX_AUTO_LIMIT = 2.0
+"""Largest budget (fraction of 1F1B's peak) an auto-budgeted ``v-shape`` / ``zb`` gets."""
+
+COLUMNS = ["rank", "status", "fits", "schedule", "method", "placement", "dp", "tp", "pp", "microbatch_size", "m",
+           "dist_opt", "memory_limit", "samples_per_s", "tokens_per_s", "mfu", "step_s", "pipeline_s", "dp_sync_s",
+           "bubble_rate", "params_gb", "grads_gb", "optimizer_gb", "activation_gb", "margin_gb", "reserve_gb",
+           "total_gb", "gpu_memory_gb", "free_gb", "device", "memory_how", "upper_bound_samples_per_s", "reason"]
+"""The DataFrame's columns: ``total_gb`` = params + grads + optimizer + activation + margin +
+reserve on ``device`` (the device that needs most); ``fits`` is ``total_gb <= gpu_memory_gb``;
+``status``: ``ok`` (simulated, fits), ``does not fit``, ``bounded`` (fits, not simulated: its
+no-bubble bound is below its schedule's best), ``m < pp``, ``too many stages``."""
+
+
+# ---- schedules ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ScheduleChoice:
+    """One schedule the planner compares: a registered ``name``, and for budgeted generators a
+    fixed ``limit`` (fraction of 1F1B's peak) or ``None`` for the budget memory allows."""
+
+    name: str
+    limit: float | None = None
+
+    @property
+    def budgeted(self) -> bool:
+        return SCHEDULES[self.name].memory_limit
+
+    @property
+    def auto(self) -> bool:
+        return self.budgeted and self.limit is None
+
+    @property
+    def label(self) -> str:
+        if self.limit is not None:
+            return f"{self.name}@{self.limit:g}"
+        return self.name
+
+    @property
+    def method(self) -> str:
+        base = METHOD_LABELS.get(self.name, self.name)
+        if self.name == "zb" and self.limit == 1.0:
+            return "ZB-1P"
+        if self.name == "zb" and self.limit == 2.0:
+            return "ZB-2P"
+        if self.limit is not None:
+            return f"{base} @ {self.limit:g}"
+        return f"{base} (memory-fit budget)" if self.auto else base
+
+
+def parse_schedules(schedules: Iterable[str] | str) -> list[ScheduleChoice]:
+    """``["1f1b", "zb@1.0", "v-shape"]`` (or one comma-separated string) -> choices; ``NAME@X``
+    fixes a budgeted generator's memory limit, a bare budgeted name takes the budget memory allows.
+    ``ValueError`` names a bad entry and the valid names."""
+    items = [s.strip() for s in schedules.split(",")] if isinstance(schedules, str) else [str(s).strip()
+                                                                                         for s in schedules]
+    items = [s for s in items if s]
+    if not items:
+        raise ValueError("no schedule to plan; give at least one (e.g. 1f1b,v-half)")
+    out = []
+    for item in items:
+        name, _, limit = item.partition("@")
+        if name not in SCHEDULES or name == "optimal":
+            valid = ", ".join(n for n in SCHEDULES if n != "optimal")
+            raise ValueError(f"unknown schedule {name!r} in the plan; valid names: {valid}")
+        spec = SCHEDULES[name]
+        if limit:
+            if not spec.memory_limit:
+                raise ValueError(f"{item!r}: {name} has a fixed memory footprint and takes no @LIMIT; budgeted: "
+                                 + ", ".join(n for n, s in SCHEDULES.items() if s.memory_limit and n != "optimal"))
+            if limit.lower() == "auto":
+                out.append(ScheduleChoice(name))
+                continue
+            try:
+                x = float(limit)
+            except ValueError:
+                raise ValueError(f"{item!r}: the limit after @ must be a number (fraction of 1F1B's peak) or "
+                                 "'auto'") from None
+            if not (x > 0 and math.isfinite(x)):
+                raise ValueError(f"{item!r}: the limit must be a positive fraction of 1F1B's peak")
+            out.append(ScheduleChoice(name, x))
+        else:
+            out.append(ScheduleChoice(name))
+    return list(dict.fromkeys(out))
+
+
+_PLACEMENTS: dict[str, tuple[str, int]] = {}
+
+
+def placement_of(name: str) -> tuple[str, int]:
+    """(placement kind, stages per device) of a registered schedule, from a small build."""
+    if name not in _PLACEMENTS:
+        kw = {"memory_limit": 1.0} if SCHEDULES[name].memory_limit else {}
+        s = build(name, 2, 4, **kw)
+        _PLACEMENTS[name] = (s.placement.kind, s.placement.num_chunks)
+    return _PLACEMENTS[name]
+
+
+# ---- the build cache ---------------------------------------------------------------------------
+
+_BUILDS: "OrderedDict[tuple, Any]" = OrderedDict()
+_SIMS: "OrderedDict[tuple, tuple]" = OrderedDict()
+_MAX_BUILDS = 48
+_MAX_SIMS = 20000
+_STATS = {"builds": 0, "build_hits": 0, "build_s": 0.0}
+
+
+def _build(name: str, p: int, m: int, costs: Costs | None, limit: float | None):
+    """``cm.build`` through the process cache: one search per distinct (schedule, p, m, costs
+    the generator sees, budget)."""
+    key = (name, p, m, costs if SCHEDULES[name].uses_costs else None, limit)
+    if key in _BUILDS:
+        _BUILDS.move_to_end(key)
+        _STATS["build_hits"] += 1
+        return _BUILDS[key], key
+    t0 = time.perf_counter()
+    sched = build(name, p, m, costs=costs if SCHEDULES[name].uses_costs else None, memory_limit=limit)
+    _STATS["build_s"] += time.perf_counter() - t0
+    _STATS["builds"] += 1
+    _BUILDS[key] = sched
+    while len(_BUILDS) > _MAX_BUILDS:
+        _BUILDS.popitem(last=False)
+    return sched, key
+
+
+def _sim(name: str, p: int, m: int, costs: Costs | None, limit: float | None, sim_costs: Costs,
+         memory: MemoryModel) -> tuple[float, tuple[float, ...], float, tuple]:
+    """(makespan, peak per device, bubble rate, build key) of the cached build simulated with
+    ``sim_costs`` and ``memory``; simulations are cached too."""
+    bkey = (name, p, m, costs if SCHEDULES[name].uses_costs else None, limit)
+    skey = (bkey, sim_costs, memory)
+    if skey in _SIMS:
+        _SIMS.move_to_end(skey)
+        if bkey in _BUILDS:
+            _BUILDS.move_to_end(bkey)
+        else:
+            _STATS["build_hits"] += 1
+        return _SIMS[skey]
+    sched, bkey = _build(name, p, m, costs, limit)
+    r = simulate(sched, sim_costs, memory)
+    out = (r.makespan, tuple(r.peak_memory), r.bubble_rate, bkey)
+    _SIMS[skey] = out
+    while len(_SIMS) > _MAX_SIMS:
+        _SIMS.popitem(last=False)
+    return out
+
+
+def cache_info() -> dict:
+    """Builds done (searches) and reused in this process, and the seconds spent building."""
+    return {"builds": _STATS["builds"], "hits": _STATS["build_hits"], "build_s": _STATS["build_s"],
+            "cached_schedules": len(_BUILDS), "cached_simulations": len(_SIMS)}
+
+
+def clear_cache() -> None:
+    """Forget every cached build and simulation (tests; or to free memory)."""
+    _BUILDS.clear()
+    _SIMS.clear()
+    _STATS.update(builds=0, build_hits=0, build_s=0.0)
+
+
+# ---- the planner -------------------------------------------------------------------------------
+
+def _gb(x: float) -> float:
+    return x / 1e9
+
+
+@dataclass
+class _Layout:
+    """One (placement, pp, tp, microbatch) of the model: per-stage costs and bytes."""
+
+    S: int
+    v: int
+    kind: str
+    sb: StageBytes
+    costs: Costs              # ms, per stage
+    memory: MemoryModel       # GB, per stage
+    device_stages: tuple[tuple[int, ...], ...]
+    start_ms: tuple[float, ...]   # earliest start of each device (the forward chain before it)
+    work_ms: tuple[float, ...]    # one microbatch's F + B + W per device
+    c_max_gb: float           # the largest stage activation of one microbatch
+
+
+def _device_stages(kind: str, p: int, v: int) -> tuple[tuple[int, ...], ...]:
+    S = p * v
+    if kind == "v-shape":
+        return tuple((d, 2 * p - 1 - d) for d in range(p))
+    if kind in ("sequential", "interleaved"):
+        return tuple(tuple(s for s in range(S) if s % p == d) for d in range(p))
+    raise ValueError(f"the planner handles sequential, looped and V-shape placements, not {kind!r}")
+
+
+class Planner:
+    """The search behind :func:`plan` (see the module doc); ``settings`` is the JSON of its inputs."""
+
+    def __init__(self, *, model: ModelSpec, gpus: int, gpu_memory_gb: float, global_batch: int,
+                 source: CostSource, schedules: Sequence[ScheduleChoice], microbatch_sizes: Sequence[int],
+                 tp: Sequence[int], pp: Sequence[int] | None, min_pp: int, distributed_optimizer: bool | str,
+                 flash_attention: bool, margin: AllocatorMargin, reserve_gb: float, dp_gbs: float,
+                 gpus_per_node: int, batch_note: str = "") -> None:
+        self.model, self.gpus, self.gpu_gb, self.batch = model, gpus, float(gpu_memory_gb), global_batch
+        self.source, self.choices, self.mbs = source, list(schedules), sorted(set(microbatch_sizes))
+        self.tps, self.pps, self.min_pp = sorted(set(tp)), (sorted(set(pp)) if pp else None), min_pp
+        self.dist_opt = distributed_optimizer
+        self.flash, self.margin, self.reserve_gb = flash_attention, margin, float(reserve_gb)
+        self.dp_bw = float(dp_gbs) * 1e9
+        self.gpus_per_node = gpus_per_node
+        self.batch_note = batch_note
+        self.layer_act = source.layer_activation(model, flash_attention)
+        self._layouts: dict[tuple, _Layout] = {}
+        self.skipped: list[str] = []
+        self.peak = source.peak_flops()
+
+    # -- configurations -------------------------------------------------------------------------
+    def configs(self) -> list[tuple[int, int, int, int, bool]]:
+        """(dp, tp, pp, microbatch, distributed optimizer) to plan, in a stable order."""
+        out = []
+        N, B = self.gpus, self.batch
+        odd_tp = [t for t in self.tps if N % t]
+        if odd_tp:
+            self.skipped.append(f"TP {', '.join(map(str, odd_tp))} does not divide {N} GPUs")
+        for tp in self.tps:
+            if N % tp:
+                continue
+            rest = N // tp
+            pps = [p for p in (self.pps or range(1, rest + 1)) if rest % p == 0 and p >= self.min_pp]
+            if self.pps:
+                bad = [p for p in self.pps if rest % p]
+                if bad:
+                    self.skipped.append(f"PP {', '.join(map(str, bad))} does not divide {rest} (= {N} GPUs / TP {tp})")
+            for pp in pps:
+                dp = rest // pp
+                for mb in self.mbs:
+                    if B % (dp * mb):
+                        self.skipped.append(f"DP {dp} × microbatch {mb} does not divide the global batch {B}")
+                        continue
+                    opts = [True, False] if self.dist_opt == "both" else [bool(self.dist_opt)]
+                    if dp == 1:
+                        opts = [opts[0]]
+                    for z in opts:
+                        out.append((dp, tp, pp, mb, z))
+        return out
+
+    def layout(self, kind: str, v: int, pp: int, tp: int, mb: int) -> _Layout:
+        key = (kind, v, pp, tp, mb)
+        if key in self._layouts:
+            return self._layouts[key]
+        spec, src = self.model, self.source
+        S = v * pp
+        sb = stage_bytes(spec, S, mb, tp, self.layer_act)
+        lf, lb, lw = src.layer(spec, mb, tp)
+        hf, hb, hw = src.head(spec, mb, tp)
+        ef, eb, ew = src.embedding(spec, mb, tp)
+        fs, bs, ws = [], [], []
+        for s, n in enumerate(sb.layers):
+            f, b, w = n * lf, n * lb, n * lw
+            if s == 0:
+                f, b, w = f + ef, b + eb, w + ew
+            if s == S - 1:
+                f, b, w = f + hf, b + hb, w + hw
+            fs.append(f * 1e3), bs.append(b * 1e3), ws.append(w * 1e3)
+        hop_ms = src.hop(spec, mb, tp) * 1e3
+        costs = Costs(fs, bs, ws, comm=hop_ms)
+        act_gb = [_gb(x) for x in sb.activation]
+        memory = MemoryModel(activation=act_gb, release_at_b=max(0.0, 1.0 - sb.w_kept))
+        dev = _device_stages(kind, pp, v)
+        device_of = {s: d for d, ss in enumerate(dev) for s in ss}
+        arrive, t = [], 0.0
+        for s in range(S):  # the forward chain of microbatch 0: the earliest each stage can start
+            arrive.append(t)
+            t += fs[s] + (hop_ms if s + 1 < S and device_of[s + 1] != device_of[s] else 0.0)
+        start = tuple(min(arrive[s] for s in ss) for ss in dev)
+        work = tuple(sum(fs[s] + bs[s] + ws[s] for s in ss) for ss in dev)
+        lay = _Layout(S, v, kind, sb, costs, memory, dev, start, work, max(act_gb))
+        self._layouts[key] = lay
+        return lay
+
+    def states(self, lay: _Layout, dp: int, dist_opt: bool) -> list[tuple[float, float, float]]:
+        """Per device: (params, grads, optimizer) GB."""
+        out = []
+        for ss in lay.device_stages:
+            n = sum(lay.sb.params[s] for s in ss)
+            opt = BYTES_OPTIMIZER / (dp if dist_opt else 1)
+            out.append((_gb(n * BYTES_WEIGHT), _gb(n * BYTES_GRAD), _gb(n * opt)))
+        return out
+
+    def transient(self, lay: _Layout, mb: int, tp: int) -> list[float]:
+        """Per device: the allocator margin's fixed terms (GB): logits on the LM head's device,
+        the embedding's gradient on the embedding's device."""
+        spec = self.model
+        logits = mb * spec.seq_len * spec.vocab / tp
+        emb = spec.vocab * spec.hidden / tp
+        out = []
+        for ss in lay.device_stages:
+            x = 0.0
+            if lay.S - 1 in ss:
+                x += self.margin.bytes_per_logit * logits
+            if 0 in ss:
+                x += self.margin.bytes_per_embedding_param * emb
+            out.append(_gb(x))
+        return out
+
+    def dp_sync_s(self, lay: _Layout, dp: int) -> float:
+        """Ring all-reduce (or reduce-scatter + all-gather) of the bf16 gradients of the device
+        holding most parameters, over ``dp`` replicas, not overlapped with the pipeline."""
+        if dp == 1:
+            return 0.0
+        grads = max(sum(lay.sb.params[s] for s in ss) for ss in lay.device_stages) * BYTES_GRAD
+        return 2.0 * (dp - 1) / dp * grads / self.dp_bw
+
+    def memory(self, lay, peaks_gb, states, transient) -> tuple[int, dict]:
+        """The device that needs most and its breakdown (GB)."""
+        best = None
+        for d, (pk, st, tr) in enumerate(zip(peaks_gb, states, transient)):
+            margin = (self.margin.ratio - 1.0) * pk + tr
+            total = sum(st) + pk + margin + self.reserve_gb
+            if best is None or total > best[1]["total_gb"] + 1e-12:
+                best = (d, {"params_gb": st[0], "grads_gb": st[1], "optimizer_gb": st[2], "activation_gb": pk,
+                            "margin_gb": margin, "reserve_gb": self.reserve_gb, "total_gb": total})
+        return best  # type: ignore[return-value]
+
+    def auto_limit(self, lay: _Layout, states, transient) -> tuple[float | None, str]:
+        """The budget (fraction of 1F1B's peak) the remaining memory allows: whole stage
+        activations of the largest stage, on the device with least room; ``None`` and why when
+        not even one microbatch per device fits."""
+        room = min(self.gpu_gb - self.reserve_gb - sum(st) - tr for st, tr in zip(states, transient))
+        k = math.floor(max(0.0, room) / (self.margin.ratio * lay.c_max_gb) + 1e-9) if lay.c_max_gb > 0 else 0
+        k = min(k, int(MAX_AUTO_LIMIT * lay.S))
+        if k < lay.v:
+            return None, (f"the remaining {room:.1f} GB holds {k} stage activation(s) of {lay.c_max_gb:.2f} GB "
+                          f"(× {self.margin.ratio:.3f} allocator margin), fewer than one microbatch per device")
+        return k / lay.S, f"{k} of the largest stage's activations ({room:.1f} GB left)"
+
+    # -- the search -----------------------------------------------------------------------------
+    def run(self, exhaustive: bool = False, progress: bool = True) -> list[dict]:
+        t0 = time.perf_counter()
+        rows: list[dict] = []
+        pending: list[tuple[float, int, dict, dict]] = []  # (bound samples/s, order, row, work)
+        for ci, (dp, tp, pp, mb, z) in enumerate(self.configs()):
+            m = self.batch // (dp * mb)
+            for oi, ch in enumerate(self.choices):
+                kind, v = placement_of(ch.name)
+                row = {"schedule": ch.label, "method": ch.method, "placement": kind, "dp": dp, "tp": tp, "pp": pp,
+                       "microbatch_size": mb, "m": m, "dist_opt": bool(z), "memory_limit": ch.limit,
+                       "gpu_memory_gb": self.gpu_gb, "reason": "", "_order": (oi, ci)}
+                rows.append(row)
+                if v * pp > self.model.num_layers + 2:
+                    row.update(status="too many stages", fits=False,
+                               reason=f"{v * pp} stages for {self.model.num_layers} layers + embedding + head")
+                    continue
+                lay = self.layout(kind, v, pp, tp, mb)
+                states = self.states(lay, dp, z)
+                trans = self.transient(lay, mb, tp)
+                sync = self.dp_sync_s(lay, dp)
+                limit = ch.limit
+                how = "simulated"
+                if ch.auto:
+                    limit, why = self.auto_limit(lay, states, trans)
+                    row["memory_limit"] = limit
+                    if limit is None:
+                        row.update(status="does not fit", fits=False, reason=why, memory_how="–")
+                        d, mem = self.memory(lay, [0.0] * pp, states, trans)
+                        row.update(mem, device=d)
+                        continue
+                    row["reason"] = f"budget {limit:.4g} × 1F1B's peak: {why}"
+                if m < pp:
+                    row.update(status="m < pp", fits=False,
+                               reason=f"{m} microbatches for {pp} pipeline stages: the pipeline never fills "
+                                      "(ctrlmem's schedules and `ctrlmem run` need m ≥ p)")
+                    continue
+                uses_costs = SCHEDULES[ch.name].uses_costs
+                exact = not uses_costs or ch.auto
+                if not exact:
+                    # memory estimate from the unit-cost pattern (same memory level, no search)
+                    _, peaks, _, _ = _sim(ch.name, pp, m, None, limit, Costs(), lay.memory)
+                    d, mem = self.memory(lay, peaks, states, trans)
+                    how = "estimated (unit-cost pattern)"
+                    if mem["total_gb"] > self.gpu_gb * (1 + ESTIMATE_TOLERANCE):
+                        row.update(mem, device=d, status="does not fit", fits=False, memory_how=how,
+                                   reason=_over(mem, self.gpu_gb) + "; estimated from the schedule's unit-cost "
+                                          "pattern (same memory level), its cost-adapted form not built")
+                        continue
+                elif not ch.auto:
+                    _, peaks, _, _ = _sim(ch.name, pp, m, lay.costs, limit, lay.costs, lay.memory)
+                    d, mem = self.memory(lay, peaks, states, trans)
+                    if mem["total_gb"] > self.gpu_gb + 1e-9:
+                        row.update(mem, device=d, status="does not fit", fits=False, memory_how=how,
+                                   reason=_over(mem, self.gpu_gb))
+                        continue
+                bound_ms = max(s + w * m for s, w in zip(lay.start_ms, lay.work_ms))
+                ub = self.batch / (bound_ms / 1e3 + sync)
+                row["upper_bound_samples_per_s"] = ub
+                pending.append((ub, len(pending), row, {"choice": ch, "lay": lay, "states": states, "trans": trans,
+                                                        "sync": sync, "limit": limit}))
+        pending.sort(key=lambda x: (-x[0], x[1]))
+        best: dict[str, float] = {}
+        bar = _progress(len(pending), progress)
+        try:
+            for ub, _, row, w in pending:
+                ch = w["choice"]
+                if not exhaustive and ub < best.get(ch.label, 0.0) * (1 - 1e-12):
+                    row.update(status="bounded", fits=True, memory_how=row.get("memory_how", "–"),
+                               reason=(f"not simulated: at most {ub:.4g} samples/s (no-bubble bound), below the "
+                                       f"{best[ch.label]:.4g} {ch.label} reaches elsewhere")
+                               + (f"; {row['reason']}" if row["reason"] else ""))
+                    self._fill_bounded_memory(row, w)
+                    bar.update(1)
+                    continue
+                self._evaluate(row, w)
+                if row["fits"]:
+                    best[ch.label] = max(best.get(ch.label, 0.0), row["samples_per_s"])
+                bar.update(1)
+        finally:
+            bar.close()
+        self.seconds = time.perf_counter() - t0
+        return rows
+
+    def _fill_bounded_memory(self, row: dict, w: dict) -> None:
+        ch, lay = w["choice"], w["lay"]
+        pp, m = row["pp"], row["m"]
+        if ch.auto:  # not built: its activation is at most the budget it was given
+            budget = w["limit"] * lay.S * lay.c_max_gb
+            d, mem = self.memory(lay, [budget] * pp, w["states"], w["trans"])
+            row.update(mem, device=d, memory_how="at most its budget (not built)")
+            return
+        if not SCHEDULES[ch.name].uses_costs:
+            _, peaks, _, _ = _sim(ch.name, pp, m, lay.costs, w["limit"], lay.costs, lay.memory)
+            how = "simulated"
+        else:
+            _, peaks, _, _ = _sim(ch.name, pp, m, None, w["limit"], Costs(), lay.memory)
+            how = "estimated (unit-cost pattern)"
+        d, mem = self.memory(lay, peaks, w["states"], w["trans"])
+        row.update(mem, device=d, memory_how=how)
+        row["fits"] = mem["total_gb"] <= self.gpu_gb + 1e-9
+        if not row["fits"]:
+            row.update(status="does not fit", reason=_over(mem, self.gpu_gb) + "; " + row["reason"])
+
+    def _evaluate(self, row: dict, w: dict) -> None:
+        ch, lay = w["choice"], w["lay"]
+        pp, m = row["pp"], row["m"]
+        span_ms, peaks, bubble, _ = _sim(ch.name, pp, m, lay.costs, w["limit"], lay.costs, lay.memory)
+        d, mem = self.memory(lay, peaks, w["states"], w["trans"])
+        step = span_ms / 1e3 + w["sync"]
+        row.update(mem, device=d, memory_how="simulated", pipeline_s=span_ms / 1e3, dp_sync_s=w["sync"], step_s=step,
+                   bubble_rate=bubble, samples_per_s=self.batch / step,
+                   tokens_per_s=self.batch * self.model.seq_len / step)
+        row["mfu"] = (self.batch * self.model.flops_per_sample() / (step * self.gpus * self.peak)
+                      if self.peak else math.nan)
+        fits = mem["total_gb"] <= self.gpu_gb + 1e-9
+        row["fits"] = fits
+        row["status"] = "ok" if fits else "does not fit"
+        if not fits:
+            row["reason"] = _over(mem, self.gpu_gb) + (f"; {row['reason']}" if row["reason"] else "")
+
+    # -- words ----------------------------------------------------------------------------------
+    def assumptions(self) -> list[str]:
+        spec, src = self.model, self.source
+        z = {True: "a distributed optimizer (optimizer states sharded over DP, Megatron's "
+                   "--use-distributed-optimizer / ZeRO-1)", False: "no distributed optimizer (every DP replica holds "
+                                                                   "all optimizer states)",
+             "both": "with and without a distributed optimizer (both rows)"}[self.dist_opt]
+        out = [
+            f"model: {spec.describe()} ({spec.source})",
+            f"cluster: {self.gpus} GPUs of {self.gpu_gb:g} GB, tensor parallelism within a node of "
+            f"{self.gpus_per_node} GPUs; global batch {self.batch} sequences" + (f" ({self.batch_note})"
+                                                                               if self.batch_note else ""),
+            *src.assumptions(spec),
+            f"one pipeline hop: 2·mb·s·h/tp bytes at {src.p2p_bytes_per_s / 1e9:g} GB/s"
+            if not hasattr(src, "hop_s") else "one pipeline hop: the given latency",
+            f"data parallelism: the bf16 gradients of the fullest device exchanged by a ring (2·(dp − 1)/dp of them) "
+            f"at {self.dp_bw / 1e9:g} GB/s after the pipeline, not overlapped; the optimizer step, data loading and "
+            "kernel launch gaps are not modelled (predicted MFU is an upper estimate; ratios compare)",
+            "stages: torchtitan's split of the layers with the embedding and the LM head counting one layer each "
+            "(the paper's k·S − 2 rule when it divides)",
+            f"memory per GPU: bf16 weights (2 B/param) and gradients (2 B/param), fp32 master weights and Adam "
+            f"moments (12 B/param) with {z}; embedding and LM head untied, V·h each",
+            src.activation_note(spec, self.flash) + "; the LM head stage also keeps 4·V + 4·h bytes per token "
+            "(fp32 logits for the loss, final norm); tensor parallelism divides activations by tp (sequence "
+            "parallelism); 32·h bytes per layer and token wait for W",
+            "activation peak: the schedule's own order simulated with every stage's bytes (peak on each device)",
+            self.margin.describe(),
+            f"reserve {self.reserve_gb:g} GB per GPU for the CUDA context, NCCL buffers and fragmentation"
+            + (" (none: raise it with reserve_gb / --reserve-gb)" if not self.reserve_gb else ""),
+            f"v-shape / zb without a limit: the budget the memory left after states and margins allows, in whole "
+            f"stage activations, up to {MAX_AUTO_LIMIT:g} × 1F1B's peak",
+        ]
+        if self.peak:
+            out.append(f"MFU: model FLOPs (F + B + W with attention and the LM head) over {self.peak / 1e12:g} "
+                       f"TFLOP/s per GPU ({src.gpu} dense bf16 peak)")
+        return out
+
+
+def _over(mem: dict, gpu_gb: float) -> str:
+    return (f"needs {mem['total_gb']:.1f} GB > {gpu_gb:g} GB (params {mem['params_gb']:.1f} + grads "
+            f"{mem['grads_gb']:.1f} + optimizer {mem['optimizer_gb']:.1f} + activation {mem['activation_gb']:.1f} + "
+            f"margin {mem['margin_gb']:.1f}" + (f" + reserve {mem['reserve_gb']:.1f}" if mem["reserve_gb"] else "")
+            + ")")
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, enabled: bool):
+    """A tqdm bar that appears only when the search takes more than a second."""
+    if not enabled or total == 0:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, delay=1.0, desc="plan", unit="config", leave=False)
+
+
+# ---- the public function -----------------------------------------------------------------------
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _int_list(name: str, values) -> list[int]:
+    if values is None:
+        return []
+    if isinstance(values, (int,)) and not isinstance(values, bool):
+        values = [values]
+    if isinstance(values, str):
+        try:
+            values = [int(x) for x in values.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"{name} must be comma-separated positive integers, got {values!r}") from None
+    out = [_positive_int(name, v) for v in values]
+    if not out:
+        raise ValueError(f"{name} is empty; give at least one value")
+    return out
+
+
+def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_gb: float = 80.0,
+         global_batch: int | None = None, *, costs: Any = "a100", seq_len: int | None = None,
+         layers: int | None = None, hidden: int | None = None, heads: int | None = None, vocab: int | None = None,
+         schedules: Iterable[str] | str = DEFAULT_SCHEDULES, microbatch_sizes: Sequence[int] | None = None,
+         tp: Sequence[int] | None = None, pp: Sequence[int] | None = None, min_pp: int = 2,
+         distributed_optimizer: bool | str = True, flash_attention: bool = True,
+         allocator: "AllocatorMargin | str | None" = "replay", reserve_gb: float = 0.0, dp_gbs: float = 25.0,
+         p2p_gbs: float | None = None, gpus_per_node: int = 8, exhaustive: bool = False,
+         progress: bool = True):
+    """Rank every configuration of ``model`` on ``gpus`` GPUs of ``gpu_memory_gb`` GB by predicted
+    throughput (see the module doc); returns a pandas DataFrame (:data:`COLUMNS`, best first;
+    ``df.attrs``: ``settings``, ``assumptions``, ``notes``, ``skipped``, ``seconds``, ``builds``).
+
+    Args:
+        model: a paper preset (``"9.6b"``, ``"21b"``, ``"38.5b"``, ``"98.5b"``), a
+            :class:`~ctrlmem.planner.ModelSpec`, or ``None`` / ``"custom"`` with ``layers``,
+            ``hidden``, ``heads`` (``vocab``, ``seq_len`` optional; they also override a preset's).
+        gpus, gpu_memory_gb: the cluster.
+        global_batch: sequences per step (default: the paper's for its presets).
+        costs: ``"a100"`` (the paper's A100 cost model), ``"h200"`` (the shipped H200 rank
+            replay), a ``ctrlmem replay`` file, ``"F,B,W[,HOP]"`` per-layer seconds, or a CostSource.
+        schedules: names; ``NAME@X`` fixes a budgeted generator's limit (``"zb@1.0"`` is ZB-1P).
+        microbatch_sizes, tp, pp: candidates (default: the cost source's microbatch sizes; TP 1,
+            2, 4, 8 within a node; every PP ≥ ``min_pp`` that divides).
+        distributed_optimizer: ``True``, ``False`` or ``"both"``.
+        flash_attention: activation 34·h bytes per layer and token instead of 34·h + 5·heads·s
+            (A100 and per-layer sources; a replay measures its own).
+        allocator: ``"replay"`` (measured on the shipped H200 replay), a replay file path, an
+            :class:`~ctrlmem.planner.AllocatorMargin`, or ``None`` for none.
+        reserve_gb: memory per GPU set aside for the CUDA context, NCCL buffers, fragmentation.
+        dp_gbs, p2p_gbs: data-parallel and pipeline-hop bandwidth, GB/s.
+        exhaustive: simulate every configuration that fits (else skip those whose no-bubble
+            bound cannot beat their schedule's best; they are marked ``bounded``).
+        progress: show a progress bar when the search takes more than a second.
+    """
+    import pandas as pd
+
+    spec = model_spec(model, layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len)
+    gpus = _positive_int("gpus", gpus)
+    if isinstance(gpu_memory_gb, bool) or not isinstance(gpu_memory_gb, (int, float)) or not (
+            math.isfinite(gpu_memory_gb) and gpu_memory_gb > 0):
+        raise ValueError(f"gpu_memory_gb must be a positive number of GB, got {gpu_memory_gb!r}")
+    note = ""
+    if global_batch is None:
+        global_batch, note = default_global_batch(spec)
+    global_batch = _positive_int("global_batch", global_batch)
+    source = cost_source(costs, p2p_gbs=p2p_gbs)
+    choices = parse_schedules(schedules)
+    mbs = _int_list("microbatch_sizes", microbatch_sizes) if microbatch_sizes is not None else \
+        list(source.microbatch_sizes(spec))
+    _positive_int("gpus_per_node", gpus_per_node)
+    tps = _int_list("tp", tp) if tp is not None else [t for t in (1, 2, 4, 8) if t <= gpus_per_node]
+    bad = [t for t in tps if not source.tp_allowed(t)]
+    if bad:
+        raise ValueError(f"tp {bad}: this cost source prices TP {sorted(paper.FIG12_SINGLE_PASS_MFU)} only "
+                         "(Fig. 12's efficiency)")
+    bad = [t for t in tps if spec.heads % t or spec.hidden % t]
+    if bad and tp is not None:
+        raise ValueError(f"tp {bad} does not divide the {spec.heads} heads / hidden {spec.hidden} of {spec.name}")
+    tps = [t for t in tps if not (spec.heads % t or spec.hidden % t) and t <= gpus_per_node] or tps
+    pps = _int_list("pp", pp) if pp is not None else None
+    _positive_int("min_pp", min_pp)
+    if distributed_optimizer not in (True, False, "both"):
+        raise ValueError(f"distributed_optimizer must be True, False or 'both', got {distributed_optimizer!r}")
+    for name, x in (("reserve_gb", reserve_gb), ("dp_gbs", dp_gbs)):
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0 or (
+                name == "dp_gbs" and x == 0):
+            raise ValueError(f"{name} must be a number {'> 0' if name == 'dp_gbs' else '>= 0'}, got {x!r}")
+    if allocator is None:
+        margin = AllocatorMargin()
+    elif isinstance(allocator, AllocatorMargin):
+        margin = allocator
+    elif allocator == "replay":
+        margin = AllocatorMargin.from_replay()
+    else:
+        margin = AllocatorMargin.from_replay(allocator)
+    planner = Planner(model=spec, gpus=gpus, gpu_memory_gb=gpu_memory_gb, global_batch=global_batch, source=source,
+                      schedules=choices, microbatch_sizes=mbs, tp=tps, pp=pps, min_pp=min_pp,
+                      distributed_optimizer=distributed_optimizer, flash_attention=bool(flash_attention),
+                      margin=margin, reserve_gb=reserve_gb, dp_gbs=dp_gbs, gpus_per_node=gpus_per_node,
+                      batch_note=note)
+    before = cache_info()
+    rows = planner.run(exhaustive=exhaustive, progress=progress)
+    after = cache_info()
+    df = pd.DataFrame(rows)
+    for col in COLUMNS:
+        if col not in df.columns:
+            df[col] = math.nan
+    df = _rank(df)
+    settings = {
+        "model": {"name": spec.name, "num_layers": spec.num_layers, "hidden": spec.hidden, "heads": spec.heads,
+                  "vocab": spec.vocab, "seq_len": spec.seq_len, "source": spec.source},
+        "gpus": gpus, "gpu_memory_gb": float(gpu_memory_gb), "global_batch": global_batch,
+        "costs": source.spec(), "costs_description": source.describe(), "gpu": source.gpu,
+        "schedules": [c.label for c in choices], "microbatch_sizes": mbs, "tp": tps, "pp": pps, "min_pp": min_pp,
+        "distributed_optimizer": distributed_optimizer, "flash_attention": bool(flash_attention),
+        "allocator": margin.spec(), "reserve_gb": float(reserve_gb), "dp_gbs": float(dp_gbs),
+        "p2p_gbs": source.p2p_bytes_per_s / 1e9, "gpus_per_node": gpus_per_node, "exhaustive": exhaustive,
+    }
+    df.attrs.update({
+        "settings": settings,
+        "assumptions": planner.assumptions(),
+        "skipped": sorted(set(planner.skipped)),
+        "seconds": planner.seconds,
+        "builds": after["builds"] - before["builds"],
+        "build_hits": after["hits"] - before["hits"],
+        "build_s": after["build_s"] - before["build_s"],
+    })
+    df.attrs["notes"] = insights(df)
+    log.info("plan: %d rows, %d fit, %.2f s, %d builds (%d reused)", len(df), int(df["fits"].fillna(False).sum()),
+             planner.seconds, df.attrs["builds"], df.attrs["build_hits"])
+    return df
+
+
+def _rank(df):
+    import numpy as np
+
+    status_order = {"ok": 0, "bounded": 1, "does not fit": 2, "m < pp": 3, "too many stages": 4}
+    df = df.copy()
+    df["_s"] = df["status"].map(status_order).fillna(9)
+    df["_sp"] = -df["samples_per_s"].fillna(-1.0)
+    df["_ub"] = -df["upper_bound_samples_per_s"].fillna(-1.0)
+    df["_tot"] = df["total_gb"].fillna(np.inf)
+    df = df.sort_values(["_s", "_sp", "_ub", "_tot", "_order"], kind="mergesort").reset_index(drop=True)
+    ok = df["status"] == "ok"
+    df["rank"] = np.where(ok, np.cumsum(ok), np.nan)
+    df["fits"] = df["fits"].astype(bool)
+    return df.drop(columns=["_s", "_sp", "_ub", "_tot", "_order"])[COLUMNS]
+
+
+def _row_text(r) -> str:
+    return (f"{r['method']} at DP {r['dp']}, TP {r['tp']}, PP {r['pp']}, microbatch {r['microbatch_size']}"
+            + (f" (m = {r['m']})" if "m" in r else ""))
+
+
+def insights(df) -> list[str]:
+    """What the ranking says, in words: the winner, the best 1F1B row, and whether a V schedule's
+    memory saving buys a larger microbatch (or why not)."""
+    notes: list[str] = []
+    ok = df[df["status"] == "ok"]
+    if ok.empty:
+        need = df["total_gb"].min()
+        notes.append(f"nothing fits: the smallest configuration needs {need:.1f} GB per GPU" if need == need
+                     else "nothing fits")
+        return notes
+    win = ok.iloc[0]
+    notes.append(f"fastest: {_row_text(win)}, {win['samples_per_s']:.3g} samples/s"
+                 + (f", MFU {100 * win['mfu']:.1f} %" if win["mfu"] == win["mfu"] else "")
+                 + f", {win['total_gb']:.1f} of {win['gpu_memory_gb']:g} GB")
+    one = ok[ok["schedule"] == "1f1b"]
+    if not one.empty:
+        b = one.iloc[0]
+        notes.append(f"best 1F1B: {_row_text(b)}, {b['samples_per_s']:.3g} samples/s; the winner is "
+                     f"{win['samples_per_s'] / b['samples_per_s']:.3f}× faster")
+    vrows = ok[ok["placement"] == "v-shape"]
+    if vrows.empty:
+        return notes
+    v = vrows.iloc[0]
+    same = df[(df["schedule"] == "1f1b") & (df["dp"] == v["dp"]) & (df["tp"] == v["tp"]) & (df["pp"] == v["pp"])
+              & (df["dist_opt"] == v["dist_opt"])]
+    at = same[same["microbatch_size"] == v["microbatch_size"]]
+    fit_mb = same[same["fits"]]["microbatch_size"]
+    lead = "first" if v.name == win.name else f"best V row ({_row_text(v)}, {v['samples_per_s']:.3g} samples/s)"
+    if not at.empty and not bool(at.iloc[0]["fits"]):
+        largest = int(fit_mb.max()) if not fit_mb.empty else None
+        notes.append(f"the V schedule ranks {lead}: its memory saving buys microbatch {v['microbatch_size']} at DP "
+                     f"{v['dp']}, TP {v['tp']}, PP {v['pp']}, where 1F1B needs {at.iloc[0]['total_gb']:.1f} GB > "
+                     f"{v['gpu_memory_gb']:g} GB"
+                     + (f" (1F1B fits microbatch {largest} at most there)" if largest else
+                        " (1F1B fits no microbatch there)"))
+    elif not at.empty:
+        notes.append(f"V ranks {lead}; its memory saving buys no larger microbatch here: 1F1B fits the same "
+                     f"configuration too ({at.iloc[0]['total_gb']:.1f} of {v['gpu_memory_gb']:g} GB), so memory is not "
+                     f"binding and the V schedule {'wins by its smaller bubble' if v.name == win.name else 'is not ahead'}"
+                     f" (bubble {v['bubble_rate']:.3f} vs 1F1B's "
+                     f"{at.iloc[0]['bubble_rate']:.3f})" if at.iloc[0]["status"] == "ok" else
+                     f"V ranks {lead}; 1F1B fits the same configuration too ({at.iloc[0]['total_gb']:.1f} GB), so "
+                     "memory is not binding there")
+    return notes
+
+
+def row_schedule(df, index: int = 0):
+    """The :class:`ctrlmem.Schedule` of row ``index`` of a plan (its cost-adapted build, from the
+    cache or built again), and the per-stage ``Costs`` (ms) it was simulated with."""
+    from .sources import cost_source as _cs
+
+    s = df.attrs["settings"]
+    row = df.iloc[index]
+    if row["status"] in ("m < pp", "too many stages"):
+        raise ValueError(f"row {index} ({row['schedule']}, {row['status']}) has no schedule")
+    spec = ModelSpec(**{k: v for k, v in s["model"].items()})
+    source = _cs(s["costs"])
+    margin = AllocatorMargin(**s["allocator"])
+    planner = Planner(model=spec, gpus=s["gpus"], gpu_memory_gb=s["gpu_memory_gb"], global_batch=s["global_batch"],
+                      source=source, schedules=parse_schedules(s["schedules"]), microbatch_sizes=s["microbatch_sizes"],
+                      tp=s["tp"], pp=s["pp"], min_pp=s["min_pp"], distributed_optimizer=s["distributed_optimizer"],
+                      flash_attention=s["flash_attention"], margin=margin, reserve_gb=s["reserve_gb"],
+                      dp_gbs=s["dp_gbs"], gpus_per_node=s["gpus_per_node"])
+    name = str(row["schedule"]).partition("@")[0]
+    kind, v = placement_of(name)
+    lay = planner.layout(kind, v, int(row["pp"]), int(row["tp"]), int(row["microbatch_size"]))
+    limit = row["memory_limit"]
+    limit = None if limit is None or (isinstance(limit, float) and math.isnan(limit)) else float(limit)
+    sched, _ = _build(name, int(row["pp"]), int(row["m"]), lay.costs, limit)
+    return sched, lay.costs

@@ -10,6 +10,7 @@ Public API (docs/architecture.md)::
     r.makespan, r.device_spans, r.bubble_rate, r.peak_memory, r.passes
     best = cm.optimal(4, 8, cm.Costs(6, 8, 4), memory_limit=0.5)   # CP-SAT, small pipelines
     best.schedule, best.makespan, best.lower_bound, best.status
+    df = cm.plan("98.5b", gpus=40, gpu_memory_gb=80, global_batch=160)   # fastest config that fits, in GB
 
 Importing ctrlmem does not import torch; real execution lives in ``ctrlmem.runtime``.
 """
@@ -21,6 +22,7 @@ from .schedules import SCHEDULES, ScheduleSpec, build, register
 from .simulate import SimResult, TimedPass, simulate
 from .validate import ScheduleError, validate
 from .optimal import OptimalResult, optimal
+from .planner import plan
 
 __version__ = "0.1.0"
 
@@ -46,4 +48,5 @@ __all__ = [
     "validate",
     "optimal",
     "OptimalResult",
+    "plan",
 ]

@@ -12,8 +12,8 @@ from typing import Sequence
 from .costs import Costs
 from .schedules import SCHEDULES, build
 
-__all__ = ["CliError", "Terminated", "add_schedule_arguments", "parse_params", "schedule_from_args",
-           "is_schedule_file", "os_error_message"]
+__all__ = ["CliError", "Terminated", "add_schedule_arguments", "add_memory_gb_arguments", "apply_memory_gb",
+           "parse_params", "schedule_from_args", "is_schedule_file", "os_error_message"]
 
 
 class CliError(Exception):
@@ -73,6 +73,7 @@ def add_schedule_arguments(parser: argparse.ArgumentParser, name: bool = True) -
         "--memory-limit", type=float, default=None,
         help="activation budget as a fraction of 1F1B's peak (memory-budgeted schedules only)",
     )
+    add_memory_gb_arguments(parser)
     parser.add_argument(
         "--param", action="append", default=[], metavar="KEY=VALUE",
         help="extra generator parameter, e.g. --param num_chunks=4 (repeatable)",
@@ -81,6 +82,52 @@ def add_schedule_arguments(parser: argparse.ArgumentParser, name: bool = True) -
         "--allow-large", action="store_true",
         help="build schedules of more than 2,000,000 passes (refused by default: slow, several GB)",
     )
+
+
+def add_memory_gb_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--memory-gb`` beside ``--memory-limit``, with the model it needs to convert GB into a
+    fraction of 1F1B's peak (:func:`ctrlmem.planner.gb.memory_limit_from_gb`)."""
+    group = parser.add_argument_group("memory in GB (instead of --memory-limit)")
+    group.add_argument("--memory-gb", type=float, default=None,
+                       help="activation budget per device in GB for --model (converted to a fraction of 1F1B's peak)")
+    group.add_argument("--model", default=None, help="paper model for --memory-gb and GB output: 9.6b, 21b, 38.5b, "
+                                                     "98.5b")
+    group.add_argument("--microbatch-size", type=int, default=None,
+                       help="sequences per microbatch for --model (default: the paper's, 4 / 2 / 1 / 1)")
+    group.add_argument("--seq-len", type=int, default=None, help="sequence length for --model (default 1024)")
+    group.add_argument("--tp", type=int, default=1, help="tensor-parallel degree for --model (default 1)")
+
+
+def apply_memory_gb(args: argparse.Namespace, name: str | None = None) -> str | None:
+    """Turn ``--memory-gb`` into ``args.memory_limit`` (once) and return the line that says how,
+    or ``None`` when no GB budget was given. ``CliError`` names what is missing or clashing."""
+    gb = getattr(args, "memory_gb", None)
+    if gb is None:
+        if getattr(args, "model", None) is None and (getattr(args, "microbatch_size", None) is not None
+                                                     or getattr(args, "seq_len", None) is not None):
+            raise CliError("--microbatch-size and --seq-len describe --model; give --model too")
+        return None
+    if getattr(args, "memory_limit", None) is not None:
+        raise CliError("give --memory-limit (a fraction of 1F1B's peak) or --memory-gb (GB), not both")
+    if not getattr(args, "model", None):
+        raise CliError("--memory-gb needs --model (9.6b, 21b, 38.5b or 98.5b) to turn GB into a fraction of 1F1B's "
+                       "peak; or give --memory-limit")
+    name = name or getattr(args, "name", None)
+    if name is not None and is_schedule_file(name):
+        raise CliError(f"--memory-gb applies to generators; {name} is a schedule file (its memory is what its "
+                       "order gives)")
+    from .planner.gb import memory_limit_from_gb
+    from .planner.model import model_spec
+
+    try:
+        spec = model_spec(args.model, seq_len=args.seq_len)
+        limit, text = memory_limit_from_gb(gb, spec, args.devices, args.microbatch_size, args.tp)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    args.memory_limit = limit
+    args.memory_gb = None
+    args.memory_gb_text = text
+    return text
 
 
 class _Explicit(argparse.Action):
@@ -122,6 +169,7 @@ def schedule_from_args(args: argparse.Namespace, name: str | None = None):
     agree (``-m`` may name more microbatches than a CSV's largest index)."""
     costs = Costs.parse(args.costs)
     name = name or args.name
+    apply_memory_gb(args, name)
     if is_schedule_file(name):
         return _schedule_from_file(args, name), costs
     schedule = build(

@@ -67,6 +67,14 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     print(f"  makespan      {result.makespan:g}   (1f1b: {one.makespan:g}, speed-up {one.makespan / result.makespan:.3f}x)")
     print(f"  bubble rate   {result.bubble_rate:.4f}   (1f1b: {one.bubble_rate:.4f})")
     print(f"  peak memory   {max(result.peak_memory):g} a = {max(result.peak_memory) / ref:.3f} of 1f1b's {ref:g} a")
+    if getattr(args, "memory_gb_text", None):
+        print(f"  budget        {args.memory_gb_text}")
+    if args.model:
+        from .planner.gb import simulated_gb
+
+        gb = simulated_gb(schedule, args.model, args.microbatch_size, args.tp)
+        print(f"  activation GB {max(gb):.2f} on the fullest device for {args.model} (each stage's own bytes, "
+              f"theory without allocator margin; per device {', '.join(f'{x:.2f}' for x in gb)})")
     print("  per device    " + "  ".join(
         f"d{d}: span {s:g} bubble {b:g} peak {pk:g}"
         for d, (s, b, pk) in enumerate(zip(result.device_spans, result.device_bubbles, result.peak_memory))
@@ -74,16 +82,31 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _torchtitan_line(schedule, csv: str) -> str:
+    from .planner.emit import torchtitan_schedule
+
+    try:
+        name, why = torchtitan_schedule(schedule)
+    except ValueError as exc:
+        return f"torchtitan: {exc}"
+    return (f"torchtitan: pipeline_parallel_schedule = \"{name}\" ({why}) with pipeline_parallel_schedule_csv = "
+            f"\"{csv}\"; another name places the stages differently and the run hangs or fails")
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     schedule, _ = schedule_from_args(args)
+    if getattr(args, "memory_gb_text", None):
+        print(args.memory_gb_text, file=sys.stderr)
     if args.torch_csv == "-" and args.text == "-":
         raise CliError("--torch-csv - and --text - both ask for stdout; write one of them to a file")
     if args.torch_csv == "-":
         sys.stdout.write(schedule.to_torch_csv())
+        print(_torchtitan_line(schedule, "FILE.csv"), file=sys.stderr)
     elif args.torch_csv:
         schedule.to_torch_csv(args.torch_csv)
-        print(f"wrote {args.torch_csv} ({schedule.num_passes} actions on {schedule.num_devices} ranks)",
-              file=sys.stderr if args.text == "-" else sys.stdout)
+        where = sys.stderr if args.text == "-" else sys.stdout
+        print(f"wrote {args.torch_csv} ({schedule.num_passes} actions on {schedule.num_devices} ranks)", file=where)
+        print(_torchtitan_line(schedule, args.torch_csv), file=where)
     if args.text == "-":
         sys.stdout.write(schedule.to_text())
     elif args.text:

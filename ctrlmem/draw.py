@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .args import CliError, add_schedule_arguments, is_schedule_file, schedule_from_args
+from .args import CliError, add_schedule_arguments, apply_memory_gb, is_schedule_file, schedule_from_args
 from .costs import Costs
 from .ir import Schedule
 from .schedules import SCHEDULES, build
@@ -61,6 +61,7 @@ def _figure_title(args: argparse.Namespace, names: Sequence[str], p: int, m: int
 
 def draw_figure(args: argparse.Namespace):
     """The figure ``ctrlmem draw`` writes, from its parsed arguments."""
+    apply_memory_gb(args)  # --memory-gb -> args.memory_limit (once)
     names = [args.name] + [n.strip() for n in (args.compare or "").split(",") if n.strip()]
     style = {"width": args.width} if args.width else {}
     costs = Costs.parse(args.costs)
@@ -106,6 +107,9 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     ext = out.rsplit(".", 1)[-1].lower() if "." in os.path.basename(out) else ""
     if ext not in ("html", "png", "svg", "pdf"):
         raise CliError(f"-o {out!r}: the file name must end in .html, .png, .svg or .pdf")
+    text = apply_memory_gb(args)
+    if text:
+        print(text, file=sys.stderr)
     fig = draw_figure(args)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     _plot().write_figure(fig, out, scale=args.scale)

@@ -217,6 +217,31 @@ def _axis_names(panel: int) -> tuple[str, str]:
     return ("x", "y") if panel == 0 else (f"x{panel + 1}", f"y{panel + 1}")
 
 
+def add_gb_axis(spec: dict, gb_per_a: float, title: str = "GB") -> dict:
+    """Give every memory panel of a :func:`memory_spec` figure a second y axis on the right in
+    GB (``gb_per_a`` GB per ``a``), on the same scale as its ``a`` axis; returns ``spec``."""
+    layout, data = spec["layout"], spec["data"]
+    panels = sorted((k for k in list(layout) if k.startswith("yaxis") and "overlaying" not in layout[k]
+                     and layout[k].get("range")), key=lambda k: int(k[5:] or 1))
+    if not panels:
+        return spec
+    free = 1 + max(int(k[5:] or 1) for k in layout if k.startswith("yaxis"))
+    for key in panels:
+        ref = "y" + key[5:]
+        name = f"yaxis{free}"
+        lo, hi = layout[key]["range"]
+        layout[name] = {"overlaying": ref, "side": "right", "anchor": layout[key].get("anchor", "x"),
+                        "range": [lo * gb_per_a, hi * gb_per_a], "title": {"text": title}, "showgrid": False,
+                        "zeroline": False}
+        # an invisible point puts the axis on the panel (plotly draws axes that carry a trace)
+        data.append({"type": "scatter", "x": [0], "y": [0], "xaxis": layout[key].get("anchor", "x"),
+                     "yaxis": f"y{free}", "mode": "markers", "marker": {"opacity": 0}, "showlegend": False,
+                     "hoverinfo": "skip", "meta": {"kind": "gb-axis"}})
+        free += 1
+    layout["legend"] = {**(layout.get("legend") or {}), "x": 1.07, "xanchor": "left"}
+    return spec
+
+
 def schedule_figure(items: Item | Sequence[Item], **style) -> go.Figure:
     """Gantt diagram of one or several schedules on a shared time axis; ``style`` takes the
     keyword arguments of :func:`schedule_spec`, which documents them and the trace layout."""

@@ -84,6 +84,8 @@ class Settings:
     memory_limit: float | None = None
     stage_weights: tuple[float, ...] = ()
     loaded: tuple[Schedule, ...] = ()
+    model: str | None = None
+    microbatch_size: int | None = None
 
     def costs(self, num_stages: int | None = None) -> Costs:
         """The costs for a schedule with ``num_stages`` stages: uniform, or per-stage lists
@@ -298,9 +300,26 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
         memory_spec = plot.memory_spec(
             rs, reference_peak=max(reference.peak_memory) if reference is not None else None,
             title=f"activation memory per device: {title}", **style.get("memory", {}))
+        if settings.model:
+            _add_gb_axis(memory_spec, settings, messages)
     view = View(settings, results, reference, stats, messages, diagram_spec, memory_spec)
     view.seconds = time.perf_counter() - t0
     return view
+
+
+def _add_gb_axis(memory_spec: dict, settings: Settings, messages: list[str]) -> None:
+    """The memory panel's GB axis for the chosen model (``a`` in GB: :func:`ctrlmem.planner.gb.bytes_per_a`)."""
+    from .planner.gb import bytes_per_a, default_microbatch
+    from .planner.model import model_spec
+
+    try:
+        spec = model_spec(settings.model)
+        mb = settings.microbatch_size or default_microbatch(spec)
+        a = bytes_per_a(spec, settings.num_devices, mb) / 1e9
+    except (ValueError, TypeError) as exc:
+        messages.append(f"GB axis: {_reason(exc)}")
+        return
+    plot.add_gb_axis(memory_spec, a, f"GB: {spec.name}, mb {mb}")
 
 
 def stats_html(stats: pd.DataFrame) -> str:
@@ -824,6 +843,13 @@ class Explorer:
         self.limit = W.FloatSlider(value=s.memory_limit if s.memory_limit is not None else 0.5,
                                    min=0.05, max=2.0, step=0.05, description="× 1F1B peak",
                                    continuous_update=False, readout_format=".2f", **label)
+        from .planner.model import PRESET_NAMES
+
+        self.model = W.Dropdown(options=[("none", "")] + [(n, n) for n in PRESET_NAMES.values()],
+                                value=s.model or "", description="model (GB axis)", layout=W.Layout(width="230px"),
+                                **label)
+        self.model_mb = W.BoundedIntText(value=s.microbatch_size or 0, min=0, max=4096, description="microbatch",
+                                         layout=W.Layout(width="160px"), **label)
         self.load_path = W.Text(placeholder="torch / torchtitan CSV or ctrlmem text file (path)",
                                 description="load schedule", continuous_update=False,
                                 layout=W.Layout(width="420px"), **label)
@@ -864,7 +890,8 @@ class Explorer:
         for kind, button in self.buttons.items():
             button.on_click(lambda _b, kind=kind: self._export_clicked(kind))
         self._inputs = [self.schedules, self.devices, self.microbatches, self.f, self.b, self.w,
-                        self.comm, self.first_extra, self.last_extra, self.weights, self.limit_on, self.limit]
+                        self.comm, self.first_extra, self.last_extra, self.weights, self.limit_on, self.limit,
+                        self.model, self.model_mb]
         for wdg in self._inputs:
             wdg.observe(self.update, names="value")
         busy = W.HTML("<span class='ctrlmem-busy-note'>updating…</span>")
@@ -874,6 +901,8 @@ class Explorer:
             W.HBox([self.devices, self.microbatches, self.limit_on, self.limit]),
             W.HBox([self.f, self.b, self.w, self.comm]),
             W.HBox([self.first_extra, self.last_extra, self.weights]),
+            W.HBox([self.model, self.model_mb, W.HTML("<small>a model adds a GB axis to the memory panel "
+                                                      "(microbatch 0: the paper's)</small>")]),
             W.HBox([self.load_path, self.load_button, self.upload, self.clear_button]),
             W.HBox(list(self.buttons.values())),
         ])
@@ -893,6 +922,7 @@ class Explorer:
             first_stage_extra=self.first_extra.value, last_stage_extra=self.last_extra.value,
             memory_limit=float(self.limit.value) if self.limit_on.value else None,
             stage_weights=_parse_weights(self.weights.value), loaded=tuple(self.loaded),
+            model=self.model.value or None, microbatch_size=int(self.model_mb.value) or None,
         )
 
     def update(self, *_change) -> View:

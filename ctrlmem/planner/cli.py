@@ -65,14 +65,16 @@ def write_plan(df, out_dir: str) -> tuple[str, str]:
 
 
 def _yes_no_both(text: str):
-    t = text.lower()
+    from ..args import CliError
+
+    t = str(text).lower()
     if t in ("yes", "true", "1", "on"):
         return True
     if t in ("no", "false", "0", "off"):
         return False
     if t == "both":
         return "both"
-    raise argparse.ArgumentTypeError(f"expected yes, no or both, got {text!r}")
+    raise CliError(f"--distributed-optimizer takes yes, no or both, got {text!r}")
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -91,10 +93,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if allocator not in ("replay", None) and not os.path.isfile(allocator):
         raise CliError(f"--allocator-margin {allocator!r}: give replay (the shipped H200 measurement), none, or a "
                        "replay.json that `ctrlmem replay` wrote")
+    if args.top < 1:
+        raise CliError(f"--top must be >= 1, got {args.top}")
     df = plan(args.model, args.gpus, args.gpu_memory_gb, args.global_batch, costs=source, seq_len=args.seq_len,
               layers=args.layers, hidden=args.hidden, heads=args.heads, vocab=args.vocab, schedules=args.schedules,
               microbatch_sizes=args.microbatch_sizes, tp=args.tp, pp=args.pp, min_pp=args.min_pp,
-              distributed_optimizer=args.distributed_optimizer, flash_attention=not args.no_flash_attention,
+              distributed_optimizer=_yes_no_both(args.distributed_optimizer),
+              flash_attention=not args.no_flash_attention,
               allocator=allocator, reserve_gb=args.reserve_gb, dp_gbs=args.dp_gbs, gpus_per_node=args.gpus_per_node,
               exhaustive=args.exhaustive, progress=not args.no_progress and sys.stderr.isatty())
     a = df.attrs
@@ -170,7 +175,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--tp", default=None, help="comma-separated TP candidates (default 1,2,4,8 within a node)")
     p.add_argument("--pp", default=None, help="comma-separated PP candidates (default every divisor >= --min-pp)")
     p.add_argument("--min-pp", type=int, default=2, help="smallest pipeline (default 2)")
-    p.add_argument("--distributed-optimizer", type=_yes_no_both, default=True,
+    p.add_argument("--distributed-optimizer", default="yes",
                    help="yes (default: optimizer states sharded over DP), no, or both")
     p.add_argument("--no-flash-attention", action="store_true",
                    help="activation 34·h + 5·heads·s bytes per layer and token (default 34·h, FlashAttention)")

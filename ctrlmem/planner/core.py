@@ -192,12 +192,9 @@ def _sim(name: str, p: int, m: int, costs: Costs | None, limit: float | None, si
     ``sim_costs`` and ``memory``; simulations are cached too."""
     bkey = (name, p, m, costs if SCHEDULES[name].uses_costs else None, limit)
     skey = (bkey, sim_costs, memory)
-    if skey in _SIMS:
+    if skey in _SIMS:  # the build (and its simulation) reused
         _SIMS.move_to_end(skey)
-        if bkey in _BUILDS:
-            _BUILDS.move_to_end(bkey)
-        else:
-            _STATS["build_hits"] += 1
+        _STATS["build_hits"] += 1
         return _SIMS[skey]
     sched, bkey = _build(name, p, m, costs, limit)
     r = simulate(sched, sim_costs, memory)
@@ -420,9 +417,10 @@ class Planner:
                     limit, why = self.auto_limit(lay, states, trans)
                     row["memory_limit"] = limit
                     if limit is None:
-                        row.update(status="does not fit", fits=False, reason=why, memory_how="–")
-                        d, mem = self.memory(lay, [0.0] * pp, states, trans)
-                        row.update(mem, device=d)
+                        # the least it could need: one microbatch in flight per device (budget 1/p)
+                        d, mem = self.memory(lay, [lay.v * lay.c_max_gb] * pp, states, trans)
+                        row.update(mem, device=d, status="does not fit", fits=False, reason=why,
+                                   memory_how="the smallest budget (one microbatch per device)")
                         continue
                     row["reason"] = f"budget {limit:.4g} × 1F1B's peak: {why}"
                 if m < pp:

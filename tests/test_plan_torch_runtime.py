@@ -1,0 +1,143 @@
+"""The answer runs: the schedule CSV `ctrlmem plan --emit` writes is loaded by torch's own
+`_PipelineScheduleRuntime._load_csv` (what torchtitan's `pipeline_parallel_schedule_csv` does),
+with the stages placed on the ranks the way torchtitan places them for the emitted TOML's
+`pipeline_parallel_schedule`, and one training step on CPU over gloo gives the gradients of a
+non-pipelined step on the whole batch (float64: equal to 1e-12). A wrong schedule name in the TOML
+would place the stages differently and fail here (torch rejects the CSV or the run hangs)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import ctrlmem as cm
+from ctrlmem.planner.emit import emit
+
+torch = pytest.importorskip("torch")
+
+WIDTH = 8
+
+WORKER = textwrap.dedent('''
+    import os, sys, tomllib
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import (PipelineScheduleSingle, ScheduleDualPipeV,
+        ScheduleZBVZeroBubble, _PipelineScheduleRuntime, get_schedule_class)
+
+    toml_path, out_dir, rank, world = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    WIDTH = int(sys.argv[5])
+    torch.set_num_threads(1)
+    cfg = tomllib.loads(open(toml_path).read())["parallelism"]
+    train = tomllib.loads(open(toml_path).read())["training"]
+    dist.init_process_group("gloo", init_method="file://" + os.path.join(out_dir, "store"), rank=rank,
+                            world_size=world)
+    pp = cfg["pipeline_parallel_degree"]
+    assert pp == world
+    mb = cfg["pipeline_parallel_microbatch_size"]
+    m = train["local_batch_size"] // mb
+    # torchtitan's pipeline_module_split: which stages this rank builds, from the schedule's name
+    cls = get_schedule_class(cfg["pipeline_parallel_schedule"])
+    per_rank = 1 if issubclass(cls, PipelineScheduleSingle) else 2
+    S = pp * per_rank
+    if cls in (ScheduleZBVZeroBubble, ScheduleDualPipeV):
+        mine = [rank, S - 1 - rank]
+    else:
+        mine = [rank + k * pp for k in range(per_rank)]
+
+    def stage_module(s):
+        torch.manual_seed(1000 + s)
+        return torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh()).double()
+
+    def example(grad):  # shapes given up front; activations (not the model's input) carry gradients
+        return torch.zeros(mb, WIDTH, dtype=torch.float64, requires_grad=grad)
+
+    stages = [PipelineStage(stage_module(s), s, S, torch.device("cpu"), input_args=(example(s > 0),),
+                            output_args=example(True)) for s in sorted(mine)]
+    sched = _PipelineScheduleRuntime(stages, n_microbatches=m, loss_fn=lambda y, t: ((y - t) ** 2).mean())
+    sched._load_csv(cfg["pipeline_parallel_schedule_csv"])  # torchtitan's call
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(m * mb, WIDTH, generator=g, dtype=torch.float64)
+    y = torch.randn(m * mb, WIDTH, generator=g, dtype=torch.float64)
+    first = any(st.is_first for st in stages)
+    last = any(st.is_last for st in stages)
+    losses = []
+    sched.step(*((x,) if first else ()), target=y if last else None, losses=losses if last else None)
+    grads = {st.stage_index: [p.grad.clone() for p in st.submod.parameters()] for st in stages}
+    torch.save({"grads": grads, "losses": [l.detach() for l in losses]}, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+''')
+
+
+def _reference(S: int, m: int, mb: int):
+    """Loss and per-stage gradients of the whole model on the whole batch (mean of the
+    per-microbatch losses, as torch's runtime averages them)."""
+    mods = []
+    for s in range(S):
+        torch.manual_seed(1000 + s)
+        mods.append(torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh()).double())
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(m * mb, WIDTH, generator=g, dtype=torch.float64)
+    y = torch.randn(m * mb, WIDTH, generator=g, dtype=torch.float64)
+    losses = []
+    for k in range(m):
+        h = x[k * mb:(k + 1) * mb]
+        for mod in mods:
+            h = mod(h)
+        losses.append(((h - y[k * mb:(k + 1) * mb]) ** 2).mean())
+    total = torch.stack(losses).mean()
+    total.backward()
+    return [l.detach() for l in losses], {s: [p.grad for p in mods[s].parameters()] for s in range(S)}
+
+
+def _run(schedule: str, p: int, tmp_path: Path) -> None:
+    df = cm.plan("custom", p, 80.0, 4 * p, layers=2 * p, hidden=256, heads=4, seq_len=64, vocab=512,
+                 schedules=[schedule], tp=[1], pp=[p], microbatch_sizes=[2], progress=False)
+    assert df.iloc[0]["status"] == "ok" and df.iloc[0]["schedule"] == schedule
+    os.chdir(tmp_path)  # the TOML names the CSV relative to where torchtitan starts
+    paths = emit(df, "emitted")
+    cfg = tomllib.loads(Path(paths["toml"]).read_text())
+    (tmp_path / "worker.py").write_text(WORKER)
+    procs = [subprocess.Popen([sys.executable, "worker.py", paths["toml"], str(tmp_path), str(r), str(p), str(WIDTH)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(p)]
+    try:
+        outs = [proc.communicate(timeout=240)[0] for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    assert all(proc.returncode == 0 for proc in procs), "\n".join(o[-2000:] for o in outs)
+    par, train = cfg["parallelism"], cfg["training"]
+    mb = par["pipeline_parallel_microbatch_size"]
+    m = train["local_batch_size"] // mb
+    S = cm.Schedule.load(paths["csv"]).num_stages
+    ref_losses, ref_grads = _reference(S, m, mb)
+    seen = set()
+    for r in range(p):
+        got = torch.load(tmp_path / f"rank{r}.pt")
+        for s, grads in got["grads"].items():
+            seen.add(s)
+            for a, b in zip(grads, ref_grads[s]):
+                assert torch.allclose(a, b, rtol=1e-12, atol=1e-14), (schedule, p, s, (a - b).abs().max())
+        if got["losses"]:
+            assert torch.allclose(torch.stack(got["losses"]), torch.stack(ref_losses), rtol=1e-12, atol=0)
+    assert seen == set(range(S))
+
+
+@pytest.mark.parametrize("schedule", ["zb-h1", "v-half"])
+def test_emitted_csv_runs_in_torch_runtime_with_exact_gradients_p2(schedule, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _run(schedule, 2, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schedule", ["zb-h1", "v-zb", "interleaved-1f1b"])
+def test_emitted_csv_runs_in_torch_runtime_with_exact_gradients_p4(schedule, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _run(schedule, 4, tmp_path)

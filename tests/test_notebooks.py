@@ -153,7 +153,25 @@ def check_23_fig07_pareto(out_dir: Path) -> None:
     assert (out_dir / "fig07_pareto.html").is_file() and (out_dir / "fig07.md").is_file()
 
 
-CHECKS = {"10_experiment.ipynb": check_10_experiment, "23_fig07_pareto.ipynb": check_23_fig07_pareto, "20_paper_tables.ipynb": check_20_paper_tables,
+def check_30_plan(out_dir: Path) -> None:
+    """The planner notebook (quick: 9.6B on 8 × 40 GB from the H200 replay, every configuration
+    simulated): the winner fits and is a V schedule whose memory saving buys microbatch 4 (1F1B
+    cannot hold it at PP 8); the Pareto front is non-dominated, by increasing memory, and ends at
+    the winner; the plan, the figure and the winner's diagram are written."""
+    numbers = json.loads((out_dir / "numbers.json").read_text())
+    win = numbers["winner"]
+    assert win["placement"] == "v-shape" and win["microbatch_size"] == 4 and win["total_gb"] <= 40
+    assert any("buys microbatch 4" in n for n in numbers["notes"])
+    front = numbers["pareto_front"]
+    assert [p["total_gb"] for p in front] == sorted(p["total_gb"] for p in front)
+    assert all(a["samples_per_s"] < b["samples_per_s"] for a, b in zip(front, front[1:]))
+    assert front[-1]["samples_per_s"] == pytest.approx(win["samples_per_s"])
+    assert numbers["bounded"] == 0 and numbers["fit_and_simulated"] > 10
+    for name in ("plan.csv", "plan.json", "plan_figure.html", "winner.html"):
+        assert (out_dir / name).is_file(), name
+
+
+CHECKS = {"30_plan.ipynb": check_30_plan, "10_experiment.ipynb": check_10_experiment, "23_fig07_pareto.ipynb": check_23_fig07_pareto, "20_paper_tables.ipynb": check_20_paper_tables,
           "21_fig09_fig10.ipynb": check_21_fig09_fig10, "22_schedule_figures.ipynb": check_22_schedule_figures}
 
 

@@ -122,6 +122,11 @@ def test_pruning_never_changes_the_answer(monkeypatch):
         actual = full.set_index(key).loc[tuple(r[k] for k in key), "samples_per_s"]
         assert actual <= best_f[r["schedule"]] * (1 + 1e-12)
         assert actual <= r["upper_bound_samples_per_s"] * (1 + 1e-9)
+    # top=3: each schedule's three best configurations are the exhaustive run's, in order
+    top3 = cm.plan(**small, top=3)
+    for name, rows in full[full["status"] == "ok"].groupby("schedule", sort=False):
+        got = top3[(top3["status"] == "ok") & (top3["schedule"] == name)].head(3)
+        assert list(got["samples_per_s"]) == pytest.approx(list(rows.head(3)["samples_per_s"])), name
 
 
 def test_a_second_plan_reuses_every_build():

@@ -101,7 +101,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
               distributed_optimizer=_yes_no_both(args.distributed_optimizer),
               flash_attention=not args.no_flash_attention,
               allocator=allocator, reserve_gb=args.reserve_gb, dp_gbs=args.dp_gbs, gpus_per_node=args.gpus_per_node,
-              exhaustive=args.exhaustive, progress=not args.no_progress and sys.stderr.isatty())
+              exhaustive=args.exhaustive, top=args.per_schedule,
+              progress=not args.no_progress and sys.stderr.isatty())
     a = df.attrs
     s = a["settings"]
     counts = df["status"].value_counts()
@@ -189,6 +190,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("--exhaustive", action="store_true",
                    help="simulate every configuration that fits (default: skip those whose no-bubble bound cannot "
                         "beat their schedule's best, marked bounded)")
+    p.add_argument("--per-schedule", type=int, default=1,
+                   help="configurations per schedule guaranteed simulated and ranked exactly (default 1: its best)")
     p.add_argument("--top", type=int, default=15, help="rows to print (default 15)")
     p.add_argument("--out", default="build/plan", help="folder for plan.csv and plan.json (default build/plan)")
     p.add_argument("--emit", metavar="DIR", default=None,

@@ -391,7 +391,7 @@ class Planner:
         return k / lay.S, f"{k} of the largest stage's activations ({room:.1f} GB left)"
 
     # -- the search -----------------------------------------------------------------------------
-    def run(self, exhaustive: bool = False, progress: bool = True) -> list[dict]:
+    def run(self, exhaustive: bool = False, progress: bool = True, top: int = 1) -> list[dict]:
         t0 = time.perf_counter()
         rows: list[dict] = []
         pending: list[tuple[float, int, dict, dict]] = []  # (bound samples/s, order, row, work)
@@ -453,22 +453,24 @@ class Planner:
                 pending.append((ub, len(pending), row, {"choice": ch, "lay": lay, "states": states, "trans": trans,
                                                         "sync": sync, "limit": limit}))
         pending.sort(key=lambda x: (-x[0], x[1]))
-        best: dict[str, float] = {}
+        found: dict[str, list[float]] = {}  # per schedule: the best `top` samples/s simulated so far
         bar = _progress(len(pending), progress)
         try:
             for ub, _, row, w in pending:
                 ch = w["choice"]
-                if not exhaustive and ub < best.get(ch.label, 0.0) * (1 - 1e-12):
+                mine = found.get(ch.label, [])
+                if not exhaustive and len(mine) >= top and ub < mine[top - 1] * (1 - 1e-12):
+                    nth = "best" if top == 1 else f"{top}th best"
                     row.update(status="bounded", fits=True, memory_how=row.get("memory_how", "–"),
                                reason=(f"not simulated: at most {ub:.4g} samples/s (no-bubble bound), below the "
-                                       f"{best[ch.label]:.4g} {ch.label} reaches elsewhere")
+                                       f"{mine[top - 1]:.4g} of {ch.label}'s {nth} configuration")
                                + (f"; {row['reason']}" if row["reason"] else ""))
                     self._fill_bounded_memory(row, w)
                     bar.update(1)
                     continue
                 self._evaluate(row, w)
                 if row["fits"]:
-                    best[ch.label] = max(best.get(ch.label, 0.0), row["samples_per_s"])
+                    found[ch.label] = sorted(mine + [row["samples_per_s"]], reverse=True)[:top]
                 bar.update(1)
         finally:
             bar.close()
@@ -605,7 +607,7 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
          tp: Sequence[int] | None = None, pp: Sequence[int] | None = None, min_pp: int = 2,
          distributed_optimizer: bool | str = True, flash_attention: bool = True,
          allocator: "AllocatorMargin | str | None" = "replay", reserve_gb: float = 0.0, dp_gbs: float = 25.0,
-         p2p_gbs: float | None = None, gpus_per_node: int = 8, exhaustive: bool = False,
+         p2p_gbs: float | None = None, gpus_per_node: int = 8, exhaustive: bool = False, top: int = 1,
          progress: bool = True):
     """Rank every configuration of ``model`` on ``gpus`` GPUs of ``gpu_memory_gb`` GB by predicted
     throughput (see the module doc); returns a pandas DataFrame (:data:`COLUMNS`, best first;
@@ -630,7 +632,9 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
         reserve_gb: memory per GPU set aside for the CUDA context, NCCL buffers, fragmentation.
         dp_gbs, p2p_gbs: data-parallel and pipeline-hop bandwidth, GB/s.
         exhaustive: simulate every configuration that fits (else skip those whose no-bubble
-            bound cannot beat their schedule's best; they are marked ``bounded``).
+            bound cannot beat their schedule's ``top``-th best; they are marked ``bounded``).
+        top: how many configurations per schedule are guaranteed simulated and ranked exactly
+            (the best ``top`` of each schedule; default 1).
         progress: show a progress bar when the search takes more than a second.
     """
     import pandas as pd
@@ -680,7 +684,8 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
                       margin=margin, reserve_gb=reserve_gb, dp_gbs=dp_gbs, gpus_per_node=gpus_per_node,
                       batch_note=note)
     before = cache_info()
-    rows = planner.run(exhaustive=exhaustive, progress=progress)
+    top = _positive_int("top", top)
+    rows = planner.run(exhaustive=exhaustive, progress=progress, top=top)
     after = cache_info()
     df = pd.DataFrame(rows)
     for col in COLUMNS:
@@ -696,6 +701,7 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
         "distributed_optimizer": distributed_optimizer, "flash_attention": bool(flash_attention),
         "allocator": margin.spec(), "reserve_gb": float(reserve_gb), "dp_gbs": float(dp_gbs),
         "p2p_gbs": source.p2p_bytes_per_s / 1e9, "gpus_per_node": gpus_per_node, "exhaustive": exhaustive,
+        "top": top,
     }
     df.attrs.update({
         "settings": settings,

@@ -42,7 +42,7 @@ ARTIFACTS: dict[str, Callable[[bool], Table]] = {
 }
 
 
-WRITES_FILES = frozenset({"schedule-figures", "fig07", "fig09", "fig10"})
+WRITES_FILES = frozenset({"schedule-figures", "fig07", "fig09", "fig10", "table3"})
 """Artifacts that draw figure files into the output folder (their functions take ``out``)."""
 
 READS_OUT = frozenset({"claims"})
@@ -53,7 +53,7 @@ READS_ROOT = frozenset({"cpu-real-memory"})
 """Artifacts that run an experiment config of the project folder (they take ``root``: the folder
 holding ``experiments/`` and ``notebooks/``; ``None``: the current directory)."""
 
-READS_REPLAY = frozenset({"gpu-replay", "claims"})
+READS_REPLAY = frozenset({"gpu-replay", "claims", "table3"})
 """Artifacts that read a rank-replay file (their functions take ``replay``; ``None``: the shipped one)."""
 
 

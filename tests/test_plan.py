@@ -282,3 +282,44 @@ def test_bad_input_names_the_problem(kwargs, needle):
 def test_replay_without_the_model_says_what_it_has():
     with pytest.raises(ValueError, match="no rows for model 'custom'.*9.6b"):
         cm.plan("custom", 8, 80, 32, layers=6, hidden=2048, heads=16, costs="h200", progress=False)
+
+
+def test_a_progress_bar_appears_only_when_the_search_takes_over_a_second(monkeypatch, capsys):
+    """tqdm's bar (delay 1 s) is drawn on stderr when the search is slow, never when it is quick or
+    progress=False."""
+    import time as _time
+
+    kw = dict(SMALL, tp=(1,), microbatch_sizes=(2,), gpu_memory_gb=8.0)
+    cm.planner.clear_cache()
+    cm.plan(**{**kw, "progress": True})
+    assert "plan:" not in capsys.readouterr().err  # fast: no bar
+    real = core.simulate
+
+    def slow(*a, **k):
+        _time.sleep(0.15)
+        return real(*a, **k)
+
+    monkeypatch.setattr(core, "simulate", slow)
+    cm.planner.clear_cache()
+    cm.plan(**{**kw, "progress": True, "exhaustive": True})
+    assert "plan:" in capsys.readouterr().err
+    cm.planner.clear_cache()
+    cm.plan(**{**kw, "progress": False, "exhaustive": True})
+    assert "plan:" not in capsys.readouterr().err
+
+
+def test_pareto_front_is_the_non_dominated_rows(plans):
+    from ctrlmem.planner.views import pareto_front, throughput_memory_figure
+
+    df = plans[4.0]
+    ok = df[df["status"] == "ok"]
+    front = pareto_front(df)
+    assert len(front) >= 2
+    for _, r in ok.iterrows():
+        dominated = ((ok["total_gb"] <= r["total_gb"]) & (ok["samples_per_s"] > r["samples_per_s"])).any()
+        assert dominated != (r.name in front.index) or (
+            # equal memory, equal speed: only the first of equals is kept
+            ((front["total_gb"] == r["total_gb"]) & (front["samples_per_s"] == r["samples_per_s"])).any())
+    fig = throughput_memory_figure(df)
+    names = [t.name for t in fig.data]
+    assert "Pareto front" in names and len(fig.data[names.index("Pareto front")].x) == len(front)

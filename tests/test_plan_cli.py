@@ -219,3 +219,21 @@ def test_explorer_memory_panel_gets_a_gb_axis():
         assert ax["title"]["text"] == "GB: 21B, mb 2"
     plain = ui.compute(ui.Settings(num_devices=8, num_microbatches=16))
     assert not any("overlaying" in v for k, v in plain.memory_spec["layout"].items() if k.startswith("yaxis"))
+
+
+def test_ctrlmem_run_takes_the_emitted_csv(tmp_path):
+    """`ctrlmem run --schedule FILE` (the line run.sh holds) prepares the emitted schedule as it is,
+    with the planned microbatch size; a CSV with another number of ranks is refused."""
+    launch = pytest.importorskip("ctrlmem.runtime.launch")
+    df = cm.plan(schedules=["v-half"], pp=[2], **PLAN_KW)
+    paths = emit(df, "em")
+    row = df.iloc[0]
+    cfg = launch.RunConfig(schedule=paths["csv"], num_devices=2, num_microbatches=int(row["m"]), model="tiny",
+                           model_overrides={"microbatch_size": 2, "num_layers": 6})
+    sched, worker = launch.prepare(cfg)
+    assert sched.device_passes == cm.Schedule.load(paths["csv"]).device_passes
+    assert worker["model"]["microbatch_size"] == 2
+    with pytest.raises(launch.RunError, match="-p 4 does not match"):
+        launch.prepare(launch.RunConfig(schedule=paths["csv"], num_devices=4, num_microbatches=int(row["m"])))
+    with pytest.raises(launch.RunError, match="no such file"):
+        launch.prepare(launch.RunConfig(schedule="nope/x.csv", num_devices=2, num_microbatches=4))

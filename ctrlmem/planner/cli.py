@@ -106,8 +106,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     a = df.attrs
     s = a["settings"]
     counts = df["status"].value_counts()
-    status = ", ".join(f"{int(counts[k])} {k}" for k in ("ok", "bounded", "does not fit", "m < pp", "too many stages")
-                       if k in counts)
+    words = {"ok": "simulated and fit", "bounded": "bounded (fit, not simulated)", "does not fit": "do not fit",
+             "m < pp": "with m < pp", "too many stages": "with too many stages"}
+    status = ", ".join(f"{int(counts[k])} {w}" for k, w in words.items() if k in counts)
     if args.json:
         payload = {k: a.get(k) for k in ("settings", "assumptions", "notes", "skipped", "seconds", "builds")}
         payload["rows"] = json.loads(df.to_json(orient="records"))

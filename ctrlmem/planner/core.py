@@ -775,13 +775,19 @@ def insights(df) -> list[str]:
                      + (f" (1F1B fits microbatch {largest} at most there)" if largest else
                         " (1F1B fits no microbatch there)"))
     elif not at.empty:
-        notes.append(f"V ranks {lead}; its memory saving buys no larger microbatch here: 1F1B fits the same "
-                     f"configuration too ({at.iloc[0]['total_gb']:.1f} of {v['gpu_memory_gb']:g} GB), so memory is not "
-                     f"binding and the V schedule {'wins by its smaller bubble' if v.name == win.name else 'is not ahead'}"
-                     f" (bubble {v['bubble_rate']:.3f} vs 1F1B's "
-                     f"{at.iloc[0]['bubble_rate']:.3f})" if at.iloc[0]["status"] == "ok" else
-                     f"V ranks {lead}; 1F1B fits the same configuration too ({at.iloc[0]['total_gb']:.1f} GB), so "
-                     "memory is not binding there")
+        o = at.iloc[0]
+        more = (f"; it holds more activation than 1F1B there ({v['activation_gb']:.1f} against {o['activation_gb']:.1f} "
+                f"GB, a budget of {v['memory_limit']:.3g} × 1F1B's peak), so the spare memory buys it a smaller bubble, "
+                "not a larger microbatch" if v["activation_gb"] > o["activation_gb"] + 1e-9 and v["memory_limit"] == v[
+                    "memory_limit"] else "")
+        if o["status"] == "ok":
+            notes.append(f"V ranks {lead}; its memory saving buys no larger microbatch here: 1F1B fits the same "
+                         f"configuration too ({o['total_gb']:.1f} of {v['gpu_memory_gb']:g} GB), so memory is not "
+                         f"binding and the V schedule {'wins by its smaller bubble' if v.name == win.name else 'is not ahead'}"
+                         f" (bubble {v['bubble_rate']:.3f} against 1F1B's {o['bubble_rate']:.3f}){more}")
+        else:
+            notes.append(f"V ranks {lead}; 1F1B fits the same configuration too ({o['total_gb']:.1f} GB), so memory is "
+                         f"not binding there{more}")
     return notes
 
 

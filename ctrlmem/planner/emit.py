@@ -90,7 +90,8 @@ def toml_fragment(schedule: Schedule, csv_path: str, *, dp: int, tp: int, microb
                   "data_parallel_replicate_degree = 1"]
     else:
         lines += ["data_parallel_shard_degree = 1",
-                  f"data_parallel_replicate_degree = {dp}  # DDP: every replica holds all states, as planned"]
+                  f"data_parallel_replicate_degree = {dp}"
+                  + ("  # DDP: every replica holds all states, as planned" if dp > 1 else "")]
     lines += [
         f"tensor_parallel_degree = {tp}",
         "",

@@ -395,9 +395,21 @@ class Planner:
         t0 = time.perf_counter()
         rows: list[dict] = []
         pending: list[tuple[float, int, dict, dict]] = []  # (bound samples/s, order, row, work)
-        for ci, (dp, tp, pp, mb, z) in enumerate(self.configs()):
+        configs = self.configs()
+        # one bar over both phases: every row's memory check, then every simulation
+        bar = _progress(len(configs) * len(self.choices), progress)
+        try:
+            self._search(configs, rows, pending, bar, exhaustive, top)
+        finally:
+            bar.close()
+        self.seconds = time.perf_counter() - t0
+        return rows
+
+    def _search(self, configs, rows: list[dict], pending: list, bar, exhaustive: bool, top: int) -> None:
+        for ci, (dp, tp, pp, mb, z) in enumerate(configs):
             m = self.batch // (dp * mb)
             for oi, ch in enumerate(self.choices):
+                bar.update(1)
                 kind, v = placement_of(ch.name)
                 row = {"schedule": ch.label, "method": ch.method, "placement": kind, "dp": dp, "tp": tp, "pp": pp,
                        "microbatch_size": mb, "m": m, "dist_opt": bool(z), "memory_limit": ch.limit,
@@ -454,28 +466,23 @@ class Planner:
                                                         "sync": sync, "limit": limit}))
         pending.sort(key=lambda x: (-x[0], x[1]))
         found: dict[str, list[float]] = {}  # per schedule: the best `top` samples/s simulated so far
-        bar = _progress(len(pending), progress)
-        try:
-            for ub, _, row, w in pending:
-                ch = w["choice"]
-                mine = found.get(ch.label, [])
-                if not exhaustive and len(mine) >= top and ub < mine[top - 1] * (1 - 1e-12):
-                    nth = "best" if top == 1 else f"{top}th best"
-                    row.update(status="bounded", fits=True, memory_how=row.get("memory_how", "–"),
-                               reason=(f"not simulated: at most {ub:.4g} samples/s (no-bubble bound), below the "
-                                       f"{mine[top - 1]:.4g} of {ch.label}'s {nth} configuration")
-                               + (f"; {row['reason']}" if row["reason"] else ""))
-                    self._fill_bounded_memory(row, w)
-                    bar.update(1)
-                    continue
-                self._evaluate(row, w)
-                if row["fits"]:
-                    found[ch.label] = sorted(mine + [row["samples_per_s"]], reverse=True)[:top]
+        bar.add(len(pending))
+        for ub, _, row, w in pending:
+            ch = w["choice"]
+            mine = found.get(ch.label, [])
+            if not exhaustive and len(mine) >= top and ub < mine[top - 1] * (1 - 1e-12):
+                nth = "best" if top == 1 else f"{top}th best"
+                row.update(status="bounded", fits=True, memory_how=row.get("memory_how", "–"),
+                           reason=(f"not simulated: at most {ub:.4g} samples/s (no-bubble bound), below the "
+                                   f"{mine[top - 1]:.4g} of {ch.label}'s {nth} configuration")
+                           + (f"; {row['reason']}" if row["reason"] else ""))
+                self._fill_bounded_memory(row, w)
                 bar.update(1)
-        finally:
-            bar.close()
-        self.seconds = time.perf_counter() - t0
-        return rows
+                continue
+            self._evaluate(row, w)
+            if row["fits"]:
+                found[ch.label] = sorted(mine + [row["samples_per_s"]], reverse=True)[:top]
+            bar.update(1)
 
     def _fill_bounded_memory(self, row: dict, w: dict) -> None:
         ch, lay = w["choice"], w["lay"]
@@ -563,17 +570,37 @@ class _NoBar:
     def update(self, n: int = 1) -> None:
         pass
 
+    def add(self, n: int) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
 
+class _Bar(_NoBar):
+    """A tqdm bar (``delay=1``: drawn only once the search has taken more than a second) whose
+    total can grow (the simulations are known after the memory checks)."""
+
+    def __init__(self, total: int) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, delay=1.0, desc="plan", unit="step", leave=False)
+
+    def update(self, n: int = 1) -> None:
+        self.bar.update(n)
+
+    def add(self, n: int) -> None:
+        self.bar.total += n  # shown at the next update (a refresh would draw it before the delay)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def _progress(total: int, enabled: bool):
-    """A tqdm bar that appears only when the search takes more than a second."""
+    """A progress bar that appears only when the search takes more than a second."""
     if not enabled or total == 0:
         return _NoBar()
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, delay=1.0, desc="plan", unit="config", leave=False)
+    return _Bar(total)
 
 
 # ---- the public function -----------------------------------------------------------------------
@@ -661,7 +688,15 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
     bad = [t for t in tps if spec.heads % t or spec.hidden % t]
     if bad and tp is not None:
         raise ValueError(f"tp {bad} does not divide the {spec.heads} heads / hidden {spec.hidden} of {spec.name}")
-    tps = [t for t in tps if not (spec.heads % t or spec.hidden % t) and t <= gpus_per_node] or tps
+    wide = [t for t in tps if t > gpus_per_node]
+    if wide and tp is not None:
+        raise ValueError(f"tp {wide} is more than the {gpus_per_node} GPUs of a node; tensor parallelism stays "
+                         "within a node (raise gpus_per_node / --gpus-per-node if yours has more)")
+    skipped = [f"TP {t} does not divide the {spec.heads} heads" for t in bad]
+    tps = [t for t in tps if t not in bad]
+    if not tps:
+        raise ValueError(f"no tensor-parallel degree in 1, 2, 4, 8 divides the {spec.heads} heads of {spec.name}; give "
+                         "tp explicitly")
     pps = _int_list("pp", pp) if pp is not None else None
     _positive_int("min_pp", min_pp)
     if distributed_optimizer not in (True, False, "both"):
@@ -683,6 +718,7 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
                       distributed_optimizer=distributed_optimizer, flash_attention=bool(flash_attention),
                       margin=margin, reserve_gb=reserve_gb, dp_gbs=dp_gbs, gpus_per_node=gpus_per_node,
                       batch_note=note)
+    planner.skipped += skipped
     before = cache_info()
     top = _positive_int("top", top)
     rows = planner.run(exhaustive=exhaustive, progress=progress, top=top)

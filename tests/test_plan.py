@@ -321,3 +321,42 @@ def test_pareto_front_is_the_non_dominated_rows(plans):
     fig = throughput_memory_figure(df)
     names = [t.name for t in fig.data]
     assert "Pareto front" in names and len(fig.data[names.index("Pareto front")].x) == len(front)
+
+
+def test_with_and_without_a_distributed_optimizer():
+    """'both' plans each DP > 1 configuration twice: without the distributed optimizer every replica
+    holds all optimizer states (DP × the sharded amount); at DP 1 there is one row."""
+    df = cm.plan(**dict(SMALL, tp=(1,), microbatch_sizes=(1,), schedules=["1f1b"], gpu_memory_gb=64.0,
+                        distributed_optimizer="both", exhaustive=True))
+    key = ["dp", "tp", "pp", "microbatch_size"]
+    for cfg, rows in df.groupby(key):
+        dp = cfg[0]
+        assert len(rows) == (2 if dp > 1 else 1)
+        if dp > 1:
+            on, off = rows[rows["dist_opt"]].iloc[0], rows[~rows["dist_opt"]].iloc[0]
+            assert off["optimizer_gb"] == pytest.approx(dp * on["optimizer_gb"])
+            assert off["params_gb"] == on["params_gb"] and off["samples_per_s"] == pytest.approx(on["samples_per_s"])
+
+
+def test_explicit_per_layer_costs():
+    """F,B,W[,HOP] seconds per layer and sequence: linear in the microbatch, the hop as given, MFU
+    only with a GPU peak; a 1F1B row's step is the simulation of those per-stage costs."""
+    from ctrlmem.planner.sources import LayerCosts, cost_source
+
+    src = cost_source("0.001,0.002,0.001,0.0005")
+    spec = model_spec("custom", layers=6, hidden=2048, heads=16, vocab=32000)
+    assert src.layer(spec, 4, 1) == pytest.approx((0.004, 0.008, 0.004)) and src.hop(spec, 4, 1) == 0.0005
+    kw = dict(SMALL, tp=(1,), microbatch_sizes=(2,), schedules=["1f1b"], gpu_memory_gb=64.0, pp=[2])
+    df = cm.plan(**kw, costs=src)
+    row = df.iloc[0]
+    assert math.isnan(row["mfu"]) and any("no GPU peak given" in a for a in df.attrs["assumptions"])
+    layers = stage_layers(6, 2)
+    head = 2 * 2048 * 32000
+    f_l, b_l, w_l = (x / y for x, y in zip((0.002, 0.004, 0.002), paper.layer_flops(2048, 1024)))
+    costs = cm.Costs([1e3 * (n * 0.002 + (head * f_l if s == 1 else 0)) for s, n in enumerate(layers)],
+                     [1e3 * (n * 0.004 + (head * b_l if s == 1 else 0)) for s, n in enumerate(layers)],
+                     [1e3 * (n * 0.002 + (head * w_l if s == 1 else 0)) for s, n in enumerate(layers)], comm=0.5)
+    m = int(row["m"])
+    assert row["pipeline_s"] == pytest.approx(cm.simulate(cm.build("1f1b", 2, m), costs).makespan / 1e3)
+    peak = cm.plan(**kw, costs=LayerCosts(0.001, 0.002, 0.001, 0.0005, peak_tflops=100))
+    assert peak.iloc[0]["mfu"] > 0

@@ -141,3 +141,22 @@ def test_emitted_csv_runs_in_torch_runtime_with_exact_gradients_p2(schedule, tmp
 def test_emitted_csv_runs_in_torch_runtime_with_exact_gradients_p4(schedule, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _run(schedule, 4, tmp_path)
+
+
+@pytest.mark.slow
+def test_ctrlmem_run_runs_the_emitted_csv(tmp_path, monkeypatch):
+    """The `ctrlmem run --schedule DIR/schedule.csv` line of run.sh (here with the tiny model on CPU
+    over gloo) runs the emitted schedule and matches the non-pipelined step."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    df = cm.plan("custom", 2, 80.0, 8, layers=8, hidden=256, heads=4, seq_len=64, vocab=512, schedules=["v-half"],
+                 tp=[1], pp=[2], microbatch_sizes=[2], progress=False)
+    paths = emit(df, "em")
+    m = int(df.iloc[0]["m"])
+    proc = subprocess.run([sys.executable, "-m", "ctrlmem.cli", "run", "--schedule", paths["csv"], "-p", "2", "-m",
+                           str(m), "--model", "tiny", "--microbatch-size", "2", "--steps", "1", "--out", "run"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["status"] == "ok" and result["grad_rel_diff"] < 1e-5 and result["loss_abs_diff"] < 1e-6

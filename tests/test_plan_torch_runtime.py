@@ -130,6 +130,7 @@ def _run(schedule: str, p: int, tmp_path: Path) -> None:
     assert seen == set(range(S))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", ["zb-h1", "v-half"])
 def test_emitted_csv_runs_in_torch_runtime_with_exact_gradients_p2(schedule, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -584,7 +584,10 @@ class _Bar(_NoBar):
     def __init__(self, total: int) -> None:
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=total, delay=1.0, desc="plan", unit="step", leave=False)
+        class _Quiet(tqdm):  # no monitor thread: the bar is only ever drawn from the planner's thread
+            monitor_interval = 0
+
+        self.bar = _Quiet(total=total, delay=1.0, desc="plan", unit="step", leave=False)
 
     def update(self, n: int = 1) -> None:
         self.bar.update(n)

@@ -92,7 +92,8 @@ class PlanForm:
     """Widgets for the model, GPUs, GB per GPU, global batch and cost source; **plan** re-runs
     :func:`ctrlmem.plan` with them (the other arguments fixed by ``plan_kwargs``) and shows the
     ranked table, the throughput–memory figure and the winner's diagram. ``form.df`` holds the
-    last plan."""
+    last plan. The two figures are outputs with display ids, updated in place (an ``Output``
+    widget holding plotly figures made papermill runs hang now and then)."""
 
     def __init__(self, model: str = "9.6b", gpus: int = 8, gpu_memory_gb: float = 40.0, global_batch: int = 256,
                  costs: str = "h200", **plan_kwargs) -> None:
@@ -114,15 +115,15 @@ class PlanForm:
         self.button.on_click(lambda _b: self.run())
         self.message = W.HTML()
         self.table = W.HTML()
-        self.figures = W.Output()
         self.kwargs = plan_kwargs
         self.df = None
+        self._handles = None  # display handles of the two figures, made when the form is shown
         self.widget = W.VBox([W.HBox([self.model, self.gpus, self.gb, self.batch, self.costs, self.button]),
-                              self.message, self.table, self.figures])
+                              self.message, self.table])
 
     def run(self):
         """Plan with the widgets' values; a bad value shows a message instead of a traceback."""
-        from IPython.display import display
+        from IPython.display import HTML
 
         from .core import plan
 
@@ -138,14 +139,15 @@ class PlanForm:
         self.message.value = (f"<small>{len(df)} configurations in {df.attrs['seconds']:.1f} s, "
                               f"{df.attrs['builds']} schedule builds</small><ul>{notes}</ul>")
         self.table.value = table_html(df)
-        self.figures.clear_output()
-        with self.figures:
-            if (df["status"] == "ok").any():
-                display(throughput_memory_figure(df))
-                display(winner_figure(df))
+        if self._handles is not None:  # replace the figures in place (display handles, no Output widget)
+            ok = (df["status"] == "ok").any()
+            none = HTML("<i>nothing fits: no figure</i>")
+            self._handles[0].update(throughput_memory_figure(df) if ok else none)
+            self._handles[1].update(winner_figure(df) if ok else HTML(""))
         return df
 
     def _ipython_display_(self):
-        from IPython.display import display
+        from IPython.display import HTML, display
 
         display(self.widget)
+        self._handles = (display(HTML(""), display_id=True), display(HTML(""), display_id=True))

@@ -237,3 +237,17 @@ def test_ctrlmem_run_takes_the_emitted_csv(tmp_path):
         launch.prepare(launch.RunConfig(schedule=paths["csv"], num_devices=4, num_microbatches=int(row["m"])))
     with pytest.raises(launch.RunError, match="no such file"):
         launch.prepare(launch.RunConfig(schedule="nope/x.csv", num_devices=2, num_microbatches=4))
+
+
+def test_plan_form_plans_and_reports_bad_values():
+    """The notebook's form: a plan fills the table and the notes; a bad value is a message, not a
+    traceback."""
+    pytest.importorskip("ipywidgets")
+    from ctrlmem.planner.views import PlanForm
+
+    form = PlanForm("9.6b", 8, 40.0, 256, "h200", tp=[1], pp=[8], microbatch_sizes=[2, 4],
+                    schedules=["1f1b", "v-half"], progress=False)
+    df = form.run()
+    assert df is form.df and "samples/s" in form.table.value and "buys microbatch 4" in form.message.value
+    bad = PlanForm("9.6b", 8, 40.0, 256, "h200", microbatch_sizes="x", progress=False)
+    assert bad.run() is None and "Cannot plan" in bad.message.value and "microbatch_sizes" in bad.message.value

@@ -134,9 +134,12 @@ def _has_blocks(name: str, p: int, m: int = 8) -> bool:
 
 
 def _paper_schedule(name: str, p: int, m: int, costs: Costs) -> Schedule | None:
-    """``name`` from the registry, else from its paper block (:mod:`ctrlmem.blocks`), else None."""
+    """``name`` as the paper draws it — the registry's unit-cost pattern (not adapted to
+    ``costs``: Fig. 5 shows what unequal costs do to the patterns), else its paper block
+    (:mod:`ctrlmem.blocks`), else None."""
+    del costs  # the figures simulate the pattern under the costs; they do not adapt it
     if name in SCHEDULES:
-        return build(name, p, m, costs=costs)
+        return build(name, p, m)
     block = _plot().paper_block(name, p, m)
     if block is None:
         return None

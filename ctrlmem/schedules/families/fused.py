@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...blocks import v_1f1b_block
+from ...blocks import block_set, greedy_block, v_1f1b_block
 from ...ir import Op, Placement
-from ...search.encoding import CandidateSet
+from ...search.encoding import CandidateSet, concat, dedupe
 from ...search.engine import LRU, Family, Progress, Query
 from ...search.kernels import ints, kernel
 
-__all__ = ["block_residues", "construction_keys", "FusedConstructionFamily"]
+__all__ = ["block_residues", "construction_keys", "greedy_1f1b_v_block", "FusedConstructionFamily"]
 
 
 def block_residues(p: int) -> np.ndarray:
@@ -200,10 +200,19 @@ def construction_keys(p: int, m: int) -> np.ndarray | None:
     return out if _construct(p, m, ints(block_residues(p)), out) else None
 
 
-class FusedConstructionFamily(Family):
-    """The construction of the module docstring, for fused-backward V-shape queries."""
+def greedy_1f1b_v_block(p: int):
+    """A fused V block with each chunk pass at the earliest slot free modulo 6 after its input
+    (:func:`ctrlmem.blocks.greedy_block`): another layout of the 1F1B-V block, half a slot better
+    than the paper's for some p and costs."""
+    return greedy_block("1f1b-v", Placement.v_shape(p), 6, 1, 2, None, None, {"fused": True})
 
-    name = "1f1b-v construction"
+
+class FusedConstructionFamily(Family):
+    """For fused-backward V-shape queries: the construction of the module docstring, and the
+    paper's block and the greedy-layout block through the block pipeline of
+    :func:`ctrlmem.blocks.build_from_block` (cost-independent; cached per (p, m))."""
+
+    name = "1f1b-v blocks"
 
     def __init__(self) -> None:
         self._cache = LRU(32)
@@ -214,8 +223,15 @@ class FusedConstructionFamily(Family):
         key = (q.p, q.m)
         got = self._cache.get(key, False)
         if got is False:
+            parts = []
             keys = construction_keys(q.p, q.m)
-            got = self._cache.put(key, None if keys is None else CandidateSet(
-                Placement.v_shape(q.p), q.m, True, keys[None], ("1f1b-v construction",)))
+            if keys is not None:
+                parts.append(CandidateSet(Placement.v_shape(q.p), q.m, True, keys[None], ("1f1b-v construction",)))
+            for label, block in (("1f1b-v block pipeline", v_1f1b_block(q.p)),
+                                 ("1f1b-v greedy block", greedy_1f1b_v_block(q.p))):
+                cs = block_set(block, q.m, label) or block_set(block, q.m, label, direct=True)
+                if cs is not None:
+                    parts.append(cs)
+            got = self._cache.put(key, dedupe(concat(parts)) if parts else None)
         if got is not None:
             yield got

@@ -30,29 +30,11 @@ class Terminated(BaseException):
 
 
 def os_error_message(exc: OSError) -> str:
-    """One line for a file or OS error: what went wrong, where, and the fix (never a bare errno)."""
-    import errno as _errno
+    """One line for a file or OS error: what went wrong, where, and the fix (never a bare errno);
+    :func:`ctrlmem.fileio.describe_os_error`."""
+    from .fileio import describe_os_error
 
-    where = exc.filename if exc.filename is not None else None
-    where2 = getattr(exc, "filename2", None)
-    path = f"{where}" + (f" -> {where2}" if where2 else "") if where is not None else "a file"
-    if isinstance(exc, IsADirectoryError):
-        return f"{path} is a folder; give a file name (e.g. {where}/NAME)"
-    if isinstance(exc, NotADirectoryError):
-        return f"{path}: part of this path is a file, not a folder; choose a path whose folders are folders"
-    if isinstance(exc, FileExistsError):
-        return f"{path} already exists and is not a folder; give a folder path, or remove the file"
-    if isinstance(exc, FileNotFoundError):
-        return (f"{path}: no such file or folder; check the path, or create the folder first "
-                f"(mkdir -p {'$(dirname ' + str(where) + ')' if where else 'DIR'})")
-    if isinstance(exc, PermissionError):
-        return f"{path}: permission denied; choose a location you can write to (or fix its permissions)"
-    if exc.errno in (_errno.ENOSPC, getattr(_errno, "EDQUOT", -1)):
-        return f"{path}: no space left on the device; free some space or choose another location"
-    if exc.errno == _errno.EROFS:
-        return f"{path}: read-only file system; choose a writable location"
-    reason = exc.strerror or type(exc).__name__
-    return f"{path}: {reason}"
+    return describe_os_error(exc)
 
 
 def add_schedule_arguments(parser: argparse.ArgumentParser, name: bool = True) -> None:

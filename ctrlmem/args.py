@@ -12,8 +12,8 @@ from typing import Sequence
 from .costs import Costs
 from .schedules import SCHEDULES, build
 
-__all__ = ["CliError", "Terminated", "add_schedule_arguments", "parse_params", "schedule_from_args",
-           "is_schedule_file", "os_error_message"]
+__all__ = ["CliError", "Terminated", "Parser", "add_schedule_arguments", "parse_params", "schedule_from_args",
+           "is_schedule_file", "os_error_message", "int_arg", "float_arg", "memory_limit_arg"]
 
 
 class CliError(Exception):
@@ -37,14 +37,84 @@ def os_error_message(exc: OSError) -> str:
     return describe_os_error(exc)
 
 
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (``ctrlmem CMD: error: ...``, exit status
+    2) naming the argument, the problem and where the usage is, instead of the usage block."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
+
+
+def int_arg(minimum: int = 1, maximum: int | None = None, what: str = ""):
+    """An argparse ``type``: an integer ``>= minimum`` (and ``<= maximum``)."""
+    kind = "a positive integer" if minimum == 1 else ("an integer >= 0" if minimum == 0 else f"an integer >= {minimum}")
+    extra = f" ({what})" if what else ""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {kind}{extra}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {kind}{extra}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}{extra}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_arg(positive: bool = True, maximum: float | None = None, what: str = ""):
+    """An argparse ``type``: a finite number (``> 0`` when ``positive``; ``<= maximum``)."""
+    import math
+
+    extra = f" ({what})" if what else ""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number{extra}, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number{extra}, got {text!r}")
+        if positive and not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0{extra}, got {text!r}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum:g}{extra}, got {text!r}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def memory_limit_arg(text: str) -> float:
+    """``--memory-limit``: a fraction of 1F1B's peak, finite, > 0, at most
+    :data:`ctrlmem.checks.MAX_MEMORY_LIMIT`."""
+    import math
+
+    from .checks import MAX_MEMORY_LIMIT
+
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number (a fraction of 1F1B's peak, e.g. 0.5), got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive fraction of 1F1B's peak (e.g. 0.5), got {text!r}")
+    if value > MAX_MEMORY_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_MEMORY_LIMIT:g} (a fraction of 1F1B's peak; no "
+                                         f"schedule can use more), got {text!r}")
+    return value
+
+
 def add_schedule_arguments(parser: argparse.ArgumentParser, name: bool = True) -> None:
     """The arguments that pick and size a schedule, shared by every subcommand."""
     if name:
         parser.add_argument("name", help="schedule name (see `ctrlmem list`), or a schedule file: a "
                                          "torch / torchtitan pipelining CSV or ctrlmem's text form")
-    parser.add_argument("-p", "--devices", type=int, default=4, action=_Explicit,
+    parser.add_argument("-p", "--devices", type=int_arg(), default=4, action=_Explicit,
                         help="number of devices p (default 4; a schedule file sets its own)")
-    parser.add_argument("-m", "--microbatches", type=int, default=8, action=_Explicit,
+    parser.add_argument("-m", "--microbatches", type=int_arg(), default=8, action=_Explicit,
                         help="number of microbatches m (default 8; a schedule file sets its own)")
     parser.add_argument(
         "--costs",
@@ -52,7 +122,7 @@ def add_schedule_arguments(parser: argparse.ArgumentParser, name: bool = True) -
         help="F,B,W[,COMM]: pass times of one full device-stage and the hop latency (default 1,1,1,0)",
     )
     parser.add_argument(
-        "--memory-limit", type=float, default=None,
+        "--memory-limit", type=memory_limit_arg, default=None,
         help="activation budget as a fraction of 1F1B's peak (memory-budgeted schedules only)",
     )
     parser.add_argument(

@@ -31,7 +31,8 @@ import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
-__all__ = ["atomic_write", "atomic_path", "atomic_open", "describe_os_error", "make_output_folder"]
+__all__ = ["atomic_write", "atomic_path", "atomic_open", "describe_os_error", "make_output_folder",
+           "check_output_path"]
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,31 @@ def atomic_write(path: str | os.PathLike, data: str | bytes, encoding: str = "ut
     else:
         raise TypeError(f"atomic_write writes str or bytes, got {type(data).__name__}")
     return _target(path)
+
+
+def check_output_path(path: str | os.PathLike) -> Path:
+    """Raise the ``OSError`` a write to ``path`` would meet, before any work is done: an empty
+    name, a folder, a missing folder or a file where a folder should be, a folder that cannot be
+    written to. Returns the path. (A full disk is only found by writing.)"""
+    text = os.fspath(path)
+    if not str(text).strip():
+        raise FileNotFoundError(_errno.ENOENT, "empty file name; give a file name", repr(text))
+    target = Path(text)
+    if target.is_dir():
+        raise IsADirectoryError(_errno.EISDIR, "Is a directory", str(target))
+    parent = target.parent
+    if not parent.exists():
+        for up in parent.parents:
+            if up.exists():
+                if not up.is_dir():
+                    raise NotADirectoryError(_errno.ENOTDIR, "Not a directory", str(target))
+                break
+        raise FileNotFoundError(_errno.ENOENT, "No such file or directory", str(target))
+    if not parent.is_dir():
+        raise NotADirectoryError(_errno.ENOTDIR, "Not a directory", str(target))
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(_errno.EACCES, "Permission denied", str(target))
+    return target
 
 
 def make_output_folder(path: str | os.PathLike, ignore: bool = True) -> Path:

@@ -350,9 +350,10 @@ class Schedule:
         for row in self.device_passes:
             writer.writerow([ps.to_torch() for ps in row])
         text = buf.getvalue()
-        if path is not None:
-            with open(path, "w", newline="") as fh:
-                fh.write(text)
+        if path is not None:  # atomically: a failed write keeps the old file (ctrlmem.fileio)
+            from .fileio import atomic_write
+
+            atomic_write(path, text, newline="")
         return text
 
     @classmethod

@@ -40,7 +40,7 @@ CLI_CASES = [
     (["simulate", "interleaved-1f1b", "--param", "num_chunks=true"], {}, "num_chunks must be a positive integer"),
     (["simulate", "1f1b", "--costs", "1e308,1,1"], {}, "f=1e+308 is larger than 1e+15"),
     (["simulate", "1f1b", "--costs", "0,0,0"], {}, "f + b + w must be > 0"),
-    (["simulate", "v-shape", "--memory-limit", "0"], {}, "memory_limit must be a positive fraction"),
+    (["simulate", "v-shape", "--memory-limit", "0"], {}, "--memory-limit: must be a positive fraction"),
     # files and OS errors: what, where, and the fix
     (["export", "1f1b", "--torch-csv", "nodir/x.csv"], {}, "nodir/x.csv: no such file or folder"),
     (["export", "1f1b", "--torch-csv", "."], {}, ". is a folder; give a file name"),

@@ -26,6 +26,9 @@ from .schedules import SCHEDULES
 
 __all__ = ["main", "make_parser", "COMMAND_MODULES"]
 
+MAX_ERROR_LINE = 2000
+"""Longest error line the command prints."""
+
 # Modules that contribute subcommands through ``add_commands(subparsers)``.
 COMMAND_MODULES: tuple[str, ...] = (
     "ctrlmem.experiments.command", "ctrlmem.runtime.cli", "ctrlmem.draw", "ctrlmem.reproduce.command", "ctrlmem.optimal",
@@ -172,7 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         msg = exc.args[0] if exc.args else str(exc)
         if isinstance(exc, ScheduleError):
             msg = exc.reason
-        first = str(msg).splitlines()[0] if str(msg) else type(exc).__name__
+        first = str(msg).splitlines()[0] if str(msg).strip() else f"{type(exc).__name__} (no message)"
+        if len(first) > MAX_ERROR_LINE:  # a huge input is never repeated in full
+            first = first[: MAX_ERROR_LINE - 15] + " ... (cut short)"
         print(f"ctrlmem {args.command}: error: {first}", file=sys.stderr)
         return 2
     except BrokenPipeError:

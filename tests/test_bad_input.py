@@ -66,8 +66,11 @@ CLI_CASES = [
      "f is a file, not a folder; give a folder"),
     (["sweep", "c.yaml", "--root", "nowhere"], {"c.yaml": CFG + "params: {p: 2}\n"}, "--root nowhere: no such folder"),
     (["sweep", "c.yaml", "--no-progress"],
+     {"c.yaml": CFG + f"notebook: {NOTEBOOK}\ngrid:\n  p: {list(range(1, 101))}\n  m: {list(range(1, 101))}\n"},
+     "defines 10000 points (more than 1000)"),
+    (["sweep", "c.yaml", "--no-progress", "--yes"],
      {"c.yaml": CFG + f"notebook: {NOTEBOOK}\ngrid:\n  p: {list(range(1, 1001))}\n  m: {list(range(1, 1001))}\n"},
-     "defines 1000000 points (more than 1000)"),
+     "defines 1,000,000 points (cases x grid), more than the 100,000 a sweep takes"),
     (["sweep", "c.yaml", "--only", "nope"], {"c.yaml": CFG + f"notebook: {NOTEBOOK}\nparams: {{p: 2}}\n"},
      "--only names unknown run id"),
 ]

@@ -50,7 +50,7 @@ calls for one point), :mod:`.command` (``ctrlmem sweep``). Imports go one way: `
 
 from __future__ import annotations
 
-from .config import (CONFIRM_POINTS, DEFAULT_NOTEBOOK, ConfigError, ExperimentConfig, Run, check_notebook,
+from .config import (CONFIRM_POINTS, DEFAULT_NOTEBOOK, MAX_POINTS, ConfigError, ExperimentConfig, Run, check_notebook,
                      check_parameters, config_from_dict, load_config, plan_runs, resolve_root)
 from .points import (measured_costs, real_run_available, real_run_point, resolve_costs, runtime_model_name,
                      simulate_point)
@@ -60,7 +60,7 @@ from .sweep import RESULT_FILE, RunOutcome, execute_with_papermill, run_sweep
 
 __all__ = [
     "ConfigError", "ExperimentConfig", "Run", "RunOutcome", "SweepSummary", "SweepLock", "SweepLocked",
-    "DEFAULT_NOTEBOOK", "CONFIRM_POINTS", "RESULT_FILE", "resolve_root", "check_notebook", "read_record",
+    "DEFAULT_NOTEBOOK", "CONFIRM_POINTS", "MAX_POINTS", "RESULT_FILE", "resolve_root", "check_notebook", "read_record",
     "record_problem", "reap_stale_runs", "config_from_dict", "load_config", "plan_runs", "check_parameters", "run_sweep",
     "execute_with_papermill", "read_records", "write_table", "write_json_atomic", "simulate_point",
     "resolve_costs", "measured_costs", "real_run_available", "real_run_point", "runtime_model_name", "check_layout",

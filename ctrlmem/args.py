@@ -146,8 +146,9 @@ class _Explicit(argparse.Action):
 
 
 def is_schedule_file(name: str) -> bool:
-    """Whether a schedule argument names a file rather than a registered schedule."""
-    return name not in SCHEDULES and (os.path.isfile(name) or os.sep in name
+    """Whether a schedule argument names a file (or a folder, a FIFO: anything at that path)
+    rather than a registered schedule."""
+    return name not in SCHEDULES and (os.path.lexists(name) or os.sep in name
                                       or name.lower().endswith((".csv", ".txt", ".sched")))
 
 
@@ -192,8 +193,11 @@ def _schedule_from_file(args: argparse.Namespace, path: str):
     from .ir import Schedule  # noqa: PLC0415
     from .validate import validate  # noqa: PLC0415
 
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise CliError(f"{path}: no such file, and not a registered schedule (see `ctrlmem list`)")
+    if os.path.isdir(path):
+        raise CliError(f"{path} is a folder; give a schedule file (a torch CSV or ctrlmem's text form) or a "
+                       f"registered schedule (see `ctrlmem list`)")
     explicit = getattr(args, "explicit", set())
     if args.param:
         raise CliError(f"--param applies to generators; {path} is a schedule file")
@@ -201,7 +205,7 @@ def _schedule_from_file(args: argparse.Namespace, path: str):
         raise CliError(f"--memory-limit applies to generators; {path} is a schedule file "
                        "(its memory is what its order gives)")
     m = args.microbatches if "microbatches" in explicit else None
-    schedule = Schedule.load(path, num_microbatches=m)
+    schedule = Schedule.load(path, num_microbatches=m, allow_large=getattr(args, "allow_large", False))
     if "devices" in explicit and args.devices != schedule.num_devices:
         raise CliError(f"-p {args.devices} does not match {path}, which has {schedule.num_devices} ranks")
     if m is not None and m != schedule.num_microbatches:

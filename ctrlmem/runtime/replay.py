@@ -23,8 +23,8 @@ m, microbatch size, schedule, device and tag is replaced, the others are kept.
 from __future__ import annotations
 
 import json
-import logging
 import os
+import logging
 import platform
 import time
 from dataclasses import dataclass
@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from ..fileio import atomic_write
 from ..ir import Op, Schedule
 from .measure import AllocatorPeak, SavedTensorMeter, summarize, theory_peak_bytes
 from .models import ModelConfig, build_stages, loss_fn
@@ -279,9 +280,7 @@ def run_replay(model: str, p: int, m: int, schedules, devices, device: str = "cu
                              x.get("schedule"), x.get("device"), x.get("tag", ""))
             rows = [x for x in rows if key(x) != key(row)] + [row]
             data["rows"] = rows
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_text(json.dumps(data, indent=1))
-            os.replace(tmp, path)  # every finished row is on disk before the next starts
+            atomic_write(path, json.dumps(data, indent=1))  # every finished row is on disk before the next starts
             if progress is not None:
                 progress(row)
             if dev.type == "cuda":

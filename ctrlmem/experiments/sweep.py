@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from .. import proctree
+from ..fileio import make_output_folder
 from .config import (CONFIRM_POINTS, ConfigError, ExperimentConfig, Run, _run_id, check_parameters, check_points,
                      load_config, plan_runs, resolve_root)
 from .store import (STATUSES, SweepLock, SweepLocked, SweepSummary, check_folder, check_layout, default_results_dir,
@@ -208,9 +209,10 @@ def run_sweep(
     build = (base / build_dir if build_dir is not None else base / "build" / "notebooks" / config.name).absolute()
     check_layout(results, build)
 
-    lock = SweepLock(results)
+    lock = SweepLock(results)  # creates the results folder (git-ignored when it creates it)
     lock.acquire(wait=lock_wait, on_wait=say)
     try:
+        make_output_folder(build)  # executed notebooks and run folders: git-ignored when created here
         for message in reap_stale_runs(results):
             say(message)
         local = functools.partial(_run_local, config, results=results, build=build, executor=executor, base=base,

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from ..fileio import atomic_write
+from ..fileio import atomic_write, make_output_folder
 from ..ir import Op, Schedule
 from .measure import AllocatorPeak, SavedTensorMeter, summarize, theory_peak_bytes
 from .models import ModelConfig, build_stages, loss_fn
@@ -250,7 +250,7 @@ def run_replay(model: str, p: int, m: int, schedules, devices, device: str = "cu
     if dev.type == "cpu":
         torch.set_num_threads(1)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    make_output_folder(out)  # git-ignored when this call creates it
     path = out / REPLAY_FILE
     data = json.loads(path.read_text()) if path.is_file() else {}
     rows = list(data.get("rows", []))

@@ -296,8 +296,12 @@ class Schedule:
         if not numbered or not numbered[0][1].startswith("schedule "):
             raise ValueError("schedule text must start with 'schedule NAME p=P m=M placement=...'")
         head_no, head = numbered[0]
+        quoted = any(q in head for q in "'\"\\")
+        if quoted and len(head) > _MAX_QUOTED_HEADER:  # shlex reads a character at a time
+            raise ValueError(f"line {head_no}: a header with quoted values is at most {_MAX_QUOTED_HEADER:,} "
+                             f"characters, this one has {len(head):,}; shorten its parameters")
         try:
-            tokens = shlex.split(head)
+            tokens = shlex.split(head) if quoted else head.split()
         except ValueError as exc:  # an unbalanced quote
             raise ValueError(f"line {head_no}: bad header ({exc}): quote values with spaces, e.g. key='a b'") from None
         if len(tokens) < 2:
@@ -584,6 +588,10 @@ def _read_schedule_file(path: str | PathLike, allow_large: bool) -> bytes:
     with open(path, "rb") as fh:
         return fh.read()
 
+
+_MAX_QUOTED_HEADER = 100_000
+"""Longest text-form header holding quotes (parsed by ``shlex``, a character at a time); a header
+without quotes is split as it is, at any length."""
 
 _SMALL = 100_000
 """Below this many stages (or stage × microbatch slots) a schedule that holds too few passes is

@@ -297,7 +297,7 @@ def _memory_preflight(config: RunConfig, model, schedule: Schedule) -> None:
 
 
 def _disk_full(folder: Path) -> str | None:
-    """A note when ``folder``'s file system has (almost) no space left, else ``None``."""
+    """A note when ``folder``'s file system has (almost) no space left (under 1 MiB), else ``None``."""
     import shutil
 
     try:
@@ -305,8 +305,8 @@ def _disk_full(folder: Path) -> str | None:
     except OSError:
         return None
     if free < 1 << 20:
-        return (f"the file system of {folder} is full ({free} bytes free): the ranks could not write their results; "
-                f"free some space or give another --out")
+        return (f"the file system of {folder} is full or nearly full ({free} bytes free), so the ranks may have been "
+                f"unable to write their records; free some space or give another --out")
     return None
 
 
@@ -411,7 +411,7 @@ def run_many(configs: list[RunConfig]) -> list[dict]:
             reason = f"stopped by {what}" + (f"; {reason}" if reason else "")
         if timed_out:
             reason = (reason + "; " if reason else "") + f"the launch exceeded its timeout of {timeout:g} s"
-        full = _disk_full(out)
+        full = _disk_full(out) if not errors else None  # a rank that could write its error wrote it
         if full is not None:
             reason = full + (f"; {reason}" if reason else "")
         if reason is None:
@@ -426,8 +426,8 @@ def run_many(configs: list[RunConfig]) -> list[dict]:
             if interrupted is not None:
                 log.error("could not record the failed run: %s", exc)
             else:
-                raise RunError(f"the run failed ({reason}) and its record could not be written: "
-                               f"{describe_os_error(exc)}") from None
+                raise RunError(f"the run failed and its record could not be written: {describe_os_error(exc)} "
+                               f"(the failure: {reason})") from None
         results.append(result)
     if interrupted is not None:
         raise interrupted

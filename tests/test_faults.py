@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -495,6 +496,33 @@ def test_sweep_killed_then_rerun_stops_the_orphans_and_loses_nothing(tmp_path):
     assert_nothing_left(token2, grace=1.0)
     records = _records(cwd)
     assert records[0]["status"] == "ok" and records[1]["status"] == "ok"
+
+
+@pytest.mark.slow
+def test_a_second_sweep_on_a_copied_results_folder_leaves_the_first_ones_processes_alone(tmp_path):
+    """The results folder is copied while a sweep runs a point (its in-flight marker included); a
+    sweep on the copy finds the marker, leaves the live sweep's papermill and kernel running and
+    says why; the first sweep then finishes its point normally."""
+    cwd = sweep_dir(tmp_path)
+    token = f"sweep-copy-{os.getpid()}"
+    first = _hanging_sweep(cwd, token)
+    original = cwd / "experiments" / "results" / "faults"
+    copy = tmp_path / "copied-results"
+    shutil.copytree(original, copy, symlinks=True)
+    assert list((copy / ".inflight").glob("*.json")), "the copy holds the running point's marker"
+    kernels = [p.pid for p in alive_with(token) if "ipykernel" in " ".join(p.cmdline())]
+    messages = []
+    cfg = ex.load_config(cwd / "cfg.yaml")
+    summary = ex.run_sweep(cfg, results_dir=copy, build_dir=tmp_path / "b2", check=False, root=cwd,
+                           executor=lambda *a: ex.RunOutcome("ok", result={"v": 1}), on_message=messages.append)
+    assert summary.count("ok") == 2
+    assert any("another results folder" in m and "no process was touched" in m for m in messages), messages
+    assert all(psutil.pid_exists(pid) for pid in kernels), "the first sweep's kernel was stopped"
+    (cwd / "hang").unlink()
+    rc, out, err, _ = finish(first, 120)
+    assert rc == 0, err
+    assert _records(cwd)[1]["status"] == "ok"
+    assert_nothing_left(token, grace=5.0)
 
 
 @pytest.mark.slow

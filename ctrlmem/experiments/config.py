@@ -394,7 +394,7 @@ def load_config(path: str | Path, root: str | Path | None = None) -> ExperimentC
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not a text (UTF-8) file (byte {exc.start}); give a YAML config") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: C speed
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]

@@ -20,7 +20,7 @@ import sys
 from typing import Callable, Sequence
 
 from . import MemoryModel, ScheduleError, build, simulate
-from .fileio import atomic_write
+from .fileio import atomic_write, check_output_path
 from .args import CliError, Parser, Terminated, add_schedule_arguments, os_error_message, schedule_from_args
 from .schedules import SCHEDULES
 
@@ -89,6 +89,9 @@ def _check_outputs(args: argparse.Namespace) -> None:
         if os.path.realpath(args.torch_csv) == os.path.realpath(args.text):
             raise CliError(f"--torch-csv {args.torch_csv} and --text {args.text} name the same file; the second "
                            f"would overwrite the first: give two different files")
+    for value in (args.torch_csv, args.text):
+        if value and value != "-":
+            check_output_path(value)  # a folder, a missing folder: said before the schedule is built
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

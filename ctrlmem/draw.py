@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .args import CliError, add_schedule_arguments, float_arg, int_arg, is_schedule_file, schedule_from_args
-from .fileio import atomic_write
+from .fileio import atomic_write, check_output_path
 from .costs import Costs
 from .ir import Schedule
 from .schedules import SCHEDULES, build
@@ -107,8 +107,9 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     ext = out.rsplit(".", 1)[-1].lower() if "." in os.path.basename(out) else ""
     if ext not in ("html", "png", "svg", "pdf"):
         raise CliError(f"-o {out!r}: the file name must end in .html, .png, .svg or .pdf")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)  # the folder named is created
+    check_output_path(out)  # a folder, a file where a folder should be: said before drawing
     fig = draw_figure(args)
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     _plot().write_figure(fig, out, scale=args.scale)
     print(f"wrote {out}")
     return 0

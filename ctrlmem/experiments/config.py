@@ -76,7 +76,7 @@ def _check_launcher(where: str, data: Mapping[str, Any]) -> tuple[str, dict[str,
         raise ConfigError(f"{where}: key 'slurm' must be a mapping of {sorted(SLURM_KEYS)}, got {short_repr(options)}")
     for k, v in options.items():
         if k not in SLURM_KEYS:
-            raise ConfigError(f"{where}: unknown key 'slurm.{short_repr(k, 40)}'; allowed: {', '.join(sorted(SLURM_KEYS))}")
+            raise ConfigError(f"{where}: unknown key 'slurm.{str(k)[:40]}'; allowed: {', '.join(sorted(SLURM_KEYS))}")
         if isinstance(v, bool) or not isinstance(v, SLURM_KEYS[k]):
             raise ConfigError(f"{where}: key 'slurm.{k}' has the wrong type ({short_repr(v)})")
         if k in ("nodes", "poll_s") and not (math.isfinite(v) and v > 0):

@@ -10,7 +10,6 @@ import functools
 import inspect
 import json
 import logging
-import os
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from .. import proctree
 from ..fileio import make_output_folder
 from .config import (CONFIRM_POINTS, ConfigError, ExperimentConfig, Run, _run_id, check_parameters, check_points,
                      load_config, plan_runs, resolve_root)
-from .store import (STATUSES, SweepLock, SweepLocked, SweepSummary, check_folder, check_layout, default_results_dir,
+from .store import (STATUSES, SweepLock, SweepLocked, SweepSummary, check_layout, default_results_dir,
                     keep_history, read_record, read_records, reap_stale_runs, record_problem, write_json_atomic,
                     write_marker, write_table)
 

@@ -288,6 +288,7 @@ class Schedule:
         text = _clean_text(text, "schedule text")
         limit = _pass_limit(allow_large)
         body = text.split("\n", 1)[1] if "\n" in text.lstrip() else ""
+        body = _COMMENT.sub("", body) if "#" in body else body
         upper = sum(body.count(c) for c in "FBW") - body.count("BW")  # the passes, counted without parsing
         if limit is not None and upper > limit:
             raise _too_many("schedule text", limit)
@@ -534,6 +535,8 @@ def _clean_text(text: str | bytes, source: str) -> str:
         raise ValueError(f"{source}, line {max(1, no)}: contains control characters (binary data?)")
     return text
 
+
+_COMMENT = re.compile(r"(?m)^[ \t]*#.*$")
 
 # control characters other than the line breaks and tab, \r, \f, \v; and U+FFFD (undecodable)
 _CONTROL = re.compile("[\x00-\x08\x0e-\x1f\ufffd]")

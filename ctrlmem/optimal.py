@@ -55,10 +55,12 @@ class OptimalResult:
         makespan: its simulated makespan under the given costs.
         lower_bound: a proven lower bound on every schedule's makespan for these inputs.
         status: ``"optimal"`` (makespan equals the bound: proven), ``"feasible"`` (time ran out
-            with a gap), or ``"timeout"`` (time ran out before the solver had any schedule; the
-            result is the seed heuristic's).
+            with a gap), or ``"timeout"`` (the time limit ran out before the solver had any
+            schedule: while building the model, or solving; the result is the seed heuristic's,
+            and ``lower_bound`` is 0 when the solver never ran).
         seed: the heuristic the search started from and its makespan.
-        wall_s: seconds spent in the solver.
+        wall_s: seconds spent in the solver (for a ``"timeout"`` before the solver started: in
+            the whole call).
         scale: the integer factor the costs were multiplied by for the model.
     """
 

@@ -321,7 +321,8 @@ class ListFamily(Family):
         p = P.num_devices
         base = P.num_stages // p  # activation units per microbatch on a device (chunks)
         unit = 1.0 / base  # a per unit
-        top = int(math.floor(q.cap * base + 1e-9))
+        # a device never holds more than all m microbatches: larger caps cannot bind
+        top = min(int(math.floor(q.cap * base + 1e-9)), base * q.m)
         prev_capped: dict[tuple, bool] = {}
         for h in caps(p, top, base):
             if progress.hopeless(q, h * unit):

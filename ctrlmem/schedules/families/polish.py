@@ -116,7 +116,7 @@ class PolishFamily(Family):
         if q.fused or p * q.m > POLISH_MAX_PM:
             return
         base = P.num_stages // p
-        top = min(int(np.floor(q.cap * base + 1e-9)), base * p)
+        top = min(int(np.floor(q.cap * base + 1e-9)), base * p, base * q.m)
         done: list[CandidateSet] = []
         for h in caps(p, top, base):
             key = (P, q.m, q.costs, h)

@@ -327,7 +327,7 @@ class ZBCapFamily(Family):
         if q.placement.kind != "sequential" or q.fused:
             return
         p = q.p
-        top = int(np.floor(q.cap + 1e-9))
+        top = min(int(np.floor(q.cap + 1e-9)), q.m)  # larger caps than m activations cannot bind
         for cap in zb_caps(p, top):
             if progress.hopeless(q, float(cap)):
                 continue

@@ -19,6 +19,8 @@ passes) that :meth:`Timeline.to_schedule` turns into a :class:`~ctrlmem.ir.Sched
 notebook can show them one after another (the paper's Fig. 1, 3, 11, 18). For large ``m``,
 :func:`build_from_block` runs the steps on a shorter pipeline and lengthens its periodic stable
 phase (:func:`extend_stable`); the tests check this gives the same orders as the direct run.
+The steps themselves are compiled kernels (:mod:`ctrlmem.steps`) that the search's families also
+run directly on arrays; the functions here wrap them for :class:`Timeline` objects.
 
 Symbols (docs/theory.md §1–6): the slot is the paper's unit pass τ (one F, B or W over one V-shape
 chunk); ``interval`` is *T*; :meth:`BuildingBlock.lifespans` is *l* per stage (start of its F to
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -194,17 +196,6 @@ class Timeline:
                     cells[t] = ch
             lines.append(f"d{d}: " + "".join(cells))
         return "\n".join(lines)
-
-
-def _make_timeline(name, placement, m, per_device: Sequence[Iterable[SlotPass]]) -> Timeline:
-    rows = []
-    for d, row in enumerate(per_device):
-        srt = sorted(row)
-        for a, b in zip(srt, srt[1:]):
-            if b.start < a.end:
-                raise AssertionError(f"device {d}: {a} overlaps {b}")
-        rows.append(tuple(srt))
-    return Timeline(name, placement, m, tuple(rows))
 
 
 # --------------------------------------------------------------------------------------------

@@ -182,3 +182,6 @@ def test_list_caps_contain_every_whole_activation_budget():
             got = lists.caps(p, top, base)
             assert set(range(base, min(top, base * p) + 1, base)) <= set(got), (p, top)
             assert got == [c for c in lists.caps(p, 4 * p, base) if c <= top]
+        if p != 20:  # common budgets above 1F1B's memory, where they are whole steps of the grid
+            for frac in (1.25, 1.5, 2.0):
+                assert int(frac * base * p) in lists.caps(p, 4 * p, base), (p, frac)

@@ -19,9 +19,8 @@ period one microbatch) and keeps the cost of a family independent of ``m``.
 
 from __future__ import annotations
 
-import itertools
-import math
 from dataclasses import dataclass, field
+from itertools import count
 from functools import lru_cache
 from typing import Iterable, Sequence
 
@@ -32,9 +31,9 @@ from .kernels import ints, kernel
 
 __all__ = ["CandidateSet", "tables", "Tables", "extend", "from_orders", "concat", "passes_per_device", "problem"]
 
-_OPS = (Op.F, Op.B, Op.W)
-_new_pass = tuple.__new__  # Pass is a NamedTuple: build it without its Python-level __new__
-_SERIAL = itertools.count()
+_new_pass = tuple.__new__
+_KIND_OF = {Op.F: 0, Op.B: 1, Op.BW: 1, Op.W: 2}  # Pass is a NamedTuple: build it without its Python-level __new__
+_SERIAL = count()
 
 
 def passes_per_device(placement: Placement, m: int, fused: bool) -> int:
@@ -182,16 +181,13 @@ def from_orders(placement: Placement, m: int, fused: bool,
     """A set from ``(label, device orders)`` pairs (orders of :class:`Pass`, each device's
     passes complete for ``m`` microbatches)."""
     S = placement.num_stages
-    sm = S * m
     labels, rows = [], []
     for label, orders in items:
         labels.append(label)
-        rows.append([[(( (0 if ps.op is Op.F else 2 if ps.op is Op.W else 1) * S + ps.stage) * m + ps.microbatch)
-                      for ps in o] for o in orders])
+        rows.append([[((_KIND_OF[ps.op] * S + ps.stage) * m + ps.microbatch) for ps in o] for o in orders])
     L = passes_per_device(placement, m, fused)
     keys = np.asarray(rows, dtype=np.int64).reshape(len(labels), placement.num_devices, L) if rows else \
         np.zeros((0, placement.num_devices, L), dtype=np.int64)
-    del sm
     return CandidateSet(placement, m, fused, keys, tuple(labels))
 
 
@@ -242,7 +238,6 @@ def _extend_kernel(keys0, m0, m, per_mb, out, ok):  # pragma: no cover - compile
     periods inserted after it; later passes' microbatches rise by ``m − m0``. ``ok[c]`` is 0
     when some device of candidate ``c`` has no such window."""
     K, p, L0 = keys0.shape
-    L = out.shape[2]
     extra = m - m0
     for c in range(K):
         ok[c] = 1
@@ -309,15 +304,3 @@ def extend(cs: CandidateSet, m: int) -> CandidateSet:
     _extend_kernel(cs.keys, cs.m, m, per_mb, out, ok)
     keep = np.nonzero(ok)[0]
     return CandidateSet(cs.placement, m, cs.fused, out[keep], tuple(cs.labels[i] for i in keep), cs.peak[keep])
-
-
-def short_m(m: int, need: int) -> int:
-    """Microbatches a family builds before lengthening: ``m`` itself when small."""
-    return m if m <= need else need
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-_ = math  # (kept for callers' doctests)

@@ -296,9 +296,12 @@ def cap_step(p: int, base: int) -> int:
 def caps(p: int, top: int, base: int) -> list[int]:
     """The caps (in activation units: half-a for V-shape, ``a`` for one stage per device) tried
     up to ``top``: from one microbatch's activation (``base`` units) on the grid of
-    :func:`cap_step`, twice as coarse above 1F1B's memory (``base · p``)."""
+    :func:`cap_step`, and above 1F1B's memory (``base · p``) twice as coarse, counted from it
+    (so 1.25, 1.5 and 2.0 of 1F1B's memory are on it whenever they are whole steps)."""
     step = cap_step(p, base)
-    return [h for h in range(base, top + 1) if (h - base) % (step if h <= base * p else 2 * step) == 0]
+    one = base * p
+    return [h for h in range(base, top + 1)
+            if ((h - base) % step == 0 if h <= one else (h - one) % (2 * step) == 0)]
 
 
 def policies(p: int, fused: bool) -> tuple[tuple[str, str, str], ...]:

@@ -233,6 +233,7 @@ def test_sweep_resolves_notebook_and_results_against_the_cwd(tmp_path):
     assert summary.results_dir == tmp_path / "r2"
 
 
+@pytest.mark.slow
 def test_representative_commands_from_another_folder_leave_the_checkout_untouched(tmp_path):
     """simulate, export, draw, a one-point sweep (papermill) and a failing run, all from a
     temporary cwd with relative paths: the checkout's `git status --porcelain --ignored` and

@@ -167,8 +167,8 @@ import ctrlmem as cm
 from ctrlmem.search import kernels
 out = {"jit": kernels.jit_enabled()}
 costs = cm.Costs(3, 4, 2, 0.1)
-for name, p, m, lim in [("v-shape", 3, 6, 0.5), ("v-shape", 4, 9, 1.0), ("v-shape", 4, 9, 2.0), ("zb", 4, 8, 1.5),
-                        ("v-min", 5, 10, None), ("v-half", 4, 12, None), ("v-zb", 3, 8, None), ("1f1b-v", 4, 9, None)]:
+for name, p, m, lim in [("v-shape", 3, 6, 0.5), ("v-shape", 3, 7, 1.0), ("v-shape", 4, 9, 2.0), ("zb", 4, 8, 1.5),
+                        ("v-min", 4, 9, None), ("v-half", 3, 8, None), ("v-zb", 3, 8, None), ("1f1b-v", 4, 9, None)]:
     s = cm.build(name, p, m, costs=costs, memory_limit=lim)
     out[f"{name} {p} {m} {lim}"] = [str(s.params), [[str(x) for x in o] for o in s.device_passes]]
 out["steps"] = cm.pipeline_steps(cm.blocks.v_cost_block(4, (2, 2, 1, 0), (1, 1, 1), (0, 0, 0)), 7)["squeeze"].to_text()

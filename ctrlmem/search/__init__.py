@@ -9,8 +9,8 @@ Every search in ctrlmem (``v-shape``, ``zb``, the cost-adapted ``v-min`` / ``v-h
 * :mod:`.bounds` — lower bounds on the longest span under a memory cap (what lets a search skip
   caps and families that cannot win);
 * :mod:`.engine` — :class:`Family` (a producer of candidates, one small module each, in
-  :mod:`ctrlmem.schedules.families`), :func:`search` (time, keep the best, make and validate a
-  ``Schedule`` only for the winner) and the caches;
+  :mod:`ctrlmem.schedules.families`), :func:`search` (time, keep the best, check the winner on
+  the arrays and make a ``Schedule`` only for it) and the caches;
 * :mod:`.kernels` — the compiled loops: numba when installed, the same code as Python otherwise.
 
 Nothing here imports the schedule generators: families plug in from :mod:`ctrlmem.schedules`.

@@ -5,8 +5,9 @@ makespan, then the lower peak, then the earlier candidate) among what some *fami
 within a memory cap, under given costs. A :class:`Family` is a producer of
 :class:`~ctrlmem.search.encoding.CandidateSet` s for a :class:`Query`; it keeps whatever does not
 depend on the costs in its own caches (per ``p`` and ``m``), so budgets and cost edits reuse it.
-The engine times each set once per costs (:mod:`ctrlmem.search.timing`; cached), and makes a
-``Schedule`` and validates it only for the winner.
+The engine times each set once per costs (:mod:`ctrlmem.search.timing`; cached), checks the
+winner on the arrays (every pass once, on its stage's device; a finite span rules out deadlock)
+and makes a ``Schedule`` only for it.
 
 **Bounds.** A family may skip work that cannot win: :attr:`Query.bound` gives a lower bound on
 the longest span of any schedule with a given peak (:mod:`ctrlmem.search.bounds`), and
@@ -21,6 +22,7 @@ cap (the families document how), so a larger budget never gives a slower schedul
 from __future__ import annotations
 
 import logging
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
@@ -29,8 +31,8 @@ import numpy as np
 
 from ..costs import Costs
 from ..ir import Placement, Schedule
-from .encoding import CandidateSet, problem
-from .timing import Timed, time_set
+from .encoding import CandidateSet, problem, tables
+from .timing import Timed, durations, time_set
 
 __all__ = ["Query", "Progress", "Family", "Found", "search", "timed", "clear_caches", "LRU"]
 
@@ -40,36 +42,48 @@ _EPS = 1e-9
 
 
 class LRU(OrderedDict):
-    """A small least-recently-used cache (``get``/``put``), bounded by ``size`` entries."""
+    """A small least-recently-used cache (``get``/``put``), bounded by ``size`` entries; safe to
+    share between threads (two searches at once compute an entry twice at worst)."""
 
     def __init__(self, size: int):
         super().__init__()
         self.size = size
+        self._lock = threading.Lock()
         _CACHES.append(self)
 
     def get(self, key, default=None):  # type: ignore[override]
-        if key in self:
-            self.move_to_end(key)
-            return self[key]
-        return default
+        with self._lock:
+            if key in self:
+                self.move_to_end(key)
+                return self[key]
+            return default
 
     def put(self, key, value):
-        self[key] = value
-        self.move_to_end(key)
-        while len(self) > self.size:
-            self.popitem(last=False)
+        with self._lock:
+            self[key] = value
+            self.move_to_end(key)
+            while len(self) > self.size:
+                self.popitem(last=False)
         return value
+
+    def clear(self) -> None:
+        with self._lock:
+            super().clear()
 
 
 _CACHES: list[LRU] = []
 
 
 def clear_caches() -> None:
-    """Forget every cached candidate and timing (for cold-start measurements)."""
+    """Forget every cached candidate, timing and table (for cold-start measurements)."""
+    from . import bounds
+
     for c in _CACHES:
         c.clear()
     for fn in _CLEARERS:
         fn()
+    for fn in (tables, durations, bounds._terms):
+        fn.cache_clear()
 
 
 _CLEARERS: list[Callable[[], None]] = []
@@ -179,7 +193,7 @@ def _checked(found: Found) -> Found | None:
 def search(q: Query, producers: Sequence[Family], first: Iterable[CandidateSet] = ()) -> Found | None:
     """The best candidate within ``q.cap`` of ``first`` (tried first: it wins ties) and of every
     family's sets; ``None`` when nothing fits. Only the winner is made a ``Schedule`` and
-    validated (should a family ever produce an invalid candidate, it is logged and skipped)."""
+    checked (should a family ever produce an invalid candidate, it is logged and skipped)."""
     progress = Progress()
     pool: list[tuple[Timed, np.ndarray]] = []  # per set: the candidates within the cap
 

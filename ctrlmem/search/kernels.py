@@ -25,6 +25,7 @@ import functools
 import logging
 import os
 import sys
+import threading
 from typing import Callable
 
 import numpy as np
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 _KERNELS: list["_Kernel"] = []
 _STATE: dict[str, object] = {"ready": False, "numba": None}
+_LOCK = threading.RLock()
 
 
 def jit_enabled() -> bool:
@@ -74,19 +76,27 @@ def kernel(fn: Callable | None = None, *, inline: bool = False):
     if fn is None:
         return functools.partial(kernel, inline=inline)
     k = _Kernel(fn, inline)
-    _KERNELS.append(k)
-    if _STATE["ready"]:  # a module imported after the swap: wrap it now
-        _wrap(k)
-        return k._impl
+    with _LOCK:
+        _KERNELS.append(k)
+        if _STATE["ready"]:  # a module imported after the swap: wrap it now
+            _wrap(k)
+            return k._impl
     return k
 
 
 def _prepare() -> None:
     """Import numba (once) and give every kernel its implementation. Inside compiled code a
     kernel calls other kernels through module globals: those are rebound to the numba
-    dispatchers, so compiled kernels call each other directly."""
+    dispatchers, so compiled kernels call each other directly. (Thread-safe: a search may start
+    in a background thread.)"""
     if _STATE["ready"]:
         return
+    with _LOCK:
+        if not _STATE["ready"]:
+            _prepare_locked()
+
+
+def _prepare_locked() -> None:
     numba = None
     if os.environ.get("CTRLMEM_JIT", "1").strip() not in ("0", "false", "no", "off"):
         try:
@@ -95,9 +105,9 @@ def _prepare() -> None:
             log.info("numba is not installed: the search's loops run as plain Python (slower, same results)")
             numba = None
     _STATE["numba"] = numba
-    _STATE["ready"] = True
     for k in list(_KERNELS):
         _wrap(k)
+    _STATE["ready"] = True
 
 
 def _wrap(k: _Kernel) -> None:

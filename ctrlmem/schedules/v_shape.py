@@ -42,10 +42,13 @@ def _check(p: int, m: int, name: str) -> None:
 
 def _pattern(block, m: int, name: str) -> CandidateSet:
     """The unit-cost pattern of ``block`` for ``m`` microbatches as a one-candidate set (the
-    block's pipeline, :func:`ctrlmem.blocks.build_from_block`, without making a Schedule)."""
-    cs = block_set(block, m, "pattern")
-    if cs is None:  # the short pipeline has no periodic stable phase: run all m
-        cs = block_set(block, m, "pattern", direct=True)
+    block's pipeline, :func:`ctrlmem.blocks.build_from_block`, without making a Schedule; shared
+    with the search's block family, which has the same block)."""
+    from .families.blocks import block_candidate
+
+    cs = block_candidate(block.num_devices, m, name, block)
+    if cs is None:  # pragma: no cover - a paper block always builds
+        cs = block_set(block, m, name, direct=True)
     return cs
 
 

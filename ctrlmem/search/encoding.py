@@ -302,5 +302,7 @@ def extend(cs: CandidateSet, m: int) -> CandidateSet:
     out = np.empty((K, p, per_mb * m), dtype=np.int64)
     ok = np.zeros(K, dtype=np.int64)
     _extend_kernel(cs.keys, cs.m, m, per_mb, out, ok)
+    if ok.all():  # (the usual case: no copy)
+        return CandidateSet(cs.placement, m, cs.fused, out, cs.labels, cs.peak)
     keep = np.nonzero(ok)[0]
     return CandidateSet(cs.placement, m, cs.fused, out[keep], tuple(cs.labels[i] for i in keep), cs.peak[keep])

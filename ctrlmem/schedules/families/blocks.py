@@ -58,6 +58,38 @@ def _short_len(p: int, block: BuildingBlock | None, m: int) -> int:
     return _short_pipeline(block, m)
 
 
+_SHORT = LRU(256)  # (p, label) -> the block's candidate at its short length
+_BUILT = LRU(512)  # (p, m, label) -> the block's candidate at m
+
+
+def _direct(p: int, label: str, block: BuildingBlock | None, m: int) -> CandidateSet | None:
+    """The candidate built for ``m`` microbatches directly (no lengthening)."""
+    if block is None:
+        return from_schedules([(label, zb_v(p, m))])
+    return block_set(block, m, label, direct=True)
+
+
+def block_candidate(p: int, m: int, label: str, block: BuildingBlock | None) -> CandidateSet | None:
+    """``block``'s schedule (``None``: ZB-V) for ``m`` microbatches as a one-candidate set:
+    built once per ``p`` at its short length and lengthened (cached; the named schedules'
+    patterns come from here too)."""
+    key = (p, m, label)
+    got = _BUILT.get(key, False)
+    if got is not False:
+        return got
+    m0 = _short_len(p, block, m)
+    if m0 >= m:
+        one = _direct(p, label, block, m)
+    else:
+        short = _SHORT.get((p, label), False)
+        if short is False:
+            short = _SHORT.put((p, label), _direct(p, label, block, m0))
+        one = extend(short, m) if short is not None else None
+        if one is not None and not len(one):  # no periodic stable phase: build it all
+            one = _direct(p, label, block, m)
+    return _BUILT.put(key, one if one is not None and len(one) else None)
+
+
 class BlockFamily(Family):
     """See the module docstring. One set per ``(p, m)`` (all its candidates, whatever the cap:
     the engine keeps those within it)."""
@@ -65,35 +97,12 @@ class BlockFamily(Family):
     name = "blocks"
 
     def __init__(self) -> None:
-        self._short = LRU(256)  # (p, label) -> (m0, one-candidate set at m0)
         self._sets = LRU(32)  # (p, m) -> set
 
     def sets(self, q: Query, progress: Progress):
         key = (q.p, q.m)
         got = self._sets.get(key)
         if got is None:
-            got = self._sets.put(key, self._build(q.p, q.m))
+            parts = [block_candidate(q.p, q.m, label, block) for label, block in _blocks(q.p)]
+            got = self._sets.put(key, concat([x for x in parts if x is not None]))
         yield got
-
-    def _one(self, p: int, label: str, block: BuildingBlock | None, m: int) -> CandidateSet | None:
-        """The candidate built for ``m`` microbatches directly (no lengthening)."""
-        if block is None:
-            return from_schedules([(label, zb_v(p, m))])
-        return block_set(block, m, label, direct=True)
-
-    def _build(self, p: int, m: int) -> CandidateSet:
-        parts = []
-        for label, block in _blocks(p):
-            m0 = _short_len(p, block, m)
-            if m0 >= m:
-                one = self._one(p, label, block, m)
-            else:
-                short = self._short.get((p, label))
-                if short is None:
-                    short = self._short.put((p, label), self._one(p, label, block, m0))
-                one = extend(short, m) if short is not None else None
-                if one is not None and not len(one):  # no periodic stable phase: build it all
-                    one = self._one(p, label, block, m)
-            if one is not None and len(one):
-                parts.append(one)
-        return concat(parts)

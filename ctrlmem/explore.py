@@ -50,7 +50,7 @@ from .validate import ScheduleError
 
 __all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "stats_html", "verdict", "formula_html",
            "command_line", "messages_html", "jsonable", "mime_bundle", "export_view", "save_view",
-           "state_dict", "write_state", "read_state", "report_html", "comparison_specs", "default_schedules",
+           "state_dict", "write_state", "read_state", "state_view", "draw_state", "report_html", "comparison_specs", "default_schedules",
            "EXPORT_KINDS", "ORIGIN_ADAPTED", "ORIGIN_FIXED", "ORIGIN_FILE", "ORIGIN_STATE"]
 
 log = logging.getLogger(__name__)
@@ -342,7 +342,8 @@ def _check(settings: Settings) -> Costs:
 
 
 def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache | None = None,
-            adapt: bool = True, orders: Mapping[str, Schedule] | None = None) -> View:
+            adapt: bool = True, orders: Mapping[str, Schedule] | None = None,
+            order_origins: Mapping[str, str] | None = None) -> View:
     """Build, simulate and draw every selected schedule. Never raises for bad input: problems
     become :attr:`View.messages` and the schedules that did build are still shown. ``cache``
     reuses schedules built by earlier calls (see :class:`BuildCache`).
@@ -351,7 +352,8 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
     yet shows its latest order (or its unit-cost pattern) re-simulated under the new costs, and
     its build comes back in :attr:`View.jobs`; a budgeted one with no order yet is listed in
     :attr:`View.waiting`. ``orders``: schedules to show as they are instead of building them
-    (a state file's)."""
+    (a state file's), with how they were obtained in ``order_origins`` (default
+    ``ORIGIN_STATE``)."""
     cache = cache if cache is not None else BuildCache()
     orders = dict(orders or {})
     t0 = time.perf_counter()
@@ -383,7 +385,7 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
         budget = limit if spec.memory_limit else None
         try:
             if name in orders:
-                sched, origin = orders[name], ORIGIN_STATE
+                sched, origin = orders[name], (order_origins or {}).get(name, ORIGIN_STATE)
             elif not spec.uses_costs:
                 sched, origin = cache.build(name, p, m, None, budget), ORIGIN_FIXED
             else:
@@ -767,8 +769,8 @@ def write_state(view: View, path: str | os.PathLike, style: dict | None = None) 
 
 
 def read_state(source) -> tuple[Settings, dict[str, Schedule], dict]:
-    """``(settings, orders, style)`` from a state file (a path, or its text / bytes). Raises
-    ``ValueError`` naming what is wrong."""
+    """``(settings, orders, style)`` from a state file (a path, or its text / bytes); how each
+    order was obtained is ``style["origins"]``. Raises ``ValueError`` naming what is wrong."""
     if isinstance(source, (bytes, bytearray)):
         text = bytes(source).decode("utf-8")
     elif isinstance(source, str) and source.lstrip().startswith("{"):
@@ -792,7 +794,49 @@ def read_state(source) -> tuple[Settings, dict[str, Schedule], dict]:
         if (sched.num_devices, sched.num_microbatches) != (settings.num_devices, settings.num_microbatches):
             raise ValueError(f"state file: the order of {name} has p={sched.num_devices}, m={sched.num_microbatches}, "
                              f"the settings p={settings.num_devices}, m={settings.num_microbatches}")
-    return settings, orders, dict(data.get("style") or {})
+    style = dict(data.get("style") or {})
+    style["origins"] = {name: rec.get("origin", ORIGIN_STATE) for name, rec in data.get("orders", {}).items()}
+    return settings, orders, style
+
+
+def state_view(source) -> tuple[View, dict]:
+    """The view a state file records, exactly: its settings, its very orders (how each was
+    obtained as it was then) and its figure style; schedules it has no order for (still being
+    built when it was saved) are listed as waiting, not built. Returns ``(view, style)``."""
+    settings, orders, style = read_state(source)
+    origins = style.pop("origins", {})
+    view = compute(settings, style=style, adapt=False, orders=orders, order_origins=origins)
+    view.jobs = []
+    return view, style
+
+
+def draw_state(source, output: str, view: str = "explorer", width: int | None = None, scale: float = 2.0) -> str:
+    """Draw a state file (``ctrlmem draw --state``) to ``output`` by its extension: ``view``
+    ``"explorer"`` gives what the explorer's exports give (``.html``: :func:`report_html`;
+    ``.png`` / ``.svg`` / ``.pdf``: :func:`static_figure`), ``"schedule"`` / ``"memory"`` one
+    of its two figures. Returns the path."""
+    shown, style = state_view(source)
+    if not shown.results:
+        raise ValueError("the state file shows no schedule: " + ("; ".join(shown.messages) or "none was saved"))
+    ext = output.rsplit(".", 1)[-1].lower() if "." in os.path.basename(output) else ""
+    folder = os.path.dirname(os.path.abspath(output))
+    os.makedirs(folder, exist_ok=True)
+    if view == "explorer" and ext == "html":
+        _write_atomic(output, report_html(shown, style).encode("utf-8"))
+        return output
+    if view == "explorer":
+        if ext not in ("png", "svg", "pdf"):
+            raise ValueError(f"the file name must end in .html, .png, .svg or .pdf, got {output!r}")
+        from .render import render_file  # noqa: PLC0415
+
+        return render_file(static_figure(shown, width or 1100), output, scale=scale)
+    if view in ("schedule", "memory"):
+        fig = go.Figure(shown.diagram_spec if view == "schedule" else shown.memory_spec)
+        if width:
+            fig.update_layout(width=width)
+    else:
+        raise ValueError(f"--state draws the views explorer, schedule and memory, not {view!r}")
+    return plot.write_figures([(fig, output)], scale=scale)[0]
 
 
 # -- export ------------------------------------------------------------------------------------
@@ -827,6 +871,9 @@ def static_figure(view: View, width: int = 1100) -> go.Figure:
     applied there: what a PNG, SVG or PDF export draws."""
     spec = plot.stack_specs([view.diagram_spec, view.memory_spec])
     fig = go.Figure(spec).update_layout(width=width)
+    for i, tr in enumerate(fig.data):  # fixed trace ids: the SVG holds no random one
+        if tr.uid is None:
+            tr.uid = f"t{i}"
     return plot.static_labels(fig, width)
 
 
@@ -914,7 +961,9 @@ def export_view(view: View, kind: str, directory: str | os.PathLike = "build/exp
     elif kind == "state":
         paths.append(write_state(view, f"{stem}.state.json", style))
     else:
-        paths += plot.write_figures([(static_figure(view), f"{stem}.{kind}")])
+        from .render import render_file  # noqa: PLC0415
+
+        paths.append(render_file(static_figure(view), f"{stem}.{kind}"))
     log.info("exported %s", paths)
     return paths
 

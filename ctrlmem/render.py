@@ -17,11 +17,12 @@ import asyncio
 import atexit
 import concurrent.futures
 import logging
+import re
 import threading
 import weakref
 from typing import Any
 
-__all__ = ["StaticRenderer"]
+__all__ = ["StaticRenderer", "render_file", "settled_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -107,3 +108,40 @@ def _close_at_exit(ref) -> None:
     close = ref()
     if close is not None:
         close()
+
+
+_PDF_DATE = re.compile(rb"/(CreationDate|ModDate) \(D:[0-9]{14}[^)]*\)")
+
+
+def settled_bytes(fmt: str, data: bytes) -> bytes:
+    """Image bytes that depend on the figure only: Chromium stamps a PDF with the time it was
+    drawn (``/CreationDate``, ``/ModDate``), which is replaced by a fixed date of the same
+    length (SVG ids are settled by :func:`ctrlmem.figio.stabilize_svg` on the file)."""
+    if fmt == "pdf":
+        return _PDF_DATE.sub(lambda mt: b"/" + mt.group(1) + b" (D:20000101000000+00'00')", data)
+    return data
+
+
+def render_file(fig, path: str, *, scale: float = 2.0, renderer: StaticRenderer | None = None) -> str:
+    """Draw ``fig`` into ``path`` (format from the extension: png, svg, pdf) the way the
+    explorer's exports are drawn, byte for byte: one kaleido session (``renderer``, else a
+    fresh one closed afterwards), settled bytes, then :func:`ctrlmem.figio.stabilize_svg`."""
+    import os  # noqa: PLC0415
+
+    from .figio import stabilize_svg  # noqa: PLC0415
+
+    fmt = path.rsplit(".", 1)[-1].lower()
+    own = renderer is None
+    renderer = renderer or StaticRenderer()
+    try:
+        data = renderer.submit(fig, fmt, scale=scale).result()
+    finally:
+        if own:
+            renderer.close()
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as fh:
+        fh.write(settled_bytes(fmt, data))
+    os.replace(tmp, path)
+    if fmt == "svg":
+        stabilize_svg(path)
+    return path

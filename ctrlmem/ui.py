@@ -39,6 +39,7 @@ import io
 import json
 import logging
 import os
+import tempfile
 import time
 import zipfile
 from dataclasses import replace
@@ -124,6 +125,7 @@ class Explorer:
         self._renderer = None
         self.loaded: list[Schedule] = list(s.loaded)
         self._pinned: dict[str, Schedule] = {}
+        self._pinned_origins: dict[str, str] = {}
         self._state = 0
         self._flush_scheduled = False
         self._tick_handle = None
@@ -256,7 +258,10 @@ class Explorer:
         """A widget changed: mark everything pending now, answer once the queued edits are in."""
         if change is not None and change.get("owner") is self.schedules:
             self._unknown = []  # names from the initial settings that are not registered: reported until the user picks
-        self._pinned = {}
+        self._pinned = {}  # a loaded state's orders are shown until the first edit
+        self._request()
+
+    def _request(self) -> None:
         self._mark_pending()
         loop = _running_loop()
         if loop is None:
@@ -294,7 +299,8 @@ class Explorer:
                             stats_table({}, None), [f"Cannot compute: {_reason(exc)}"], None, None)
             if settings is not None:
                 view = compute(settings, style=self._style(), cache=self.builds,
-                               adapt=self.background is None, orders=self._pinned)
+                               adapt=self.background is None, orders=self._pinned,
+                               order_origins=self._pinned_origins)
         except Exception as exc:  # an unexpected failure still shows a message, not a traceback
             log.exception("explorer update failed")
             view = View(Settings(), {}, None, stats_table({}, None),
@@ -365,7 +371,8 @@ class Explorer:
             settings = self.settings()
         except ValueError:
             return
-        view = compute(settings, style=self._style(), cache=self.builds, adapt=False, orders=self._pinned)
+        view = compute(settings, style=self._style(), cache=self.builds, adapt=False, orders=self._pinned,
+                       order_origins=self._pinned_origins)
         self.view = view
         self._mark_pending()
         self.render(view)
@@ -469,7 +476,7 @@ class Explorer:
         """The drawing got wider or narrower: which labels fit changed, so redraw."""
         old, new = change["old"] or 0, change["new"] or 0
         if new and abs(new - old) > 0.04 * max(old, 1):
-            self._edited()
+            self._request()
 
     def _style(self) -> dict:
         """The figure style, with the label rule at the drawing's width when the browser told it."""
@@ -625,6 +632,7 @@ class Explorer:
         orders it recorded (kept until the next edit; ``ctrlmem draw --state`` draws the same)."""
         try:
             settings, orders, style = read_state(source)
+            origins = style.pop("origins", {})
         except (OSError, ValueError, ScheduleError) as exc:
             self.message.value = messages_html([f"Cannot load the state: {_reason(exc)}"])
             return
@@ -644,6 +652,7 @@ class Explorer:
         for part, values in style.items():
             self.style.setdefault(part, {}).update({k: v for k, v in values.items() if k != "label_width"})
         self._pinned = orders
+        self._pinned_origins = origins
         self.update()
 
     def _state_uploaded(self, change) -> None:
@@ -733,6 +742,19 @@ class Explorer:
 
     def _deliver(self, name: str, mime: str, data: bytes, state: int) -> None:
         """Offer ``data`` as a browser download named ``name`` and write it into ``export_dir``."""
+        from .figio import stabilize_svg  # noqa: PLC0415
+        from .render import settled_bytes  # noqa: PLC0415
+
+        ext = name.rsplit(".", 1)[-1]
+        data = settled_bytes(ext, data)
+        if ext == "svg":  # the same bytes as a file written by `ctrlmem draw --state`
+            with tempfile.TemporaryDirectory(prefix="ctrlmem-svg-") as tmpdir:
+                path = os.path.join(tmpdir, name)
+                with open(path, "wb") as fh:
+                    fh.write(data)
+                stabilize_svg(path)
+                with open(path, "rb") as fh:
+                    data = fh.read()
         written = None
         if self.export_dir:
             os.makedirs(self.export_dir, exist_ok=True)
@@ -741,12 +763,6 @@ class Explorer:
             with open(tmp, "wb") as fh:
                 fh.write(data)
             os.replace(tmp, written)
-            if name.endswith(".svg"):
-                from .figio import stabilize_svg  # noqa: PLC0415
-
-                stabilize_svg(written)
-                with open(written, "rb") as fh:
-                    data = fh.read()
         self.downloads.offer(name, mime, data)
         where = f" (also written to {html.escape(written)})" if written else ""
         self.export_note.value = (f"<small class='ctrlmem-exported' style='color:#1c5e20'>state {state}: "

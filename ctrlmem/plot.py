@@ -798,10 +798,10 @@ def memory_spec(
     if theoretical_peaks is None:
         theoretical_peaks = [None if budget is not None else theoretical_peak(r.schedule)
                              for r, budget in zip(results, budgets)]
-    if reference_peak is None:
+    if reference_peak is None:  # peak memory follows the order alone: any costs give 1F1B's
         r0 = results[0]
         reference_peak = one_f_one_b_peak(r0.schedule.num_devices, r0.schedule.num_microbatches,
-                                          r0.costs, r0.memory)
+                                          None, r0.memory)
     n = len(results)
     if titles is None:
         titles = [f"{r.schedule.name}: peak {fmt_time(max(r.peak_memory))} a "

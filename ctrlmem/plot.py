@@ -1343,7 +1343,6 @@ def peak_memory_spec(results: Sequence[SimResult], *, reference_peak: float | No
                   "gridcolor": "#EEEEEE"},
         "yaxis": {"title": {"text": "peak over devices (a)"}, "range": [0, top * 1.18], "showgrid": True,
                   "gridcolor": "#EEEEEE"},
-        "legend": {"orientation": "h", "y": -0.25},
     }
     if title:
         layout["title"] = _title(title, height)

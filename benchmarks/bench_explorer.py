@@ -169,7 +169,7 @@ def end_to_end(names, repeats: int, notebook: str | None = None) -> None:
                   f"edit (explorer's timer: {edits[-1]['python'] or 'n/a'}){news}{tail} [{load()}]", flush=True)
     # the first v-min at p=32, m=256 (F=2): ticked, then another edit while it is searched
     p, m = BIG
-    with lb.lab_page(nb, schedules=["1f1b", "v-half"], num_devices=p, num_microbatches=m, f=2.0) as page:
+    with lb.lab_page(nb, schedules=["1f1b"], num_devices=p, num_microbatches=m, f=2.0) as page:
         _adapted(page)
         tick = lb.timed_change(page, _tick("v-min"), expect_tick=f"d{p - 1}")
         searching = page.locator(".ctrlmem-progress").inner_text()
@@ -184,11 +184,8 @@ def end_to_end(names, repeats: int, notebook: str | None = None) -> None:
 
 def _tick(name: str):
     """An action for ``timed_change``: tick schedule ``name``'s checkbox."""
-    import re  # noqa: PLC0415
-
     def act(page):
-        box = page.locator(".ctrlmem-schedules .widget-checkbox").filter(has_text=re.compile(f"^{re.escape(name)}$"))
-        box.locator("input").click()
+        page.locator(".ctrlmem-explorer").get_by_role("checkbox", name=name, exact=True).click()
     return act
 
 

@@ -255,7 +255,7 @@ def _stacked_layout(panel_px: Sequence[int], titles: Sequence[str], *, gap_px: i
             "xanchor": "center", "yanchor": "bottom", "showarrow": False, "font": {"size": 14},
         }
         if hover:
-            note.update(hovertext=hover, hoverlabel={"align": "left", "bgcolor": "white",
+            note.update(hovertext=hover, hoverlabel={"bgcolor": "white",
                                                      "font": {"family": "monospace", "size": 11}})
         layout["annotations"].append(note)
         y_top -= px + gap_px

@@ -131,3 +131,14 @@ def test_stacked_export_keeps_every_trace_on_its_own_axes():
     import plotly.graph_objects as go
 
     go.Figure(st)  # valid for plotly
+
+
+def test_figures_with_per_stage_hover_are_valid_plotly():
+    """The per-stage hover on panel titles is made of properties plotly accepts (a static
+    export validates the figure)."""
+    import plotly.graph_objects as go
+
+    costs = ui.Settings(num_devices=4, f=2, stage_weights=(2, 1, 1, 3)).costs(4)
+    r = cm.simulate(cm.build("1f1b", 4, 8), costs)
+    for spec in (plot.schedule_spec(r, title="t"), plot.memory_spec(r, title="t")):
+        go.Figure(spec)

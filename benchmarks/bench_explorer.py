@@ -7,7 +7,8 @@ state is drawn.
 
 ``--gil``: why the background builds run in a process. A cost-adapted build (``v-min`` at
 p=32, m=256, F=2) runs in a thread of the explorer's process, then in the worker process, while
-the explorer answers cost edits; the edits' times are printed next to the idle ones.
+the explorer answers cost edits; the edits' times are printed next to the idle ones. Run it
+without ``nice``: the worker lowers its own priority, as it does next to a kernel.
 
 End to end (``--browser``): the explorer notebook in JupyterLab, driven by headless Chromium
 (``benchmarks/lab_browser.py``): type a new value into a widget and time until both new plots

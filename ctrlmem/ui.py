@@ -68,6 +68,8 @@ COMPARISONS = ("peak memory & speed-up", "bubble vs budget", "building blocks", 
 BLOCK_MICROBATCHES = 8
 #: Seconds between two looks at the background builds (progress line, finished builds).
 TICK_SECONDS = 0.4
+#: Seconds an edit waits for the next ones already queued in the kernel (answered together).
+COALESCE_SECONDS = 0.02
 
 
 def _reason(exc: BaseException) -> str:
@@ -270,7 +272,8 @@ class Explorer:
         self._loop = loop
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            loop.call_soon(self._flush)
+            # a moment for the edits already queued in the kernel to arrive: they are answered once
+            loop.call_later(COALESCE_SECONDS, self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False

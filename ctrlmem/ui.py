@@ -55,6 +55,7 @@ from .explore import (EXPORT_KINDS, ORIGIN_STATE, PLOTLY_MIME, BuildCache, Setti
                       state_dict, static_figure, stats_html, stats_table, verdict)
 from .ir import Schedule
 from .schedules import SCHEDULES
+from .simulate import simulate
 from .validate import ScheduleError
 
 __all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "export_view", "save_view", "Explorer",
@@ -347,8 +348,9 @@ class Explorer:
     def poll(self) -> bool:
         """Take in finished background builds and exports; redraw when a build belongs to what
         is shown (a new state). Returns whether it redrew."""
-        redraw = False
+        redraw = sweep = False
         if self.background is not None:
+            wanted = set(self.view.jobs) if self.view is not None else set()
             for res in self.background.poll():
                 job = res.job
                 if res.schedule is not None:
@@ -358,15 +360,20 @@ class Explorer:
                     self.builds.failed[self.builds.key(job.name, job.num_devices, job.num_microbatches, job.costs,
                                                        job.memory_limit)] = res.error or "build failed"
                 log.info("background build of %s: %s in %.1f s", job.name, res.error or "done", res.seconds)
-                s = self.view.settings if self.view is not None else None
-                if s is not None and (job.num_devices, job.num_microbatches) == (s.num_devices, s.num_microbatches):
-                    redraw = True
+                if job in wanted:
+                    redraw = True  # a shown schedule, adapted: a new state
+                else:
+                    sweep = True  # a point of the budget sweep: the comparison only
         self._finish_exports()
         if redraw and not self._flush_scheduled:
             self._redraw_adapted()
+        elif sweep and not self._flush_scheduled and self.view is not None and self.compare.value == "bubble vs budget":
+            self._mark_pending()
+            self.render(self.view, keep_main=True)
+            self._show_progress()
         else:
             self._show_progress()
-        return redraw
+        return redraw or sweep
 
     def _redraw_adapted(self) -> None:
         """A build finished: the same settings, now with it: a new state."""
@@ -563,7 +570,7 @@ class Explorer:
                     todo += 1
                     jobs.append(Job(name, p, m, want, limit, None if stages is not None else job_settings))
                     continue
-                r = self.builds_simulate(sched, s)
+                r = simulate(sched, s.costs(sched.num_stages))
                 points.append(_point(name, limit, r, view.reference, ref_peak))
         for name, r in view.results.items():
             if name not in budgeted:
@@ -573,12 +580,6 @@ class Explorer:
                  + (f"{done} of {done + todo} budget builds done" if todo else "all budget builds done"))
         fig = plot.bubble_memory_figure(points, title=title).to_plotly_json() if points else _note_figure(title)
         return fig, jobs
-
-    @staticmethod
-    def builds_simulate(sched: Schedule, s: Settings):
-        from .simulate import simulate  # noqa: PLC0415
-
-        return simulate(sched, s.costs(sched.num_stages))
 
     # -- files ----------------------------------------------------------------------------------
 
@@ -785,10 +786,20 @@ class Explorer:
             self.background.close()
         if self._renderer is not None:
             self._renderer.close()
-        self.widget.close()
+        _close_tree(self.widget)
 
     def _repr_mimebundle_(self, **kwargs):
         return self.widget._repr_mimebundle_(**kwargs)
+
+
+def _close_tree(widget) -> None:
+    """Close a widget and every widget inside it (their front-end views go too)."""
+    for child in getattr(widget, "children", ()):
+        _close_tree(child)
+    try:
+        widget.close()
+    except Exception:  # noqa: BLE001  (closing twice, or a widget without a comm)
+        pass
 
 
 def _point(name: str, limit, r, reference, ref_peak: float) -> dict:

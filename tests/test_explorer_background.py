@@ -206,3 +206,32 @@ def test_a_bad_state_file_is_a_message(tmp_path, vexp):
     assert "Cannot load the state: not a ctrlmem state file" in vexp.message.value
     with pytest.raises(ValueError, match="not JSON"):
         explore.read_state("{oops")
+
+
+def test_stop_adapting_keeps_what_is_shown_and_says_so(vexp):
+    vexp.f.value = 4.0
+    assert vexp.background.progress().job is not None and vexp.stop_button.layout.display == ""
+    vexp.stop_background()
+    assert vexp.background.idle and vexp.stop_button.layout.display == "none"
+    assert "not adapted to these costs (stopped): v-half, v-min" in vexp.progress.value
+    assert vexp.view.origins["v-half"].startswith("not adapted yet")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["draw", "-o", "x.html"], "give a schedule name"),
+    (["draw", "--state", "missing.json", "-o", "x.png"], "no such file"),
+    (["draw", "1f1b", "--state", "s.json", "-o", "x.html"], "drop the schedule '1f1b'"),
+    (["draw", "1f1b", "--view", "explorer", "-o", "x.png"], "add --state FILE"),
+    (["draw", "--state", "notstate.json", "-o", "x.html"], "not a ctrlmem state file"),
+    (["draw", "--state", "s.json", "--view", "pareto", "-o", "x.html"], "not 'pareto'"),
+])
+def test_draw_state_bad_input_is_one_line_and_status_2(tmp_path, capsys, monkeypatch, argv, needle):
+    from ctrlmem.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notstate.json").write_text('{"settings": {}}')
+    view = explore.compute(explore.Settings(schedules=("1f1b",), num_devices=2, num_microbatches=2))
+    explore.write_state(view, tmp_path / "s.json")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

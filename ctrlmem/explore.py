@@ -769,8 +769,9 @@ def write_state(view: View, path: str | os.PathLike, style: dict | None = None) 
 
 
 def read_state(source) -> tuple[Settings, dict[str, Schedule], dict]:
-    """``(settings, orders, style)`` from a state file (a path, or its text / bytes); how each
-    order was obtained is ``style["origins"]``. Raises ``ValueError`` naming what is wrong."""
+    """``(settings, orders, style)`` from a state file or an HTML report holding one (a path, or
+    its text / bytes); how each order was obtained is ``style["origins"]``. Raises
+    ``ValueError`` naming what is wrong."""
     if isinstance(source, (bytes, bytearray)):
         text = bytes(source).decode("utf-8")
     elif isinstance(source, str) and source.lstrip().startswith("{"):
@@ -778,6 +779,12 @@ def read_state(source) -> tuple[Settings, dict[str, Schedule], dict]:
     else:
         with open(source, encoding="utf-8") as fh:
             text = fh.read()
+    if text.lstrip()[:15].lower().startswith("<!doctype html"):  # an HTML report: the state inside it
+        start = text.find("<script type='application/json' id='ctrlmem-state'>")
+        if start < 0:
+            raise ValueError("an HTML file without a ctrlmem state inside (not an explorer report)")
+        start = text.index(">", start) + 1
+        text = text[start:text.index("</script>", start)]  # JSON reads the "<\\/" it was written with
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -923,8 +930,8 @@ def report_html(view: View, style: dict | None = None) -> str:
         f"<script type='text/javascript'>{plotly_js}</script></head><body>"
         "<h1>ctrlmem explorer report</h1>"
         "<p>Everything here is simulated by ctrlmem's exact simulator from the settings below; nothing is "
-        "measured. The state file is inside this page (load it in the explorer, or "
-        "<code>ctrlmem draw --state FILE</code> after saving the script block below as a file).</p>"
+        "measured. The explorer's state is inside this page: <code>ctrlmem draw --state THIS.html -o "
+        "OUT.png</code> draws it again, and the explorer's <i>load state</i> takes this file.</p>"
         f"<h2>Settings</h2><table class='ctrlmem-settings'>{settings_table}</table>"
         f"<h2>Verdict</h2><p class='ctrlmem-verdict'>{html.escape(verdict(view))}</p>"
         f"{messages_html(view.messages)}"

@@ -213,7 +213,7 @@ class Explorer:
         for kind, button in self.buttons.items():
             button.add_class(f"ctrlmem-export-{kind}")
             button.on_click(lambda _b, kind=kind: self._export_clicked(kind))
-        self.load_state_button = W.FileUpload(accept=".json", multiple=False, description="load state",
+        self.load_state_button = W.FileUpload(accept=".json,.html", multiple=False, description="load state",
                                               layout=W.Layout(width="130px"))
         self.load_state_button.observe(self._state_uploaded, names="value")
         self._inputs = [self.schedules, self.devices, self.microbatches, self.f, self.b, self.w,

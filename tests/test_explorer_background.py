@@ -189,6 +189,9 @@ def test_state_file_round_trip_and_draw_state_is_identical(tmp_path):
         (report,) = e.export("html", tmp_path / "x")
         assert main(["draw", "--state", str(path), "-o", str(tmp_path / "again.html")]) == 0
         assert open(report, encoding="utf-8").read() == (tmp_path / "again.html").read_text(encoding="utf-8")
+        # the report carries the state: it draws itself again
+        assert main(["draw", "--state", report, "-o", str(tmp_path / "from_report.html")]) == 0
+        assert (tmp_path / "from_report.html").read_text(encoding="utf-8") == open(report, encoding="utf-8").read()
         other = ui.explorer(num_devices=2, num_microbatches=2, state=str(path), export_dir=None)
         try:
             cols = ["schedule", "makespan", "peak (a)", "order"]

@@ -287,7 +287,8 @@ class Explorer:
         except ValueError:
             summary = "new settings"
         self.pending_note.value = f"<span>updating for {html.escape(summary)}…</span>"
-        self.widget.add_class("ctrlmem-pending") if hasattr(self, "widget") else None
+        if hasattr(self, "widget"):
+            self.widget.add_class("ctrlmem-pending")
 
     def update(self, *_change) -> View | None:
         """Recompute for the widgets' settings and draw the result as a new state (the

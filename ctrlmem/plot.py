@@ -1155,6 +1155,19 @@ SERIES_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "triangle-down",
                   "star", "cross", "x")
 
 
+def _nested_sizes(points: Sequence[dict], x: str, y: str, largest: int) -> dict[int, int]:
+    """A marker size per point (by ``id``): points at one position get smaller the later they
+    come, so each shows as an outline around the next."""
+    seen: dict[tuple, int] = {}
+    sizes = {}
+    for pt in points:
+        key = (round(pt[x], 6), round(pt[y], 6))
+        rank = seen.get(key, 0)
+        seen[key] = rank + 1
+        sizes[id(pt)] = max(5, largest - 4 * rank)
+    return sizes
+
+
 def bubble_memory_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVICE_COLORS,
                          height: int = 380, width: int | None = None, title: str | None = None,
                          font_family: str = "Helvetica, Arial, sans-serif") -> go.Figure:
@@ -1166,6 +1179,7 @@ def bubble_memory_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVI
     ``meta["kind"] == "steps"``); the points themselves carry the hover
     (``meta["kind"] == "bubble"``). A schedule without a budget is a single marker."""
     fig = go.Figure()
+    sizes = _nested_sizes(points, "memory", "bubble_rate", 13)
     for i, (name, pts) in enumerate(_series(points).items()):
         pts = sorted(pts, key=lambda q: (q["memory"], q["bubble_rate"]))
         color = colors[i % len(colors)]
@@ -1185,8 +1199,8 @@ def bubble_memory_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVI
         fig.add_trace(go.Scatter(
             x=[q["memory"] for q in pts], y=[q["bubble_rate"] for q in pts],
             mode="markers", name=name, legendgroup=name,
-            marker=dict(size=9, color=color, symbol=SERIES_SYMBOLS[i % len(SERIES_SYMBOLS)],
-                        line=dict(color="white", width=1)),
+            marker=dict(size=[sizes[id(q)] for q in pts], color=color, symbol=SERIES_SYMBOLS[i % len(SERIES_SYMBOLS)],
+                        line=dict(color="white", width=1.5)),
             customdata=[[q["memory_limit"] if q.get("memory_limit") is not None else math.nan, q["peak"]]
                         for q in pts],
             hovertemplate=f"{name}<br>budget %{{customdata[0]:.3g}} × 1F1B<br>memory %{{x:.3f}} of 1F1B "
@@ -1194,7 +1208,7 @@ def bubble_memory_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVI
             meta={"kind": "bubble", "name": name},
         ))
     fig.update_layout(xaxis_title="peak activation memory / 1F1B (budgets: steps)", yaxis_title="bubble rate",
-                      height=height, width=width, plot_bgcolor="white",
+                      height=height, width=width, plot_bgcolor="white", legend=dict(itemsizing="constant"),
                       font=dict(family=font_family, size=12),
                       margin=dict(l=60, r=20, t=MODEBAR_PX + (56 if title else 20), b=50))
     if title:
@@ -1235,11 +1249,11 @@ def pareto_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVICE_COLO
     at: dict[tuple, list[dict]] = {}
     for pt in points:
         at.setdefault((round(pt["memory"], 6), round(pt["speedup"], 6)), []).append(pt)
-    rank = {id(q): k for group in at.values() for k, q in enumerate(group)}
+    sizes = _nested_sizes(points, "memory", "speedup", 15)
     for i, (name, pts) in enumerate(_series(points).items()):
         fig.add_trace(go.Scatter(
             x=[q["memory"] for q in pts], y=[q["speedup"] for q in pts], mode="markers", name=name,
-            marker=dict(size=[max(6, 15 - 4 * rank[id(q)]) for q in pts], color=colors[i % len(colors)],
+            marker=dict(size=[sizes[id(q)] for q in pts], color=colors[i % len(colors)],
                         symbol=SERIES_SYMBOLS[i % len(SERIES_SYMBOLS)], opacity=0.85,
                         line=dict(color="white", width=1.5)),
             customdata=[[q.get("memory_limit") if q.get("memory_limit") is not None else math.nan]
@@ -1253,20 +1267,23 @@ def pareto_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVICE_COLO
         line=dict(color=frontier_color, width=2, shape="hv"), name="Pareto frontier",
         hoverinfo="skip", meta={"kind": "frontier"},
     ))
-    if labels and at:  # one label per position, pointing at it from alternating sides
+    if labels and at:  # one label per position: above and below in turn, towards the middle
         groups = sorted(at.values(), key=lambda g: (g[0]["memory"], g[0]["speedup"]))
+        xs = [g[0]["memory"] for g in groups]
+        middle = (min(xs) + max(xs)) / 2
         for k, g in enumerate(groups):
+            right = g[0]["memory"] <= middle
             fig.add_annotation(x=g[0]["memory"], y=g[0]["speedup"],
                                text=", ".join(dict.fromkeys(point_label(q) for q in g)),
                                showarrow=True, arrowhead=0, arrowwidth=1, arrowcolor="#999999",
-                               ax=18 if k % 2 == 0 else -18, ay=-26 if k % 2 == 0 else 26,
-                               xanchor="left" if k % 2 == 0 else "right", font=dict(size=11, color="#333333"),
-                               bgcolor="rgba(255,255,255,0.8)", name="label")
+                               ax=16 if right else -16, ay=-24 if k % 2 == 0 else 24,
+                               xanchor="left" if right else "right", font=dict(size=11, color="#333333"),
+                               name="label")
     fig.update_layout(xaxis_title="peak activation memory / 1F1B", yaxis_title="speed-up over 1F1B",
                       height=height, width=width, plot_bgcolor="white",
                       font=dict(family=font_family, size=12),
                       margin=dict(l=60, r=20, t=MODEBAR_PX + (56 if title else 20), b=50),
-                      legend=dict(itemwidth=40))
+                      legend=dict(itemwidth=40, itemsizing="constant"))
     if title:
         fig.update_layout(title=_title(title, height))
     fig.update_xaxes(showgrid=True, gridcolor="#EEEEEE")

@@ -83,12 +83,12 @@ def python_side(names, repeats: int) -> None:
         explorer.close()
 
 
-def gil(repeats: int) -> None:
-    """Edits answered next to a cost-adapted build in a thread, in the worker process, or alone."""
+def gil(repeats: int, rounds: int = 3) -> None:
+    """Edits answered next to a cost-adapted build in a thread, in the worker process, or alone;
+    the three interleaved for ``rounds`` rounds so that the machine's load drifts alike."""
     from ctrlmem.background import BackgroundBuilds, Job
 
     p, m = BIG
-    costs = Costs(2, 1, 1, 0)
     # cost-free schedules: an edit is the instant answer alone, nothing of the explorer's own is searched
     explorer = ui.explorer(schedules=["1f1b", "zb-v"], num_devices=p, num_microbatches=m, background=False)
     values = iter(round(0.01 * k, 2) for k in range(1, 10_000))
@@ -102,28 +102,27 @@ def gil(repeats: int) -> None:
             time.sleep(0.2)
         return out
 
+    times: dict[str, list[float]] = {"alone": [], "thread": [], "process": []}
     try:
         edits(1)
-        idle = edits(repeats)
-        done = threading.Event()
-        thread = threading.Thread(target=lambda: (build("v-min", p, m, costs=costs), done.set()), daemon=True)
-        thread.start()
-        time.sleep(1.0)
-        in_thread = edits(repeats)
-        still = not done.is_set()
-        builds = BackgroundBuilds()
-        builds.submit([Job("v-min", p, m, costs)])
-        time.sleep(1.0)
-        in_process = edits(repeats)
-        running = builds.progress().job is not None
-        builds.close()
-        med = lambda xs: statistics.median(xs) * 1e3  # noqa: E731
+        for k in range(rounds):
+            costs = Costs(2 + 0.125 * k, 1, 1, 0)  # new costs each round: no search is served from a cache
+            times["alone"] += edits(repeats)
+            thread = threading.Thread(target=build, args=("v-min", p, m), kwargs={"costs": costs}, daemon=True)
+            thread.start()
+            time.sleep(0.5)
+            times["thread"] += edits(repeats)
+            thread.join()  # a thread cannot be stopped: wait for its search to end
+            builds = BackgroundBuilds()
+            builds.submit([Job("v-min", p, m, costs)])
+            time.sleep(0.5)
+            times["process"] += edits(repeats)
+            builds.close()  # a process is stopped at once
+        med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
         print(f"gil     p={p} m={m}, an edit of 1F1B + ZB-V (simulate, table, figures) while v-min is searched "
-              f"for F=2: alone {med(idle):.0f} ms; search in a thread {med(in_thread):.0f} ms "
-              f"(x{med(in_thread) / med(idle):.1f}{'' if still else ', the search ended during the edits'}); "
-              f"search in the worker process {med(in_process):.0f} ms (x{med(in_process) / med(idle):.1f}"
-              f"{'' if running else ', the search ended during the edits'}) [{load()}]", flush=True)
-        thread.join(timeout=600)
+              f"(F=2, 2.125, ...), {rounds} interleaved rounds of {repeats}: alone {med['alone']:.0f} ms; search in a thread "
+              f"{med['thread']:.0f} ms (x{med['thread'] / med['alone']:.1f}); search in the worker process "
+              f"{med['process']:.0f} ms (x{med['process'] / med['alone']:.1f}) [{load()}]", flush=True)
     finally:
         explorer.close()
 

@@ -15,8 +15,8 @@ kernel they hold the GIL, and the kernel's own thread (which receives every widg
 sends every update) then runs only in the gaps the interpreter's switch interval leaves it.
 ``benchmarks/bench_explorer.py --gil`` measured an edit at p = 32, m = 256 (1F1B + ZB-V) next to
 a fresh ``v-min`` search, three interleaved rounds: 262 ms alone, 615 ms (x2.3) with the search in
-a thread, 314 ms (x1.2) with it in this worker process (2 cores shared, load average 5; on a
-machine with a free core the process costs the edit nothing, the thread still halves it). A thread also cannot be stopped: a search that
+a thread, 314 ms (x1.2) with it in this worker process (2 cores shared with other work, load
+average 5). A thread also cannot be stopped: a search that
 a newer edit made useless would run to its end (a minute at p = 32, m = 256) and hold a core the
 new answer needs. A process is stopped at once (SIGKILL), and a fresh one starts with the next
 job. The worker is a plain ``python -m ctrlmem.background`` subprocess (see :class:`_Worker`),

@@ -211,7 +211,8 @@ def _tick(name: str):
 
 
 def test_downloads_and_a_saved_state_redraws_identically(tmp_path):
-    """The export buttons download in the browser (PNG drawn while the widgets stay live); the
+    """With per-stage weights the title states their range and no drawn label is larger than its
+    box; the export buttons download in the browser (PNG drawn while the widgets stay live); the
     state downloaded with "save state", drawn by `ctrlmem draw --state`, gives the very report
     the "HTML report" button downloaded."""
     why = lb.available()
@@ -223,6 +224,14 @@ def test_downloads_and_a_saved_state_redraws_identically(tmp_path):
                      num_microbatches=32, stage_weights=[1.5, 1, 1, 1, 1, 1, 1, 1.5]) as page:
         try:
             _settled(page)
+            # per-stage weights: the title gives the costs' range, the label rule still holds
+            title = page.locator(".ctrlmem-diagram .gtitle").text_content()
+            assert "F=1–1.5 B=1–1.5 W=1–1.5 (per stage)" in title, title
+            labels = page.evaluate(_LABELS)
+            assert labels, "no label drawn with per-stage weights"
+            bad = [x for x in labels if x["tw"] + 6 > x["bw"] + 0.5 or x["th"] > x["bh"] + 0.5
+                   or x["shrunk"] or not x["inside"]]
+            assert not bad, bad[:5]
             got = {}
             for kind, label in (("png", "PNG"), ("html", "HTML report"), ("state", "save state")):
                 with page.expect_download(timeout=120_000) as info:

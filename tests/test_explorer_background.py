@@ -238,3 +238,20 @@ def test_draw_state_bad_input_is_one_line_and_status_2(tmp_path, capsys, monkeyp
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_building_blocks_and_lifespans_are_comparisons_too(vexp):
+    """The CLI's block and lifespan views are in the explorer: the blocks of the schedule picked
+    (block → repeat → squeeze → reorder), the lifespans of every shown schedule; 'none' hides."""
+    vexp.compare.value = "building blocks"
+    vexp.compare_schedule.value = "v-half"
+    blocks = vexp.shown("compare-a")
+    assert blocks["layout"]["title"]["text"].startswith("v-half: building block")
+    assert len(blocks["layout"]["annotations"]) == len(plot.block_timelines("v-half", 4, 8))
+    assert vexp.shown("compare-b") is None
+    vexp.compare.value = "lifespans"
+    spans = vexp.shown("compare-a")
+    assert [a["text"] for a in spans["layout"]["annotations"]] == list(vexp.view.results)
+    vexp.compare.value = "none"
+    assert vexp.shown("compare-a") is None and vexp.shown("compare-b") is None
+    assert vexp.plots.shown[0] == {"keep": True}  # the main plots were not sent again

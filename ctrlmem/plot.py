@@ -1075,6 +1075,7 @@ def lifespan_figure(
         titles = [it.schedule.name if isinstance(it, SimResult) else str(getattr(it, "name", "block"))
                   for it in items]
     fig = make_subplots(rows=1, cols=len(items), shared_yaxes=True, subplot_titles=list(titles))
+    legend: set[int] = set()
     for i, it in enumerate(items):
         placement = it.schedule.placement if isinstance(it, SimResult) else it.placement
         spans = lifespans(it, microbatch)
@@ -1086,19 +1087,21 @@ def lifespan_figure(
                 text=[f"l{s['stage']}" for s in sel], textposition="inside", textangle=0,
                 textfont=dict(size=LABEL_SIZE), constraintext="both",
                 marker_color=stage_colors[chunk % len(stage_colors)],
-                name=f"chunk {chunk}", legendgroup=f"chunk {chunk}", showlegend=i == 0,
+                name=f"chunk {chunk}", legendgroup=f"chunk {chunk}", showlegend=chunk not in legend,
                 hovertemplate="stage %{text}: lifespan %{y:.4g}<extra></extra>",
                 meta={"kind": "lifespan", "chunk": chunk, "panel": i},
             ), row=1, col=i + 1)
+            legend.add(chunk)
         fig.update_xaxes(categoryorder="array",
                          categoryarray=[f"d{d}" for d in range(placement.num_devices)], row=1, col=i + 1)
     fig.update_layout(uniformtext=dict(minsize=LABEL_SIZE, mode="hide"))  # the label rule
     fig.update_yaxes(title_text="summed lifespan (time)", row=1, col=1)
-    fig.update_layout(barmode="stack", height=height + (30 if title else 0), width=width, plot_bgcolor="white",
+    total = height + (30 if title else 0) + MODEBAR_PX
+    fig.update_layout(barmode="stack", height=total, width=width, plot_bgcolor="white",
                       font=dict(family=font_family, size=12),
-                      margin=dict(l=60, r=20, t=80 if title else 50, b=40))
+                      margin=dict(l=60, r=20, t=MODEBAR_PX + (80 if title else 50), b=40))
     if title:
-        fig.update_layout(title=dict(text=title))
+        fig.update_layout(title=_title(title, total))
     return fig
 
 

@@ -142,3 +142,9 @@ def test_figures_with_per_stage_hover_are_valid_plotly():
     r = cm.simulate(cm.build("1f1b", 4, 8), costs)
     for spec in (plot.schedule_spec(r, title="t"), plot.memory_spec(r, title="t")):
         go.Figure(spec)
+
+
+def test_lifespan_legend_names_every_chunk_once():
+    """1F1B (one chunk) first, V-Half (two) next: the legend still has chunk 1."""
+    fig = plot.lifespan_figure([cm.simulate(cm.build("1f1b", 4, 8)), cm.simulate(cm.build("v-half", 4, 8))])
+    assert sorted(t.name for t in fig.data if t.showlegend) == ["chunk 0", "chunk 1"]

@@ -3,7 +3,12 @@ explorer notebook opened in headless Chromium (Python playwright driving /usr/bi
 all cells run, then widgets changed by typing into them as a user would. Checks that the
 diagram is redrawn with the new device rows, that no drawn label is wider (or taller) than its
 box, and that a p=32, m=256 update is drawn as an overview; prints the end-to-end times (widget
-change → both plots painted, and → page responsive again). Screenshots go to
+change → both plots painted, and → page responsive again). More tests: under a budget the
+memory plot's line says "budget", the verdict keeps to the budget and names what it left out,
+the overview's hover names the pass, every element shows one state, and an edit is answered
+while the first V-Min at p = 32, m = 256 is searched; the export buttons download (a PNG drawn
+while the widgets stay live) and the downloaded state redraws the downloaded report exactly with
+`ctrlmem draw --state`; notebook 20's summary links open their files. Screenshots go to
 $CTRLMEM_SCREENSHOTS (default: <tmp>/ctrlmem-browser/; never into the checkout). The harness (server, browser, timing) is benchmarks/lab_browser.py; it stops
 the server, kernels and browser even on failure.
 

@@ -1350,7 +1350,8 @@ def peak_memory_spec(results: Sequence[SimResult], *, reference_peak: float | No
     top = max(max(max(r.peak_memory) for r in results), reference_peak or 0.0,
               (budget or 0.0) * (reference_peak or 0.0), 1e-9)
     if reference_peak is not None:
-        data.append(_hline(reference_peak, horizon, reference_color, f"1F1B peak {reference_peak:g} a", "1f1b", 0))
+        data.append(_hline(reference_peak, horizon, reference_color, f"1F1B peak {reference_peak:g} a", "1f1b", 0,
+                           at_start=True))
         if budget is not None:
             data.append(_hline(budget * reference_peak, horizon, budget_color,
                                f"budget {budget * reference_peak:g} a ({budget:g} × 1F1B)", "budget", 0,

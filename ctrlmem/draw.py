@@ -21,7 +21,8 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .args import CliError, add_schedule_arguments, is_schedule_file, schedule_from_args
+from .args import CliError, add_schedule_arguments, float_arg, int_arg, is_schedule_file, schedule_from_args
+from .fileio import atomic_write, check_output_path
 from .costs import Costs
 from .ir import Schedule
 from .schedules import SCHEDULES, build
@@ -107,6 +108,8 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     ext = out.rsplit(".", 1)[-1].lower() if "." in os.path.basename(out) else ""
     if ext not in ("html", "png", "svg", "pdf"):
         raise CliError(f"-o {out!r}: the file name must end in .html, .png, .svg or .pdf")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)  # the folder named is created
+    check_output_path(out)  # a folder, a file where a folder should be: said before drawing
     if args.state:
         return _cmd_draw_state(args)
     if not args.name:
@@ -114,7 +117,6 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     if args.view == "explorer":
         raise CliError("--view explorer draws an explorer state file: add --state FILE")
     fig = draw_figure(args)
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     _plot().write_figure(fig, out, scale=args.scale)
     print(f"wrote {out}")
     return 0
@@ -164,9 +166,12 @@ def _has_blocks(name: str, p: int, m: int = 8) -> bool:
 
 
 def _paper_schedule(name: str, p: int, m: int, costs: Costs) -> Schedule | None:
-    """``name`` from the registry, else from its paper block (:mod:`ctrlmem.blocks`), else None."""
+    """``name`` as the paper draws it — the registry's unit-cost pattern (not adapted to
+    ``costs``: Fig. 5 shows what unequal costs do to the patterns), else its paper block
+    (:mod:`ctrlmem.blocks`), else None."""
+    del costs  # the figures simulate the pattern under the costs; they do not adapt it
     if name in SCHEDULES:
-        return build(name, p, m, costs=costs)
+        return build(name, p, m)
     block = _plot().paper_block(name, p, m)
     if block is None:
         return None
@@ -310,12 +315,11 @@ def write_paper_figures(out_dir: str = "figures", formats: Sequence[str] = ("png
     paths = _plot().write_figures(jobs)
     if not only:
         index = os.path.join(out_dir, "schedule_figures.md")
-        with open(index, "w", encoding="utf-8") as fh:
-            fh.write("# Schedule figures (regenerate: `ctrlmem figures -o figures`)\n\n")
-            for f in drawn:
-                fh.write(f"- `{f.stem}`: {f.caption}\n")
-            if notes:
-                fh.write("\nNot drawn / partial:\n\n" + "".join(f"- {n}\n" for n in notes))
+        text = "# Schedule figures (regenerate: `ctrlmem figures -o figures`)\n\n"
+        text += "".join(f"- `{f.stem}`: {f.caption}\n" for f in drawn)
+        if notes:
+            text += "\nNot drawn / partial:\n\n" + "".join(f"- {n}\n" for n in notes)
+        atomic_write(index, text)
         paths.append(index)
     for n in notes:
         log.warning("%s", n)
@@ -353,15 +357,17 @@ def add_commands(subparsers) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="output file: .html (offline, plotly.js embedded), .png, .svg or .pdf")
     p.add_argument("--title", default=None, help="figure title (default: schedules, p, m, costs, budget)")
-    p.add_argument("--width", type=int, default=None, help="figure width in pixels")
-    p.add_argument("--scale", type=float, default=2.0, help="PNG pixel scale (default 2)")
+    p.add_argument("--width", type=int_arg(100, 16384, "pixels"), default=None,
+                   help="figure width in pixels (100 to 16384)")
+    p.add_argument("--scale", type=float_arg(maximum=10, what="PNG pixels per layout pixel"), default=2.0,
+                   help="PNG pixel scale, > 0 and at most 10 (default 2)")
     p.set_defaults(func=_cmd_draw, view_given=False)
 
     f = subparsers.add_parser("figures", help="regenerate the paper's schedule figures (Fig. 1-5, 11, 18)")
     f.add_argument("-o", "--output", default="figures", metavar="DIR", help="output folder (default figures/)")
     f.add_argument("--format", default="png,svg", help="comma list of png, svg, html, pdf (default png,svg)")
     f.add_argument("--only", default=None, metavar="STEM,...", help="only figures whose stem starts so, e.g. fig04")
-    f.add_argument("-p", "--devices", type=int, default=4, help="devices (default 4, as in the paper)")
+    f.add_argument("-p", "--devices", type=int_arg(2, 64), default=4, help="devices (default 4, as in the paper)")
     f.set_defaults(func=_cmd_figures)
 
 

@@ -31,6 +31,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from . import checks
+from .checks import short_repr
 from .costs import Costs, MemoryModel
 from .ir import Op, Placement, Schedule
 from .schedules import SCHEDULES, build
@@ -141,6 +143,32 @@ def _as_list(items: Item | Sequence[Item]) -> list:
     if isinstance(items, (SimResult, Schedule, Timeline)):
         return [items]
     return list(items)
+
+
+def _check_items(func: str, items, kinds: tuple = (SimResult, Schedule, Timeline), blocks: bool = False,
+                 arg: str = "items") -> None:
+    """``TypeError`` naming ``func``'s first argument unless it is one of ``kinds`` (or a building
+    block with ``lifespans()``, when ``blocks``) or a list of them (checked at entry: the same
+    rule for every figure function)."""
+    def ok(x) -> bool:
+        return isinstance(x, kinds) or (blocks and hasattr(x, "lifespans") and hasattr(x, "placement"))
+
+    names = " or ".join(k.__name__ for k in kinds) + (" or a building block" if blocks else "")
+    if ok(items):
+        return
+    if items is None or isinstance(items, (str, bytes, dict)) or not hasattr(items, "__iter__"):
+        raise TypeError(f"{func}: {arg} must be a {names}, or a list of them; got {type(items).__name__} "
+                        f"{short_repr(items, 60)}")
+    for i, x in enumerate(items):
+        if not ok(x):
+            raise TypeError(f"{func}: {arg}[{i}] must be a {names}; got {type(x).__name__} {short_repr(x, 60)}")
+
+
+def _check_size(func: str, style: Mapping) -> None:
+    """``width`` / ``height`` of a figure, when given: whole numbers of pixels, 10 to 16384."""
+    for key in ("width", "height"):
+        if style.get(key) is not None:
+            checks.integer(f"{func}: {key}", style[key], minimum=10, maximum=16384, what="pixels")
 
 
 # -- schedule diagram ------------------------------------------------------------------------
@@ -269,6 +297,8 @@ def _axis_names(panel: int) -> tuple[str, str]:
 def schedule_figure(items: Item | Sequence[Item], **style) -> go.Figure:
     """Gantt diagram of one or several schedules on a shared time axis; ``style`` takes the
     keyword arguments of :func:`schedule_spec`, which documents them and the trace layout."""
+    _check_items("schedule_figure", items)
+    _check_size("schedule_figure", style)
     return go.Figure(schedule_spec(items, **style))
 
 
@@ -732,6 +762,8 @@ def memory_figure(results: SimResult | Sequence[SimResult], **style) -> go.Figur
     ``meta["kind"] == "1f1b"``); a budgeted schedule's line is its budget, labelled so
     (``meta["kind"] == "budget"``).
     """
+    _check_items("memory_figure", results, (SimResult,), arg="results")
+    _check_size("memory_figure", style)
     return go.Figure(memory_spec(results, **style))
 
 
@@ -1020,6 +1052,8 @@ def block_figure(name: str, num_devices: int, num_microbatches: int, *,
     """Building block → repeat → squeeze → reorder, stacked on one time axis (Fig. 1, 11, 18
     style). ``steps`` picks panels of :func:`block_timelines` by index (default all);
     ``style`` goes to :func:`schedule_figure`."""
+    num_devices = checks.integer("block_figure: num_devices", num_devices)
+    num_microbatches = checks.integer("block_figure: num_microbatches", num_microbatches)
     tls = block_timelines(name, num_devices, num_microbatches, costs)
     if steps is not None:
         tls = [tls[i] for i in steps]
@@ -1035,8 +1069,16 @@ def lifespans(item, microbatch: int = 0) -> list[dict]:
     """Lifespan of every stage (docs/theory.md §3): from the start of its F to the end of the pass
     that releases its activation (W, or BW when fused).
 
-    ``item`` is a :class:`SimResult` (microbatch ``microbatch`` of the simulated timeline) or a
-    building block with ``lifespans()`` and ``placement`` (``ctrlmem.blocks.BuildingBlock``)."""
+    ``item`` is a :class:`SimResult` (microbatch ``microbatch`` of the simulated timeline, an
+    integer in ``0..m-1``) or a building block with ``lifespans()`` and ``placement``
+    (``ctrlmem.blocks.BuildingBlock``)."""
+    if not (isinstance(item, SimResult) or (hasattr(item, "lifespans") and hasattr(item, "placement"))):
+        raise TypeError(f"lifespans: item must be a SimResult or a building block, got {type(item).__name__} "
+                        f"{short_repr(item, 60)}")
+    if isinstance(item, SimResult):
+        m = item.schedule.num_microbatches
+        microbatch = checks.integer("lifespans: microbatch", microbatch, minimum=0, maximum=m - 1,
+                                    what=f"the schedule has microbatches 0..{m - 1}")
     if not isinstance(item, SimResult):
         placement = item.placement
         return [{"stage": s, "device": placement.device_of(s), "lifespan": float(l)}
@@ -1070,7 +1112,11 @@ def lifespan_figure(
     """Per-device lifespan bars (Fig. 2): each device's bar stacks the lifespans of the stages
     it holds (labelled ``l<stage>``), so the tallest bar is the memory bottleneck (Eq. 1).
     ``items``: SimResults and/or building blocks (see :func:`lifespans`), one panel each."""
+    _check_items("lifespan_figure", items, (SimResult,), blocks=True)
+    _check_size("lifespan_figure", {"width": width, "height": height})
     items = [items] if isinstance(items, SimResult) or hasattr(items, "lifespans") else list(items)
+    if not items:
+        raise ValueError("lifespan_figure needs at least one simulation result or building block")
     if titles is None:
         titles = [it.schedule.name if isinstance(it, SimResult) else str(getattr(it, "name", "block"))
                   for it in items]
@@ -1123,8 +1169,11 @@ def tradeoff_points(
     point: ``name, memory_limit, peak (a), memory (fraction of 1F1B's peak), bubble_rate,
     makespan, throughput`` (microbatches per time unit) and ``speedup`` over 1F1B. Limits a
     budgeted schedule cannot meet are skipped (logged)."""
-    costs = costs if costs is not None else Costs()
-    p, m = num_devices, num_microbatches
+    if names is None or isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"tradeoff_points: names must be a list of schedule names, got {short_repr(names, 60)}")
+    costs = Costs.coerce(costs, "costs")
+    p = checks.integer("tradeoff_points: num_devices", num_devices)
+    m = checks.integer("tradeoff_points: num_microbatches", num_microbatches)
     ref = simulate(build("1f1b", p, m), costs, memory)
     ref_peak = max(ref.peak_memory)
     points = []

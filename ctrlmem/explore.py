@@ -43,6 +43,7 @@ import plotly.graph_objects as go
 from . import plot
 from .background import Job
 from .costs import Costs
+from .fileio import atomic_write, make_output_folder
 from .ir import Schedule
 from .schedules import SCHEDULES, build
 from .simulate import SimResult, simulate
@@ -762,9 +763,8 @@ def state_dict(view: View, style: dict | None = None) -> dict:
 def write_state(view: View, path: str | os.PathLike, style: dict | None = None) -> str:
     """Write :func:`state_dict` as JSON to ``path``; returns the path."""
     path = str(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    _write_atomic(path, json.dumps(state_dict(view, style), indent=1, sort_keys=True).encode("utf-8"))
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write(path, json.dumps(state_dict(view, style), indent=1, sort_keys=True).encode("utf-8"))
     return path
 
 
@@ -829,7 +829,7 @@ def draw_state(source, output: str, view: str = "explorer", width: int | None = 
     folder = os.path.dirname(os.path.abspath(output))
     os.makedirs(folder, exist_ok=True)
     if view == "explorer" and ext == "html":
-        _write_atomic(output, report_html(shown, style).encode("utf-8"))
+        atomic_write(output, report_html(shown, style).encode("utf-8"))
         return output
     if view == "explorer":
         if ext not in ("png", "svg", "pdf"):
@@ -864,13 +864,6 @@ def _slug_of(names: Sequence[str], s: Settings) -> str:
 def slug(view: View) -> str:
     """The file stem of a view's exports."""
     return _slug_of([n.replace(" (file)", "") for n in view.results], view.settings)
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
 
 
 def static_figure(view: View, width: int = 1100) -> go.Figure:
@@ -953,17 +946,17 @@ def export_view(view: View, kind: str, directory: str | os.PathLike = "build/exp
         raise ValueError(f"export kind must be one of {EXPORT_KINDS}, got {kind!r}")
     if not view.results:
         raise ValueError("nothing to export: no schedule could be built for these settings")
-    os.makedirs(directory, exist_ok=True)
+    make_output_folder(directory)
     stem = os.path.join(str(directory), slug(view))
     paths: list[str] = []
     if kind == "csv":
         for name, r in view.results.items():
             path = f"{stem}_{name.replace(' (file)', '')}.csv"
-            _write_atomic(path, r.schedule.to_torch_csv().encode("utf-8"))
+            atomic_write(path, r.schedule.to_torch_csv().encode("utf-8"))
             paths.append(path)
     elif kind == "html":
         path = f"{stem}.html"
-        _write_atomic(path, report_html(view, style).encode("utf-8"))
+        atomic_write(path, report_html(view, style).encode("utf-8"))
         paths.append(path)
     elif kind == "state":
         paths.append(write_state(view, f"{stem}.state.json", style))
@@ -978,10 +971,9 @@ def export_view(view: View, kind: str, directory: str | os.PathLike = "build/exp
 def save_view(view: View, out_dir: str | os.PathLike) -> str:
     """Write the view's settings, stats and messages to ``out_dir/explore.json`` (what a
     notebook run records); returns the path."""
-    os.makedirs(out_dir, exist_ok=True)
+    make_output_folder(out_dir)
     path = os.path.join(str(out_dir), "explore.json")
     stats = view.stats.astype(object).where(view.stats.notna(), None)
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump({"settings": view.settings.to_dict(), "stats": stats.to_dict(orient="records"),
-                   "messages": view.messages}, fh, indent=2)
+    atomic_write(path, json.dumps({"settings": view.settings.to_dict(), "stats": stats.to_dict(orient="records"),
+                                   "messages": view.messages}, indent=2))
     return path

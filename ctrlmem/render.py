@@ -126,8 +126,7 @@ def render_file(fig, path: str, *, scale: float = 2.0, renderer: StaticRenderer 
     """Draw ``fig`` into ``path`` (format from the extension: png, svg, pdf) the way the
     explorer's exports are drawn, byte for byte: one kaleido session (``renderer``, else a
     fresh one closed afterwards), settled bytes, then :func:`ctrlmem.figio.stabilize_svg`."""
-    import os  # noqa: PLC0415
-
+    from .fileio import atomic_write  # noqa: PLC0415
     from .figio import stabilize_svg  # noqa: PLC0415
 
     fmt = path.rsplit(".", 1)[-1].lower()
@@ -138,10 +137,7 @@ def render_file(fig, path: str, *, scale: float = 2.0, renderer: StaticRenderer 
     finally:
         if own:
             renderer.close()
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        fh.write(settled_bytes(fmt, data))
-    os.replace(tmp, path)
+    atomic_write(path, settled_bytes(fmt, data))
     if fmt == "svg":
         stabilize_svg(path)
     return path

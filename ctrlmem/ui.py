@@ -762,12 +762,10 @@ class Explorer:
                     data = fh.read()
         written = None
         if self.export_dir:
-            os.makedirs(self.export_dir, exist_ok=True)
-            written = os.path.join(self.export_dir, name)
-            tmp = f"{written}.tmp-{os.getpid()}"
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, written)
+            from .fileio import atomic_write, make_output_folder  # noqa: PLC0415
+
+            make_output_folder(self.export_dir)
+            written = str(atomic_write(os.path.join(self.export_dir, name), data))
         self.downloads.offer(name, mime, data)
         where = f" (also written to {html.escape(written)})" if written else ""
         self.export_note.value = (f"<small class='ctrlmem-exported' style='color:#1c5e20'>state {state}: "

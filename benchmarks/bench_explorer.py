@@ -39,6 +39,7 @@ import time
 from ctrlmem import SCHEDULES, Costs, build, ui
 
 SIZES = ((8, 32), (16, 64), (32, 256))
+SEARCHES = 8  # v-min searches queued next to the edits of --gil (each for new costs)
 BIG = (32, 256)
 TARGET_PY, TARGET_E2E = 0.5, 1.5
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -103,26 +104,34 @@ def gil(repeats: int, rounds: int = 3) -> None:
         return out
 
     times: dict[str, list[float]] = {"alone": [], "thread": [], "process": []}
+    ran_out = {"thread": 0, "process": 0}  # rounds whose searches ended before the edits did
     try:
         edits(1)
         for k in range(rounds):
-            costs = Costs(2 + 0.125 * k, 1, 1, 0)  # new costs each round: no search is served from a cache
+            # searches for new costs each time (none is served from a cache), enough to outlast the edits
+            thread_costs = [Costs(2 + 0.01 * (100 * k + i), 1, 1, 0) for i in range(SEARCHES)]
+            process_costs = [Costs(2 + 0.01 * (100 * k + 50 + i), 1, 1, 0) for i in range(SEARCHES)]
             times["alone"] += edits(repeats)
-            thread = threading.Thread(target=build, args=("v-min", p, m), kwargs={"costs": costs}, daemon=True)
+            thread = threading.Thread(target=lambda cs=thread_costs: [build("v-min", p, m, costs=c) for c in cs],
+                                      daemon=True)
             thread.start()
             time.sleep(0.5)
             times["thread"] += edits(repeats)
-            thread.join()  # a thread cannot be stopped: wait for its search to end
+            ran_out["thread"] += not thread.is_alive()
+            thread.join()  # a thread cannot be stopped: wait for its searches to end
             builds = BackgroundBuilds()
-            builds.submit([Job("v-min", p, m, costs)])
+            builds.submit([Job("v-min", p, m, c) for c in process_costs])
             time.sleep(0.5)
             times["process"] += edits(repeats)
+            builds.poll()
+            ran_out["process"] += builds.idle
             builds.close()  # a process is stopped at once
         med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
         print(f"gil     p={p} m={m}, an edit of 1F1B + ZB-V (simulate, table, figures) while v-min is searched "
-              f"(F=2, 2.125, ...), {rounds} interleaved rounds of {repeats}: alone {med['alone']:.0f} ms; search in a thread "
+              f"for new costs ({SEARCHES} searches queued), {rounds} interleaved rounds of {repeats}: alone {med['alone']:.0f} ms; search in a thread "
               f"{med['thread']:.0f} ms (x{med['thread'] / med['alone']:.1f}); search in the worker process "
-              f"{med['process']:.0f} ms (x{med['process'] / med['alone']:.1f}) [{load()}]", flush=True)
+              f"{med['process']:.0f} ms (x{med['process'] / med['alone']:.1f}); rounds whose searches ended "
+              f"before the edits: thread {ran_out['thread']}, process {ran_out['process']} [{load()}]", flush=True)
     finally:
         explorer.close()
 

@@ -107,10 +107,13 @@ def gil(repeats: int, rounds: int = 3) -> None:
     ran_out = {"thread": 0, "process": 0}  # rounds whose searches ended before the edits did
     try:
         edits(1)
+        from ctrlmem.search.kernels import jit_enabled  # noqa: PLC0415
+
+        searches = SEARCHES if jit_enabled() else 1  # as Python, one search outlasts the edits
         for k in range(rounds):
             # searches for new costs each time (none is served from a cache), enough to outlast the edits
-            thread_costs = [Costs(2 + 0.01 * (100 * k + i), 1, 1, 0) for i in range(SEARCHES)]
-            process_costs = [Costs(2 + 0.01 * (100 * k + 50 + i), 1, 1, 0) for i in range(SEARCHES)]
+            thread_costs = [Costs(2 + 0.01 * (100 * k + i), 1, 1, 0) for i in range(searches)]
+            process_costs = [Costs(2 + 0.01 * (100 * k + 50 + i), 1, 1, 0) for i in range(searches)]
             times["alone"] += edits(repeats)
             thread = threading.Thread(target=lambda cs=thread_costs: [build("v-min", p, m, costs=c) for c in cs],
                                       daemon=True)
@@ -128,7 +131,8 @@ def gil(repeats: int, rounds: int = 3) -> None:
             builds.close()  # a process is stopped at once
         med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
         print(f"gil     p={p} m={m}, an edit of 1F1B + ZB-V (simulate, table, figures) while v-min is searched "
-              f"for new costs ({SEARCHES} searches queued), {rounds} interleaved rounds of {repeats}: alone {med['alone']:.0f} ms; search in a thread "
+              f"for new costs ({searches} queued, search kernels {'compiled' if jit_enabled() else 'as Python'}), "
+              f"{rounds} interleaved rounds of {repeats}: alone {med['alone']:.0f} ms; search in a thread "
               f"{med['thread']:.0f} ms (x{med['thread'] / med['alone']:.1f}); search in the worker process "
               f"{med['process']:.0f} ms (x{med['process'] / med['alone']:.1f}); rounds whose searches ended "
               f"before the edits: thread {ran_out['thread']}, process {ran_out['process']} [{load()}]", flush=True)
@@ -176,19 +180,21 @@ def end_to_end(names, repeats: int, notebook: str | None = None) -> None:
             print(f"browser p={p:<3d} m={m:<4d} cost edit: both plots painted median {med('painted', edits):.2f} s "
                   f"over {len(edits)} edits, adapted state painted {statistics.median(adapted):.1f} s after the "
                   f"edit (explorer's timer: {edits[-1]['python'] or 'n/a'}){news}{tail} [{load()}]", flush=True)
-    # the first v-min at p=32, m=256 (F=2): ticked, then another edit while it is searched
+    # the first v-min at p=32, m=256 (F=2): ticked, then another edit while it is searched; with
+    # the compiled search engine, and with its plain-Python form (what runs without numba)
     p, m = BIG
-    with lb.lab_page(nb, schedules=["1f1b"], num_devices=p, num_microbatches=m, f=2.0) as page:
-        _adapted(page)
-        tick = lb.timed_change(page, _tick("v-min"), expect_tick=f"d{p - 1}")
-        searching = page.locator(".ctrlmem-progress").inner_text()
-        other = lb.timed_change(page, lb.set_number(0.1, "comm"), expect_tick=f"d{p - 1}")
-        still = page.locator(".ctrlmem-progress").inner_text()
-        rest = _adapted(page)
-        print(f"browser p={p} m={m} first v-min (F=2): tick painted {tick['painted']:.2f} s "
-              f"(searching: {'v-min' in searching}); another edit while it is searched painted "
-              f"{other['painted']:.2f} s (still searching: {'v-min' in still}); v-min adapted "
-              f"{rest:.1f} s after that edit [{load()}]", flush=True)
+    for label, env in (("compiled search", {}), ("CTRLMEM_JIT=0, the search as Python", {"CTRLMEM_JIT": "0"})):
+        with lb.lab_page(nb, schedules=["1f1b"], num_devices=p, num_microbatches=m, f=2.0, env=env) as page:
+            _adapted(page)
+            tick = lb.timed_change(page, _tick("v-min"), expect_tick=f"d{p - 1}")
+            searching = page.locator(".ctrlmem-progress").inner_text()
+            other = lb.timed_change(page, lb.set_number(0.1, "comm"), expect_tick=f"d{p - 1}")
+            still = page.locator(".ctrlmem-progress").inner_text()
+            rest = _adapted(page)
+            print(f"browser p={p} m={m} first v-min (F=2; {label}): tick painted {tick['painted']:.2f} s "
+                  f"(still searching then: {'v-min' in searching}); another edit painted {other['painted']:.2f} s "
+                  f"(still searching then: {'v-min' in still}); v-min adapted {rest:.1f} s after that edit "
+                  f"[{load()}]", flush=True)
 
 
 def _tick(name: str):

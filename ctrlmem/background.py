@@ -10,16 +10,17 @@ schedules' and budgeted schedules' searches, seconds to a minute at p = 32, m = 
     builds.progress()      # -> Progress: the job running, for how long, how many wait
     builds.close()         # ends the worker
 
-Why a process and not a thread. The searches are pure Python and CPU-bound: in a thread of the
-kernel they hold the GIL, and the kernel's own thread (which receives every widget message and
-sends every update) then runs only in the gaps the interpreter's switch interval leaves it.
+Why a process and not a thread. A thread cannot be stopped: a search that a newer edit made
+useless would run to its end and hold a core the new answer needs, where a process is killed at
+once and a fresh one takes the next job. And whatever part of a search runs as Python holds the
+GIL, which the kernel's own thread needs for every widget message and every update: the search
+engine's compiled kernels release it (numba, ``nogil``), the Python around them does not, and
+without numba (or with ``CTRLMEM_JIT=0``) all of the search is Python.
 ``benchmarks/bench_explorer.py --gil`` measured an edit at p = 32, m = 256 (1F1B + ZB-V) next to
-a fresh ``v-min`` search, three interleaved rounds: 262 ms alone, 615 ms (x2.3) with the search in
-a thread, 314 ms (x1.2) with it in this worker process (2 cores shared with other work, load
-average 5). A thread also cannot be stopped: a search that
-a newer edit made useless would run to its end (a minute at p = 32, m = 256) and hold a core the
-new answer needs. A process is stopped at once (SIGKILL), and a fresh one starts with the next
-job. The worker is a plain ``python -m ctrlmem.background`` subprocess (see :class:`_Worker`),
+``v-min`` searches for new costs, interleaved rounds, 2 cores shared with other work (load
+average about 4): with compiled kernels 191 ms alone, 266 ms (x1.4) next to a thread, 255 ms
+(x1.3) next to the worker process; with the search as Python 225 ms alone, 602 ms (x2.7) next to
+a thread, 249 ms (x1.1) next to the worker process. The worker is a plain ``python -m ctrlmem.background`` subprocess (see :class:`_Worker`),
 started once and reused while no job is cancelled.
 
 Nothing keeps running after its owner ends: :meth:`BackgroundBuilds.close` (and the owner's

@@ -20,8 +20,10 @@ without numba (or with ``CTRLMEM_JIT=0``) all of the search is Python.
 ``v-min`` searches for new costs, interleaved rounds, 2 cores shared with other work (load
 average about 4): with compiled kernels 191 ms alone, 266 ms (x1.4) next to a thread, 255 ms
 (x1.3) next to the worker process; with the search as Python 225 ms alone, 602 ms (x2.7) next to
-a thread, 249 ms (x1.1) next to the worker process. The worker is a plain ``python -m ctrlmem.background`` subprocess (see :class:`_Worker`),
-started once and reused while no job is cancelled.
+a thread, 249 ms (x1.1) next to the worker process.
+
+The worker is a plain ``python -m ctrlmem.background`` subprocess (see :class:`_Worker`), started
+once and reused while no job is cancelled.
 
 Nothing keeps running after its owner ends: :meth:`BackgroundBuilds.close` (and the owner's
 garbage collection, and interpreter exit) kills the worker; on Linux the worker also asks the

@@ -5,6 +5,7 @@ schedule figures regenerated into ``figures/`` (docs/theory.md §9: Fig. 4, 5 an
     ctrlmem draw 1f1b -p 4 -m 8 --view memory -o build/1f1b-memory.svg
     ctrlmem draw 1f1b -p 8 -m 32 --compare zb-h1,zb-h2,zb-v --view pareto -o build/pareto.html
     ctrlmem draw my_schedule.csv --costs 6,8,4,0.2 -o build/mine.pdf   # a torch/torchtitan CSV
+    ctrlmem draw --state explorer.state.json -o build/shown.png          # what the explorer showed
     ctrlmem figures -o figures --format png,svg
 
 ``.html`` files embed plotly.js (they open offline); ``.png``, ``.svg`` and ``.pdf`` go through kaleido,
@@ -109,10 +110,39 @@ def _cmd_draw(args: argparse.Namespace) -> int:
         raise CliError(f"-o {out!r}: the file name must end in .html, .png, .svg or .pdf")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)  # the folder named is created
     check_output_path(out)  # a folder, a file where a folder should be: said before drawing
+    if args.state:
+        return _cmd_draw_state(args)
+    if not args.name:
+        raise CliError("give a schedule name (see `ctrlmem list`) or a schedule file, or --state FILE")
+    if args.view == "explorer":
+        raise CliError("--view explorer draws an explorer state file: add --state FILE")
     fig = draw_figure(args)
     _plot().write_figure(fig, out, scale=args.scale)
     print(f"wrote {out}")
     return 0
+
+
+def _cmd_draw_state(args: argparse.Namespace) -> int:
+    """``ctrlmem draw --state FILE``: what the explorer showed when it saved FILE, exactly."""
+    from .explore import draw_state  # noqa: PLC0415
+
+    if args.name:
+        raise CliError(f"--state FILE draws the explorer's saved state; drop the schedule {args.name!r}")
+    view = args.view if args.view_given else "explorer"
+    try:
+        out = draw_state(args.state, args.output, view=view, width=args.width, scale=args.scale)
+    except FileNotFoundError:
+        raise CliError(f"--state {args.state}: no such file; save one with the explorer's 'save state' button") from None
+    except ValueError as exc:
+        raise CliError(f"--state {args.state}: {exc}") from None
+    print(f"wrote {out}")
+    return 0
+
+
+class _ViewGiven(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.view_given = True
 
 
 # -- the paper's figures -----------------------------------------------------------------------
@@ -310,12 +340,20 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 def add_commands(subparsers) -> None:
     """Add ``draw`` and ``figures`` to the ``ctrlmem`` command line."""
     p = subparsers.add_parser("draw", help="draw a schedule (diagram, memory, blocks) to .html/.png/.svg/.pdf")
-    add_schedule_arguments(p)
+    p.add_argument("name", nargs="?", default=None,
+                   help="schedule name (see `ctrlmem list`), or a schedule file: a torch / torchtitan pipelining "
+                        "CSV or ctrlmem's text form (not with --state)")
+    add_schedule_arguments(p, name=False)
+    p.add_argument("--state", metavar="FILE", default=None,
+                   help="an explorer state file ('save state'): draw exactly what the explorer showed; .html "
+                        "gives its report, .png/.svg/.pdf its diagram above its memory curves (--view schedule "
+                        "or memory: one of them)")
     p.add_argument("--compare", metavar="NAME2,...", default="",
                    help="more schedules stacked on the same time axis (same p, m, costs)")
-    p.add_argument("--view", choices=VIEWS, default="schedule",
+    p.add_argument("--view", choices=VIEWS + ("explorer",), default="schedule", action=_ViewGiven,
                    help="schedule diagram (default), memory curves, building blocks, lifespan bars, "
-                        "bubble rate vs memory, throughput vs memory (Pareto)")
+                        "bubble rate vs memory, throughput vs memory (Pareto); with --state: explorer "
+                        "(default), schedule or memory")
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="output file: .html (offline, plotly.js embedded), .png, .svg or .pdf")
     p.add_argument("--title", default=None, help="figure title (default: schedules, p, m, costs, budget)")
@@ -323,7 +361,7 @@ def add_commands(subparsers) -> None:
                    help="figure width in pixels (100 to 16384)")
     p.add_argument("--scale", type=float_arg(maximum=10, what="PNG pixels per layout pixel"), default=2.0,
                    help="PNG pixel scale, > 0 and at most 10 (default 2)")
-    p.set_defaults(func=_cmd_draw)
+    p.set_defaults(func=_cmd_draw, view_given=False)
 
     f = subparsers.add_parser("figures", help="regenerate the paper's schedule figures (Fig. 1-5, 11, 18)")
     f.add_argument("-o", "--output", default="figures", metavar="DIR", help="output folder (default figures/)")

@@ -1,69 +1,142 @@
-"""Benchmark: build + simulate the V schedules and the v-shape search (issue 3).
+"""Benchmark: the schedule searches, each in a cold process, against a baseline commit in the same run.
 
-    .venv/bin/python benchmarks/bench_v_shape.py            # the issues' sizes
-    .venv/bin/python benchmarks/bench_v_shape.py --quick    # small sizes, a few seconds
+    .venv/bin/python benchmarks/bench_v_shape.py                   # the issue's cases, baseline b9ca453
+    .venv/bin/python benchmarks/bench_v_shape.py --quick           # three small cases, a minute
+    .venv/bin/python benchmarks/bench_v_shape.py --baseline none   # this checkout only
+    .venv/bin/python benchmarks/bench_v_shape.py --jit-compare     # also the kernels as plain Python
 
-Prints wall-clock seconds (best of ``--repeat`` runs for the fixed schedules; the search runs
-once cold, its result cache cleared first, then once warm) and the machine's load average,
-since timings on a shared machine move with it. Targets from the issue: under 1 s per fixed
-schedule at p=32, m=512; the v-shape search (cold, at budgets 0.5, 1.0, 2.0 with unequal costs)
-under 10 s at p=16, m=128 and under 60 s at p=32, m=256.
+Every measurement is a fresh interpreter (nothing cached in memory; numba's compiled kernels are
+loaded from its on-disk cache, as for any user after set-up) that builds one schedule. It prints
+the CPU seconds (user + sys, so that other load on a shared machine matters less than for wall
+time) of the build call alone, the median of ``--repeat`` processes, and of the whole process
+(interpreter start and imports included), with the longest device span and peak of the result.
+The baseline (default: commit ``b9ca453``, before the search engine) is extracted with
+``git archive`` into a temporary folder and run the same way (once per case by default: it takes
+up to a minute per case); the ratio column is baseline / ours. The machine's load average is
+printed with each block, since CPU time moves with it too.
+
+Costs F:B:W:comm = 3:4:2:0.1 (full device-stage times), as in the issue.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import time
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
+
+_CHILD = r"""
+import json, resource, sys, time
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+c0 = cpu()
 import ctrlmem as cm
-from ctrlmem.schedules import adaptive
+name, p, m, lim = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+lim = None if lim == "-" else float(lim)
+costs = cm.Costs(3, 4, 2, 0.1)
+try:  # load the compiled kernels (from numba's cache) outside the timed call, as imports are
+    from ctrlmem.search import kernels
+    kernels._prepare()
+except ImportError:  # the baseline has no engine
+    pass
+c1 = cpu()
+s = cm.build(name, p, m, costs=costs, memory_limit=lim)
+c2 = cpu()
+r = cm.simulate(s, costs)
+print(json.dumps({"search": c2 - c1, "process": cpu(), "span": max(r.device_spans), "peak": max(r.peak_memory)}))
+"""
 
 
-def _time(fn, repeat: int) -> tuple[float, object]:
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+def cases(quick: bool) -> list[tuple[str, int, int, float | None, float | None]]:
+    """(schedule, p, m, budget, target CPU s)."""
+    if quick:
+        return [("v-shape", 8, 32, 0.5, None), ("v-shape", 8, 32, 1.0, None), ("v-min", 16, 64, None, None)]
+    out: list[tuple[str, int, int, float | None, float | None]] = []
+    for lim in (1 / 16, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 1.0, 1.25, 1.5, 2.0):
+        out.append(("v-shape", 16, 128, lim, 1.5))
+    for lim in (0.5, 1.0, 2.0):
+        out.append(("v-shape", 32, 256, lim, 6.0))
+    for name in ("v-min", "v-half", "v-zb", "1f1b-v"):
+        out.append((name, 32, 256, None, 1.0))
+    out.append(("zb", 32, 256, 1.0, None))
+    out.append(("zb", 32, 256, 2.0, None))
+    return out
+
+
+def run_case(root: Path, case, env_extra: dict | None = None) -> dict:
+    name, p, m, lim, _ = case
+    env = dict(os.environ, PYTHONPATH=str(root), **(env_extra or {}))
+    proc = subprocess.run([sys.executable, "-c", _CHILD, name, str(p), str(m), "-" if lim is None else repr(lim)],
+                          capture_output=True, text=True, env=env, cwd=root, timeout=3600)
+    if proc.returncode != 0:
+        raise SystemExit(f"{name} p={p} m={m} failed under {root}:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def baseline_tree(commit: str) -> Path:
+    tmp = Path(tempfile.mkdtemp(prefix="ctrlmem-baseline-"))
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "ctrlmem"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive.stdout, check=True)
+    return tmp
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="p=8, m=64 and a p=8, m=32 search")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per fixed schedule (best is shown)")
+    ap.add_argument("--quick", action="store_true", help="three small cases")
+    ap.add_argument("--repeat", type=int, default=3, help="cold processes per case for this checkout (median)")
+    ap.add_argument("--baseline", default="b9ca453", help="commit to compare with, or 'none'")
+    ap.add_argument("--baseline-repeat", type=int, default=1, help="cold processes per case for the baseline")
+    ap.add_argument("--jit-compare", action="store_true", help="also run each case with CTRLMEM_JIT=0 (plain Python)")
     args = ap.parse_args()
-    p_fixed, m_fixed = (8, 64) if args.quick else (32, 512)
-    p_search, m_search = (8, 32) if args.quick else (16, 64)
-    unit = cm.Costs(1, 1, 1, 0)
-    costs = cm.Costs(3, 4, 2, 0.1)
-
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
-    print(f"fixed schedules, p={p_fixed}, m={m_fixed}, costs F=B=W=1 comm=0")
-    print(f"{'schedule':<10} {'build s':>8} {'simulate s':>10} {'passes':>7} {'peak a':>7} {'bubble tau':>10} {'bubble rate':>11}")
-    for name in ("v-min", "v-half", "v-zb"):
-        t_build, sched = _time(lambda: cm.build(name, p_fixed, m_fixed), args.repeat)
-        t_sim, res = _time(lambda: cm.simulate(sched, unit), args.repeat)
-        print(
-            f"{name:<10} {t_build:>8.3f} {t_sim:>10.3f} {sched.num_passes:>7} {max(res.peak_memory):>7g} "
-            f"{2 * max(res.device_bubbles):>10g} {res.bubble_rate:>11.4f}"
-        )
-
-    print("\nv-shape search, cold (caches cleared before each call), costs F,B,W,comm = 3,4,2,0.1")
-    print(f"{'p':>3} {'m':>4} {'limit':>6} {'wall s':>7} {'cpu s':>6} {'peak a':>7} {'bubble rate':>11}  chosen")
-    sizes = [(p_search, m_search)] if args.quick else [(16, 128), (32, 256)]
-    for p, m in sizes:
-        for limit in (0.5, 1.0, 2.0):
-            adaptive.clear_caches()
-            w0, c0 = time.perf_counter(), time.process_time()
-            sched = cm.build("v-shape", p, m, costs=costs, memory_limit=limit)
-            wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-            r = cm.simulate(sched, costs)
-            print(f"{p:>3} {m:>4} {limit:>6g} {wall:>7.2f} {cpu:>6.2f} {max(r.peak_memory):>7g} {r.bubble_rate:>11.4f}  "
-                  f"{dict(sched.params)['block']}")
-    print("targets: p=16, m=128 under 10 s; p=32, m=256 under 60 s (wall on an idle machine; cpu s is the "
-          "process's own time, what the wall time would be without other load)")
+    base = None
+    if args.baseline != "none":
+        try:
+            base = baseline_tree(args.baseline)
+        except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+            print(f"(no baseline: cannot extract {args.baseline!r} with git archive: {exc})")
+    try:
+        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs); costs 3:4:2:0.1; "
+              f"CPU s = user + sys of the build call, median of {args.repeat} cold processes")
+        head = f"{'schedule':<8} {'p':>3} {'m':>4} {'budget':>7} {'search s':>9} {'process s':>10} {'target':>7} {'span':>9} {'peak':>5}"
+        if base is not None:
+            head += f" | {'base s':>7} {'base span':>9} {'ratio':>6}"
+        if args.jit_compare:
+            head += f" | {'python s':>8}"
+        print(head)
+        misses = 0
+        for case in cases(args.quick):
+            name, p, m, lim, target = case
+            runs = [run_case(REPO, case) for _ in range(args.repeat)]
+            search = statistics.median(r["search"] for r in runs)
+            process = statistics.median(r["process"] for r in runs)
+            r0 = runs[0]
+            line = (f"{name:<8} {p:>3} {m:>4} {'-' if lim is None else format(lim, '.4g'):>7} {search:>9.2f} {process:>10.2f} "
+                    f"{'-' if target is None else format(target, 'g'):>7} {r0['span']:>9g} {r0['peak']:>5g}")
+            if target is not None and search > target:
+                misses += 1
+                line += " (over target)"
+            if base is not None:
+                b = [run_case(base, case) for _ in range(args.baseline_repeat)]
+                bs = statistics.median(x["search"] for x in b)
+                line += f" | {bs:>7.2f} {b[0]['span']:>9g} {bs / search:>6.1f}"
+                if r0["span"] > b[0]["span"] + 1e-9:
+                    line += " SLOWER SCHEDULE"
+            if args.jit_compare:
+                py = run_case(REPO, case, {"CTRLMEM_JIT": "0"})
+                line += f" | {py['search']:>8.2f}"
+            print(line, flush=True)
+        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {misses} case(s) over target")
+    finally:
+        if base is not None:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -90,18 +90,31 @@ def notebook_with_parameters(source: str, dest: str, **params) -> None:
         json.dump(nb, fh)
 
 
+EXPLORER_READY = (".ctrlmem-diagram .js-plotly-plot .main-svg", ".ctrlmem-memory .js-plotly-plot .main-svg")
+
+
 @contextlib.contextmanager
 def lab_page(notebook: str, *, workdir: str | None = None, viewport=(1400, 1600), env: dict | None = None,
-             **params):
+             path: str = "explore.ipynb", ready: tuple[str, ...] = EXPLORER_READY,
+             files: dict[str, str] | None = None, **params):
     """Yield a playwright page with ``notebook`` (parameters overridden by ``params``) open in
-    JupyterLab and every cell run. Server, kernels and browser are stopped on exit."""
+    JupyterLab and every cell run. Server, kernels and browser are stopped on exit.
+
+    ``path``: where the notebook lies under the server's root (a sub-folder like
+    ``notebooks/x.ipynb`` gives it the repository's layout); ``files``: more files to copy
+    there (``{relative path: source}``); ``ready``: selectors that must show before the page is
+    handed over (default: the explorer's two plots; the probe that times updates is installed
+    when they are the explorer's)."""
     from playwright.sync_api import sync_playwright  # noqa: PLC0415
 
     own_tmp = workdir is None
     tmp = tempfile.mkdtemp(prefix="ctrlmem-lab-") if own_tmp else workdir
     work = os.path.join(tmp, "lab")
-    os.makedirs(work, exist_ok=True)
-    notebook_with_parameters(notebook, os.path.join(work, "explore.ipynb"), **params)
+    os.makedirs(os.path.dirname(os.path.join(work, path)), exist_ok=True)
+    notebook_with_parameters(notebook, os.path.join(work, path), **params)
+    for rel, source in (files or {}).items():
+        os.makedirs(os.path.dirname(os.path.join(work, rel)) or work, exist_ok=True)
+        shutil.copyfile(source, os.path.join(work, rel))
     port, token = _free_port(), secrets.token_hex(16)
     base = f"http://127.0.0.1:{port}"
     full_env = dict(os.environ, JUPYTER_RUNTIME_DIR=os.path.join(tmp, "runtime"), PYTHONUNBUFFERED="1",
@@ -137,7 +150,7 @@ def lab_page(notebook: str, *, workdir: str | None = None, viewport=(1400, 1600)
         page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
         page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base)
         page.set_default_timeout(180_000)
-        page.goto(f"{base}/lab/tree/explore.ipynb?token={token}")
+        page.goto(f"{base}/lab/tree/{path}?token={token}")
         page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=180_000)
         page.wait_for_selector(".jp-StatusBar-Widget:has-text('Python 3 (ipykernel) | Idle')", timeout=180_000)
         for attempt in range(3):  # a click that lands before the kernel connection is up: retry
@@ -150,12 +163,13 @@ def lab_page(notebook: str, *, workdir: str | None = None, viewport=(1400, 1600)
             except Exception:  # noqa: BLE001  (playwright's TimeoutError)
                 if attempt == 2:
                     raise
-        page.wait_for_selector(".ctrlmem-diagram .js-plotly-plot .main-svg", timeout=300_000)
-        page.wait_for_selector(".ctrlmem-memory .js-plotly-plot .main-svg", timeout=300_000)
+        for selector in ready:
+            page.wait_for_selector(selector, timeout=300_000)
         news = page.locator(".jp-toast-button:text-is('No')")
         if news.count():
             news.first.click()  # the "Jupyter news?" toast would cover the plots
-        install_probe(page)
+        if tuple(ready) == EXPLORER_READY:
+            install_probe(page)
         yield page
     finally:
         if browser is not None:

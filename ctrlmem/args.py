@@ -12,8 +12,9 @@ from typing import Sequence
 from .costs import Costs
 from .schedules import SCHEDULES, build
 
-__all__ = ["CliError", "Terminated", "add_schedule_arguments", "add_memory_gb_arguments", "apply_memory_gb",
-           "parse_params", "schedule_from_args", "is_schedule_file", "os_error_message"]
+__all__ = ["CliError", "Terminated", "Parser", "add_schedule_arguments", "add_memory_gb_arguments",
+           "apply_memory_gb", "parse_params", "schedule_from_args", "is_schedule_file", "os_error_message",
+           "int_arg", "float_arg", "memory_limit_arg"]
 
 
 class CliError(Exception):
@@ -30,29 +31,81 @@ class Terminated(BaseException):
 
 
 def os_error_message(exc: OSError) -> str:
-    """One line for a file or OS error: what went wrong, where, and the fix (never a bare errno)."""
-    import errno as _errno
+    """One line for a file or OS error: what went wrong, where, and the fix (never a bare errno);
+    :func:`ctrlmem.fileio.describe_os_error`."""
+    from .fileio import describe_os_error
 
-    where = exc.filename if exc.filename is not None else None
-    where2 = getattr(exc, "filename2", None)
-    path = f"{where}" + (f" -> {where2}" if where2 else "") if where is not None else "a file"
-    if isinstance(exc, IsADirectoryError):
-        return f"{path} is a folder; give a file name (e.g. {where}/NAME)"
-    if isinstance(exc, NotADirectoryError):
-        return f"{path}: part of this path is a file, not a folder; choose a path whose folders are folders"
-    if isinstance(exc, FileExistsError):
-        return f"{path} already exists and is not a folder; give a folder path, or remove the file"
-    if isinstance(exc, FileNotFoundError):
-        return (f"{path}: no such file or folder; check the path, or create the folder first "
-                f"(mkdir -p {'$(dirname ' + str(where) + ')' if where else 'DIR'})")
-    if isinstance(exc, PermissionError):
-        return f"{path}: permission denied; choose a location you can write to (or fix its permissions)"
-    if exc.errno in (_errno.ENOSPC, getattr(_errno, "EDQUOT", -1)):
-        return f"{path}: no space left on the device; free some space or choose another location"
-    if exc.errno == _errno.EROFS:
-        return f"{path}: read-only file system; choose a writable location"
-    reason = exc.strerror or type(exc).__name__
-    return f"{path}: {reason}"
+    return describe_os_error(exc)
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (``ctrlmem CMD: error: ...``, exit status
+    2) naming the argument, the problem and where the usage is, instead of the usage block."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
+
+
+def int_arg(minimum: int = 1, maximum: int | None = None, what: str = ""):
+    """An argparse ``type``: an integer ``>= minimum`` (and ``<= maximum``)."""
+    kind = "a positive integer" if minimum == 1 else ("an integer >= 0" if minimum == 0 else f"an integer >= {minimum}")
+    extra = f" ({what})" if what else ""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {kind}{extra}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {kind}{extra}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}{extra}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_arg(positive: bool = True, maximum: float | None = None, what: str = ""):
+    """An argparse ``type``: a finite number (``> 0`` when ``positive``; ``<= maximum``)."""
+    import math
+
+    extra = f" ({what})" if what else ""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number{extra}, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number{extra}, got {text!r}")
+        if positive and not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0{extra}, got {text!r}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum:g}{extra}, got {text!r}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def memory_limit_arg(text: str) -> float:
+    """``--memory-limit``: a fraction of 1F1B's peak, finite, > 0, at most
+    :data:`ctrlmem.checks.MAX_MEMORY_LIMIT`."""
+    import math
+
+    from .checks import MAX_MEMORY_LIMIT
+
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number (a fraction of 1F1B's peak, e.g. 0.5), got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive fraction of 1F1B's peak (e.g. 0.5), got {text!r}")
+    if value > MAX_MEMORY_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_MEMORY_LIMIT:g} (a fraction of 1F1B's peak; no "
+                                         f"schedule can use more), got {text!r}")
+    return value
 
 
 def add_schedule_arguments(parser: argparse.ArgumentParser, name: bool = True) -> None:
@@ -60,9 +113,9 @@ def add_schedule_arguments(parser: argparse.ArgumentParser, name: bool = True) -
     if name:
         parser.add_argument("name", help="schedule name (see `ctrlmem list`), or a schedule file: a "
                                          "torch / torchtitan pipelining CSV or ctrlmem's text form")
-    parser.add_argument("-p", "--devices", type=int, default=4, action=_Explicit,
+    parser.add_argument("-p", "--devices", type=int_arg(), default=4, action=_Explicit,
                         help="number of devices p (default 4; a schedule file sets its own)")
-    parser.add_argument("-m", "--microbatches", type=int, default=8, action=_Explicit,
+    parser.add_argument("-m", "--microbatches", type=int_arg(), default=8, action=_Explicit,
                         help="number of microbatches m (default 8; a schedule file sets its own)")
     parser.add_argument(
         "--costs",
@@ -70,7 +123,7 @@ def add_schedule_arguments(parser: argparse.ArgumentParser, name: bool = True) -
         help="F,B,W[,COMM]: pass times of one full device-stage and the hop latency (default 1,1,1,0)",
     )
     parser.add_argument(
-        "--memory-limit", type=float, default=None,
+        "--memory-limit", type=memory_limit_arg, default=None,
         help="activation budget as a fraction of 1F1B's peak (memory-budgeted schedules only)",
     )
     add_memory_gb_arguments(parser)
@@ -141,8 +194,9 @@ class _Explicit(argparse.Action):
 
 
 def is_schedule_file(name: str) -> bool:
-    """Whether a schedule argument names a file rather than a registered schedule."""
-    return name not in SCHEDULES and (os.path.isfile(name) or os.sep in name
+    """Whether a schedule argument names a file (or a folder, a FIFO: anything at that path)
+    rather than a registered schedule."""
+    return name not in SCHEDULES and (os.path.lexists(name) or os.sep in name
                                       or name.lower().endswith((".csv", ".txt", ".sched")))
 
 
@@ -188,8 +242,11 @@ def _schedule_from_file(args: argparse.Namespace, path: str):
     from .ir import Schedule  # noqa: PLC0415
     from .validate import validate  # noqa: PLC0415
 
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise CliError(f"{path}: no such file, and not a registered schedule (see `ctrlmem list`)")
+    if os.path.isdir(path):
+        raise CliError(f"{path} is a folder; give a schedule file (a torch CSV or ctrlmem's text form) or a "
+                       f"registered schedule (see `ctrlmem list`)")
     explicit = getattr(args, "explicit", set())
     if args.param:
         raise CliError(f"--param applies to generators; {path} is a schedule file")
@@ -197,7 +254,7 @@ def _schedule_from_file(args: argparse.Namespace, path: str):
         raise CliError(f"--memory-limit applies to generators; {path} is a schedule file "
                        "(its memory is what its order gives)")
     m = args.microbatches if "microbatches" in explicit else None
-    schedule = Schedule.load(path, num_microbatches=m)
+    schedule = Schedule.load(path, num_microbatches=m, allow_large=getattr(args, "allow_large", False))
     if "devices" in explicit and args.devices != schedule.num_devices:
         raise CliError(f"-p {args.devices} does not match {path}, which has {schedule.num_devices} ranks")
     if m is not None and m != schedule.num_microbatches:

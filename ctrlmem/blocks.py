@@ -19,6 +19,8 @@ passes) that :meth:`Timeline.to_schedule` turns into a :class:`~ctrlmem.ir.Sched
 notebook can show them one after another (the paper's Fig. 1, 3, 11, 18). For large ``m``,
 :func:`build_from_block` runs the steps on a shorter pipeline and lengthens its periodic stable
 phase (:func:`extend_stable`); the tests check this gives the same orders as the direct run.
+The steps themselves are compiled kernels (:mod:`ctrlmem.steps`) that the search's families also
+run directly on arrays; the functions here wrap them for :class:`Timeline` objects.
 
 Symbols (docs/theory.md §1–6): the slot is the paper's unit pass τ (one F, B or W over one V-shape
 chunk); ``interval`` is *T*; :meth:`BuildingBlock.lifespans` is *l* per stage (start of its F to
@@ -38,12 +40,15 @@ the same τ, so a full-stage F is 2 slots and a fused BW 4 (docs/theory.md §1),
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
+import numpy as np
+
+from . import steps
 from .ir import Op, Pass, Placement, Schedule
+from .search.encoding import CandidateSet, extend, from_schedules
 from .validate import execute, index_schedule
 
 __all__ = [
@@ -193,17 +198,6 @@ class Timeline:
         return "\n".join(lines)
 
 
-def _make_timeline(name, placement, m, per_device: Sequence[Iterable[SlotPass]]) -> Timeline:
-    rows = []
-    for d, row in enumerate(per_device):
-        srt = sorted(row)
-        for a, b in zip(srt, srt[1:]):
-            if b.start < a.end:
-                raise AssertionError(f"device {d}: {a} overlaps {b}")
-        rows.append(tuple(srt))
-    return Timeline(name, placement, m, tuple(rows))
-
-
 # --------------------------------------------------------------------------------------------
 # Building block
 
@@ -331,14 +325,8 @@ class BuildingBlock:
         if num_microbatches < 1:
             raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
         self.check()
-        T = self.interval
-        per_device: list[list[SlotPass]] = []
-        for d in range(self.num_devices):
-            base = self.device_passes(d)
-            per_device.append(
-                [SlotPass(sp.start + k * T, sp.length, sp.op, sp.stage, k) for k in range(num_microbatches) for sp in base]
-            )
-        return _make_timeline(self.name, self.placement, num_microbatches, per_device)
+        return _timeline_of(self.name, self.placement, num_microbatches,
+                            steps.repeat(_block_rows(self), self.interval, num_microbatches))
 
     def to_text(self) -> str:
         """The block drawn as one line per device (see :meth:`Timeline.to_text`)."""
@@ -354,115 +342,31 @@ def place_w(timeline: Timeline) -> Timeline:
 
     Existing ``W`` passes are removed first. Each device keeps one first-in-first-out queue of
     pending ``W`` per stage; a free gap takes pending ``W`` (higher stage first, as the authors'
-    code does for V-shape chunks) while they fit; the rest follow the device's last pass. Placing
-    ``W`` as early as possible never raises memory over any other placement of the same
-    ``F``/``B`` times.
+    code does for V-shape chunks) while they fit; the rest follow the device's last pass. A ``W``
+    lasts as long as the first ``W`` or ``B`` of its stage in the timeline. Placing ``W`` as early
+    as possible never raises memory over any other placement of the same ``F``/``B`` times.
+    (Compiled: :func:`ctrlmem.steps.place_w`.)
     """
-    W_LEN = _w_lengths(timeline)
-    rows = []
-    for d, row in enumerate(timeline.rows):
-        base = [sp for sp in row if sp.op is not Op.W]
-        stages = sorted(timeline.placement.stages_of(d), reverse=True)
-        queues: dict[int, list[int]] = {s: [] for s in stages}
-        heads = {s: 0 for s in stages}
-        out: list[SlotPass] = []
-        t = base[0].start if base else 0
-        for sp in base:
-            # fill the gap [t, sp.start)
-            t = _fill_gap(out, queues, heads, stages, W_LEN, t, sp.start)
-            out.append(sp)
-            if sp.op is Op.B:
-                queues[sp.stage].append(sp.microbatch)
-            t = sp.end
-        _fill_gap(out, queues, heads, stages, W_LEN, t, None)
-        rows.append(out)
-    return _make_timeline(timeline.name, timeline.placement, timeline.num_microbatches, rows)
-
-
-def _w_lengths(timeline: Timeline) -> dict[int, int]:
-    lengths: dict[int, int] = {}
-    for row in timeline.rows:
-        for sp in row:
-            if sp.op is Op.W:
-                lengths.setdefault(sp.stage, sp.length)
-            elif sp.op is Op.B:
-                lengths.setdefault(sp.stage, sp.length)
-    return lengths
-
-
-def _fill_gap(out, queues, heads, stages, lengths, t, stop) -> int:
-    while True:
-        placed = False
-        for s in stages:
-            q, h = queues[s], heads[s]
-            if h < len(q):
-                ln = lengths[s]
-                if stop is None or t + ln <= stop:
-                    out.append(SlotPass(t, ln, Op.W, s, q[h]))
-                    heads[s] = h + 1
-                    t += ln
-                    placed = True
-                    break
-        if not placed:
-            return t
+    P = timeline.placement
+    rows = steps.place_w(_rows_of(timeline), _stages_desc(P), P.num_stages, timeline.num_microbatches)
+    return _timeline_of(timeline.name, P, timeline.num_microbatches, rows)
 
 
 def squeeze(timeline: Timeline) -> Timeline:
     """Run every pass as early as possible, keeping each device's order (docs/theory.md §2).
 
     Pass lengths stay the block's slot lengths; use :func:`ctrlmem.simulate` on
-    :meth:`Timeline.to_schedule` to squeeze with real costs. The timeline must be a valid
-    schedule (every step here produces one; :func:`ctrlmem.validate` checks any other).
+    :meth:`Timeline.to_schedule` to squeeze with real costs. Raises
+    :class:`ctrlmem.ScheduleError` if the device orders deadlock. (Compiled:
+    :func:`ctrlmem.steps.squeeze`.)
     """
-    S, m = timeline.placement.num_stages, timeline.num_microbatches
-    sm = S * m
-    end = [-1] * (3 * sm)
-    rows = timeline.rows
-    keys = [[(_KIND[sp.op] * S + sp.stage) * m + sp.microbatch for sp in row] for row in rows]
-    starts: list[list[int]] = [[0] * len(row) for row in rows]
-    ptr = [0] * len(rows)
-    free = [0] * len(rows)
-    waiting: dict[int, list[int]] = {}
-    queue = list(range(len(rows) - 1, -1, -1))
-    last = S - 1
-    while queue:
-        d = queue.pop()
-        row, krow, srow = rows[d], keys[d], starts[d]
-        i, t_free, n = ptr[d], free[d], len(row)
-        while i < n:
-            key = krow[i]
-            kind, r = divmod(key, sm)
-            if kind == 0:
-                q = key - m if r >= m else -1
-            elif kind == 1:
-                q = key + m if r // m < last else r
-            else:
-                q = key - sm
-            t = t_free
-            if q >= 0:
-                e = end[q]
-                if e < 0:
-                    waiting.setdefault(q, []).append(d)
-                    break
-                if e > t:
-                    t = e
-            srow[i] = t
-            t_free = t + row[i].length
-            end[key] = t_free
-            i += 1
-            woken = waiting.pop(key, None)
-            if woken:
-                queue.extend(woken)
-        ptr[d], free[d] = i, t_free
-    if any(ptr[d] < len(rows[d]) for d in range(len(rows))):
-        validate_schedule = timeline.to_schedule()
-        execute(validate_schedule, index_schedule(validate_schedule), [1.0] * (3 * sm), 0.0)  # raises
+    P, m = timeline.placement, timeline.num_microbatches
+    rows = steps.squeeze(_rows_of(timeline), P.num_stages, m)
+    if rows is None:
+        s = timeline.to_schedule()
+        execute(s, index_schedule(s), [1.0] * (3 * P.num_stages * m), 0.0)  # raises, naming the deadlock
         raise AssertionError("squeeze: stuck without a deadlock")  # pragma: no cover
-    out = tuple(
-        tuple(SlotPass(t, sp.length, sp.op, sp.stage, sp.microbatch) for t, sp in zip(srow, row))
-        for srow, row in zip(starts, rows)
-    )
-    return Timeline(timeline.name, timeline.placement, m, out)
+    return _timeline_of(timeline.name, P, m, rows)
 
 
 def reorder(
@@ -478,226 +382,67 @@ def reorder(
     Passes are visited in slot order. The *warm-up* is everything before the first backward of
     stage 0; the *cool-down* everything after both that backward and the forward of stage 0's
     last microbatch; the stable phase between stays where it is unless ``stable=True``. A
-    pass of a phase that may move goes to the earliest free slot at or after the end of its inputs (and of the same pass of
-    the previous microbatch) for which its device's live activations stay within
-    ``memory_cap`` (default: the timeline's own peak over all devices, counted in live stage
-    activations).
+    pass of a phase that may move goes to the earliest free slot at or after the end of its
+    inputs (and of the same pass of the previous microbatch) for which its device's live
+    activations stay within ``memory_cap`` (default: the timeline's own peak over all devices,
+    counted in live stage activations).
 
     With ``W`` passes in the timeline they count as anonymous releases (the ``j``-th ``W`` of a
     device follows its ``j``-th ``B``) and move like the others; re-place them with
     :func:`place_w` afterwards. Without ``W`` passes, memory is counted as if pending ``W`` filled
     every idle slot (the model of :func:`place_w`; one-slot W only). ``warmup`` defaults to
     moving the warm-up only when the timeline has ``W`` passes (or fuses its backward), as the
-    authors do.
+    authors do. (Compiled: :func:`ctrlmem.steps.reorder`.)
     """
-    P = timeline.placement
-    S, m = P.num_stages, timeline.num_microbatches
-    explicit_w = timeline.has_w
-    if warmup is None:
-        warmup = explicit_w or not any(sp.op is Op.B for row in timeline.rows for sp in row)
-    end_slot = timeline.end + 2
-    sm = S * m
+    P, m = timeline.placement, timeline.num_microbatches
+    rows = steps.reorder(_rows_of(timeline), P.num_stages, m, warmup, cooldown, memory_cap, stable)
+    return _timeline_of(timeline.name, P, m, rows)
+
+
+# -- Timeline <-> the kernels' arrays ----------------------------------------------------------
+
+_OPCODE = {Op.F: steps.OP_F, Op.B: steps.OP_B, Op.W: steps.OP_W, Op.BW: steps.OP_BW}
+_OP_OF = (Op.F, Op.B, Op.W, Op.BW)
+
+
+def _rows_of(timeline: Timeline) -> steps.Rows:
     rows = timeline.rows
-    start: dict[int, int] = {}
-    length: dict[int, int] = {}
-    w_keys: list[list[int]] = [[] for _ in rows]
-    w_index: dict[int, int] = {}
-    b0_pos = flast_pos = None
+    out = steps.Rows(len(rows), max((len(r) for r in rows), default=0))
     for d, row in enumerate(rows):
-        for sp in row:
-            key = (_KIND[sp.op] * S + sp.stage) * m + sp.microbatch
-            start[key], length[key] = sp.start, sp.length
-            if sp.op is Op.W:
-                w_index[key] = len(w_keys[d])
-                w_keys[d].append(key)
-            elif sp.stage == 0:
-                if sp.op is Op.F and sp.microbatch == m - 1:
-                    flast_pos = (sp.start, d)
-                elif sp.op is not Op.F and (b0_pos is None or (sp.start, d) < b0_pos):
-                    b0_pos = (sp.start, d)
-    inf = (math.inf, 0)
-    b0_pos = b0_pos or inf
-    stable_end = max(b0_pos, flast_pos or inf) if flast_pos is not None else inf
-    # the passes that may move, in slot order: warm-up (< b0), stable, cool-down (> stable_end)
-    movable = []
-    for d, row in enumerate(rows):
-        for i, sp in enumerate(row):
-            pos = (sp.start, d)
-            if pos < b0_pos:
-                ok = warmup
-            elif pos <= stable_end:
-                ok = stable
-            else:
-                ok = cooldown
-            if ok:
-                movable.append((sp.start, d, i))
-    movable.sort()
-    mem = [_Memory(row, end_slot, explicit_w) for row in rows]
-    cap = memory_cap if memory_cap is not None else max((mm.peak() for mm in mem), default=0)
-    b_starts: list[list[int]] = [sorted(sp.start for sp in row if sp.op is Op.B) for row in rows]
-    b_len = [next((sp.length for sp in row if sp.op is Op.B), 1) for row in rows]
-    occ = []
-    for row in rows:
-        o = bytearray(end_slot + 2)
-        for sp in row:
-            o[sp.start : sp.end] = b"\x01" * sp.length
-        occ.append(o)
-    new_rows = [list(row) for row in rows]
-    changed = [False] * len(rows)
-    for t0, d, i in movable:
-        sp = rows[d][i]
-        kind = _KIND[sp.op]
-        key = (kind * S + sp.stage) * m + sp.microbatch
-        s, k, ln = sp.stage, sp.microbatch, sp.length
-        if kind == 2:  # anonymous W: after the j-th B of the device and the previous W
-            j = w_index[key]
-            ready = b_starts[d][j] + b_len[d]
-            if j > 0:
-                prev = w_keys[d][j - 1]
-                ready = max(ready, start[prev] + length[prev])
-        else:
-            ready = 0
-            deps = ([key - m] if s > 0 else []) if kind == 0 else ([key + m] if s < S - 1 else [s * m + k])
-            if k > 0:
-                deps.append(key - 1)
-            for q in deps:
-                e = start[q] + length[q]
-                if e > ready:
-                    ready = e
-        if ready >= t0:
-            continue
-        o = occ[d]
-        o[t0 : t0 + ln] = b"\x00" * ln
-        hole = b"\x00" * ln
-        new = t0
-        t = o.find(hole, ready)
-        while 0 <= t < t0:
-            if mem[d].try_move(sp.op, t0, t, ln, cap):
-                new = t
-                break
-            t = o.find(hole, t + 1)
-        o[new : new + ln] = b"\x01" * ln
-        if new != t0:
-            start[key] = new
-            if sp.op is Op.B:
-                bs = b_starts[d]
-                bs.remove(t0)
-                bisect.insort(bs, new)
-            new_rows[d][i] = SlotPass(new, ln, sp.op, sp.stage, sp.microbatch)
-            changed[d] = True
-    out = tuple(tuple(sorted(r)) if changed[d] else rows[d] for d, r in enumerate(new_rows))
-    return Timeline(timeline.name, timeline.placement, m, out)
+        out.n[d] = len(row)
+        if row:
+            a = np.array([(sp.start, sp.length, _OPCODE[sp.op], sp.stage, sp.microbatch) for sp in row], dtype=np.int64)
+            out.st[d, : len(row)], out.ln[d, : len(row)], out.op[d, : len(row)] = a[:, 0], a[:, 1], a[:, 2]
+            out.sg[d, : len(row)], out.mb[d, : len(row)] = a[:, 3], a[:, 4]
+    return out
 
 
-class _Memory:
-    """Live activations of one device per slot, with cheap what-if moves (for :func:`reorder`).
+def _timeline_of(name: str, placement: Placement, m: int, rows: steps.Rows) -> Timeline:
+    out = []
+    new = tuple.__new__
+    for d in range(len(rows.n)):
+        k = int(rows.n[d])
+        cols = zip(rows.st[d, :k].tolist(), rows.ln[d, :k].tolist(), rows.op[d, :k].tolist(),
+                   rows.sg[d, :k].tolist(), rows.mb[d, :k].tolist())
+        out.append(tuple(new(SlotPass, (a, b, _OP_OF[c], e, f)) for a, b, c, e, f in cols))
+    return Timeline(name, placement, m, tuple(out))
 
-    Explicit model: F counts from its start slot, W/BW release at their end. Implicit model (no
-    W in the timeline): every idle slot releases one pending activation of an earlier B, as
-    :func:`place_w` would; BW releases at its end.
-    """
 
-    def __init__(self, row: Sequence[SlotPass], end_slot: int, explicit: bool):
-        self.explicit = explicit
-        self.n = end_slot
-        if explicit:
-            diff = [0] * (end_slot + 1)
-            for sp in row:
-                if sp.op is Op.F:
-                    diff[sp.start] += 1
-                elif sp.op in (Op.W, Op.BW):
-                    diff[min(sp.end, end_slot)] -= 1
-            lv, cur = [0] * end_slot, 0
-            for t in range(end_slot):
-                cur += diff[t]
-                lv[t] = cur
-            self.level = lv
-        else:
-            # slot contents: 0 idle, 1 F start, 2 B end-slot, 3 other busy, 4 BW end-slot
-            self.cell = bytearray(end_slot)
-            for sp in row:
-                for t in range(sp.start, sp.end):
-                    self.cell[t] = 3
-                if sp.op is Op.F:
-                    self.cell[sp.start] = 1
-                elif sp.op is Op.B:
-                    self.cell[sp.end - 1] = 2
-                elif sp.op is Op.BW:
-                    self.cell[sp.end - 1] = 4
-            self.cur, self.pend = self._run(0, 0, 0, end_slot)
+def _block_rows(block: "BuildingBlock") -> steps.Rows:
+    """The block's passes per device (sorted by start) as arrays."""
+    per = [block.device_passes(d) for d in range(block.num_devices)]
+    out = steps.Rows(block.num_devices, max(len(x) for x in per))
+    for d, row in enumerate(per):
+        out.n[d] = len(row)
+        for j, sp in enumerate(row):
+            out.st[d, j], out.ln[d, j], out.op[d, j] = sp.start, sp.length, _OPCODE[sp.op]
+            out.sg[d, j], out.mb[d, j] = sp.stage, sp.microbatch
+    return out
 
-    def _run(self, t0: int, cur: int, pend: int, t1: int, cell=None):
-        cell = cell if cell is not None else self.cell
-        curs, pends = [0] * (t1 - t0), [0] * (t1 - t0)
-        for t in range(t0, t1):
-            c = cell[t]
-            if c == 0:
-                if pend:
-                    pend -= 1
-                    cur -= 1
-            elif c == 1:
-                cur += 1
-            elif c == 2:
-                pend += 1
-            elif c == 4:
-                cur -= 1
-            curs[t - t0], pends[t - t0] = cur, pend
-        return curs, pends
 
-    def peak(self) -> int:
-        return max(self.level if self.explicit else self.cur, default=0)
-
-    def try_move(self, op: Op, t0: int, t: int, ln: int, cap: int) -> bool:
-        """Move the pass at ``t0`` (length ``ln``) to ``t < t0`` if the peak stays ``<= cap``."""
-        if self.explicit:
-            lv = self.level
-            if op is Op.F:
-                if max(lv[t:t0]) + 1 > cap:
-                    return False
-                for u in range(t, t0):
-                    lv[u] += 1
-            elif op in (Op.W, Op.BW):
-                for u in range(t + ln, min(t0 + ln, self.n)):
-                    lv[u] -= 1
-            return True
-        cell = self.cell
-        moved = bytes(cell[t0 : t0 + ln])
-        cell[t0 : t0 + ln] = b"\x00" * ln
-        cell[t : t + ln] = moved
-        # recompute from t until the state meets the old one again after the old slot
-        cur = self.cur[t - 1] if t > 0 else 0
-        pend = self.pend[t - 1] if t > 0 else 0
-        u, n, stop = t, self.n, t0 + ln - 1
-        curs, pends = [], []
-        old_cur, old_pend = self.cur, self.pend
-        ok = True
-        while u < n:
-            c = cell[u]
-            if c == 0:
-                if pend:
-                    pend -= 1
-                    cur -= 1
-            elif c == 1:
-                cur += 1
-            elif c == 2:
-                pend += 1
-            elif c == 4:
-                cur -= 1
-            if cur > cap:
-                ok = False
-                break
-            curs.append(cur)
-            pends.append(pend)
-            if u >= stop and cur == old_cur[u] and pend == old_pend[u]:
-                break
-            u += 1
-        if not ok:
-            cell[t : t + ln] = b"\x00" * ln
-            cell[t0 : t0 + ln] = moved
-            return False
-        old_cur[t : t + len(curs)] = curs
-        old_pend[t : t + len(pends)] = pends
-        return True
+def _stages_desc(placement: Placement) -> np.ndarray:
+    return np.array([sorted(placement.stages_of(d), reverse=True) for d in range(placement.num_devices)],
+                    dtype=np.int64)
 
 
 def pipeline_steps(block: BuildingBlock, num_microbatches: int, reorder_phases: bool = True) -> dict[str, Timeline]:
@@ -713,26 +458,49 @@ def pipeline_steps(block: BuildingBlock, num_microbatches: int, reorder_phases: 
     rounds stay above the bound of docs/theory.md §6 (V-Min when 3 | p, V-Half for odd p ≥ 9,
     V-ZB at m = 2p) and give the exact values of docs/theory.md §7 exactly for p = 2..32 and m ≥ 2p.
     ``squeeze``: the final timeline. Every round keeps the peak at or below the repeated
-    block's (the default cap of :func:`reorder`).
+    block's (the default cap of :func:`reorder`). (The steps run as the compiled kernels of
+    :mod:`ctrlmem.steps`.)
     """
-    steps: dict[str, Timeline] = {}
-    t = block.repeat(num_microbatches)
-    steps["repeat"] = t
-    split = t.has_w
-    if split:
-        t = place_w(t.without_w())
-        steps["place_w"] = t
-    if reorder_phases:
-        t = reorder(t)
-        if split:
-            t = place_w(t.without_w())  # the reorder moved W as anonymous releases
-        # the rounds that count W as filling idle slots assume one-slot W (V-shape chunks)
-        if split and all(sp.length == 1 for row in t.rows for sp in row if sp.op is Op.W):
-            t = place_w(reorder(squeeze(t).without_w(), warmup=True))
-            t = place_w(reorder(squeeze(t), warmup=False, cooldown=False, stable=True).without_w())
-        steps["reorder"] = t
-    steps["squeeze"] = squeeze(t)
-    return steps
+    block.check()
+    P, m = block.placement, num_microbatches
+    if m < 1:
+        raise ValueError(f"num_microbatches must be >= 1, got {m}")
+    last, got = steps.pipeline(_block_rows(block), block.interval, m, P.num_stages, _stages_desc(P),
+                               reorder_phases, keep_steps=True)
+    out = {name: _timeline_of(block.name, P, m, rows) for name, rows in got.items()}
+    if last is None:  # a deadlock: let squeeze name it
+        squeeze(out[list(out)[-1]])
+    return out
+
+
+def block_keys(block: BuildingBlock, num_microbatches: int, reorder_phases: bool = True) -> np.ndarray | None:
+    """The final order of :func:`pipeline_steps` as pass keys (``int64[p, L]``, see
+    :mod:`ctrlmem.search.encoding`), without making timelines; ``None`` on a deadlock."""
+    block.check()
+    P = block.placement
+    out, _ = steps.pipeline(_block_rows(block), block.interval, num_microbatches, P.num_stages,
+                            _stages_desc(P), reorder_phases)
+    return None if out is None else steps.to_keys(out, P.num_stages, num_microbatches)
+
+
+def block_set(block: BuildingBlock, num_microbatches: int, label: str, reorder_phases: bool = True,
+              direct: bool = False) -> CandidateSet | None:
+    """The block's pipeline as a one-candidate :class:`~ctrlmem.search.encoding.CandidateSet`
+    for ``num_microbatches``: run on a short pipeline and lengthened when ``m`` is large (see
+    :func:`build_from_block`); ``None`` when the short pipeline has no periodic stable phase
+    (or deadlocks)."""
+    m = num_microbatches
+    short = _short_pipeline(block, m)
+    run = m if (direct or short >= m) else short
+    keys = block_keys(block, run, reorder_phases)
+    if keys is None:
+        return None
+    fused = any(sp.op is Op.BW for sp in block.passes)
+    cs = CandidateSet(block.placement, run, fused, keys[None], (label,))
+    if run == m:
+        return cs
+    cs = extend(cs, m)
+    return cs if len(cs) else None
 
 
 def build_from_block(
@@ -756,17 +524,17 @@ def build_from_block(
     (``direct_fallback=False``: raise ``ValueError`` instead).
     """
     m = num_microbatches
-    short = _short_pipeline(block, m)
-    if direct or short >= m:
-        steps = pipeline_steps(block, m, reorder_phases)
-        return steps["squeeze"].to_schedule(name or block.name, params)
-    small = pipeline_steps(block, short, reorder_phases)["squeeze"].to_schedule(name or block.name, params)
-    try:
-        return extend_stable(small, m)
-    except ValueError:  # no exactly periodic stable phase (unequal pass lengths): run all m
+    label = name or block.name
+    cs = block_set(block, m, label, reorder_phases, direct)
+    if cs is None:
+        if direct or _short_pipeline(block, m) >= m:
+            pipeline_steps(block, m, reorder_phases)  # raises, naming the deadlock
         if not direct_fallback:
-            raise
-        return pipeline_steps(block, m, reorder_phases)["squeeze"].to_schedule(name or block.name, params)
+            raise ValueError(f"block {block.name}: the short pipeline has no periodic stable phase to lengthen")
+        cs = block_set(block, m, label, reorder_phases, direct=True)
+        if cs is None:  # pragma: no cover - the direct run deadlocked: pipeline_steps raises
+            pipeline_steps(block, m, reorder_phases)
+    return cs.schedule(0, label, params)
 
 
 def _short_pipeline(block: BuildingBlock, m: int) -> int:
@@ -779,47 +547,20 @@ def extend_stable(schedule: Schedule, num_microbatches: int) -> Schedule:
 
     On each device, find the window of one period nearest the middle of its order that
     repeats in the next period with every microbatch one higher (same ops and stages); insert
-    the missing periods after it and raise the microbatch of every later pass accordingly.
-    Raises ``ValueError`` if a device has no such window (the schedule has no stable phase).
+    the missing periods after it and raise the microbatch of every later pass accordingly
+    (:func:`ctrlmem.search.encoding.extend`). Raises ``ValueError`` if a device has no such
+    window (the schedule has no stable phase).
     """
     extra = num_microbatches - schedule.num_microbatches
     if extra < 0:
         raise ValueError("extend_stable only lengthens a schedule")
     if extra == 0:
         return schedule
-    orders = []
-    for d, row in enumerate(schedule.device_passes):
-        L = len(row) // schedule.num_microbatches
-        keys = [(ps.op, ps.stage) for ps in row]
-        mbs = [ps.microbatch for ps in row]
-        n = len(row)
-        best = None
-        mid = n // 2
-        for off in range(0, n):
-            for i in (mid - off, mid + off):
-                if i < 0 or i + 2 * L > n:
-                    continue
-                if keys[i : i + L] == keys[i + L : i + 2 * L] and all(
-                    mbs[i + L + j] == mbs[i + j] + 1 for j in range(L)
-                ) and len(set(keys[i : i + L])) == L:
-                    best = i
-                    break
-            if best is not None:
-                break
-        if best is None:
-            raise ValueError(f"device {d} of {schedule.name} has no periodic stable phase to extend")
-        cut = best + L
-        window = row[best:cut]
-        out = list(row[:cut])
-        new = tuple.__new__  # Pass is a NamedTuple: build it without its Python-level __new__
-        for j in range(1, extra + 1):
-            out.extend([new(Pass, (op, st, mb + j)) for op, st, mb in window])
-        out.extend([new(Pass, (op, st, mb + extra)) for op, st, mb in row[cut:]])
-        orders.append(out)
-    return Schedule(
-        schedule.name, schedule.num_devices, num_microbatches, schedule.placement,
-        tuple(tuple(o) for o in orders), schedule.params,
-    )
+    fused = any(ps.op is Op.BW for row in schedule.device_passes for ps in row)
+    got = extend(from_schedules([(schedule.name, schedule)], fused=fused), num_microbatches)
+    if not len(got):
+        raise ValueError(f"a device of {schedule.name} has no periodic stable phase to extend")
+    return got.schedule(0, schedule.name, dict(schedule.params))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1092,12 +833,37 @@ def v_cost_block(
 def v_1f1b_block(p: int) -> BuildingBlock:
     """1F1B-V block (the paper's App. I, Fig. 16(a)): V-shape placement, fused backward.
 
-    Chunk passes: F 1 slot, BW 2 slots, T = 6. Each pass goes to the earliest collision-free
-    slot after its input (:func:`greedy_block`); the authors shift every third device's BW by 3
-    slots for the same reason.
+    Chunk passes: F 1 slot, BW 2 slots, T = 6. Chunk-0 forwards one slot apart down the
+    devices, chunk-1 forwards back up; one slot for the loss (four when ``3 | p``); then the
+    fused backwards two slots apart, chunk 1 down the devices and chunk 0 back up, with three
+    slots skipped after every third device (counting from ``(3 − (p+2) mod 3) mod 3``), which
+    keeps the six slots of every device on distinct residues modulo 6 (the authors' layout).
     """
     _need_p(p, 2, "1F1B-V")
-    return greedy_block("1f1b-v", Placement.v_shape(p), 6, 1, 2, None, None, {"fused": True})
+    S = 2 * p
+    f0, f1, b1, b0 = [0] * p, [0] * p, [0] * p, [0] * p
+    t = -1
+    for i in range(p):
+        t += 1
+        f0[i] = t
+    for i in range(p):
+        t += 1
+        f1[p - 1 - i] = t
+    t += 1 + (3 if p % 3 == 0 else 0)
+    skip = (3 - (p + 2) % 3) % 3
+    for slots, devices in ((b1, range(p)), (b0, range(p - 1, -1, -1))):
+        for i in devices:
+            slots[i] = t
+            t += 2
+            skip += 1
+            if skip == 3:
+                skip = 0
+                t += 3
+    passes = []
+    for i in range(p):
+        passes += [SlotPass(f0[i], 1, Op.F, i, 0), SlotPass(f1[i], 1, Op.F, S - 1 - i, 0),
+                   SlotPass(b1[i], 2, Op.BW, S - 1 - i, 0), SlotPass(b0[i], 2, Op.BW, i, 0)]
+    return BuildingBlock("1f1b-v", Placement.v_shape(p), 6, tuple(passes), (("fused", True),)).check()
 
 
 def one_f_one_b_block(p: int) -> BuildingBlock:

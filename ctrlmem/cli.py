@@ -14,15 +14,20 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import signal
 import sys
 from typing import Callable, Sequence
 
 from . import MemoryModel, ScheduleError, build, simulate
-from .args import CliError, Terminated, add_schedule_arguments, os_error_message, schedule_from_args
+from .fileio import atomic_write, check_output_path
+from .args import CliError, Parser, Terminated, add_schedule_arguments, os_error_message, schedule_from_args
 from .schedules import SCHEDULES
 
 __all__ = ["main", "make_parser", "COMMAND_MODULES"]
+
+MAX_ERROR_LINE = 2000
+"""Longest error line the command prints."""
 
 # Modules that contribute subcommands through ``add_commands(subparsers)``.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -82,6 +87,22 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """``export``'s output arguments, checked before any work: none empty, never one file twice."""
+    for flag, value in (("--torch-csv", args.torch_csv), ("--text", args.text)):
+        if value is not None and not value.strip():
+            raise CliError(f"{flag} is empty ({value!r}); give a file name, or '-' to print to stdout")
+    if args.torch_csv == "-" and args.text == "-":
+        raise CliError("--torch-csv - and --text - both ask for stdout; write one of them to a file")
+    if args.torch_csv and args.text and "-" not in (args.torch_csv, args.text):
+        if os.path.realpath(args.torch_csv) == os.path.realpath(args.text):
+            raise CliError(f"--torch-csv {args.torch_csv} and --text {args.text} name the same file; the second "
+                           f"would overwrite the first: give two different files")
+    for value in (args.torch_csv, args.text):
+        if value and value != "-":
+            check_output_path(value)  # a folder, a missing folder: said before the schedule is built
+
+
 def _torchtitan_line(schedule, csv: str) -> str:
     from .planner.emit import torchtitan_schedule
 
@@ -94,11 +115,10 @@ def _torchtitan_line(schedule, csv: str) -> str:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    _check_outputs(args)
     schedule, _ = schedule_from_args(args)
     if getattr(args, "memory_gb_text", None):
         print(args.memory_gb_text, file=sys.stderr)
-    if args.torch_csv == "-" and args.text == "-":
-        raise CliError("--torch-csv - and --text - both ask for stdout; write one of them to a file")
     if args.torch_csv == "-":
         sys.stdout.write(schedule.to_torch_csv())
         print(_torchtitan_line(schedule, "FILE.csv"), file=sys.stderr)
@@ -110,8 +130,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if args.text == "-":
         sys.stdout.write(schedule.to_text())
     elif args.text:
-        with open(args.text, "w") as fh:
-            fh.write(schedule.to_text())
+        atomic_write(args.text, schedule.to_text())
         print(f"wrote {args.text}", file=sys.stderr if args.torch_csv == "-" else sys.stdout)
     if not (args.torch_csv or args.text):
         sys.stdout.write(schedule.to_text())
@@ -119,7 +138,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="ctrlmem",
         description="Design, simulate, draw and run pipeline schedules with controllable memory.",
     )
@@ -166,7 +185,10 @@ def _raise_terminated(signum, frame) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a bad argument (2, one line already printed)
+        return exc.code if isinstance(exc.code, int) else 2
     func: Callable[[argparse.Namespace], int] = args.func
     previous = {}
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -180,7 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         msg = exc.args[0] if exc.args else str(exc)
         if isinstance(exc, ScheduleError):
             msg = exc.reason
-        first = str(msg).splitlines()[0] if str(msg) else type(exc).__name__
+        first = str(msg).splitlines()[0] if str(msg).strip() else f"{type(exc).__name__} (no message)"
+        if len(first) > MAX_ERROR_LINE:  # a huge input is never repeated in full
+            first = first[: MAX_ERROR_LINE - 15] + " ... (cut short)"
         print(f"ctrlmem {args.command}: error: {first}", file=sys.stderr)
         return 2
     except BrokenPipeError:

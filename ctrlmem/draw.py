@@ -5,6 +5,7 @@ schedule figures regenerated into ``figures/`` (docs/theory.md §9: Fig. 4, 5 an
     ctrlmem draw 1f1b -p 4 -m 8 --view memory -o build/1f1b-memory.svg
     ctrlmem draw 1f1b -p 8 -m 32 --compare zb-h1,zb-h2,zb-v --view pareto -o build/pareto.html
     ctrlmem draw my_schedule.csv --costs 6,8,4,0.2 -o build/mine.pdf   # a torch/torchtitan CSV
+    ctrlmem draw --state explorer.state.json -o build/shown.png          # what the explorer showed
     ctrlmem figures -o figures --format png,svg
 
 ``.html`` files embed plotly.js (they open offline); ``.png``, ``.svg`` and ``.pdf`` go through kaleido,
@@ -20,7 +21,8 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .args import CliError, add_schedule_arguments, apply_memory_gb, is_schedule_file, schedule_from_args
+from .args import CliError, add_schedule_arguments, apply_memory_gb, float_arg, int_arg, is_schedule_file, schedule_from_args
+from .fileio import atomic_write, check_output_path
 from .costs import Costs
 from .ir import Schedule
 from .schedules import SCHEDULES, build
@@ -107,14 +109,44 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     ext = out.rsplit(".", 1)[-1].lower() if "." in os.path.basename(out) else ""
     if ext not in ("html", "png", "svg", "pdf"):
         raise CliError(f"-o {out!r}: the file name must end in .html, .png, .svg or .pdf")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)  # the folder named is created
+    check_output_path(out)  # a folder, a file where a folder should be: said before drawing
+    if args.state:
+        return _cmd_draw_state(args)
+    if not args.name:
+        raise CliError("give a schedule name (see `ctrlmem list`) or a schedule file, or --state FILE")
+    if args.view == "explorer":
+        raise CliError("--view explorer draws an explorer state file: add --state FILE")
     text = apply_memory_gb(args)
     if text:
         print(text, file=sys.stderr)
     fig = draw_figure(args)
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     _plot().write_figure(fig, out, scale=args.scale)
     print(f"wrote {out}")
     return 0
+
+
+def _cmd_draw_state(args: argparse.Namespace) -> int:
+    """``ctrlmem draw --state FILE``: what the explorer showed when it saved FILE, exactly."""
+    from .explore import draw_state  # noqa: PLC0415
+
+    if args.name:
+        raise CliError(f"--state FILE draws the explorer's saved state; drop the schedule {args.name!r}")
+    view = args.view if args.view_given else "explorer"
+    try:
+        out = draw_state(args.state, args.output, view=view, width=args.width, scale=args.scale)
+    except FileNotFoundError:
+        raise CliError(f"--state {args.state}: no such file; save one with the explorer's 'save state' button") from None
+    except ValueError as exc:
+        raise CliError(f"--state {args.state}: {exc}") from None
+    print(f"wrote {out}")
+    return 0
+
+
+class _ViewGiven(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.view_given = True
 
 
 # -- the paper's figures -----------------------------------------------------------------------
@@ -138,9 +170,12 @@ def _has_blocks(name: str, p: int, m: int = 8) -> bool:
 
 
 def _paper_schedule(name: str, p: int, m: int, costs: Costs) -> Schedule | None:
-    """``name`` from the registry, else from its paper block (:mod:`ctrlmem.blocks`), else None."""
+    """``name`` as the paper draws it — the registry's unit-cost pattern (not adapted to
+    ``costs``: Fig. 5 shows what unequal costs do to the patterns), else its paper block
+    (:mod:`ctrlmem.blocks`), else None."""
+    del costs  # the figures simulate the pattern under the costs; they do not adapt it
     if name in SCHEDULES:
-        return build(name, p, m, costs=costs)
+        return build(name, p, m)
     block = _plot().paper_block(name, p, m)
     if block is None:
         return None
@@ -284,12 +319,11 @@ def write_paper_figures(out_dir: str = "figures", formats: Sequence[str] = ("png
     paths = _plot().write_figures(jobs)
     if not only:
         index = os.path.join(out_dir, "schedule_figures.md")
-        with open(index, "w", encoding="utf-8") as fh:
-            fh.write("# Schedule figures (regenerate: `ctrlmem figures -o figures`)\n\n")
-            for f in drawn:
-                fh.write(f"- `{f.stem}`: {f.caption}\n")
-            if notes:
-                fh.write("\nNot drawn / partial:\n\n" + "".join(f"- {n}\n" for n in notes))
+        text = "# Schedule figures (regenerate: `ctrlmem figures -o figures`)\n\n"
+        text += "".join(f"- `{f.stem}`: {f.caption}\n" for f in drawn)
+        if notes:
+            text += "\nNot drawn / partial:\n\n" + "".join(f"- {n}\n" for n in notes)
+        atomic_write(index, text)
         paths.append(index)
     for n in notes:
         log.warning("%s", n)
@@ -310,24 +344,34 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 def add_commands(subparsers) -> None:
     """Add ``draw`` and ``figures`` to the ``ctrlmem`` command line."""
     p = subparsers.add_parser("draw", help="draw a schedule (diagram, memory, blocks) to .html/.png/.svg/.pdf")
-    add_schedule_arguments(p)
+    p.add_argument("name", nargs="?", default=None,
+                   help="schedule name (see `ctrlmem list`), or a schedule file: a torch / torchtitan pipelining "
+                        "CSV or ctrlmem's text form (not with --state)")
+    add_schedule_arguments(p, name=False)
+    p.add_argument("--state", metavar="FILE", default=None,
+                   help="an explorer state file ('save state'): draw exactly what the explorer showed; .html "
+                        "gives its report, .png/.svg/.pdf its diagram above its memory curves (--view schedule "
+                        "or memory: one of them)")
     p.add_argument("--compare", metavar="NAME2,...", default="",
                    help="more schedules stacked on the same time axis (same p, m, costs)")
-    p.add_argument("--view", choices=VIEWS, default="schedule",
+    p.add_argument("--view", choices=VIEWS + ("explorer",), default="schedule", action=_ViewGiven,
                    help="schedule diagram (default), memory curves, building blocks, lifespan bars, "
-                        "bubble rate vs memory, throughput vs memory (Pareto)")
+                        "bubble rate vs memory, throughput vs memory (Pareto); with --state: explorer "
+                        "(default), schedule or memory")
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="output file: .html (offline, plotly.js embedded), .png, .svg or .pdf")
     p.add_argument("--title", default=None, help="figure title (default: schedules, p, m, costs, budget)")
-    p.add_argument("--width", type=int, default=None, help="figure width in pixels")
-    p.add_argument("--scale", type=float, default=2.0, help="PNG pixel scale (default 2)")
-    p.set_defaults(func=_cmd_draw)
+    p.add_argument("--width", type=int_arg(100, 16384, "pixels"), default=None,
+                   help="figure width in pixels (100 to 16384)")
+    p.add_argument("--scale", type=float_arg(maximum=10, what="PNG pixels per layout pixel"), default=2.0,
+                   help="PNG pixel scale, > 0 and at most 10 (default 2)")
+    p.set_defaults(func=_cmd_draw, view_given=False)
 
     f = subparsers.add_parser("figures", help="regenerate the paper's schedule figures (Fig. 1-5, 11, 18)")
     f.add_argument("-o", "--output", default="figures", metavar="DIR", help="output folder (default figures/)")
     f.add_argument("--format", default="png,svg", help="comma list of png, svg, html, pdf (default png,svg)")
     f.add_argument("--only", default=None, metavar="STEM,...", help="only figures whose stem starts so, e.g. fig04")
-    f.add_argument("-p", "--devices", type=int, default=4, help="devices (default 4, as in the paper)")
+    f.add_argument("-p", "--devices", type=int_arg(2, 64), default=4, help="devices (default 4, as in the paper)")
     f.set_defaults(func=_cmd_figures)
 
 

@@ -26,6 +26,7 @@ Chromium (Debian's ``chromium`` works); without it kaleido raises and nothing st
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -33,7 +34,10 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["write_figures", "write_figure", "figure_html", "stable_div_id", "stabilize_svg"]
+from .fileio import atomic_path, atomic_write
+
+__all__ = ["write_figures", "write_figure", "figure_html", "stable_div_id", "stabilize_svg", "check_scale",
+           "MAX_SCALE", "MAX_IMAGE_SIDE"]
 
 log = logging.getLogger(__name__)
 
@@ -74,44 +78,109 @@ def figure_html(fig, include_plotlyjs: bool | str = True, full_html: bool = True
 _SVG_ID = re.compile(r'id="defs-([0-9a-f]{6})"')
 
 
-def stabilize_svg(path: str | Path) -> None:
-    """Replace kaleido's random per-figure id in an SVG file by one derived from the rest of
-    its content (no change when the file has no such id)."""
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
+def _stable_svg_text(text: str) -> str:
     match = _SVG_ID.search(text)
     if not match:
-        return
+        return text
     uid = match.group(1)
     stable = hashlib.sha1(text.replace(uid, "").encode()).hexdigest()[:6]
-    path.write_text(text.replace(uid, stable), encoding="utf-8")
+    return text.replace(uid, stable)
+
+
+def stabilize_svg(path: str | Path) -> None:
+    """Replace kaleido's random per-figure id in an SVG file by one derived from the rest of
+    its content (no change when the file has no such id); the file is rewritten atomically."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    stable = _stable_svg_text(text)
+    if stable != text:
+        atomic_write(path, stable)
+
+
+MAX_SCALE = 10.0
+"""Largest ``scale`` of a static image (PNG pixels per layout pixel)."""
+
+MAX_IMAGE_SIDE = 16384
+"""Largest side of a static image in pixels (layout size × scale): Chromium draws nothing
+usable beyond its canvas limits, and kaleido then returns a few bytes that are not an image."""
+
+_MAGIC = {"png": (b"\x89PNG\r\n\x1a\n",), "pdf": (b"%PDF-",), "svg": (b"<svg", b"<?xml")}
+
+
+def check_scale(scale: object, name: str = "scale") -> float:
+    """``scale`` as a float in (0, :data:`MAX_SCALE`]; ``TypeError`` / ``ValueError`` naming ``name``."""
+    import math
+    import numbers
+
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"{name} must be a number (pixels per layout pixel), got {type(scale).__name__} {scale!r}")
+    x = float(scale)
+    if not (math.isfinite(x) and 0 < x <= MAX_SCALE):
+        raise ValueError(f"{name} must be > 0 and at most {MAX_SCALE:g} (pixels per layout pixel), got {scale!r}; "
+                         f"for a larger image give a larger width instead")
+    return x
+
+
+def _check_static(fig, path: str, ext: str, scale: float) -> tuple[int, int, float]:
+    width = int(fig.layout.width or 1100)
+    height = int(fig.layout.height or 500)
+    s = scale if ext == "png" else 1.0
+    if max(width, height) * s > MAX_IMAGE_SIDE:
+        raise ValueError(f"cannot write {path}: {width} x {height} px at scale {s:g} is "
+                         f"{width * s:.0f} x {height * s:.0f} pixels, more than {MAX_IMAGE_SIDE} on a side; "
+                         f"lower the scale or the width, or write .html or .svg")
+    return width, height, s
+
+
+def _check_image(tmp: Path, path: str, ext: str) -> None:
+    """``ValueError`` unless the file kaleido wrote starts like a ``ext`` file."""
+    with open(tmp, "rb") as fh:
+        head = fh.read(1024)
+    ok = any(head.startswith(m) for m in _MAGIC[ext]) if ext != "svg" else any(m in head for m in _MAGIC[ext])
+    if not ok:
+        raise ValueError(f"cannot write {path}: the image exporter (kaleido) returned {len(head)} byte(s) that are "
+                         f"not a {ext.upper()} file; {path} was left unchanged (lower the scale or the width?)")
 
 
 def write_figures(items: Sequence[tuple[object, object]], *, scale: float = 2.0,
                   include_plotlyjs: bool | str = True) -> list[str]:
     """Write each ``(figure, path)`` by extension, deterministically (see the module doc);
-    parent folders are created. Raises ``ValueError`` for an unknown extension before writing."""
+    parent folders are created. Raises ``ValueError`` for an unknown extension, a bad
+    ``scale`` or an image larger than :data:`MAX_IMAGE_SIDE` before writing anything.
+
+    Every file is written atomically (:mod:`ctrlmem.fileio`): a file is either the old one or
+    the whole new one. Static images go to temporary files in the target folders, are checked
+    to be images of their format, and only then replace their targets: when the exporter fails
+    (or returns something that is not an image) no static target is touched, and no temporary
+    file is left."""
     import plotly.io as pio
 
+    scale = check_scale(scale)
     items = [(_with_trace_uids(fig), str(path)) for fig, path in items]
     exts = [_extension(path) for _, path in items]
+    sizes = [_check_static(fig, path, ext, scale) if ext != "html" else None
+             for (fig, path), ext in zip(items, exts)]
     static = []
-    for (fig, path), ext in zip(items, exts):
+    for (fig, path), ext, size in zip(items, exts, sizes):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         if ext == "html":
-            Path(path).write_text(figure_html(fig, include_plotlyjs=include_plotlyjs), encoding="utf-8")
+            atomic_write(path, figure_html(fig, include_plotlyjs=include_plotlyjs))
         else:
-            static.append((fig, path, ext))
+            static.append((fig, path, ext, size))
     if static:
-        pio.write_images(
-            [f for f, _, _ in static], [p for _, p, _ in static], format=[e for _, _, e in static],
-            scale=[scale if e == "png" else 1 for _, _, e in static],
-            width=[f.layout.width or 1100 for f, _, _ in static],
-            height=[f.layout.height or 500 for f, _, _ in static],
-        )
-    for _, path, ext in static:
-        if ext == "svg":
-            stabilize_svg(path)
+        with contextlib.ExitStack() as stack:
+            tmps = [stack.enter_context(atomic_path(path, suffix=f".{ext}")) for _, path, ext, _ in static]
+            pio.write_images(
+                [f for f, _, _, _ in static], [str(t) for t in tmps], format=[e for _, _, e, _ in static],
+                scale=[sz[2] for _, _, _, sz in static],
+                width=[sz[0] for _, _, _, sz in static],
+                height=[sz[1] for _, _, _, sz in static],
+            )
+            for tmp, (_, path, ext, _) in zip(tmps, static):
+                _check_image(tmp, path, ext)
+                if ext == "svg":
+                    text = tmp.read_text(encoding="utf-8")
+                    tmp.write_text(_stable_svg_text(text), encoding="utf-8")
     for _, path in items:
         log.info("wrote %s", path)
     return [path for _, path in items]

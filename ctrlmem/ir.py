@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import enum
+import errno
 import io
 import os
 import re
@@ -106,10 +107,10 @@ class Placement:
             stages_of[device].append(stage)
         counts = {len(s) for s in stages_of}
         if len(counts) != 1 or 0 in counts:
-            raise ValueError(
-                "every device must hold the same, non-zero number of stages; got "
-                + ", ".join(f"device {d}: {len(s)}" for d, s in enumerate(stages_of))
-            )
+            shown = [f"device {d}: {len(s)}" for d, s in enumerate(stages_of[:8])]
+            more = f", ... ({self.num_devices} devices)" if self.num_devices > 8 else ""
+            raise ValueError("every device must hold the same, non-zero number of stages; got "
+                             + ", ".join(shown) + more)
         object.__setattr__(self, "_stages_of", tuple(tuple(s) for s in stages_of))
 
     @classmethod
@@ -276,19 +277,32 @@ class Schedule:
         return "\n".join(lines) + "\n"
 
     @classmethod
-    def from_text(cls, text: str) -> "Schedule":
+    def from_text(cls, text: str, allow_large: bool = False) -> "Schedule":
         """Parse :meth:`to_text`'s form. Blank lines, ``#`` comments and a UTF-8 byte-order
         mark are ignored; a repeated header key or device line, a pass outside the schedule's
         stages or microbatches, and text that is not text (binary) are refused with a
-        ``ValueError`` naming the line."""
+        ``ValueError`` naming the line. Sizes are checked before anything is allocated: the
+        header's ``p`` against its placement, ``m`` against the passes the text holds, and more
+        than :data:`~ctrlmem.schedules.registry.MAX_PASSES` passes are refused unless
+        ``allow_large``."""
         text = _clean_text(text, "schedule text")
+        limit = _pass_limit(allow_large)
+        body = text.split("\n", 1)[1] if "\n" in text.lstrip() else ""
+        body = _COMMENT.sub("", body) if "#" in body else body
+        upper = sum(body.count(c) for c in "FBW") - body.count("BW")  # the passes, counted without parsing
+        if limit is not None and upper > limit:
+            raise _too_many("schedule text", limit)
         numbered = [(i, ln) for i, ln in enumerate(text.splitlines(), 1)
                     if ln.strip() and not ln.lstrip().startswith("#")]
         if not numbered or not numbered[0][1].startswith("schedule "):
             raise ValueError("schedule text must start with 'schedule NAME p=P m=M placement=...'")
         head_no, head = numbered[0]
+        quoted = any(q in head for q in "'\"\\")
+        if quoted and len(head) > _MAX_QUOTED_HEADER:  # shlex reads a character at a time
+            raise ValueError(f"line {head_no}: a header with quoted values is at most {_MAX_QUOTED_HEADER:,} "
+                             f"characters, this one has {len(head):,}; shorten its parameters")
         try:
-            tokens = shlex.split(head)
+            tokens = shlex.split(head) if quoted else head.split()
         except ValueError as exc:  # an unbalanced quote
             raise ValueError(f"line {head_no}: bad header ({exc}): quote values with spaces, e.g. key='a b'") from None
         if len(tokens) < 2:
@@ -312,9 +326,20 @@ class Schedule:
         try:
             stage_device = tuple(int(x) for x in mapping.split(",") if x)
         except ValueError:
-            raise ValueError(f"line {head_no}: placement must be KIND:DEV,DEV,..., got {kind}:{mapping}") from None
+            raise ValueError(f"line {head_no}: placement must be KIND:DEV,DEV,..., got "
+                             f"{_short(kind + ':' + mapping)}") from None
+        if not 1 <= p <= max(1, len(stage_device)):  # every device holds at least one stage
+            raise ValueError(f"line {head_no}: p={p} does not fit the placement, which maps {len(stage_device)} "
+                             f"stage(s) to devices; every device holds at least one stage, so 1 <= p <= "
+                             f"{len(stage_device)}")
+        if m < 1:
+            raise ValueError(f"line {head_no}: m must be a positive integer, got m={m}")
+        if len(stage_device) > max(upper, _SMALL):  # every stage runs a pass: checked before a placement that size exists
+            raise ValueError(f"line {head_no}: the placement maps {len(stage_device):,} stages, but the text holds "
+                             f"only {upper:,} passes and every stage needs at least one")
         placement = Placement(kind, stage_device, p)
         rows: list[tuple[Pass, ...] | None] = [None] * p
+        read = 0
         for no, line in numbered[1:]:
             label, sep, rest = line.partition(":")
             label = label.strip()
@@ -334,6 +359,10 @@ class Schedule:
                 _check_range(ps, placement.num_stages, m, f"line {no}")
                 row.append(ps)
             rows[d] = tuple(row)
+            read += len(row)
+            if limit is not None and read > limit:
+                raise _too_many("schedule text", limit)
+        _check_counts("schedule text", placement.num_stages, m, sum(len(r or ()) for r in rows))
         params = tuple(sorted((k[len("param."):] if k.startswith("param.") else k, _parse_literal(v))
                               for k, v in fields.items()))
         return cls(name, p, m, placement, tuple(r or () for r in rows), params)
@@ -350,9 +379,10 @@ class Schedule:
         for row in self.device_passes:
             writer.writerow([ps.to_torch() for ps in row])
         text = buf.getvalue()
-        if path is not None:
-            with open(path, "w", newline="") as fh:
-                fh.write(text)
+        if path is not None:  # atomically: a failed write keeps the old file (ctrlmem.fileio)
+            from .fileio import atomic_write
+
+            atomic_write(path, text, newline="")
         return text
 
     @classmethod
@@ -361,6 +391,7 @@ class Schedule:
         path: str | PathLike,
         num_microbatches: int | None = None,
         name: str = "torch-csv",
+        allow_large: bool = False,
     ) -> "Schedule":
         """Read a file in ``torch.distributed.pipelining``'s CSV form (``_dump_csv`` /
         ``_load_csv``, which torchtitan's ``pipeline_parallel_schedule_csv`` takes): one row per
@@ -370,14 +401,13 @@ class Schedule:
         they follow from the compute order, and ``(a;b)OVERLAP_F_B`` becomes ``a`` then ``b``.
         The placement is inferred from which rank runs each stage; ``m`` from the largest
         microbatch index unless given. ``path`` is always a file name (commas included); for
-        CSV text use :meth:`from_torch_csv_text`."""
+        CSV text use :meth:`from_torch_csv_text`. Sizes are checked as :meth:`load` checks them."""
         if isinstance(path, str) and "\n" in path:  # ctrlmem <= 0.1 also took the text itself
             warnings.warn("Schedule.from_torch_csv(text) is deprecated: use from_torch_csv_text(text)",
                           DeprecationWarning, stacklevel=2)
-            return cls.from_torch_csv_text(path, num_microbatches, name)
-        with open(path, "rb") as fh:
-            raw = fh.read()
-        return cls.from_torch_csv_text(raw, num_microbatches, name, source=str(path))
+            return cls.from_torch_csv_text(path, num_microbatches, name, allow_large=allow_large)
+        raw = _read_schedule_file(path, allow_large)
+        return cls.from_torch_csv_text(raw, num_microbatches, name, source=str(path), allow_large=allow_large)
 
     @classmethod
     def from_torch_csv_text(
@@ -386,18 +416,26 @@ class Schedule:
         num_microbatches: int | None = None,
         name: str = "torch-csv",
         source: str = "torch CSV",
+        allow_large: bool = False,
     ) -> "Schedule":
         """:meth:`from_torch_csv` from the CSV text itself (``str``, or ``bytes`` in UTF-8). A
         byte-order mark and blank lines before or after the rows are ignored; a blank line
         between ranks, an unknown action, a microbatch outside ``0..m-1`` and binary data are
-        refused with a ``ValueError`` naming the line."""
+        refused with a ``ValueError`` naming the line. Sizes are checked before anything is
+        allocated: a stage or microbatch index larger than the passes the file holds could
+        ever use, ``m`` beyond them, and more than
+        :data:`~ctrlmem.schedules.registry.MAX_PASSES` passes (unless ``allow_large``)."""
         text = _clean_text(text, source)
+        limit = _pass_limit(allow_large)
+        if limit is not None and _torch_passes(text) > limit:
+            raise _too_many(source, limit)
         lines = text.splitlines()
         first = next((i for i, ln in enumerate(lines) if ln.strip(" ,\t")), None)
         if first is None:
             raise ValueError(f"{source} is empty: expected one row of actions per rank")
         last = max(i for i, ln in enumerate(lines) if ln.strip(" ,\t"))
         rows: list[tuple[Pass, ...]] = []
+        read = 0
         for i in range(first, last + 1):
             no, rank = i + 1, i - first
             cells = next(csv.reader([lines[i]]), [])
@@ -409,17 +447,25 @@ class Schedule:
                 if cell:
                     row += _torch_actions(cell, f"{source}, line {no} (rank {rank}), column {col + 1}")
             rows.append(tuple(row))
+            read += len(row)
+            if limit is not None and read > limit:
+                raise _too_many(source, limit)
         p = len(rows)
+        total = sum(len(row) for row in rows)
         stage_device: dict[int, int] = {}
         for d, row in enumerate(rows):
             for ps in row:
+                if ps.stage >= max(total, _SMALL):  # every stage below it needs a pass: refused before any list of stages
+                    raise ValueError(f"{source}, line {first + 1 + d} (rank {d}): action {ps.to_torch()} names stage "
+                                     f"{ps.stage}, but the file holds only {total} compute action(s) and every stage "
+                                     f"0..{ps.stage} needs one; stages are numbered from 0")
                 prev = stage_device.setdefault(ps.stage, d)
                 if prev != d:
                     raise ValueError(f"{source}: stage {ps.stage} appears on rank {prev} and on rank {d}")
         num_stages = max(stage_device) + 1 if stage_device else 0
         missing = [s for s in range(num_stages) if s not in stage_device]
         if missing:
-            raise ValueError(f"{source} has no action for stage(s) {missing}")
+            raise ValueError(f"{source} has no action for stage(s) {_first_few(missing)}")
         placement = Placement.infer([stage_device[s] for s in range(num_stages)], p)
         largest = max(ps.microbatch for row in rows for ps in row)
         if num_microbatches is None:
@@ -428,20 +474,26 @@ class Schedule:
             no = first + 1 + next(d for d, row in enumerate(rows) if any(ps.microbatch == largest for ps in row))
             raise ValueError(f"{source}, line {no}: microbatch {largest} is outside 0..{num_microbatches - 1} "
                              f"(m={num_microbatches})")
+        _check_counts(source, num_stages, num_microbatches, total)
         return cls(name, p, num_microbatches, placement, tuple(rows))
 
     @classmethod
-    def load(cls, path: str | PathLike, num_microbatches: int | None = None) -> "Schedule":
+    def load(cls, path: str | PathLike, num_microbatches: int | None = None, allow_large: bool = False) -> "Schedule":
         """A schedule from a file in either form: ctrlmem's text form (first line
         ``schedule NAME ...``) or a torch / torchtitan pipelining CSV. The name is the file's
-        stem for a CSV."""
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        stem for a CSV.
+
+        Bounded: a path that is not a regular file (a folder, a FIFO, a device) is refused
+        without being opened; a file larger than :data:`MAX_FILE_BYTES` is refused unread, one
+        of more than :data:`~ctrlmem.schedules.registry.MAX_PASSES` passes after counting, and
+        headers or indices that would need more than the file holds before anything is
+        allocated (``allow_large=True`` lifts the size limits, not the others)."""
+        raw = _read_schedule_file(path, allow_large)
         text = _clean_text(raw, str(path))
         if text.lstrip().startswith("schedule "):
-            return cls.from_text(text)
+            return cls.from_text(text, allow_large=allow_large)
         stem = os.path.splitext(os.path.basename(str(path)))[0] or "torch-csv"
-        return cls.from_torch_csv_text(text, num_microbatches, name=stem, source=str(path))
+        return cls.from_torch_csv_text(text, num_microbatches, name=stem, source=str(path), allow_large=allow_large)
 
 
 _COMMS = {"SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD"}
@@ -477,10 +529,96 @@ def _clean_text(text: str | bytes, source: str) -> str:
             line = bytes(text)[:exc.start].count(b"\n") + 1
             raise ValueError(f"{source}, line {line}: not UTF-8 text (binary data?)") from None
     text = text.lstrip("\ufeff")
-    for no, line in enumerate(text.splitlines(), 1):
-        if any(ord(ch) < 32 and ch not in "\t\r\f\v" for ch in line) or "\ufffd" in line:
-            raise ValueError(f"{source}, line {no}: contains control characters (binary data?)")
+    bad = _CONTROL.search(text)  # one pass in C, not a Python loop over every character
+    if bad is not None:
+        no = len(text[: bad.start()].splitlines()) + (1 if bad.start() == 0 or text[bad.start() - 1] in "\n\r" else 0)
+        raise ValueError(f"{source}, line {max(1, no)}: contains control characters (binary data?)")
     return text
+
+
+_COMMENT = re.compile(r"(?m)^[ \t]*#.*$")
+
+# control characters other than the line breaks and tab, \r, \f, \v; and U+FFFD (undecodable)
+_CONTROL = re.compile("[\x00-\x08\x0e-\x1f\ufffd]")
+
+
+MAX_FILE_BYTES = 64 << 20
+"""Largest schedule file read without ``allow_large`` (64 MiB: room for
+:data:`~ctrlmem.schedules.registry.MAX_PASSES` passes in a compute+comms dump)."""
+
+
+def _pass_limit(allow_large: bool) -> int | None:
+    if not isinstance(allow_large, bool):
+        raise TypeError(f"allow_large must be True or False, got {allow_large!r}")
+    if allow_large:
+        return None
+    from .schedules.registry import MAX_PASSES  # noqa: PLC0415 (the registry imports this module)
+
+    return MAX_PASSES
+
+
+def _too_many(source: str, limit: int) -> ValueError:
+    return ValueError(f"{source} holds more than {limit:,} passes (ctrlmem.schedules.registry.MAX_PASSES: slow to "
+                      f"simulate, several GB); pass allow_large=True (--allow-large) to load it anyway")
+
+
+def _torch_passes(text: str) -> int:
+    """The compute actions of a torch CSV, counted with ``str.count`` (no parsing): each holds one
+    of the letters F, I, W, B; the communication actions holding one (``SEND_F``, ``RECV_B`` ...)
+    and ``OVERLAP_F_B``'s two are taken off. Exact for a valid file; the parser also stops at
+    the limit, so a file built to fool this count costs no more than the limit."""
+    letters = sum(text.count(c) for c in "FIWB")
+    return letters - text.count("SEND_") - text.count("RECV_") - 2 * text.count("OVERLAP_F_B")
+
+
+def _read_schedule_file(path: str | PathLike, allow_large: bool) -> bytes:
+    """The bytes of a schedule file: a path that is not a regular file is refused unopened (a
+    FIFO would block), a file above :data:`MAX_FILE_BYTES` unread (unless ``allow_large``)."""
+    import stat
+
+    st = os.stat(path)  # FileNotFoundError / PermissionError name the path
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a file")
+        raise ValueError(f"{path} is not a regular file ({kind}); give a schedule file (a torch CSV or ctrlmem's "
+                         f"text form)")
+    if not allow_large and st.st_size > MAX_FILE_BYTES:
+        raise ValueError(f"{path} is {st.st_size:,} bytes, more than a schedule file of up to "
+                         f"{_pass_limit(False):,} passes needs ({MAX_FILE_BYTES >> 20} MiB); pass allow_large=True "
+                         f"(--allow-large) to load it anyway")
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+_MAX_QUOTED_HEADER = 100_000
+"""Longest text-form header holding quotes (parsed by ``shlex``, a character at a time); a header
+without quotes is split as it is, at any length."""
+
+_SMALL = 100_000
+"""Below this many stages (or stage × microbatch slots) a schedule that holds too few passes is
+left to :func:`ctrlmem.validate`, which names the first missing pass; above it the sizes are
+refused at once, before anything that large is allocated."""
+
+
+def _check_counts(source: str, num_stages: int, num_microbatches: int, passes: int) -> None:
+    """A schedule of ``num_stages`` stages and ``num_microbatches`` microbatches runs an ``F`` of
+    every microbatch on every stage: ``ValueError`` when the passes read cannot cover that
+    (checked arithmetically, before anything of size ``S · m`` is built)."""
+    if num_stages * num_microbatches > max(passes, _SMALL):
+        raise ValueError(f"{source}: m={num_microbatches} microbatches on {num_stages} stage(s) need at least "
+                         f"{num_stages * num_microbatches:,} passes (a forward of every microbatch on every stage), "
+                         f"but it holds {passes:,}; give the m the schedule was made for")
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _first_few(items: list, shown: int = 5) -> str:
+    head = ", ".join(str(x) for x in items[:shown])
+    return f"[{head}]" if len(items) <= shown else f"[{head}, ...] ({len(items):,} in all)"
 
 
 def _check_range(ps: Pass, num_stages: int, num_microbatches: int, where: str) -> None:

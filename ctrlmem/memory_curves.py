@@ -151,7 +151,9 @@ def _from(points: Sequence[dict]) -> list[dict]:
 def fig9_data(quick: bool, limits: Sequence[float] = LIMITS) -> dict[str, Any]:
     """Fig. 9's curves (``v-shape``) per panel, and the [CALC] check curves of docs/theory.md §9.6."""
     data: dict[str, Any] = {"limits": list(limits), "quick": quick, "panels": [], "calc": []}
-    for pn in panels(quick):
+    todo = panels(quick)
+    for i, pn in enumerate(todo, start=1):
+        log.info("fig09: panel %d of %d (%s, p=%d, m=%d)", i, len(todo), pn.model, pn.p, pn.m)
         pts = curve("v-shape", pn.p, pn.m, pn.costs, limits)
         data["panels"].append({"model": pn.model, "p": pn.p, "m": pn.m, "microbatch_size": pn.microbatch_size,
                                "costs": pn.costs.to_dict(), "how": pn.how, "v": pts, "drop": steepest_drop(_from(pts))})
@@ -166,7 +168,9 @@ def fig9_data(quick: bool, limits: Sequence[float] = LIMITS) -> dict[str, Any]:
 def fig10_data(quick: bool, limits: Sequence[float] = LIMITS) -> dict[str, Any]:
     """Fig. 10's curves: ``v-shape`` and ``zb`` per panel, and 1F1B's bubble rate."""
     data: dict[str, Any] = {"limits": list(limits), "quick": quick, "panels": []}
-    for pn in panels(quick):
+    todo = panels(quick)
+    for i, pn in enumerate(todo, start=1):
+        log.info("fig10: panel %d of %d (%s, p=%d, m=%d)", i, len(todo), pn.model, pn.p, pn.m)
         v = curve("v-shape", pn.p, pn.m, pn.costs, limits)
         z = curve("zb", pn.p, pn.m, pn.costs, limits)
         both = [(a["bubble_rate"], b["bubble_rate"]) for a, b in zip(v, z)
@@ -311,7 +315,8 @@ def fig7_data() -> dict[str, Any]:
     from .schedules import SCHEDULES
 
     panels_out = []
-    for (model, p, m, mb), readings in paper.FIG7_POINTS.items():
+    for i, ((model, p, m, mb), readings) in enumerate(paper.FIG7_POINTS.items(), start=1):
+        log.info("fig07: panel %d of %d (%s, p=%d, m=%d)", i, len(paper.FIG7_POINTS), model, p, m)
         pts = []
         for label, (name, kw) in FIG7_METHODS.items():
             if name not in SCHEDULES:

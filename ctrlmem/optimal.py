@@ -27,17 +27,20 @@ call only.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass
-from fractions import Fraction
 
+from . import checks
 from .costs import Costs, MemoryModel
 from .ir import Op, Pass, Placement, Schedule
 from .schedules.registry import register
 from .simulate import simulate
 
-__all__ = ["OptimalResult", "optimal", "optimality_gap", "GAP_HEURISTICS", "gap_grid"]
+__all__ = ["OptimalResult", "optimal", "optimality_gap", "GAP_HEURISTICS", "gap_grid", "MAX_PASSES"]
+
+log = logging.getLogger(__name__)
 
 _PLACEMENTS = ("v-shape", "sequential")
 
@@ -52,10 +55,12 @@ class OptimalResult:
         makespan: its simulated makespan under the given costs.
         lower_bound: a proven lower bound on every schedule's makespan for these inputs.
         status: ``"optimal"`` (makespan equals the bound: proven), ``"feasible"`` (time ran out
-            with a gap), or ``"timeout"`` (time ran out before the solver had any schedule; the
-            result is the seed heuristic's).
+            with a gap), or ``"timeout"`` (the time limit ran out before the solver had any
+            schedule: while building the model, or solving; the result is the seed heuristic's,
+            and ``lower_bound`` is 0 when the solver never ran).
         seed: the heuristic the search started from and its makespan.
-        wall_s: seconds spent in the solver.
+        wall_s: seconds spent in the solver (for a ``"timeout"`` before the solver started: in
+            the whole call).
         scale: the integer factor the costs were multiplied by for the model.
     """
 
@@ -82,25 +87,81 @@ def _scale(values: list[float], most: int = 1000) -> tuple[int, bool]:
     return most, False
 
 
-def _seed(p: int, m: int, costs: Costs, limit: float | None, placement: str) -> tuple[str, Schedule] | None:
-    """The fastest heuristic schedule within the budget (the solver's hint and fallback)."""
+MAX_PASSES = 20_000
+"""Largest instance :func:`optimal` takes: ``3 · S · m`` passes (``S = 2p`` stages for the V-shape
+placement, ``p`` for the sequential one), e.g. p = 16, m = 208 V-shape or p = 32, m = 208
+sequential. The CP-SAT model has one interval per pass; beyond this size building it alone
+takes longer than any sensible time limit, and the solver proves nothing. Larger instances are
+refused with a ``ValueError``."""
+
+SEARCH_SEED_PASSES = 1_500
+"""Up to this many passes the solver's hint comes from every heuristic (the ``v-shape`` / ``zb``
+searches and the cost-adapted V schedules included); above it only from the fixed patterns
+(``v-min``, ``v-half``, ``v-zb`` / ``1f1b``, ``zb-h1``, ``zb-h2`` without costs), which take
+milliseconds, so that the time limit also holds for the hint search."""
+
+
+def _seed(p: int, m: int, costs: Costs, limit: float | None, placement: str,
+          deadline: float) -> tuple[str, Schedule, float] | None:
+    """The fastest heuristic schedule within the budget (the solver's hint and fallback) and its
+    makespan. The fixed patterns come first; the searches (slow at large sizes) only on
+    instances of at most :data:`SEARCH_SEED_PASSES` passes, and no candidate starts after
+    ``deadline``."""
     from .schedules.registry import build
 
-    names = ["v-shape", "v-min", "v-half", "v-zb"] if placement == "v-shape" else ["zb", "1f1b", "zb-h1", "zb-h2"]
+    if placement == "v-shape":
+        fixed, searched = ["v-min", "v-half", "v-zb"], ["v-shape", "v-min", "v-half", "v-zb"]
+        stages = 2 * p
+    else:
+        fixed, searched = ["1f1b", "zb-h1", "zb-h2"], ["zb"]
+        stages = p
+    candidates = [(name, False) for name in fixed]
+    if 3 * stages * m <= SEARCH_SEED_PASSES:
+        candidates += [(name, True) for name in searched]
     best = None
     cap = None if limit is None else limit * p + 1e-9
-    for name in names:
+    for name, adapted in candidates:
+        if time.monotonic() >= deadline:
+            log.info("optimal: hint search stopped at the time limit (before %s)", name)
+            break
         try:
             kw = {"memory_limit": limit if limit is not None else 2.0} if name in ("v-shape", "zb") else {}
-            s = build(name, p, m, costs=costs, **kw)
+            s = build(name, p, m, costs=costs if adapted else None, **kw)
         except ValueError:
             continue
         r = simulate(s, costs)
         if cap is not None and max(r.peak_memory) > cap:
             continue
-        if best is None or r.makespan < best[0]:
-            best = (r.makespan, name, s)
-    return None if best is None else (best[1], best[2])
+        if best is None or r.makespan < best[2]:
+            best = (name, s, r.makespan)
+    return best
+
+
+def _check_arguments(num_devices, num_microbatches, costs, memory_limit, placement, time_limit, workers):
+    """The arguments as plain values, checked as :func:`ctrlmem.build` checks its own (numpy
+    numbers and costs text accepted; errors name the argument)."""
+    p = checks.integer("num_devices", num_devices)
+    m = checks.integer("num_microbatches", num_microbatches)
+    if not isinstance(placement, str) or placement not in _PLACEMENTS:
+        raise ValueError(f"placement must be one of {', '.join(_PLACEMENTS)}, got {checks.short_repr(placement)}")
+    if placement == "v-shape" and p < 2:
+        raise ValueError("placement='v-shape' needs num_devices >= 2; use placement='sequential' for one device")
+    limit = None if memory_limit is None else checks.memory_fraction("memory_limit", memory_limit)
+    seconds = checks.number("time_limit", time_limit, positive=True, maximum=MAX_TIME_LIMIT, what="seconds")
+    threads = checks.integer("workers", workers, maximum=256, what="solver threads")
+    costs = Costs.coerce(costs, "costs")
+    stages = 2 * p if placement == "v-shape" else p
+    passes = 3 * stages * m
+    if passes > MAX_PASSES:
+        raise ValueError(
+            f"optimal: p={p}, m={m} ({placement}) has {passes} passes, more than the {MAX_PASSES} the exact solver "
+            f"takes (ctrlmem.optimal.MAX_PASSES: its model has one interval per pass); use smaller p and m, or a "
+            f"heuristic: ctrlmem.build('v-shape' or 'zb', p, m, costs=..., memory_limit=...)")
+    return p, m, costs, limit, seconds, threads
+
+
+MAX_TIME_LIMIT = 7 * 24 * 3600.0
+"""Largest ``time_limit`` accepted (a week, in seconds)."""
 
 
 def optimal(
@@ -117,39 +178,31 @@ def optimal(
 
     ``placement``: ``"v-shape"`` (device ``i`` holds stages ``i`` and ``2p−1−i``, the V family's
     placement) or ``"sequential"`` (one stage per device, as 1F1B and ZB). The backward is
-    split (``B`` and ``W``). ``time_limit`` in seconds bounds the solver; ``workers`` its
-    threads. Meant for small pipelines (a few hundred passes): the model has one interval per
-    pass.
+    split (``B`` and ``W``). ``costs``: as :func:`ctrlmem.build` takes them (a ``Costs``, text
+    ``"F,B,W[,COMM]"``, a tuple). ``workers``: the solver's threads.
 
-    Raises ``ValueError`` for bad arguments or a budget that cannot hold one microbatch.
+    ``time_limit`` (seconds) bounds the whole call: the heuristic hint, building the model and
+    solving. When it runs out first the result is the best heuristic schedule with status
+    ``"timeout"``. Meant for small pipelines: at most :data:`MAX_PASSES` passes (``3 · S · m``);
+    larger instances are refused.
+
+    Raises ``TypeError`` / ``ValueError`` naming the argument for bad arguments, a budget that
+    cannot hold one microbatch, an instance above the size limit, and a time limit that ran out
+    before any schedule fitting the budget was found (raise ``time_limit``).
     """
+    t_start = time.monotonic()
+    p, m, costs, limit, seconds, threads = _check_arguments(
+        num_devices, num_microbatches, costs, memory_limit, placement, time_limit, workers)
+    deadline = t_start + seconds
     from ortools.sat.python import cp_model  # heavy: imported on first use only
 
-    p, m = num_devices, num_microbatches
-    for name, v in (("num_devices", p), ("num_microbatches", m)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    if placement not in _PLACEMENTS:
-        raise ValueError(f"placement must be one of {', '.join(_PLACEMENTS)}, got {placement!r}")
-    if placement == "v-shape" and p < 2:
-        raise ValueError("placement='v-shape' needs num_devices >= 2; use placement='sequential' for one device")
-    if not (isinstance(time_limit, (int, float)) and time_limit > 0):
-        raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
-    if not (isinstance(workers, int) and workers >= 1):
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
-    costs = costs if costs is not None else Costs()
-    if not isinstance(costs, Costs):
-        raise ValueError(f"costs must be a ctrlmem.Costs, got {type(costs).__name__}")
     P = Placement.v_shape(p) if placement == "v-shape" else Placement.sequential(p)
     S = P.num_stages
     f, b, w = costs.stage_times(S, p)
     act_a = MemoryModel().stage_activation(S, p)
     act = [int(round(2 * x)) for x in act_a]  # half-a units
     cap = None
-    if memory_limit is not None:
-        limit = float(memory_limit)
-        if not limit > 0:
-            raise ValueError(f"memory_limit must be a positive fraction of 1F1B's peak, got {memory_limit!r}")
+    if limit is not None:
         cap = math.floor(2 * p * limit + 1e-9)
         need = max(sum(act[s] for s in P.stages_of(d)) for d in range(p))
         if cap < need:
@@ -164,8 +217,18 @@ def optimal(
     C = int(round(float(costs.comm) * k))
     dev = [P.device_of(s) for s in range(S)]
 
-    seed = _seed(p, m, costs, memory_limit, placement)
-    seed_make = simulate(seed[1], costs).makespan if seed else math.inf
+    # the hint search may use at most half of the time: the solver needs the rest
+    seed = _seed(p, m, costs, limit, placement, t_start + 0.5 * seconds)
+    seed_make = seed[2] if seed else math.inf
+
+    def out_of_time(where: str) -> OptimalResult:
+        if not seed:
+            raise ValueError(f"optimal: the time limit of {seconds:g} s ran out {where}, and no heuristic schedule "
+                             f"fits memory_limit={limit} for p={p}, m={m} ({placement}); raise time_limit")
+        log.info("optimal: time limit of %g s reached %s; returning the heuristic %s", seconds, where, seed[0])
+        return OptimalResult(seed[1], seed_make, 0.0, "timeout", (seed[0], seed_make),
+                             time.monotonic() - t_start, k)
+
     work = [sum(F[s] + B[s] + Wt[s] for s in P.stages_of(d)) * m for d in range(p)]
     horizon = int(math.ceil(seed_make * k)) if seed else sum(work) + 2 * S * C * m + 1
     if not exact and seed:
@@ -177,6 +240,8 @@ def optimal(
     per_dev: list[list] = [[] for _ in range(p)]
     dur = (F, B, Wt)
     for s in range(S):
+        if time.monotonic() >= deadline:
+            return out_of_time("while building the model")
         for mb in range(m):
             for o in range(3):
                 a = model.NewIntVar(0, horizon, f"s{o}_{s}_{mb}")
@@ -187,6 +252,8 @@ def optimal(
     for d in range(p):
         model.AddNoOverlap(per_dev[d])
     for s in range(S):
+        if time.monotonic() >= deadline:
+            return out_of_time("while building the model")
         cf = C if s > 0 and dev[s - 1] != dev[s] else 0
         cb = C if s < S - 1 and dev[s + 1] != dev[s] else 0
         for mb in range(m):
@@ -202,6 +269,8 @@ def optimal(
                     model.Add(st[o, s, mb] >= en[o, s, mb - 1])
     if cap is not None:
         for d in range(p):
+            if time.monotonic() >= deadline:
+                return out_of_time("while building the model")
             times, deltas = [], []
             for s in P.stages_of(d):
                 for mb in range(m):
@@ -230,16 +299,24 @@ def optimal(
         for tp in r.passes:
             o = {Op.F: 0, Op.B: 1, Op.W: 2}[tp.op]
             model.AddHint(st[o, tp.stage, tp.microbatch], int(round(tp.start * k)))
+    # what is left of the time limit, less a margin for reading the solution back
+    left = deadline - time.monotonic() - min(0.5, 0.05 * seconds)
+    if left <= 0.01:
+        return out_of_time("before the solver started")
 
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(time_limit)
-    solver.parameters.num_workers = workers
+    solver.parameters.max_time_in_seconds = float(left)
+    solver.parameters.num_workers = threads
+    # the reservoir's default expansion into precedence literals is quadratic in a device's passes
+    # (a million Booleans at p = 16, m = 64) and ignores the time limit; the native propagator
+    # proved every instance of the tests faster (p = 4, m = 8, 6:8:4, budget 0.5: 2.8 s, not 12.8 s)
+    solver.parameters.expand_reservoir_constraints = False
     t0 = time.perf_counter()
     code = solver.Solve(model)
     wall = time.perf_counter() - t0
     bound = solver.BestObjectiveBound() / k if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
     if code == cp_model.INFEASIBLE:
-        raise ValueError(f"no schedule fits memory_limit={memory_limit} for p={p}, m={m} ({placement})")
+        raise ValueError(f"no schedule fits memory_limit={limit} for p={p}, m={m} ({placement})")
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         orders = []
         for d in range(p):
@@ -252,7 +329,7 @@ def optimal(
             orders.append([x[2] for x in row])
         sched = Schedule.from_orders(
             "optimal", P, m, orders,
-            {"placement": placement, "memory_limit": memory_limit, "status": "optimal" if code == cp_model.OPTIMAL else "feasible"},
+            {"placement": placement, "memory_limit": limit, "status": "optimal" if code == cp_model.OPTIMAL else "feasible"},
         )
         make = simulate(sched, costs).makespan
         if seed and seed_make < make:  # rounding of inexact costs: keep the better one
@@ -260,7 +337,7 @@ def optimal(
         status = "optimal" if code == cp_model.OPTIMAL and exact else "feasible"
     else:
         if not seed:
-            raise ValueError(f"the solver found no schedule in {time_limit:g} s for p={p}, m={m}; raise time_limit")
+            raise ValueError(f"the solver found no schedule in {seconds:g} s for p={p}, m={m}; raise time_limit")
         sched, make, status = seed[1], seed_make, "timeout"
     lower = min(bound, make)
     if status == "optimal":
@@ -346,12 +423,11 @@ def optimality_gap(
 def _cmd_optimal(args) -> int:
     import json
 
-    from .args import CliError
+    from .fileio import atomic_write, check_output_path
 
-    try:
-        costs = Costs.parse(args.costs)
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
+    if args.text:
+        check_output_path(args.text)  # before the solver runs, not after
+    costs = Costs.parse(args.costs)  # a ValueError naming the bad part: one line, exit status 2
     r = optimal(args.devices, args.microbatches, costs, args.memory_limit, args.placement, args.time_limit, args.workers)
     sim = simulate(r.schedule, costs)
     if args.json:
@@ -372,24 +448,25 @@ def _cmd_optimal(args) -> int:
         print(f"  peak {max(sim.peak_memory):g} a, longest span {max(sim.device_spans):g}, bubble rate "
               f"{sim.bubble_rate:.4f}")
     if args.text:
-        with open(args.text, "w") as fh:
-            fh.write(r.schedule.to_text() + "\n")
+        atomic_write(args.text, r.schedule.to_text() + "\n")
     return 0
 
 
 def add_commands(subparsers) -> None:
     """Add ``optimal`` to the ``ctrlmem`` command line."""
+    from .args import float_arg, int_arg, memory_limit_arg
     p = subparsers.add_parser(
         "optimal", help="exact shortest schedule for a small pipeline (CP-SAT), with its proven lower bound")
-    p.add_argument("-p", "--devices", type=int, default=4, help="number of devices p (default 4)")
-    p.add_argument("-m", "--microbatches", type=int, default=8, help="number of microbatches m (default 8)")
+    p.add_argument("-p", "--devices", type=int_arg(), default=4, help="number of devices p (default 4)")
+    p.add_argument("-m", "--microbatches", type=int_arg(), default=8, help="number of microbatches m (default 8)")
     p.add_argument("--costs", default="1,1,1,0",
                    help="F,B,W[,COMM]: pass times of one full device-stage and the hop latency (default 1,1,1,0)")
-    p.add_argument("--memory-limit", type=float, default=None,
+    p.add_argument("--memory-limit", type=memory_limit_arg, default=None,
                    help="activation budget as a fraction of 1F1B's peak (default: unlimited)")
     p.add_argument("--placement", choices=_PLACEMENTS, default="v-shape", help="stage placement (default v-shape)")
-    p.add_argument("--time-limit", type=float, default=60.0, help="solver seconds (default 60)")
-    p.add_argument("--workers", type=int, default=2, help="solver threads (default 2)")
+    p.add_argument("--time-limit", type=float_arg(maximum=MAX_TIME_LIMIT, what="seconds"), default=60.0,
+                   help="seconds for the whole search: heuristic hint, model, solver (default 60)")
+    p.add_argument("--workers", type=int_arg(1, 256), default=2, help="solver threads (default 2)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--text", metavar="FILE", help="also write the schedule in ctrlmem's text form")
     p.set_defaults(func=_cmd_optimal)

@@ -31,6 +31,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from . import checks
+from .checks import short_repr
 from .costs import Costs, MemoryModel
 from .ir import Op, Placement, Schedule
 from .schedules import SCHEDULES, build
@@ -60,8 +62,18 @@ __all__ = [
     "bubble_memory_figure",
     "pareto_figure",
     "pareto_frontier",
+    "point_label",
+    "peak_memory_curve",
+    "peak_memory_spec",
+    "stack_specs",
+    "colors_for_devices",
+    "schedule_budget",
+    "costs_label",
+    "costs_hover",
+    "setting_label",
     "write_figure",
     "write_figures",
+    "static_labels",
 ]
 
 log = logging.getLogger(__name__)
@@ -133,6 +145,32 @@ def _as_list(items: Item | Sequence[Item]) -> list:
     return list(items)
 
 
+def _check_items(func: str, items, kinds: tuple = (SimResult, Schedule, Timeline), blocks: bool = False,
+                 arg: str = "items") -> None:
+    """``TypeError`` naming ``func``'s first argument unless it is one of ``kinds`` (or a building
+    block with ``lifespans()``, when ``blocks``) or a list of them (checked at entry: the same
+    rule for every figure function)."""
+    def ok(x) -> bool:
+        return isinstance(x, kinds) or (blocks and hasattr(x, "lifespans") and hasattr(x, "placement"))
+
+    names = " or ".join(k.__name__ for k in kinds) + (" or a building block" if blocks else "")
+    if ok(items):
+        return
+    if items is None or isinstance(items, (str, bytes, dict)) or not hasattr(items, "__iter__"):
+        raise TypeError(f"{func}: {arg} must be a {names}, or a list of them; got {type(items).__name__} "
+                        f"{short_repr(items, 60)}")
+    for i, x in enumerate(items):
+        if not ok(x):
+            raise TypeError(f"{func}: {arg}[{i}] must be a {names}; got {type(x).__name__} {short_repr(x, 60)}")
+
+
+def _check_size(func: str, style: Mapping) -> None:
+    """``width`` / ``height`` of a figure, when given: whole numbers of pixels, 10 to 16384."""
+    for key in ("width", "height"):
+        if style.get(key) is not None:
+            checks.integer(f"{func}: {key}", style[key], minimum=10, maximum=16384, what="pixels")
+
+
 # -- schedule diagram ------------------------------------------------------------------------
 
 _OPS = tuple(Op)
@@ -157,22 +195,54 @@ class _Columns:
         return float(self.end.max()) if len(self.end) else 0.0
 
 
+_ORDERS: dict[int, tuple] = {}
+
+
+def _order_columns(sched: Schedule) -> tuple[np.ndarray, ...]:
+    """``(device, op, stage, microbatch)`` of every pass in device-major order, once per
+    schedule object (a cost edit re-simulates the same orders; the last few are remembered,
+    by identity)."""
+    found = _ORDERS.get(id(sched))
+    if found is not None and found[0] is sched:
+        return found[1]
+    n = sched.num_passes
+    dev, op, stage, mb = (np.empty(n, np.int32) for _ in range(4))
+    op_index = {o: i for i, o in enumerate(_OPS)}
+    k = 0
+    for d, row in enumerate(sched.device_passes):
+        for ps in row:
+            dev[k], op[k], stage[k], mb[k] = d, op_index[ps.op], ps.stage, ps.microbatch
+            k += 1
+    if len(_ORDERS) >= 16:
+        _ORDERS.pop(next(iter(_ORDERS)))
+    _ORDERS[id(sched)] = (sched, (dev, op, stage, mb))
+    return dev, op, stage, mb
+
+
+def _times(result: SimResult) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of every pass in device-major order."""
+    sched = result.schedule
+    index, start_of, end_of = (getattr(result, a, None) for a in ("_index", "_start", "_end"))
+    keys = getattr(index, "device_keys", None)
+    if keys is not None and start_of is not None and end_of is not None:  # the simulator's own arrays
+        flat = np.fromiter((k for row in keys for k in row), np.int64, sched.num_passes)
+        return np.asarray(start_of, float)[flat], np.asarray(end_of, float)[flat]
+    start, end = np.empty(sched.num_passes), np.empty(sched.num_passes)
+    k = 0
+    for d, row in enumerate(sched.device_passes):
+        for pos in range(len(row)):
+            start[k], end[k] = result.timing(d, pos)
+            k += 1
+    return start, end
+
+
 def _columns(item: Item, costs: Costs | None, title: str | None) -> _Columns:
     if isinstance(item, Schedule):
         item = simulate(item, costs)
     if isinstance(item, SimResult):
         sched = item.schedule
-        n = sched.num_passes
-        dev, op, stage, mb = (np.empty(n, np.int32) for _ in range(4))
-        start, end = np.empty(n), np.empty(n)
-        op_index = {o: i for i, o in enumerate(_OPS)}
-        k = 0
-        timing = item.timing
-        for d, row in enumerate(sched.device_passes):
-            for pos, ps in enumerate(row):
-                dev[k], op[k], stage[k], mb[k] = d, op_index[ps.op], ps.stage, ps.microbatch
-                start[k], end[k] = timing(d, pos)
-                k += 1
+        dev, op, stage, mb = _order_columns(sched)
+        start, end = _times(item)
         return _Columns(title if title is not None else _default_title(item), sched.num_devices,
                         sched.placement, dev, op, stage, mb, start, end)
     tl = Timeline.of(item, costs, title)
@@ -190,25 +260,32 @@ def _columns(item: Item, costs: Costs | None, title: str | None) -> _Columns:
 
 
 def _stacked_layout(panel_px: Sequence[int], titles: Sequence[str], *, gap_px: int, top_px: int,
-                    bottom_px: int) -> tuple[dict, int]:
+                    bottom_px: int, hovers: Sequence[str | None] | None = None) -> tuple[dict, int]:
     """Layout of panels stacked top to bottom on one shared x axis (what ``make_subplots``
-    builds, but as a plain dict: constructing the figure once is several times faster)."""
-    height = top_px + sum(panel_px) + gap_px * (len(panel_px) - 1) + bottom_px
+    builds, but as a plain dict: constructing the figure once is several times faster).
+    ``hovers``: a hover text per panel title (``None``: none); a title with one ends in "(i)"."""
+    area = sum(panel_px) + gap_px * (len(panel_px) - 1)  # the plot area, between the margins
+    height = top_px + area + bottom_px
     layout: dict = {"annotations": []}
-    y_top = height - top_px
-    for i, (px, ttl) in enumerate(zip(panel_px, titles)):
+    y_top = area
+    hovers = list(hovers) if hovers is not None else [None] * len(panel_px)
+    for i, (px, ttl, hover) in enumerate(zip(panel_px, titles, hovers)):
         suffix = "" if i == 0 else str(i + 1)
-        lo, hi = (y_top - px) / height, y_top / height
+        lo, hi = max(0.0, (y_top - px) / area), y_top / area
         layout[f"yaxis{suffix}"] = {"domain": [lo, hi], "anchor": f"x{suffix}"}
         layout[f"xaxis{suffix}"] = {"anchor": f"y{suffix}", "domain": [0.0, 1.0]}
         if i > 0:
             layout[f"xaxis{suffix}"]["matches"] = "x"
         if i < len(panel_px) - 1:
             layout[f"xaxis{suffix}"]["showticklabels"] = False
-        layout["annotations"].append({
-            "text": ttl, "x": 0.5, "y": hi, "xref": "paper", "yref": "paper", "xanchor": "center",
-            "yanchor": "bottom", "showarrow": False, "font": {"size": 14},
-        })
+        note = {
+            "text": ttl + (" (i)" if hover else ""), "x": 0.5, "y": hi, "xref": "paper", "yref": "paper",
+            "xanchor": "center", "yanchor": "bottom", "showarrow": False, "font": {"size": 14},
+        }
+        if hover:
+            note.update(hovertext=hover, hoverlabel={"bgcolor": "white",
+                                                     "font": {"family": "monospace", "size": 11}})
+        layout["annotations"].append(note)
         y_top -= px + gap_px
     return layout, height
 
@@ -245,6 +322,8 @@ def add_gb_axis(spec: dict, gb_per_a: float, title: str = "GB") -> dict:
 def schedule_figure(items: Item | Sequence[Item], **style) -> go.Figure:
     """Gantt diagram of one or several schedules on a shared time axis; ``style`` takes the
     keyword arguments of :func:`schedule_spec`, which documents them and the trace layout."""
+    _check_items("schedule_figure", items)
+    _check_size("schedule_figure", style)
     return go.Figure(schedule_spec(items, **style))
 
 
@@ -261,6 +340,43 @@ COMPACT_POINTS = 20000
 OVERVIEW_PASSES = 3000
 #: Most time columns of the raster overview (about one per pixel of a wide figure).
 OVERVIEW_COLUMNS = 1200
+#: Pixels kept free at the top of a figure for plotly's toolbar (the mode bar), above the title:
+#: a title never runs under it.
+MODEBAR_PX = 30
+#: Up to this many devices, memory curves take the categorical :data:`DEVICE_COLORS`; deeper
+#: pipelines take a sequential scale (device 0 dark, the last light) with a colour bar.
+CATEGORICAL_DEVICES = len(DEVICE_COLORS)
+#: The sequential scale of deep pipelines' devices (plotly's Plasma without its pale yellow end,
+#: which does not show on white).
+DEVICE_SCALE = ("#0D0887", "#46039F", "#7201A8", "#9C179E", "#BD3786", "#D8576B", "#ED7953", "#F89540",
+                "#E3A21A")
+
+
+def colors_for_devices(num_devices: int, palette: Sequence[str] = DEVICE_COLORS,
+                  scale: Sequence[str] = DEVICE_SCALE) -> list[str]:
+    """A colour per device: ``palette`` when it has enough colours, else ``scale`` sampled evenly
+    (device order stays readable: neighbours have neighbouring colours, no colour repeats)."""
+    if num_devices <= len(palette):
+        return list(palette[:num_devices])
+    from plotly.colors import sample_colorscale  # noqa: PLC0415
+
+    points = [[i / (len(scale) - 1), c] for i, c in enumerate(scale)]
+    rgb = sample_colorscale(points, [d / max(num_devices - 1, 1) for d in range(num_devices)])
+    return ["#{:02X}{:02X}{:02X}".format(*(round(float(x)) for x in c[4:-1].split(","))) for c in rgb]
+
+
+def _title(text: str, height: int) -> dict:
+    """A figure title below the toolbar's strip (:data:`MODEBAR_PX`), left-aligned."""
+    return {"text": text, "x": 0.0, "xref": "paper", "xanchor": "left",
+            "y": 1 - (MODEBAR_PX + 2) / height, "yanchor": "top", "font": {"size": 15}}
+
+
+def _panel_hover(item) -> str | None:
+    """The per-stage cost table of a simulation result (its panel title's hover), or None."""
+    if isinstance(item, SimResult):
+        s = item.schedule
+        return costs_hover(item.costs, s.num_stages, s.num_devices)
+    return None
 
 
 def fmt_time(x: float) -> str:
@@ -274,16 +390,45 @@ def fmt_ratio(x: float) -> str:
 
 
 def costs_label(costs: Costs | None) -> str:
-    """``F=6 B=8 W=4 comm=0.2`` (per-stage lists shown as their first/last values)."""
+    """``F=6 B=8 W=4 comm=0.2``; per-stage lists as their range and flagged, e.g.
+    ``F=0.5–2.55 B=0.5–1.5 W=0.5–1.5 (per stage) comm=0`` (a list whose stages are all equal is
+    one number; the first and last stage alone would hide the middle ones)."""
     c = costs if costs is not None else Costs()
+    per_stage = False
 
     def one(v) -> str:
+        nonlocal per_stage
         if isinstance(v, (int, float)):
             return f"{v:g}"
         v = list(v)
-        return f"{v[0]:g}..{v[-1]:g}" if len(set(v)) > 1 else f"{v[0]:g}"
+        lo, hi = min(v), max(v)
+        if lo == hi:
+            return f"{lo:g}"
+        per_stage = True
+        return f"{lo:g}–{hi:g}"
 
-    return f"F={one(c.f)} B={one(c.b)} W={one(c.w)} comm={c.comm:g}"
+    text = f"F={one(c.f)} B={one(c.b)} W={one(c.w)}"
+    return f"{text}{' (per stage)' if per_stage else ''} comm={c.comm:g}"
+
+
+def costs_table(costs: Costs | None, num_stages: int, num_devices: int | None = None) -> list[tuple]:
+    """The time of each stage's F, B and W pass under ``costs``: ``[(stage, f, b, w), ...]``
+    (what a per-stage title's hover shows)."""
+    c = costs if costs is not None else Costs()
+    f, b, w = c.stage_times(num_stages, num_devices or num_stages)
+    return [(s, f[s], b[s], w[s]) for s in range(num_stages)]
+
+
+def costs_hover(costs: Costs | None, num_stages: int, num_devices: int | None = None) -> str | None:
+    """A hover text (plotly's ``<br>`` lines) listing each stage's F, B, W when ``costs`` are
+    per stage; ``None`` when they are uniform."""
+    c = costs if costs is not None else Costs()
+    if all(isinstance(v, (int, float)) for v in (c.f, c.b, c.w)):
+        return None
+    rows = costs_table(c, num_stages, num_devices)
+    lines = ["per-stage pass times (stage: F, B, W)"] + [
+        f"{s}: {fmt_time(f)}, {fmt_time(b)}, {fmt_time(w)}" for s, f, b, w in rows]
+    return "<br>".join(lines)
 
 
 def setting_label(num_devices: int, num_microbatches: int, costs: Costs | None = None,
@@ -366,9 +511,10 @@ def schedule_spec(
     if overview is None:
         overview = sum(len(t.start) for t in timelines) > overview_passes
     row_px = row_height or _row_height(max(t.num_devices for t in timelines))
-    top = 60 if title else 34
+    top = MODEBAR_PX + (56 if title else 30)
     layout, height = _stacked_layout([t.num_devices * row_px for t in timelines],
-                                     [t.title for t in timelines], gap_px=44, top_px=top, bottom_px=50)
+                                     [t.title for t in timelines], gap_px=44, top_px=top, bottom_px=50,
+                                     hovers=[_panel_hover(it) for it in items])
     horizon = max(t.makespan for t in timelines)
     data: list[dict] = []
     shown: set[str] = set()
@@ -396,7 +542,7 @@ def schedule_spec(
     layout[f"xaxis{'' if n == 1 else n}"]["title"] = {"text": x_title}
     layout.update(
         barmode="overlay", bargap=0, height=height, width=width,
-        title={"text": title} if title else None,
+        title=_title(title, height) if title else None,
         plot_bgcolor="white", paper_bgcolor="white",
         font={"family": font_family, "size": 12},
         legend={"traceorder": "normal"},
@@ -496,10 +642,13 @@ def _shade(color: str, factor: float) -> str:
 
 def _overview_traces(tl: _Columns, chunk: np.ndarray, panel: int, horizon: float, colors,
                      idle_color: str, row_px: int, max_columns: int, shown: set[str]) -> list[dict]:
-    """One heatmap for the panel: columns are the intervals between pass boundaries when there
-    are few enough, else ``max_columns`` equal columns (each cell: the pass running at its
-    middle). Odd microbatches are drawn a shade darker so that neighbouring passes of one kind
-    stay apart."""
+    """The panel as a raster: an idle row per device, and one heatmap above it whose columns
+    are the intervals between pass boundaries when there are few enough, else ``max_columns``
+    equal columns (each cell: the pass running at its middle; idle cells are gaps, so the row's
+    idle colour shows through and hovering them shows nothing). Odd microbatches are drawn a
+    shade darker so that neighbouring passes of one kind stay apart. Hovering a cell names its
+    pass: kind, stage, chunk, microbatch, start and end (``customdata[d][j]`` is ``[stage,
+    chunk, microbatch, start, end]``, ``text[d][j]`` the kind)."""
     xa, ya = _axis_names(panel)
     p, v = tl.num_devices, tl.placement.num_chunks
     kinds = [(oi, c) for oi in range(len(_OPS)) for c in range(v)
@@ -508,14 +657,16 @@ def _overview_traces(tl: _Columns, chunk: np.ndarray, panel: int, horizon: float
     code = np.zeros(len(tl.op), np.int32)
     for (oi, c), k in code_of.items():
         code[(tl.op == oi) & (chunk == c)] = k
-    code = 2 * code - 1 + (tl.microbatch % 2)  # two shades per kind: 1..2K; 0 = idle
+    code = 2 * code - 1 + (tl.microbatch % 2)  # two shades per kind: 1..2K
     edges = np.unique(np.concatenate([[0.0, horizon], tl.start, tl.end]))
     if len(edges) - 1 > max_columns:
         edges = np.linspace(0.0, horizon, max_columns + 1)
     mid = (edges[:-1] + edges[1:]) / 2
     ncol = len(mid)
-    z = np.zeros((p, ncol), np.uint8)
-    custom = np.full((p, ncol), -1, np.int16)
+    z = np.full((p, ncol), np.nan, np.float32)
+    custom = np.full((p, ncol, 5), np.nan, np.float32)
+    op_names = [o.value for o in _OPS]
+    text = [[""] * ncol for _ in range(p)]
     for d in range(p):
         sel = np.flatnonzero(tl.device == d)
         if not len(sel):
@@ -526,21 +677,36 @@ def _overview_traces(tl: _Columns, chunk: np.ndarray, panel: int, horizon: float
         ok[ok] = tl.end[sel][idx[ok]] > mid[ok]
         pick = sel[idx[ok]]
         z[d, ok] = code[pick]
-        custom[d, ok] = tl.microbatch[pick]
+        custom[d, ok] = np.column_stack([tl.stage[pick], chunk[pick], tl.microbatch[pick], tl.start[pick],
+                                         tl.end[pick]])
+        row = text[d]
+        for j, o in zip(np.flatnonzero(ok).tolist(), tl.op[pick].tolist()):
+            row[j] = op_names[o]
     ncodes = 2 * len(kinds)
-    fills = [idle_color]
+    fills = []
     for oi, c in kinds:
         base = pass_color(_OPS[oi], c, colors)
         fills += [base, _shade(base, 0.82) if base.startswith("#") and len(base) == 7 else base]
     scale = []
     for k, fill in enumerate(fills):
-        lo, hi = k / (ncodes + 1), (k + 1) / (ncodes + 1)
+        lo, hi = k / max(ncodes, 1), (k + 1) / max(ncodes, 1)
         scale += [[lo, fill], [hi, fill]]
-    out = [{
+    if not scale:
+        scale = [[0, idle_color], [1, idle_color]]
+    gap = 2 if row_px >= 12 else 1
+    out = [{  # the idle rows: a one-column heatmap under the passes (a bar would be drawn above them)
+        "type": "heatmap", "xaxis": xa, "yaxis": ya, "x": np.array([0.0, horizon]),
+        "y": np.arange(p, dtype=np.int32), "z": np.zeros((p, 1), np.uint8), "zmin": 0, "zmax": 1,
+        "colorscale": [[0, idle_color], [1, idle_color]], "showscale": False, "ygap": gap,
+        "name": "idle", "showlegend": False, "hoverinfo": "skip", "meta": {"kind": "idle", "panel": panel},
+    }, {
         "type": "heatmap", "xaxis": xa, "yaxis": ya, "x": edges, "y": np.arange(p, dtype=np.int32),
-        "z": z, "zmin": -0.5, "zmax": ncodes + 0.5, "colorscale": scale, "showscale": False,
-        "ygap": 2 if row_px >= 12 else 1, "customdata": custom, "name": "passes", "showlegend": False,
-        "hovertemplate": "d%{y}, t ≈ %{x:.4g}: microbatch %{customdata}<extra></extra>",
+        "z": z, "zmin": 0.5, "zmax": ncodes + 0.5, "colorscale": scale, "showscale": False,
+        "ygap": gap, "customdata": custom, "text": text, "hoverongaps": False,
+        "name": "passes", "showlegend": False,
+        "hovertemplate": ("<b>%{text}</b> stage %{customdata[0]}" + (", chunk %{customdata[1]}" if v > 1 else "")
+                          + ", microbatch %{customdata[2]}<br>device %{y}, start %{customdata[3]:.4g}, "
+                          "end %{customdata[4]:.4g}<extra></extra>"),
         "meta": {"kind": "overview", "panel": panel,
                  "codes": [[_OPS[oi].value, c] for oi, c in kinds]},
     }]
@@ -618,9 +784,36 @@ def memory_figure(results: SimResult | Sequence[SimResult], **style) -> go.Figur
     "device", "panel"}``). Dashed lines mark the theoretical peak of each schedule (default
     :func:`theoretical_peak`; ``None`` skips it; ``meta["kind"] == "theory"``) and
     ``reference_peak`` (default: 1F1B's simulated peak for the first result's p, m and costs;
-    ``meta["kind"] == "1f1b"``).
+    ``meta["kind"] == "1f1b"``); a budgeted schedule's line is its budget, labelled so
+    (``meta["kind"] == "budget"``).
     """
+    _check_items("memory_figure", results, (SimResult,), arg="results")
+    _check_size("memory_figure", style)
     return go.Figure(memory_spec(results, **style))
+
+
+_CURVES: dict[int, tuple] = {}
+
+
+def _memory_curves(result: SimResult) -> list[tuple[list[float], list[float]]]:
+    """``result.memory_curve(d)`` for every device, computed once per result (the memory plot
+    and the peak-memory comparison of one update draw the same curves; the last few results
+    are remembered, by identity)."""
+    found = _CURVES.get(id(result))
+    if found is not None and found[0] is result:
+        return found[1]
+    curves = [result.memory_curve(d) for d in range(result.schedule.num_devices)]
+    if len(_CURVES) >= 16:
+        _CURVES.pop(next(iter(_CURVES)))
+    _CURVES[id(result)] = (result, curves)
+    return curves
+
+
+def schedule_budget(schedule: Schedule) -> float | None:
+    """The memory budget a schedule was built for, as a fraction of 1F1B's peak (its
+    ``memory_limit`` parameter), or ``None``."""
+    limit = dict(schedule.params).get("memory_limit")
+    return float(limit) if isinstance(limit, (int, float)) and not isinstance(limit, bool) else None
 
 
 def memory_spec(
@@ -628,9 +821,11 @@ def memory_spec(
     *,
     titles: Sequence[str] | None = None,
     theoretical_peaks: Sequence[float | None] | None = None,
+    budgets: Sequence[float | None] | None = None,
     reference_peak: float | None = None,
-    device_colors: Sequence[str] = DEVICE_COLORS,
+    device_colors: Sequence[str] | None = None,
     theory_color: str = "#C23B3B",
+    budget_color: str = "#B0500F",
     reference_color: str = "#555555",
     line_width: float = 1.6,
     panel_height: int = 200,
@@ -643,31 +838,44 @@ def memory_spec(
     """The plain-dict figure behind :func:`memory_figure` (same arguments, plus ``max_points``:
     a device curve with more steps than this is reduced to the first, lowest, highest and last
     point of each of ``max_points / 4`` time columns, which draws the same picture at screen
-    resolution and keeps every peak; ``meta["reduced"]`` says so)."""
+    resolution and keeps every peak; ``meta["reduced"]`` says so).
+
+    ``budgets``: each panel's memory budget as a fraction of 1F1B's peak (default: the
+    schedule's ``memory_limit`` parameter, :func:`schedule_budget`), drawn as a dashed line
+    labelled "budget" (``meta["kind"] == "budget"``) at that fraction of ``reference_peak``; a
+    budgeted panel has no "theory" line (its only theory is the budget). ``device_colors``:
+    a colour per device (cycled); default :func:`colors_for_devices` (categorical up to
+    :data:`CATEGORICAL_DEVICES` devices, else a sequential scale with a colour bar "device"
+    instead of one legend entry per device)."""
     results = [results] if isinstance(results, SimResult) else list(results)
     if not results:
         raise ValueError("memory_figure needs at least one simulation result")
+    if budgets is None:
+        budgets = [schedule_budget(r.schedule) for r in results]
     if theoretical_peaks is None:
-        theoretical_peaks = [theoretical_peak(r.schedule) for r in results]
-    if reference_peak is None:
+        theoretical_peaks = [None if budget is not None else theoretical_peak(r.schedule)
+                             for r, budget in zip(results, budgets)]
+    if reference_peak is None:  # peak memory follows the order alone: any costs give 1F1B's
         r0 = results[0]
         reference_peak = one_f_one_b_peak(r0.schedule.num_devices, r0.schedule.num_microbatches,
-                                          r0.costs, r0.memory)
+                                          None, r0.memory)
     n = len(results)
     if titles is None:
         titles = [f"{r.schedule.name}: peak {fmt_time(max(r.peak_memory))} a "
                   f"({fmt_ratio(max(r.peak_memory) / reference_peak)} of 1F1B)" if reference_peak else
                   r.schedule.name for r in results]
-    top = 60 if title else 34
+    top = MODEBAR_PX + (56 if title else 30)
     layout, height = _stacked_layout([panel_height] * n, list(titles), gap_px=44, top_px=top,
-                                     bottom_px=50)
+                                     bottom_px=50, hovers=[_panel_hover(r) for r in results])
     data: list[dict] = []
     horizon = max(r.makespan for r in results)
     curves = sum(r.schedule.num_devices for r in results)
+    deepest = max(r.schedule.num_devices for r in results)
+    sequential = device_colors is None and deepest > CATEGORICAL_DEVICES
+    palette = list(device_colors) if device_colors is not None else colors_for_devices(deepest)
     for panel, r in enumerate(results):
         xa, ya = _axis_names(panel)
-        for d in range(r.schedule.num_devices):
-            t, v = r.memory_curve(d)
+        for d, (t, v) in enumerate(_memory_curves(r)):
             if t[-1] < r.makespan:  # hold the last level until the end of the schedule
                 t, v = t + [r.makespan], v + [v[-1]]
             t, v = np.asarray(t, float), np.asarray(v, float)
@@ -683,9 +891,8 @@ def memory_spec(
             data.append({
                 "type": "scatter", "xaxis": xa, "yaxis": ya,
                 "x": t, "y": v, "mode": "lines",
-                "line": {"shape": "hv", "width": line_width,
-                         "color": device_colors[d % len(device_colors)]},
-                "name": f"d{d}", "legendgroup": f"d{d}", "showlegend": panel == 0,
+                "line": {"shape": "hv", "width": line_width, "color": palette[d % len(palette)]},
+                "name": f"d{d}", "legendgroup": f"d{d}", "showlegend": panel == 0 and not sequential,
                 "hovertemplate": f"d{d}: %{{y:g}} a at t=%{{x:g}}<extra></extra>",
                 "meta": {"kind": "memory", "device": d, "panel": panel, "reduced": reduced},
             })
@@ -693,14 +900,33 @@ def memory_spec(
         if theory is not None:
             data.append(_hline(theory, r.makespan, theory_color, f"theory {theory:g} a", "theory",
                                panel, at_start=True))
+        budget = budgets[panel]
+        budget_a = None
+        if budget is not None and reference_peak is not None:
+            budget_a = budget * reference_peak
+            data.append(_hline(budget_a, r.makespan, budget_color,
+                               f"budget {budget_a:g} a ({budget:g} × 1F1B)", "budget", panel, at_start=True))
         if reference_peak is not None:
             data.append(_hline(reference_peak, r.makespan, reference_color,
                                f"1F1B peak {reference_peak:g} a", "1f1b", panel))
-        top_value = max([max(r.peak_memory), theory or 0.0, reference_peak or 0.0, 1e-9])
+        top_value = max([max(r.peak_memory), theory or 0.0, budget_a or 0.0, reference_peak or 0.0, 1e-9])
         layout[f"yaxis{'' if panel == 0 else panel + 1}"].update(
             title={"text": "memory (a)"}, range=[0, top_value * 1.18], showgrid=True,
             gridcolor="#EEEEEE")
         layout[f"xaxis{'' if panel == 0 else panel + 1}"].update(showgrid=True, gridcolor="#EEEEEE")
+    if sequential:
+        ticks = sorted({0, deepest - 1, *range(0, deepest, max(1, deepest // 8))})
+        data.append({
+            "type": "scatter", "x": [None], "y": [None], "mode": "markers", "showlegend": False,
+            "hoverinfo": "skip", "name": "device",
+            "marker": {"color": [0], "cmin": 0, "cmax": deepest - 1, "showscale": True,
+                       "colorscale": [[i / (len(palette) - 1), c] for i, c in enumerate(palette)]
+                       if len(palette) > 1 else [[0, palette[0]], [1, palette[0]]],
+                       "colorbar": {"title": {"text": "device"}, "tickvals": ticks,
+                                    "ticktext": [f"d{d}" for d in ticks], "thickness": 12, "len": 0.9,
+                                    "outlinewidth": 0}},
+            "meta": {"kind": "device-scale", "devices": deepest},
+        })
     for panel in range(n):
         layout[f"xaxis{'' if panel == 0 else panel + 1}"]["range"] = [0, horizon * 1.005 if horizon else 1]
     layout[f"xaxis{'' if n == 1 else n}"]["title"] = {"text": x_title}
@@ -709,7 +935,7 @@ def memory_spec(
         font={"family": font_family, "size": 12}, margin={"l": 60, "r": 20, "t": top, "b": 50},
     )
     if title:
-        layout["title"] = {"text": title}
+        layout["title"] = _title(title, height)
     return {"data": data, "layout": layout}
 
 
@@ -851,6 +1077,8 @@ def block_figure(name: str, num_devices: int, num_microbatches: int, *,
     """Building block → repeat → squeeze → reorder, stacked on one time axis (Fig. 1, 11, 18
     style). ``steps`` picks panels of :func:`block_timelines` by index (default all);
     ``style`` goes to :func:`schedule_figure`."""
+    num_devices = checks.integer("block_figure: num_devices", num_devices)
+    num_microbatches = checks.integer("block_figure: num_microbatches", num_microbatches)
     tls = block_timelines(name, num_devices, num_microbatches, costs)
     if steps is not None:
         tls = [tls[i] for i in steps]
@@ -866,8 +1094,16 @@ def lifespans(item, microbatch: int = 0) -> list[dict]:
     """Lifespan of every stage (docs/theory.md §3): from the start of its F to the end of the pass
     that releases its activation (W, or BW when fused).
 
-    ``item`` is a :class:`SimResult` (microbatch ``microbatch`` of the simulated timeline) or a
-    building block with ``lifespans()`` and ``placement`` (``ctrlmem.blocks.BuildingBlock``)."""
+    ``item`` is a :class:`SimResult` (microbatch ``microbatch`` of the simulated timeline, an
+    integer in ``0..m-1``) or a building block with ``lifespans()`` and ``placement``
+    (``ctrlmem.blocks.BuildingBlock``)."""
+    if not (isinstance(item, SimResult) or (hasattr(item, "lifespans") and hasattr(item, "placement"))):
+        raise TypeError(f"lifespans: item must be a SimResult or a building block, got {type(item).__name__} "
+                        f"{short_repr(item, 60)}")
+    if isinstance(item, SimResult):
+        m = item.schedule.num_microbatches
+        microbatch = checks.integer("lifespans: microbatch", microbatch, minimum=0, maximum=m - 1,
+                                    what=f"the schedule has microbatches 0..{m - 1}")
     if not isinstance(item, SimResult):
         placement = item.placement
         return [{"stage": s, "device": placement.device_of(s), "lifespan": float(l)}
@@ -901,11 +1137,16 @@ def lifespan_figure(
     """Per-device lifespan bars (Fig. 2): each device's bar stacks the lifespans of the stages
     it holds (labelled ``l<stage>``), so the tallest bar is the memory bottleneck (Eq. 1).
     ``items``: SimResults and/or building blocks (see :func:`lifespans`), one panel each."""
+    _check_items("lifespan_figure", items, (SimResult,), blocks=True)
+    _check_size("lifespan_figure", {"width": width, "height": height})
     items = [items] if isinstance(items, SimResult) or hasattr(items, "lifespans") else list(items)
+    if not items:
+        raise ValueError("lifespan_figure needs at least one simulation result or building block")
     if titles is None:
         titles = [it.schedule.name if isinstance(it, SimResult) else str(getattr(it, "name", "block"))
                   for it in items]
     fig = make_subplots(rows=1, cols=len(items), shared_yaxes=True, subplot_titles=list(titles))
+    legend: set[int] = set()
     for i, it in enumerate(items):
         placement = it.schedule.placement if isinstance(it, SimResult) else it.placement
         spans = lifespans(it, microbatch)
@@ -917,19 +1158,21 @@ def lifespan_figure(
                 text=[f"l{s['stage']}" for s in sel], textposition="inside", textangle=0,
                 textfont=dict(size=LABEL_SIZE), constraintext="both",
                 marker_color=stage_colors[chunk % len(stage_colors)],
-                name=f"chunk {chunk}", legendgroup=f"chunk {chunk}", showlegend=i == 0,
+                name=f"chunk {chunk}", legendgroup=f"chunk {chunk}", showlegend=chunk not in legend,
                 hovertemplate="stage %{text}: lifespan %{y:.4g}<extra></extra>",
                 meta={"kind": "lifespan", "chunk": chunk, "panel": i},
             ), row=1, col=i + 1)
+            legend.add(chunk)
         fig.update_xaxes(categoryorder="array",
                          categoryarray=[f"d{d}" for d in range(placement.num_devices)], row=1, col=i + 1)
     fig.update_layout(uniformtext=dict(minsize=LABEL_SIZE, mode="hide"))  # the label rule
     fig.update_yaxes(title_text="summed lifespan (time)", row=1, col=1)
-    fig.update_layout(barmode="stack", height=height + (30 if title else 0), width=width, plot_bgcolor="white",
+    total = height + (30 if title else 0) + MODEBAR_PX
+    fig.update_layout(barmode="stack", height=total, width=width, plot_bgcolor="white",
                       font=dict(family=font_family, size=12),
-                      margin=dict(l=60, r=20, t=80 if title else 50, b=40))
+                      margin=dict(l=60, r=20, t=MODEBAR_PX + (80 if title else 50), b=40))
     if title:
-        fig.update_layout(title=dict(text=title))
+        fig.update_layout(title=_title(title, total))
     return fig
 
 
@@ -951,8 +1194,11 @@ def tradeoff_points(
     point: ``name, memory_limit, peak (a), memory (fraction of 1F1B's peak), bubble_rate,
     makespan, throughput`` (microbatches per time unit) and ``speedup`` over 1F1B. Limits a
     budgeted schedule cannot meet are skipped (logged)."""
-    costs = costs if costs is not None else Costs()
-    p, m = num_devices, num_microbatches
+    if names is None or isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"tradeoff_points: names must be a list of schedule names, got {short_repr(names, 60)}")
+    costs = Costs.coerce(costs, "costs")
+    p = checks.integer("tradeoff_points: num_devices", num_devices)
+    m = checks.integer("tradeoff_points: num_microbatches", num_microbatches)
     ref = simulate(build("1f1b", p, m), costs, memory)
     ref_peak = max(ref.peak_memory)
     points = []
@@ -980,30 +1226,70 @@ def _series(points: Sequence[dict]) -> dict[str, list[dict]]:
     return out
 
 
+#: Marker symbols of the series of the trade-off views (a point hidden under another of the
+#: same position still shows its own outline).
+SERIES_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "triangle-down", "pentagon", "hexagon",
+                  "star", "cross", "x")
+
+
+def _nested_sizes(points: Sequence[dict], x: str, y: str, largest: int) -> dict[int, int]:
+    """A marker size per point (by ``id``): points at one position get smaller the later they
+    come, so each shows as an outline around the next."""
+    seen: dict[tuple, int] = {}
+    sizes = {}
+    for pt in points:
+        key = (round(pt[x], 6), round(pt[y], 6))
+        rank = seen.get(key, 0)
+        seen[key] = rank + 1
+        sizes[id(pt)] = max(5, largest - 4 * rank)
+    return sizes
+
+
 def bubble_memory_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVICE_COLORS,
                          height: int = 380, width: int | None = None, title: str | None = None,
                          font_family: str = "Helvetica, Arial, sans-serif") -> go.Figure:
-    """Bubble rate against activation memory (fraction of 1F1B) for each schedule (Fig. 9):
-    budgeted schedules are a line over their memory limits, fixed ones a single marker."""
+    """Bubble rate against activation memory (fraction of 1F1B) for each schedule (Fig. 9).
+
+    A budgeted schedule swept over memory limits is a step curve: at any memory budget the best
+    it reaches is the point at or left of that budget, so the line holds each point's bubble
+    rate until the next point (``line.shape = "hv"``) and on to the largest limit swept (trace
+    ``meta["kind"] == "steps"``); the points themselves carry the hover
+    (``meta["kind"] == "bubble"``). A schedule without a budget is a single marker."""
     fig = go.Figure()
+    sizes = _nested_sizes(points, "memory", "bubble_rate", 13)
     for i, (name, pts) in enumerate(_series(points).items()):
-        pts = sorted(pts, key=lambda q: q["memory"])
+        pts = sorted(pts, key=lambda q: (q["memory"], q["bubble_rate"]))
+        color = colors[i % len(colors)]
+        limits = [q["memory_limit"] for q in pts if q.get("memory_limit") is not None]
+        if len(pts) > 1 or limits:
+            xs = [q["memory"] for q in pts]
+            ys = [q["bubble_rate"] for q in pts]
+            best = []
+            for y in ys:  # a larger budget never needs a worse schedule: the running best
+                best.append(min(y, best[-1]) if best else y)
+            if limits and max(limits) > xs[-1]:
+                xs, best = xs + [max(limits)], best + [best[-1]]
+            fig.add_trace(go.Scatter(
+                x=xs, y=best, mode="lines", line=dict(color=color, width=2, shape="hv"), name=name,
+                legendgroup=name, showlegend=False, hoverinfo="skip", meta={"kind": "steps", "name": name},
+            ))
         fig.add_trace(go.Scatter(
             x=[q["memory"] for q in pts], y=[q["bubble_rate"] for q in pts],
-            mode="lines+markers" if len(pts) > 1 else "markers", name=name,
-            marker=dict(size=9, color=colors[i % len(colors)]),
-            customdata=[[q["memory_limit"] if q["memory_limit"] is not None else math.nan, q["peak"]]
+            mode="markers", name=name, legendgroup=name,
+            marker=dict(size=[sizes[id(q)] for q in pts], color=color, symbol=SERIES_SYMBOLS[i % len(SERIES_SYMBOLS)],
+                        line=dict(color="white", width=1.5)),
+            customdata=[[q["memory_limit"] if q.get("memory_limit") is not None else math.nan, q["peak"]]
                         for q in pts],
-            hovertemplate=f"{name}<br>memory %{{x:.3f}} of 1F1B (%{{customdata[1]:.4g}} a)"
-                          "<br>bubble rate %{y:.3f}<extra></extra>",
+            hovertemplate=f"{name}<br>budget %{{customdata[0]:.3g}} × 1F1B<br>memory %{{x:.3f}} of 1F1B "
+                          "(%{customdata[1]:.4g} a)<br>bubble rate %{y:.3f}<extra></extra>",
             meta={"kind": "bubble", "name": name},
         ))
-    fig.update_layout(xaxis_title="peak activation memory / 1F1B", yaxis_title="bubble rate",
-                      height=height, width=width, plot_bgcolor="white",
+    fig.update_layout(xaxis_title="peak activation memory / 1F1B (budgets: steps)", yaxis_title="bubble rate",
+                      height=height, width=width, plot_bgcolor="white", legend=dict(itemsizing="constant"),
                       font=dict(family=font_family, size=12),
-                      margin=dict(l=60, r=20, t=70 if title else 30, b=50))
+                      margin=dict(l=60, r=20, t=MODEBAR_PX + (56 if title else 20), b=50))
     if title:
-        fig.update_layout(title=dict(text=title))
+        fig.update_layout(title=_title(title, height))
     fig.update_xaxes(showgrid=True, gridcolor="#EEEEEE")
     fig.update_yaxes(showgrid=True, gridcolor="#EEEEEE", rangemode="tozero")
     return fig
@@ -1019,17 +1305,36 @@ def pareto_frontier(points: Sequence[dict], x: str = "memory", y: str = "through
     return front
 
 
+def point_label(pt: dict) -> str:
+    """A trade-off point's name as its label: the schedule, and its budget when it has one."""
+    limit = pt.get("memory_limit")
+    return f"{pt['name']} @{limit:g}" if limit is not None else str(pt["name"])
+
+
 def pareto_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVICE_COLORS,
                   frontier_color: str = "#C23B3B", height: int = 380, width: int | None = None,
-                  title: str | None = None,
+                  title: str | None = None, labels: bool = True,
                   font_family: str = "Helvetica, Arial, sans-serif") -> go.Figure:
     """Throughput against activation memory (Fig. 7), with the Pareto frontier as a line.
-    Throughput is shown as speed-up over 1F1B (same p, m, costs)."""
+    Throughput is shown as speed-up over 1F1B (same p, m, costs).
+
+    Every point is labelled (:func:`point_label`) when ``labels``; points at the same position
+    share one label naming all of them (an annotation named ``"label"``), and each series has
+    its own marker symbol, drawn smaller the later it comes, so coinciding points stay visible
+    as nested outlines."""
     fig = go.Figure()
+    at: dict[tuple, list[dict]] = {}
+    for pt in points:
+        at.setdefault((round(pt["memory"], 6), round(pt["speedup"], 6)), []).append(pt)
+    sizes = _nested_sizes(points, "memory", "speedup", 15)
     for i, (name, pts) in enumerate(_series(points).items()):
         fig.add_trace(go.Scatter(
             x=[q["memory"] for q in pts], y=[q["speedup"] for q in pts], mode="markers", name=name,
-            marker=dict(size=10, color=colors[i % len(colors)]),
+            marker=dict(size=[sizes[id(q)] for q in pts], color=colors[i % len(colors)],
+                        symbol=SERIES_SYMBOLS[i % len(SERIES_SYMBOLS)], opacity=0.85,
+                        line=dict(color="white", width=1.5)),
+            customdata=[[q.get("memory_limit") if q.get("memory_limit") is not None else math.nan]
+                        for q in pts],
             hovertemplate=f"{name}<br>memory %{{x:.3f}} of 1F1B<br>speed-up %{{y:.3f}}<extra></extra>",
             meta={"kind": "point", "name": name},
         ))
@@ -1039,16 +1344,181 @@ def pareto_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVICE_COLO
         line=dict(color=frontier_color, width=2, shape="hv"), name="Pareto frontier",
         hoverinfo="skip", meta={"kind": "frontier"},
     ))
+    if labels and at:  # one label per position: above and below in turn, towards the middle
+        groups = sorted(at.values(), key=lambda g: (g[0]["memory"], g[0]["speedup"]))
+        xs = [g[0]["memory"] for g in groups]
+        middle = (min(xs) + max(xs)) / 2
+        for k, g in enumerate(groups):
+            right = g[0]["memory"] <= middle
+            fig.add_annotation(x=g[0]["memory"], y=g[0]["speedup"],
+                               text=", ".join(dict.fromkeys(point_label(q) for q in g)),
+                               showarrow=True, arrowhead=0, arrowwidth=1, arrowcolor="#999999",
+                               ax=16 if right else -16, ay=-24 if k % 2 == 0 else 24,
+                               xanchor="left" if right else "right", font=dict(size=11, color="#333333"),
+                               name="label")
     fig.update_layout(xaxis_title="peak activation memory / 1F1B", yaxis_title="speed-up over 1F1B",
                       height=height, width=width, plot_bgcolor="white",
                       font=dict(family=font_family, size=12),
-                      margin=dict(l=60, r=20, t=70 if title else 30, b=50),
-                      legend=dict(itemwidth=40))
+                      margin=dict(l=60, r=20, t=MODEBAR_PX + (56 if title else 20), b=50),
+                      legend=dict(itemwidth=40, itemsizing="constant"))
     if title:
-        fig.update_layout(title=dict(text=title))
+        fig.update_layout(title=_title(title, height))
     fig.update_xaxes(showgrid=True, gridcolor="#EEEEEE")
     fig.update_yaxes(showgrid=True, gridcolor="#EEEEEE")
+    if points:  # room for the labels above and below the points
+        ys = [q["speedup"] for q in points]
+        lo, hi = min(ys), max(ys)
+        pad = max(0.08 * (hi - lo), 0.02 * max(abs(hi), 1e-9))
+        fig.update_yaxes(range=[lo - 2 * pad, hi + 2 * pad])
+        xs = [q["memory"] for q in points]
+        xpad = max(0.08 * (max(xs) - min(xs)), 0.05)
+        fig.update_xaxes(range=[min(xs) - xpad, max(xs) + xpad])
     return fig
+
+
+def peak_memory_curve(result: SimResult) -> tuple[np.ndarray, np.ndarray]:
+    """The largest activation memory over all devices at every moment: ``(t, v)`` steps, held
+    from each ``t`` to the next, until the makespan."""
+    times, values = [], []
+    for t, v in _memory_curves(result):
+        times.append(np.asarray(t, float))
+        values.append(np.asarray(v, float))
+    grid = np.unique(np.concatenate(times + [np.array([0.0, result.makespan])]))
+    peak = np.zeros(len(grid))
+    for t, v in zip(times, values):
+        if not len(t):
+            continue
+        idx = np.searchsorted(t, grid, side="right") - 1
+        peak = np.maximum(peak, np.where(idx >= 0, v[np.maximum(idx, 0)], 0.0))
+    return grid, peak
+
+
+def peak_memory_spec(results: Sequence[SimResult], *, reference_peak: float | None = None,
+                     budget: float | None = None, colors: Sequence[str] = DEVICE_COLORS,
+                     reference_color: str = "#555555", budget_color: str = "#B0500F",
+                     line_width: float = 2.0, height: int = 340, width: int | None = None,
+                     title: str | None = None, x_title: str = "time (cost units)",
+                     max_points: int = MEMORY_POINTS,
+                     font_family: str = "Helvetica, Arial, sans-serif") -> dict:
+    """The peak activation memory over devices against time, one step line per schedule
+    overlaid on one axis (:func:`peak_memory_curve`; trace ``meta`` ``{"kind": "peak",
+    "name"}``), with 1F1B's peak and the budget (``budget`` × ``reference_peak``) as dashed
+    lines. A plain dict (see :func:`schedule_spec`)."""
+    results = list(results)
+    if not results:
+        raise ValueError("peak_memory_spec needs at least one simulation result")
+    horizon = max(r.makespan for r in results)
+    data = []
+    for i, r in enumerate(results):
+        t, v = peak_memory_curve(r)
+        if len(t) > max_points:
+            t, v = _m4(t, v, max_points // 4, horizon)
+        name = r.schedule.name
+        data.append({
+            "type": "scatter", "x": t.astype(np.float32), "y": v.astype(np.float32), "mode": "lines",
+            "line": {"shape": "hv", "width": line_width, "color": colors[i % len(colors)]},
+            "name": f"{name} (peak {fmt_time(max(r.peak_memory))} a)", "legendgroup": name,
+            "hovertemplate": f"{name}: %{{y:g}} a at t=%{{x:g}}<extra></extra>",
+            "meta": {"kind": "peak", "name": name},
+        })
+    top = max(max(max(r.peak_memory) for r in results), reference_peak or 0.0,
+              (budget or 0.0) * (reference_peak or 0.0), 1e-9)
+    if reference_peak is not None:
+        data.append(_hline(reference_peak, horizon, reference_color, f"1F1B peak {reference_peak:g} a", "1f1b", 0,
+                           at_start=True))
+        if budget is not None:
+            data.append(_hline(budget * reference_peak, horizon, budget_color,
+                               f"budget {budget * reference_peak:g} a ({budget:g} × 1F1B)", "budget", 0,
+                               at_start=True))
+    layout = {
+        "height": height, "width": width, "plot_bgcolor": "white", "paper_bgcolor": "white",
+        "font": {"family": font_family, "size": 12},
+        "margin": {"l": 60, "r": 20, "t": MODEBAR_PX + (56 if title else 20), "b": 50},
+        "xaxis": {"title": {"text": x_title}, "range": [0, horizon * 1.005 if horizon else 1], "showgrid": True,
+                  "gridcolor": "#EEEEEE"},
+        "yaxis": {"title": {"text": "peak over devices (a)"}, "range": [0, top * 1.18], "showgrid": True,
+                  "gridcolor": "#EEEEEE"},
+    }
+    if title:
+        layout["title"] = _title(title, height)
+    return {"data": data, "layout": layout}
+
+
+def stack_specs(specs: Sequence[dict], *, gap_px: int = 30, title: str | None = None) -> dict:
+    """Plain-dict figures (:func:`schedule_spec`, :func:`memory_spec`, ...) stacked top to
+    bottom into one figure (one image holding a diagram and its memory curves): axes are
+    renumbered, vertical domains and paper-anchored annotations rescaled into each part's band;
+    heights add up. Each part keeps its own title as an annotation at the top of its band."""
+    specs = [sp for sp in specs if sp is not None]
+    if not specs:
+        raise ValueError("stack_specs needs at least one figure")
+    # each part's own toolbar strip (MODEBAR_PX at its top) is dropped: the stack has one
+    heights = [int(sp["layout"].get("height") or 500) - MODEBAR_PX for sp in specs]
+    head = MODEBAR_PX + (40 if title else 0)
+    total = head + sum(heights) + gap_px * (len(specs) - 1)
+    data: list[dict] = []
+    layout: dict = {"annotations": [], "height": total, "width": specs[0]["layout"].get("width"),
+                    "plot_bgcolor": "white", "paper_bgcolor": "white",
+                    "font": specs[0]["layout"].get("font", {}), "margin": {"l": 60, "r": 20, "t": 0, "b": 0},
+                    "showlegend": True, "legend": {"tracegroupgap": 20}}
+    offset = 0
+    top_px = head
+    for k, sp in enumerate(specs):
+        lay = sp["layout"]
+        h = heights[k]
+        margin = lay.get("margin", {})
+        t_px, b_px = margin.get("t", 80) - MODEBAR_PX, margin.get("b", 80)
+        axes = [key for key in lay if key.startswith(("xaxis", "yaxis"))]
+        count = max([int(key[5:] or 1) for key in axes] or [1])
+        band_lo = 1 - (top_px + h - b_px) / total  # this part's plot area in the stack's paper coordinates
+        band_hi = 1 - (top_px + t_px) / total
+
+        def renumber(letter: str, n: int) -> str:
+            return letter if n + offset == 1 else f"{letter}{n + offset}"
+
+        def ref(name: str) -> str:  # "x", "y2", ... -> the same axis in the stack
+            return renumber(name[0], int(name[1:] or 1))
+
+        def scale_y(y: float) -> float:
+            return band_lo + y * (band_hi - band_lo)
+
+        for key in axes:
+            axis = dict(lay[key])
+            if axis.get("anchor") not in (None, "free"):
+                axis["anchor"] = ref(axis["anchor"])
+            if "matches" in axis:
+                axis["matches"] = ref(axis["matches"])
+            if key.startswith("yaxis"):
+                lo, hi = axis.get("domain", [0.0, 1.0])
+                axis["domain"] = [scale_y(lo), scale_y(hi)]
+            layout[key[:5] + renumber(key[0], int(key[5:] or 1))[1:]] = axis
+        for tr in sp["data"]:
+            tr = dict(tr)
+            tr["xaxis"] = ref(tr.get("xaxis", "x"))
+            tr["yaxis"] = ref(tr.get("yaxis", "y"))
+            if "legendgroup" in tr:
+                tr["legendgroup"] = f"{k}:{tr['legendgroup']}"
+            if isinstance(tr.get("marker"), dict) and "colorbar" in tr["marker"]:
+                bar = dict(tr["marker"]["colorbar"])
+                bar.update(y=(band_lo + band_hi) / 2, len=band_hi - band_lo, yanchor="middle")
+                tr["marker"] = dict(tr["marker"], colorbar=bar)
+            data.append(tr)
+        for note in lay.get("annotations", []):
+            note = dict(note)
+            if note.get("yref", "paper") == "paper":
+                note["y"] = scale_y(note["y"])
+            layout["annotations"].append(note)
+        own = lay.get("title")
+        if own:
+            text = own.get("text") if isinstance(own, dict) else str(own)
+            layout["annotations"].append({"text": text, "x": 0.0, "xref": "paper", "xanchor": "left",
+                                          "y": 1 - (top_px + 2) / total, "yref": "paper", "yanchor": "top",
+                                          "showarrow": False, "font": {"size": 14}})
+        offset += count
+        top_px += h + gap_px
+    if title:
+        layout["title"] = _title(title, total)
+    return {"data": data, "layout": layout}
 
 
 # -- export ------------------------------------------------------------------------------------
@@ -1066,7 +1536,7 @@ def write_figures(items: Sequence[tuple[go.Figure, object]], *, scale: float = 2
     prepared = []
     for fig, path in items:
         width = fig.layout.width or 1100
-        fig = _static_labels(fig, width)
+        fig = static_labels(fig, width)
         if (str(path).lower().endswith(".html") and fig.layout.width is None
                 and any((tr.meta or {}).get("kind") == "pass" for tr in fig.data)):
             fig = go.Figure(fig).update_layout(width=width)
@@ -1074,8 +1544,9 @@ def write_figures(items: Sequence[tuple[go.Figure, object]], *, scale: float = 2
     return write_files(prepared, scale=scale, include_plotlyjs=include_plotlyjs)
 
 
-def _static_labels(fig: go.Figure, width: int) -> go.Figure:
-    """The label rule (:func:`label_fits`) for a static image ``width`` pixels wide."""
+def static_labels(fig: go.Figure, width: int) -> go.Figure:
+    """The label rule (:func:`label_fits`) for a static image ``width`` pixels wide (a copy of
+    ``fig`` when a label changes)."""
     boxes = [tr for tr in fig.data if (tr.meta or {}).get("kind") == "pass" and tr.textposition != "none"
              and (tr.texttemplate or tr.text is not None)]
     if not boxes:

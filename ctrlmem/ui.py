@@ -1,188 +1,76 @@
-"""The schedule explorer: widgets that rebuild, simulate and redraw on every change.
+"""The schedule explorer: ipywidgets around :mod:`ctrlmem.explore` (``ui.explorer()`` in a notebook).
 
-Plain functions do the work and are testable without a browser or a kernel:
+How an edit is answered:
 
-* :class:`Settings`: what the user picked (schedules, ``p``, ``m``, F/B/W/comm, extra work on
-  the first and last stage, memory limit).
-* :func:`compute` turns settings into a :class:`View`: the simulations, 1F1B under the same
-  settings as reference, the stats table, the figure specs, and readable messages for anything
-  that went wrong (bad input never raises out of :func:`compute`).
-* :func:`export_view` writes a view as PNG, SVG, HTML or torch CSV.
+1. At once, everything on screen is marked pending (the explorer carries the CSS class
+   ``ctrlmem-pending``: the message, verdict, table, closed forms, timer and plots dim, an
+   "updating…" note names the new settings).
+2. :func:`ctrlmem.explore.compute` with ``adapt=False`` re-simulates what the explorer already
+   has under the new settings: cost-free generators are cached, and a cost-adapted schedule
+   (V-Min, V-Half, V-ZB, 1F1B-V, the budgeted ``v-shape`` / ``zb``) not yet built for these
+   costs is shown with its latest order, re-simulated, its table row saying so. This takes a
+   few hundred milliseconds at p = 32, m = 256, and is drawn as one new *state*: every element
+   carries ``data-ctrlmem-state`` with its number, and the pending mark goes when the browser
+   reports the plots of that state drawn.
+3. The builds for the new costs run in the background, in one worker process, one at a time
+   (:mod:`ctrlmem.background`; a newer edit replaces what an older one asked for and stops a
+   build it no longer needs), with a progress line; each finished build is swapped in as a
+   new state, its row marked "adapted for these costs".
 
-:class:`Explorer` lays out ipywidgets around them (``ui.explorer()`` in a notebook). Figures
-are sent to the browser as plotly mime bundles in ``Output`` widgets, straight from the dict
-specs of :mod:`ctrlmem.plot`, so an update costs a simulation plus a JSON encoding.
+Several edits queued in the kernel are answered once (the work runs on the kernel's event loop
+after the queued widget messages). Without an event loop (a script, the tests), every edit is
+answered at once and :meth:`Explorer.wait` applies the background builds.
+
+Below the two main plots the explorer compares the shown schedules (peak memory over time
+overlaid, memory against speed-up with the Pareto frontier, the bubble-vs-budget steps of
+``v-shape`` and ``zb``, building blocks, lifespans). Exports (PNG/SVG/PDF of the diagram above
+the memory curves, the HTML report, torch CSV, the state file) are offered as downloads in the
+browser and written into ``export_dir`` (default ``build/explorer`` under the kernel's working
+directory, the notebook's folder in JupyterLab; ``None`` writes nothing); static images come
+from one Chromium kept open in a thread (:mod:`ctrlmem.render`), so the widgets stay live.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import html
+import io
 import json
 import logging
-import math
 import os
+import tempfile
 import time
-from dataclasses import dataclass, field, fields
+import zipfile
+from dataclasses import replace
 from typing import Sequence
 
-import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
-import plotly.io as pio
 
 from . import plot
-from .costs import Costs
-from .schedules import SCHEDULES, build
+from .background import BackgroundBuilds, Job
+from .explore import (EXPORT_KINDS, ORIGIN_STATE, PLOTLY_MIME, BuildCache, Settings, StageCosts, View,  # noqa: F401
+                      command_line, comparison_specs, compute, default_schedules, export_view, formula_html,
+                      jsonable, messages_html, mime_bundle, read_state, report_html, save_view, slug,
+                      state_dict, static_figure, stats_html, stats_table, verdict)
 from .ir import Schedule
-from .simulate import SimResult, simulate
+from .schedules import SCHEDULES
+from .simulate import simulate
 from .validate import ScheduleError
 
 __all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "export_view", "save_view", "Explorer",
-           "explorer", "default_schedules"]
+           "explorer", "default_schedules", "COMPARISONS"]
 
 log = logging.getLogger(__name__)
 
-PLOTLY_MIME = "application/vnd.plotly.v1+json"
-EXPORT_KINDS = ("png", "svg", "pdf", "html", "csv")
-
-
-def default_schedules() -> tuple[str, ...]:
-    """1F1B next to V-Half when it is registered (else next to the lowest-memory V schedule
-    there is, else ZB-V)."""
-    for other in ("v-half", "v-min", "v-zb", "zb-v"):
-        if other in SCHEDULES:
-            return ("1f1b", other)
-    return ("1f1b",)
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What the explorer shows.
-
-    Attributes:
-        schedules: registered names to compare, drawn top to bottom.
-        num_devices: ``p``.
-        num_microbatches: ``m``.
-        f, b, w: pass times of one full device-stage; comm: latency of one hop.
-        first_stage_extra: extra work on the first stage (embedding), as a fraction of one
-            device-stage: stage 0's F, B and W times grow by this fraction of ``f``, ``b``, ``w``.
-        last_stage_extra: the same for the last stage (LM head and loss).
-        memory_limit: activation budget as a fraction of 1F1B's peak, or ``None``. Budgeted
-            schedules are built for it; the others are checked against it.
-    """
-
-    schedules: tuple[str, ...] = field(default_factory=default_schedules)
-    num_devices: int = 4
-    num_microbatches: int = 12
-    f: float = 1.0
-    b: float = 1.0
-    w: float = 1.0
-    comm: float = 0.0
-    first_stage_extra: float = 0.0
-    last_stage_extra: float = 0.0
-    memory_limit: float | None = None
-    stage_weights: tuple[float, ...] = ()
-    loaded: tuple[Schedule, ...] = ()
-    model: str | None = None
-    microbatch_size: int | None = None
-
-    def costs(self, num_stages: int | None = None) -> Costs:
-        """The costs for a schedule with ``num_stages`` stages: uniform, or per-stage lists
-        with the per-stage weights and the extra first/last-stage work. Raises ``ValueError``
-        on bad numbers.
-
-        ``stage_weights`` (empty: all 1): the relative cost of each of ``p`` equal slices of
-        the model in model order (slice ``i`` is what a one-stage-per-device schedule puts on
-        device ``i``); a schedule with ``v`` stages per device splits each slice into ``v``
-        equal stages."""
-        base = Costs(self.f, self.b, self.w, self.comm)
-        extra_first, extra_last = float(self.first_stage_extra), float(self.last_stage_extra)
-        for label, x in (("first-stage extra", extra_first), ("last-stage extra", extra_last)):
-            if not math.isfinite(x) or x < 0:
-                raise ValueError(f"{label} must be a number >= 0 (a fraction of one device-stage), got {x:g}")
-        p = self.num_devices
-        weights = tuple(float(x) for x in self.stage_weights)
-        if weights:
-            if len(weights) != p:
-                raise ValueError(f"per-stage weights: give {p} numbers (one per device-stage, model "
-                                 f"order), got {len(weights)}")
-            if any(not math.isfinite(x) or x <= 0 for x in weights):
-                raise ValueError("per-stage weights must be numbers > 0")
-        if not (extra_first or extra_last or weights) or num_stages is None:
-            return base
-        if num_stages % p:
-            raise ValueError(f"per-stage costs need a whole number of stages per device, got {num_stages} on {p}")
-        v = num_stages // p
-        lists = []
-        for full in (base.f, base.b, base.w):
-            per = [full * (weights[s // v] if weights else 1.0) / v for s in range(num_stages)]
-            per[0] += extra_first * full
-            per[-1] += extra_last * full
-            lists.append(per)
-        return Costs(*lists, comm=base.comm)
-
-
-@dataclass
-class View:
-    """Everything the explorer shows for one :class:`Settings`.
-
-    Attributes:
-        results: simulation per schedule that could be built, in the order asked.
-        reference: 1F1B under the same ``p``, ``m`` and costs (the table's baseline).
-        stats: one row per schedule (see :func:`stats_table`).
-        messages: readable problems (bad input, a schedule that cannot be built, a memory limit
-            nothing meets); empty when all is well.
-        diagram_spec, memory_spec: plotly figure dicts (``None`` when nothing could be built).
-        seconds: wall time :func:`compute` took.
-    """
-
-    settings: Settings
-    results: dict[str, SimResult]
-    reference: SimResult | None
-    stats: pd.DataFrame
-    messages: list[str]
-    diagram_spec: dict | None
-    memory_spec: dict | None
-    seconds: float = 0.0
-
-    @property
-    def diagram(self) -> go.Figure | None:
-        """The schedule diagram as a validated plotly figure."""
-        return go.Figure(self.diagram_spec) if self.diagram_spec is not None else None
-
-    @property
-    def memory(self) -> go.Figure | None:
-        """The memory curves as a validated plotly figure."""
-        return go.Figure(self.memory_spec) if self.memory_spec is not None else None
-
-
-STATS_COLUMNS = ["schedule", "makespan", "bubble rate", "peak (a)", "peak / 1F1B",
-                 "speed-up over 1F1B", "peak per device (a)", "fits limit"]
-
-
-def stats_table(results: dict[str, SimResult], reference: SimResult | None,
-                memory_limit: float | None = None) -> pd.DataFrame:
-    """One row per schedule: makespan, bubble rate, peak memory (max over devices, in ``a``),
-    that peak as a fraction of 1F1B's, the speed-up over 1F1B (its makespan over ours), the
-    peak of every device, and whether it fits ``memory_limit``."""
-    ref_peak = max(reference.peak_memory) if reference is not None else math.nan
-    ref_span = reference.makespan if reference is not None else math.nan
-    rows = []
-    for name, r in results.items():
-        peak = max(r.peak_memory)
-        frac = peak / ref_peak if ref_peak else math.nan
-        rows.append({
-            "schedule": name,
-            "makespan": r.makespan,
-            "bubble rate": r.bubble_rate,
-            "peak (a)": peak,
-            "peak / 1F1B": frac,
-            "speed-up over 1F1B": ref_span / r.makespan if r.makespan else math.nan,
-            "peak per device (a)": list(r.peak_memory),
-            "fits limit": None if memory_limit is None else bool(frac <= memory_limit + 1e-9),
-        })
-    return pd.DataFrame(rows, columns=STATS_COLUMNS)
+#: The comparison views under the main plots.
+COMPARISONS = ("peak memory & speed-up", "bubble vs budget", "building blocks", "lifespans", "none")
+#: Microbatches the building-block view draws (the construction repeats after a few).
+BLOCK_MICROBATCHES = 8
+#: Seconds between two looks at the background builds (progress line, finished builds).
+TICK_SECONDS = 0.4
+#: Seconds an edit waits for the next ones already queued in the kernel (answered together).
+COALESCE_SECONDS = 0.02
 
 
 def _reason(exc: BaseException) -> str:
@@ -192,372 +80,762 @@ def _reason(exc: BaseException) -> str:
     return str(msg).splitlines()[0] if str(msg) else type(exc).__name__
 
 
-class BuildCache:
-    """Schedules already built, keyed by everything their generator sees: ``(name, p, m,
-    memory_limit, costs)`` with costs only for cost-aware generators. Changing F/B/W/comm then
-    only re-simulates; the block-based generators take hundreds of ms at p=16, m=64."""
-
-    def __init__(self, max_entries: int = 64):
-        self.max_entries = max_entries
-        self._items: dict[tuple, Schedule] = {}
-        self.hits = self.misses = 0
-
-    def build(self, name: str, p: int, m: int, costs: Costs, memory_limit: float | None) -> Schedule:
-        key = (name, p, m, memory_limit, costs if SCHEDULES[name].uses_costs else None)
-        if key in self._items:
-            self.hits += 1
-            return self._items[key]
-        self.misses += 1
-        schedule = build(name, p, m, costs=costs, memory_limit=memory_limit)
-        if len(self._items) >= self.max_entries:
-            self._items.pop(next(iter(self._items)))
-        self._items[key] = schedule
-        return schedule
-
-
-def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache | None = None) -> View:
-    """Build, simulate and draw every selected schedule. Never raises for bad input: problems
-    become :attr:`View.messages` and the schedules that did build are still shown. ``cache``
-    reuses schedules built by earlier calls (see :class:`BuildCache`)."""
-    cache = cache if cache is not None else BuildCache()
-    t0 = time.perf_counter()
-    style = style or {}
-    messages: list[str] = []
-    results: dict[str, SimResult] = {}
-    reference = None
-    empty = View(settings, {}, None, stats_table({}, None), messages, None, None)
-    p, m = settings.num_devices, settings.num_microbatches
+def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
-        base_costs = settings.costs()
-        if not isinstance(p, int) or p < 1 or not isinstance(m, int) or m < 1:
-            raise ValueError(f"p and m must be positive integers, got p={p!r}, m={m!r}")
-        limit = settings.memory_limit
-        if limit is not None and not (isinstance(limit, (int, float)) and 0 < limit and math.isfinite(limit)):
-            raise ValueError(f"the memory limit must be a positive fraction of 1F1B's peak, got {limit!r}")
-    except (ValueError, TypeError) as exc:
-        messages.append(f"Cannot compute: {_reason(exc)}")
-        empty.seconds = time.perf_counter() - t0
-        return empty
-    names = list(dict.fromkeys(settings.schedules))
-    if not names:
-        messages.append("Choose at least one schedule to show.")
-    for name in names:
-        if name not in SCHEDULES:
-            messages.append(f"{name}: not a registered schedule (available: {', '.join(SCHEDULES)}).")
-            continue
-        spec = SCHEDULES[name]
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _tagged(state: int, body: str) -> str:
+    """``body`` in a block that names the state it belongs to."""
+    return f"<div class='ctrlmem-state' data-ctrlmem-state='{state}'>{body}</div>"
+
+
+def _settings_summary(s: Settings) -> str:
+    costs = plot.costs_label(s.costs(s.num_devices) if s.per_stage else s.costs())
+    out = f"p={s.num_devices}, m={s.num_microbatches}, {costs}"
+    if s.memory_limit is not None:
+        out += f", budget {s.memory_limit:g} × 1F1B"
+    return out
+
+
+class Explorer:
+    """The ipywidgets explorer. ``explorer.widget`` is the layout; ``explorer.view`` the
+    :class:`View` on screen; every widget change calls :meth:`update` (deferred to the kernel's
+    event loop when there is one, so queued edits are answered once).
+
+    Args:
+        settings: initial settings.
+        export_dir: where exports are written besides the browser download (``None``: nowhere).
+        max_devices, max_microbatches: slider ranges.
+        style: ``{"diagram": {...}, "memory": {...}}`` keyword arguments for
+            :func:`ctrlmem.plot.schedule_spec` and :func:`ctrlmem.plot.memory_spec`.
+        background: adapt schedules to the costs in a background process (default); ``False``
+            searches inside :meth:`update` (every edit then waits for it).
+    """
+
+    def __init__(self, settings: Settings | None = None, *, export_dir: str | None = "build/explorer",
+                 max_devices: int = 32, max_microbatches: int = 256, style: dict | None = None,
+                 background: bool = True):
+        import ipywidgets as W  # noqa: PLC0415  (optional dependency, only for the widgets)
+
+        s = settings or Settings()
+        self.style = style or {}
+        self.export_dir = export_dir
+        self.builds = BuildCache()
+        self.background = BackgroundBuilds() if background else None
+        self._renderer = None
+        self.loaded: list[Schedule] = list(s.loaded)
+        self._pinned: dict[str, Schedule] = {}
+        self._pinned_origins: dict[str, str] = {}
+        self._state = 0
+        self._flush_scheduled = False
+        self._tick_handle = None
+        self._loop = _running_loop()
+        self._exports: list[tuple] = []
+        self._block_cache: dict[tuple, dict] = {}
+        self._closed = False
+        self.view: View | None = None
+        names = list(SCHEDULES)
+        self._unknown = [n for n in s.schedules if n not in SCHEDULES]
+        label = {"style": {"description_width": "initial"}}
+        self.schedules = _checklist_class()(names, [n for n in s.schedules if n in SCHEDULES])
+        self.devices = W.IntSlider(value=s.num_devices, min=1, max=max(max_devices, s.num_devices),
+                                   description="p (devices)", continuous_update=False, **label)
+        self.microbatches = W.IntSlider(value=s.num_microbatches, min=1,
+                                        max=max(max_microbatches, s.num_microbatches),
+                                        description="m (microbatches)", continuous_update=False, **label)
+        box = W.Layout(width="150px")
+        self.f = W.FloatText(value=s.f, description="F", layout=box, **label)
+        self.b = W.FloatText(value=s.b, description="B", layout=box, **label)
+        self.w = W.FloatText(value=s.w, description="W", layout=box, **label)
+        self.comm = W.FloatText(value=s.comm, description="comm", layout=box, **label)
+        wide = W.Layout(width="230px")
+        self.first_extra = W.FloatText(value=s.first_stage_extra, description="first-stage extra",
+                                       layout=wide, **label)
+        self.last_extra = W.FloatText(value=s.last_stage_extra, description="last-stage extra",
+                                      layout=wide, **label)
+        self.weights = W.Text(value=",".join(f"{x:g}" for x in s.stage_weights), description="per-stage weights",
+                              placeholder="p numbers, model order, e.g. 1.3,1,1,1.6", continuous_update=False,
+                              layout=W.Layout(width="420px"), **label)
+        self.limit_on = W.Checkbox(value=s.memory_limit is not None, description="memory limit",
+                                   indent=False, layout=W.Layout(width="110px"))
+        self.limit = W.FloatSlider(value=s.memory_limit if s.memory_limit is not None else 0.5,
+                                   min=0.05, max=2.0, step=0.05, description="× 1F1B peak",
+                                   continuous_update=False, readout_format=".2f", **label)
+        from .planner.model import PRESET_NAMES
+
+        self.model = W.Dropdown(options=[("none", "")] + [(n, n) for n in PRESET_NAMES.values()],
+                                value=s.model or "", description="model (GB axis)", layout=W.Layout(width="230px"),
+                                **label)
+        self.model_mb = W.BoundedIntText(value=s.microbatch_size or 0, min=0, max=4096, description="microbatch",
+                                         layout=W.Layout(width="160px"), **label)
+        self.load_path = W.Text(placeholder="torch / torchtitan CSV or ctrlmem text file (path)",
+                                description="load schedule", continuous_update=False,
+                                layout=W.Layout(width="420px"), **label)
+        self.load_button = W.Button(description="load", layout=W.Layout(width="70px"))
+        self.upload = W.FileUpload(accept=".csv,.txt", multiple=False, description="upload",
+                                   layout=W.Layout(width="110px"))
+        self.clear_button = W.Button(description="clear loaded", layout=W.Layout(width="110px"))
+        self.load_button.on_click(lambda _b: self.load(self.load_path.value))
+        self.clear_button.on_click(lambda _b: self.clear_loaded())
+        self.upload.observe(self._uploaded, names="value")
+        self.message = W.HTML()
+        self.verdict = W.HTML()
+        self.verdict.add_class("ctrlmem-verdict")
+        self.stats_out = W.HTML()
+        self.formulas = W.HTML()
+        self.command = W.Text(description="as a command", layout=W.Layout(width="90%"), **label)
+        self.command.add_class("ctrlmem-command")
+        self.copy_command = _copy_button(self.command)
+        self.timing = W.HTML()
+        self.timing.add_class("ctrlmem-timing")
+        self.pending_note = W.HTML()
+        self.pending_note.add_class("ctrlmem-busy-note")
+        self.progress = W.HTML()
+        self.progress.add_class("ctrlmem-progress")
+        self.stop_button = W.Button(description="stop adapting", layout=W.Layout(width="120px", display="none"))
+        self.stop_button.on_click(lambda _b: self.stop_background())
+        self.compare = W.ToggleButtons(options=COMPARISONS, value=COMPARISONS[0], description="compare",
+                                       style={"button_width": "auto", "description_width": "initial"})
+        self.compare.add_class("ctrlmem-compare")
+        self.compare_schedule = W.Dropdown(options=[], description="of", layout=W.Layout(width="220px"),
+                                           style={"description_width": "initial"})
+        self.compare.observe(self._compare_changed, names="value")
+        self.compare_schedule.observe(self._compare_changed, names="value")
+        self.plots = _plot_view_class()(names=["ctrlmem-diagram", "ctrlmem-memory", "ctrlmem-compare-a",
+                                               "ctrlmem-compare-b"], plotly_js=_plotly_js())
+        self.plots.observe(self._drawn, names="drawn")
+        self.plots.observe(self._width_changed, names="width")
+        self._sent: list[dict | None] = [None, None, None, None]
+        self.downloads = _downloads_class()()
+        self.export_note = W.HTML()
+        self.export_note.add_class("ctrlmem-export-note")
+        labels = {"png": "PNG", "svg": "SVG", "pdf": "PDF", "html": "HTML report", "csv": "torch CSV",
+                  "state": "save state"}
+        self.buttons = {kind: W.Button(description=labels[kind], tooltip=f"download {labels[kind]}",
+                                       layout=W.Layout(width="110px" if kind in ("png", "svg", "pdf") else "130px"))
+                        for kind in EXPORT_KINDS}
+        for kind, button in self.buttons.items():
+            button.add_class(f"ctrlmem-export-{kind}")
+            button.on_click(lambda _b, kind=kind: self._export_clicked(kind))
+        self.load_state_button = W.FileUpload(accept=".json,.html", multiple=False, description="load state",
+                                              layout=W.Layout(width="130px"))
+        self.load_state_button.observe(self._state_uploaded, names="value")
+        self._inputs = [self.schedules, self.devices, self.microbatches, self.f, self.b, self.w,
+                        self.comm, self.first_extra, self.last_extra, self.weights, self.limit_on, self.limit,
+                        self.model, self.model_mb]
+        for wdg in self._inputs:
+            wdg.observe(self._edited, names="value")
+        controls = W.VBox([
+            W.HTML(_CSS + "<b>schedules</b> <small>(tick to compare; panels stack in the order ticked)</small>"),
+            self.schedules,
+            W.HBox([self.devices, self.microbatches, self.limit_on, self.limit]),
+            W.HBox([self.f, self.b, self.w, self.comm]),
+            W.HBox([self.first_extra, self.last_extra, self.weights]),
+            W.HBox([self.model, self.model_mb, W.HTML("<small>a model adds a GB axis to the memory panel "
+                                                      "(microbatch 0: the paper's)</small>")]),
+            W.HBox([self.load_path, self.load_button, self.upload, self.clear_button]),
+            W.HBox([W.HTML("<b style='margin-right:6px'>export</b>"), *self.buttons.values(),
+                    self.load_state_button]),
+            W.HBox([self.downloads, self.export_note]),
+        ])
+        results = W.VBox([
+            W.HBox([self.pending_note, self.timing]),
+            W.HBox([self.progress, self.stop_button]),
+            self.message, self.verdict, self.stats_out, self.formulas,
+            W.HBox([self.command] + ([self.copy_command] if self.copy_command else [])),
+            W.HBox([self.compare, self.compare_schedule]),
+            self.plots,
+        ])
+        results.add_class("ctrlmem-results")
+        self.widget = W.VBox([controls, results])
+        self.widget.add_class("ctrlmem-explorer")
+        self.update()
+
+    # -- settings and updates -------------------------------------------------------------------
+
+    def settings(self) -> Settings:
+        """The settings the widgets show now (bad per-stage weights raise ``ValueError``)."""
+        return Settings(
+            schedules=tuple(self.schedules.value) + tuple(self._unknown),
+            num_devices=int(self.devices.value), num_microbatches=int(self.microbatches.value),
+            f=self.f.value, b=self.b.value, w=self.w.value, comm=self.comm.value,
+            first_stage_extra=self.first_extra.value, last_stage_extra=self.last_extra.value,
+            memory_limit=float(self.limit.value) if self.limit_on.value else None,
+            stage_weights=_parse_weights(self.weights.value), loaded=tuple(self.loaded),
+            model=self.model.value or None, microbatch_size=int(self.model_mb.value) or None,
+        )
+
+    def _edited(self, change=None) -> None:
+        """A widget changed: mark everything pending now, answer once the queued edits are in."""
+        if change is not None and change.get("owner") is self.schedules:
+            self._unknown = []  # names from the initial settings that are not registered: reported until the user picks
+        self._pinned = {}  # a loaded state's orders are shown until the first edit
+        self._request()
+
+    def _request(self) -> None:
+        self._mark_pending()
+        loop = _running_loop()
+        if loop is None:
+            self.update()
+            return
+        self._loop = loop
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            # a moment for the edits already queued in the kernel to arrive: they are answered once
+            loop.call_later(COALESCE_SECONDS, self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._closed:
+            self.update()
+
+    def _mark_pending(self) -> None:
         try:
-            budget = limit if spec.memory_limit else None
-            sched = cache.build(name, p, m, base_costs, budget)
-            costs = settings.costs(sched.num_stages)
-            if costs is not base_costs and spec.uses_costs:
-                sched = cache.build(name, p, m, costs, budget)
-            results[name] = simulate(sched, costs)
-        except (ValueError, ScheduleError, KeyError) as exc:
-            messages.append(f"{name}: {_reason(exc)}")
-    for sched in settings.loaded:
-        label = f"{sched.name} (file)"
-        if (sched.num_devices, sched.num_microbatches) != (p, m):
-            messages.append(f"{label}: has p={sched.num_devices}, m={sched.num_microbatches}; set p and m "
-                            "to those to compare it")
-            continue
+            summary = _settings_summary(self.settings())
+        except ValueError:
+            summary = "new settings"
+        self.pending_note.value = f"<span>updating for {html.escape(summary)}…</span>"
+        if hasattr(self, "widget"):
+            self.widget.add_class("ctrlmem-pending")
+
+    def update(self, *_change) -> View | None:
+        """Recompute for the widgets' settings and draw the result as a new state (the
+        instant answer; builds for new costs go to the background). Returns the view."""
+        if hasattr(self, "widget"):
+            self._mark_pending()
         try:
-            results[label] = simulate(sched, settings.costs(sched.num_stages))
-        except (ValueError, ScheduleError) as exc:
-            messages.append(f"{label}: {_reason(exc)}")
-    try:
-        ref_costs = settings.costs(p)
-        if "1f1b" in results and results["1f1b"].costs == ref_costs:
-            reference = results["1f1b"]
+            try:
+                settings = self.settings()
+            except ValueError as exc:
+                settings = None
+                view = View(self.view.settings if self.view is not None else Settings(), {}, None,
+                            stats_table({}, None), [f"Cannot compute: {_reason(exc)}"], None, None)
+            if settings is not None:
+                view = compute(settings, style=self._style(), cache=self.builds,
+                               adapt=self.background is None, orders=self._pinned,
+                               order_origins=self._pinned_origins)
+        except Exception as exc:  # an unexpected failure still shows a message, not a traceback
+            log.exception("explorer update failed")
+            view = View(Settings(), {}, None, stats_table({}, None),
+                        [f"Unexpected error: {type(exc).__name__}: {exc}"], None, None)
+        self.view = view
+        self.render(view)
+        self._submit()
+        return view
+
+    def _submit(self) -> None:
+        """Ask the background for what the view still needs (and the budget sweep when shown);
+        what an older edit asked for and this one does not is dropped."""
+        if self.background is None or self._closed:
+            return
+        jobs = list(self.view.jobs) if self.view is not None else []
+        if self.compare.value == "bubble vs budget":
+            jobs += [job for job in self._sweep()[1] if job not in jobs]
+        self.background.submit(jobs)
+        self._show_progress()
+        if jobs:
+            self._schedule_tick()
+
+    def _schedule_tick(self) -> None:
+        loop = self._loop or _running_loop()
+        if loop is None or self._tick_handle is not None or self._closed:
+            return
+        self._tick_handle = loop.call_later(TICK_SECONDS, self._tick)
+
+    def _tick(self) -> None:
+        self._tick_handle = None
+        if self._closed:
+            return
+        try:
+            self.poll()
+        except Exception:  # noqa: BLE001  (the timer must not die silently)
+            log.exception("explorer background poll failed")
+        busy = (self.background is not None and not self.background.idle) or self._exports
+        if busy:
+            self._schedule_tick()
+
+    def poll(self) -> bool:
+        """Take in finished background builds and exports; redraw when a build belongs to what
+        is shown (a new state). Returns whether it redrew."""
+        redraw = sweep = False
+        if self.background is not None:
+            wanted = set(self.view.jobs) if self.view is not None else set()
+            for res in self.background.poll():
+                job = res.job
+                if res.schedule is not None:
+                    self.builds.put(job.name, job.num_devices, job.num_microbatches, res.costs, job.memory_limit,
+                                    res.schedule)
+                else:
+                    self.builds.failed[self.builds.key(job.name, job.num_devices, job.num_microbatches, job.costs,
+                                                       job.memory_limit)] = res.error or "build failed"
+                log.info("background build of %s: %s in %.1f s", job.name, res.error or "done", res.seconds)
+                if job in wanted:
+                    redraw = True  # a shown schedule, adapted: a new state
+                else:
+                    sweep = True  # a point of the budget sweep: the comparison only
+        self._finish_exports()
+        if redraw and not self._flush_scheduled:
+            self._redraw_adapted()
+        elif sweep and not self._flush_scheduled and self.view is not None and self.compare.value == "bubble vs budget":
+            self._mark_pending()
+            self.render(self.view, keep_main=True)
+            self._show_progress()
         else:
-            reference = simulate(cache.build("1f1b", p, m, ref_costs, None), ref_costs)
-    except (ValueError, ScheduleError) as exc:
-        messages.append(f"1F1B reference: {_reason(exc)}")
-    stats = stats_table(results, reference, limit)
-    if limit is not None and results and reference is not None:
-        over = stats[~stats["fits limit"].astype(bool)]
-        ref_peak = max(reference.peak_memory)
-        if len(over) == len(stats):
-            needs = ", ".join(f"{r['schedule']} needs {plot.fmt_ratio(r['peak / 1F1B'])}" for _, r in over.iterrows())
-            budgeted = [n for n, s in SCHEDULES.items() if s.memory_limit]
-            hint = (f"memory-budgeted schedules: {', '.join(budgeted)}" if budgeted
-                    else "no memory-budgeted schedule is registered")
-            messages.append(
-                f"No selected schedule fits a memory limit of {limit:g} × 1F1B's peak "
-                f"({limit * ref_peak:g} a of {ref_peak:g} a): {needs}. Raise the limit, or pick a "
-                f"schedule that needs less ({hint})."
-            )
-        elif len(over):
-            messages.append("Over the memory limit of {:g} × 1F1B: {}.".format(
-                limit, ", ".join(f"{r['schedule']} ({plot.fmt_ratio(r['peak / 1F1B'])})" for _, r in over.iterrows())))
-    diagram_spec = memory_spec = None
-    if results:
-        rs = list(results.values())
-        title = plot.setting_label(p, m, base_costs if not (settings.stage_weights or settings.first_stage_extra
-                                                            or settings.last_stage_extra) else settings.costs(p),
-                                   limit)
-        diagram_spec = plot.schedule_spec(rs, title=f"schedules: {title}", **style.get("diagram", {}))
-        memory_spec = plot.memory_spec(
-            rs, reference_peak=max(reference.peak_memory) if reference is not None else None,
-            title=f"activation memory per device: {title}", **style.get("memory", {}))
-        if settings.model:
-            _add_gb_axis(memory_spec, settings, messages)
-    view = View(settings, results, reference, stats, messages, diagram_spec, memory_spec)
-    view.seconds = time.perf_counter() - t0
-    return view
+            self._show_progress()
+        return redraw or sweep
 
+    def _redraw_adapted(self) -> None:
+        """A build finished: the same settings, now with it: a new state."""
+        try:
+            settings = self.settings()
+        except ValueError:
+            return
+        view = compute(settings, style=self._style(), cache=self.builds, adapt=False, orders=self._pinned,
+                       order_origins=self._pinned_origins)
+        self.view = view
+        self._mark_pending()
+        self.render(view)
+        self._submit()
 
-def _add_gb_axis(memory_spec: dict, settings: Settings, messages: list[str]) -> None:
-    """The memory panel's GB axis for the chosen model (``a`` in GB: :func:`ctrlmem.planner.gb.bytes_per_a`)."""
-    from .planner.gb import bytes_per_a, default_microbatch
-    from .planner.model import model_spec
+    def wait(self, timeout: float | None = 600) -> View | None:
+        """Block until the background builds and exports asked for are done, applying each
+        (for scripts and tests; in a kernel the event loop does this). Returns the view."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self.poll()
+            idle = (self.background is None or self.background.idle) and not self._exports
+            if idle or (deadline is not None and time.monotonic() > deadline):
+                return self.view
+            time.sleep(0.05)
 
-    try:
-        spec = model_spec(settings.model)
-        mb = settings.microbatch_size or default_microbatch(spec)
-        a = bytes_per_a(spec, settings.num_devices, mb) / 1e9
-    except (ValueError, TypeError) as exc:
-        messages.append(f"GB axis: {_reason(exc)}")
-        return
-    plot.add_gb_axis(memory_spec, a, f"GB: {spec.name}, mb {mb}")
+    def stop_background(self) -> None:
+        """Stop the background builds (what is shown stays, marked not adapted)."""
+        if self.background is not None:
+            self.background.cancel()
+        self._show_progress()
 
+    def _show_progress(self) -> None:
+        """The progress line: the build running in the background, for how long, what waits,
+        and which shown orders are not adapted yet (part of the current state)."""
+        view = self.view
+        parts = []
+        prog = self.background.progress() if self.background is not None else None
+        if prog is not None and prog.job is not None:
+            def named(job):
+                return job.name + (f" @ budget {job.memory_limit:g}" if job.memory_limit is not None else "")
 
-def stats_html(stats: pd.DataFrame) -> str:
-    """The stats table as HTML (numbers rounded for reading; the DataFrame keeps them exact)."""
-    if stats.empty:
-        return "<i>no schedule to show</i>"
-    shown = stats.copy()
-    shown["peak per device (a)"] = shown["peak per device (a)"].map(_per_device)
-    if shown["fits limit"].isna().all():
-        shown = shown.drop(columns=["fits limit"])
-    else:
-        shown["fits limit"] = shown["fits limit"].map({True: "yes", False: "NO"})
-    fmt = {"makespan": plot.fmt_time, "peak (a)": plot.fmt_time, "bubble rate": plot.fmt_ratio,
-           "peak / 1F1B": plot.fmt_ratio, "speed-up over 1F1B": plot.fmt_ratio}
-    return shown.to_html(index=False, formatters=fmt, float_format=plot.fmt_time, classes="ctrlmem-stats",
-                         border=0)
+            then = list(dict.fromkeys(named(j) for j in prog.waiting))
+            parts.append(f"adapting to these costs in the background: <b>{html.escape(named(prog.job))}</b> "
+                         f"({prog.seconds:.0f} s)" + (f", then {html.escape(', '.join(then))}" if then else "")
+                         + (f"; {prog.done} done" if prog.done else ""))
+            if view is not None and view.provisional:
+                parts.append(f"shown meanwhile: {html.escape(', '.join(view.provisional))}, their last order "
+                             "re-simulated")
+        elif view is not None and (view.provisional or view.waiting):
+            parts.append("not adapted to these costs (stopped): "
+                         + html.escape(", ".join(view.provisional + view.waiting)))
+        self.progress.value = (_tagged(self._state, f"<small class='ctrlmem-progress-line'>{'; '.join(parts)}</small>")
+                               if parts else "")
+        self.stop_button.layout.display = "" if prog is not None and prog.job is not None else "none"
 
+    # -- drawing --------------------------------------------------------------------------------
 
-def _per_device(peaks: Sequence[float]) -> str:
-    """Every device's peak for small pipelines; the extremes (and where) for deep ones."""
-    if len(peaks) <= 8:
-        return ", ".join(plot.fmt_time(x) for x in peaks)
-    hi, lo = int(np.argmax(peaks)), int(np.argmin(peaks))
-    return (f"d0 {plot.fmt_time(peaks[0])} … d{len(peaks) - 1} {plot.fmt_time(peaks[-1])}; "
-            f"max {plot.fmt_time(peaks[hi])} (d{hi}), min {plot.fmt_time(peaks[lo])} (d{lo})")
+    def render(self, view: View, *, keep_main: bool = False) -> None:
+        """Put ``view`` into the widgets as a new state (``keep_main``: the two main plots are
+        already the view's; only the comparisons change)."""
+        t0 = time.perf_counter()
+        self._state += 1
+        n = self._state
+        self.message.value = _tagged(n, messages_html(view.messages))
+        self.verdict.value = _tagged(n, f"<div style='margin:4px 0'>{html.escape(verdict(view))}</div>"
+                                     if view.results else "")
+        self.stats_out.value = _tagged(n, stats_html(view.stats, view.waiting))
+        self.formulas.value = _tagged(n, formula_html(view))
+        self.command.value = command_line(view.settings) if view.results else ""
+        names = list(view.results)
+        if list(self.compare_schedule.options) != names:
+            current = self.compare_schedule.value
+            self.compare_schedule.unobserve(self._compare_changed, names="value")
+            try:
+                self.compare_schedule.options = names
+                self.compare_schedule.value = current if current in names else (names[0] if names else None)
+            finally:
+                self.compare_schedule.observe(self._compare_changed, names="value")
+        if keep_main:
+            main = self._sent[:2]
+        else:
+            main = [mime_bundle(spec, label)[PLOTLY_MIME] if spec is not None else None
+                    for spec, label in ((view.diagram_spec, "schedule diagram"), (view.memory_spec, "memory curves"))]
+        extra = [mime_bundle(spec, "comparison")[PLOTLY_MIME] if spec is not None else None
+                 for spec in self._comparison(view)]
+        self._sent = main + extra
+        self.plots.show(self._sent, seq=n, keep=[keep_main, keep_main, False, False])
+        self.last_render_seconds = time.perf_counter() - t0
+        self._python_ms = (view.seconds + self.last_render_seconds) * 1e3
+        self.timing.value = _tagged(n, f"<small style='color:#777'>state {n}: computed in {view.seconds * 1e3:.0f} ms, "
+                                       f"sent in {self.last_render_seconds * 1e3:.0f} ms; drawing…</small>")
 
+    def _drawn(self, change) -> None:
+        """The browser drew state ``seq`` in ``ms``: the pending mark goes if it is the latest."""
+        got = change["new"] or {}
+        if got.get("seq") != self._state or self.view is None:
+            return
+        if got.get("error"):
+            self.message.value = _tagged(self._state, messages_html(
+                [f"The browser could not draw the plots: {got['error']}"]))
+        self.timing.value = _tagged(self._state, (
+            f"<small style='color:#777'>state {self._state}: computed in {self.view.seconds * 1e3:.0f} ms, "
+            f"sent in {self.last_render_seconds * 1e3:.0f} ms, drawn by the browser in {got.get('ms', 0):.0f} ms"
+            "</small>"))
+        if not self._flush_scheduled:
+            self.widget.remove_class("ctrlmem-pending")
+            self.pending_note.value = ""
 
-def messages_html(messages: Sequence[str]) -> str:
-    if not messages:
-        return ""
-    items = "".join(f"<li>{html.escape(m)}</li>" for m in messages)
-    return ("<div class='ctrlmem-message' style='color:#8a1c1c;background:#fdf0f0;border:1px solid "
-            f"#e8b4b4;padding:4px 10px;border-radius:4px'><ul style='margin:4px 0'>{items}</ul></div>")
+    def _width_changed(self, change) -> None:
+        """The drawing got wider or narrower: which labels fit changed, so redraw."""
+        old, new = change["old"] or 0, change["new"] or 0
+        if new and abs(new - old) > 0.04 * max(old, 1):
+            self._request()
 
+    def _style(self) -> dict:
+        """The figure style, with the label rule at the drawing's width when the browser told it."""
+        style = {k: dict(v) for k, v in self.style.items()}
+        width = self.plots.width if getattr(self, "plots", None) is not None else 0
+        if width:
+            style.setdefault("diagram", {}).setdefault("label_width", width)
+        return style
 
-def _closed_forms(name: str, p: int) -> tuple[str, str] | None:
-    """(peak activation in ``a``, bubble per device) in closed form for F=B=W, comm=0, as the
-    paper gives them (Sec. 3, Table 1; bubbles in unit passes τ, one F, B or W over half a
-    device-stage, so a full-stage F+B+W is 6τ), or None when the paper gives none."""
-    forms = {
-        "1f1b": (f"p = {p}", f"6(p−1) = {6 * (p - 1)}τ"),
-        "zb-h1": (f"p = {p}", f"2(p−1) = {2 * (p - 1)}τ"),
-        "zb-v": (f"p = {p}", "0"),
-        "v-zb": (f"p = {p}", "0"),
-        "v-half": (f"⌊(p+2)/2⌋ = {(p + 2) // 2}",
-                   f"3p−7 = {3 * p - 7}τ" if p % 2 == 0 else f"3p−4 = {3 * p - 4}τ"),
-        "v-min": (f"⌊(p+4)/3⌋ = {(p + 4) // 3}",
-                  f"4p−5 = {4 * p - 5}τ" if p % 3 else f"4p−7 = {4 * p - 7}τ"),
-    }
-    return forms.get(name)
+    def shown(self, which: str = "diagram") -> dict | None:
+        """The figure JSON last sent to the browser: ``"diagram"``, ``"memory"``, ``"compare-a"``
+        or ``"compare-b"`` (None when nothing is drawn there)."""
+        return self._sent[("diagram", "memory", "compare-a", "compare-b").index(which)]
 
+    # -- comparisons ----------------------------------------------------------------------------
 
-def formula_html(view: View) -> str:
-    """The closed forms of the shown schedules at this p next to the simulated numbers, and the
-    V-Half / V-ZB conditions W+2B ≥ 2F and W+2F ≥ 2B evaluated on the current costs."""
-    s = view.settings
-    if not view.results:
-        return ""
-    p = s.num_devices
-    rows = []
-    for name, r in view.results.items():
-        forms = _closed_forms(name, p)
-        if forms is None:
-            continue
-        rows.append(f"<tr><td>{html.escape(name)}</td><td>{forms[0]}</td><td>{plot.fmt_time(max(r.peak_memory))}</td>"
-                    f"<td>{forms[1]}</td></tr>")
-    f, b, w = float(s.f), float(s.b), float(s.w)
-    c1, c2 = w + 2 * b >= 2 * f - 1e-12, w + 2 * f >= 2 * b - 1e-12
-    mark = lambda ok: "<b style='color:#1c5e20'>holds</b>" if ok else "<b style='color:#8a1c1c'>fails</b>"  # noqa: E731
-    cond = (f"V-Half / V-ZB tile without a repeating bubble iff W+2B ≥ 2F and W+2F ≥ 2B: here "
-            f"W+2B = {w + 2 * b:g} vs 2F = {2 * f:g} ({mark(c1)}), W+2F = {w + 2 * f:g} vs 2B = {2 * b:g} "
-            f"({mark(c2)}).")
-    if not (c1 and c2):
-        cond += " Their bubble then grows with m."
-    table = ""
-    if rows:
-        table = ("<table class='ctrlmem-formulas' style='border-collapse:collapse'><tr><th>schedule</th>"
-                 "<th>peak, closed form (a)</th><th>peak, simulated</th><th>bubble per device, closed form</th></tr>"
-                 + "".join(rows) + "</table><small>closed forms for F=B=W, comm=0 (the paper's Sec. 3 and "
-                 "Table 1); τ is one pass over half a device-stage</small><br>")
-    return f"<div class='ctrlmem-formula' style='font-size:90%'>{table}{cond}</div>"
+    def _compare_changed(self, _change=None) -> None:
+        if self.view is None:
+            return
+        self._mark_pending()
+        self.render(self.view, keep_main=True)
+        self._submit()
 
+    def _comparison(self, view: View) -> list[dict | None]:
+        """The figure dicts of the comparison view chosen (two slots)."""
+        which = self.compare.value
+        if not view.results or which == "none":
+            return [None, None]
+        try:
+            if which == "peak memory & speed-up":
+                return list(comparison_specs(view))
+            if which == "bubble vs budget":
+                return [self._sweep()[0], None]
+            if which == "lifespans":
+                return [plot.lifespan_figure(list(view.results.values()),
+                                             title="lifespans of microbatch 0 per device (simulated)").to_plotly_json(),
+                        None]
+            if which == "building blocks":
+                return [self._blocks(view), None]
+        except (ValueError, ScheduleError, KeyError) as exc:
+            log.info("comparison %s: %s", which, exc)
+            return [_note_figure(f"{which}: {_reason(exc)}"), None]
+        return [None, None]
 
-def verdict(view: View) -> str:
-    """One line: the fastest schedule, the fastest at each lower memory, and every V schedule
-    that is slower than 1F1B under these costs."""
-    st = view.stats
-    if st.empty or view.reference is None:
-        return ""
-    rows = st.sort_values(["peak / 1F1B", "makespan"]).to_dict("records")
-    best = min(rows, key=lambda r: (r["makespan"], r["peak / 1F1B"]))
-    parts = [f"Fastest: {best['schedule']} ({plot.fmt_ratio(best['speed-up over 1F1B'])}× 1F1B's speed, "
-             f"peak {plot.fmt_ratio(best['peak / 1F1B'])} × 1F1B)."]
-    front, fastest = [], math.inf
-    for r in rows:  # Pareto front over (memory, makespan), lowest memory first
-        if r["makespan"] < fastest - 1e-12:
-            front.append(r)
-            fastest = r["makespan"]
-    lower = [r for r in front if r["schedule"] != best["schedule"]]
-    if lower:
-        parts.append("With less memory: " + "; ".join(
-            f"≤ {plot.fmt_ratio(r['peak / 1F1B'])} × 1F1B: {r['schedule']} ({plot.fmt_ratio(r['speed-up over 1F1B'])}×)"
-            for r in lower) + ".")
-    losers = [r for r in rows if str(r["schedule"]).startswith(("v-", "zb-v")) and r["speed-up over 1F1B"] < 1 - 1e-9]
-    for r in losers:
-        parts.append(f"{r['schedule']} loses to 1F1B here ({plot.fmt_ratio(r['speed-up over 1F1B'])}× its speed): "
-                     "its memory saving costs more bubble than 1F1B's at these costs.")
-    return " ".join(parts)
+    def _blocks(self, view: View) -> dict:
+        name = self.compare_schedule.value or next(iter(view.results))
+        s = view.settings
+        if name.endswith(" (file)"):
+            return _note_figure(f"{name}: a schedule file has no building block")
+        m = min(s.num_microbatches, BLOCK_MICROBATCHES)
+        key = (name, s.num_devices, m, s.f, s.b, s.w, s.comm)
+        if key not in self._block_cache:
+            fig = plot.block_figure(name, s.num_devices, m, costs=s.costs(),
+                                    title=f"{name}: building block → repeat → squeeze → reorder "
+                                          f"(p={s.num_devices}, m={m})")
+            self._block_cache = {key: fig.to_plotly_json()}
+        return self._block_cache[key]
 
-
-def command_line(settings: Settings, output: str | None = None) -> str:
-    """The ``ctrlmem draw`` command that draws what the explorer shows (per-stage weights and
-    first/last-stage extras have no command-line form and are named in a trailing comment)."""
-    s = settings
-    names = [n for n in s.schedules if n in SCHEDULES]
-    if not names:
-        return ""
-    costs = ",".join(f"{x:g}" for x in (s.f, s.b, s.w, s.comm))
-    out = output or f"{_slug_of(names, s)}.html"
-    cmd = f"ctrlmem draw {names[0]}"
-    if len(names) > 1:
-        cmd += f" --compare {','.join(names[1:])}"
-    cmd += f" -p {s.num_devices} -m {s.num_microbatches} --costs {costs}"
-    if s.memory_limit is not None:
-        cmd += f" --memory-limit {s.memory_limit:g}"
-    cmd += f" -o {out}"
-    missing = []
-    if s.stage_weights:
-        missing.append("per-stage weights " + ",".join(f"{x:g}" for x in s.stage_weights))
-    if s.first_stage_extra or s.last_stage_extra:
-        missing.append(f"first/last-stage extra {s.first_stage_extra:g}/{s.last_stage_extra:g}")
-    if s.loaded:
-        missing.append("loaded files " + ", ".join(x.name for x in s.loaded))
-    if missing:
-        cmd += "  # not expressible on the command line: " + "; ".join(missing)
-    return cmd
-
-
-_TYPED_ARRAY = {"float64": "f8", "float32": "f4", "int32": "i4", "int16": "i2", "int8": "i1",
-                "uint8": "u1", "uint16": "u2", "uint32": "u4"}
-
-
-def jsonable(obj):
-    """A figure dict made JSON-ready: numpy arrays become plotly.js typed-array specs
-    (``{"dtype", "bdata", "shape"}``, base64 little-endian), which plotly.js reads directly and
-    which encode far faster than lists of numbers."""
-    if isinstance(obj, np.ndarray):
-        arr = obj
-        if arr.dtype == np.int64:
-            arr = arr.astype(np.int32)
-        code = _TYPED_ARRAY.get(str(arr.dtype))
-        if code is None or arr.size == 0:
-            return arr.tolist()
-        out = {"dtype": code, "bdata": base64.b64encode(np.ascontiguousarray(arr, arr.dtype.newbyteorder("<"))
-                                                        .tobytes()).decode("ascii")}
-        if arr.ndim > 1:
-            out["shape"] = ", ".join(map(str, arr.shape))
-        return out
-    if isinstance(obj, dict):
-        return {k: jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
-
-
-def mime_bundle(spec: dict, label: str) -> dict:
-    """A display_data bundle plotly's JupyterLab extension renders, from a figure dict."""
-    fig_json = jsonable(spec)
-    # not "responsive": plotly would size the height from a container sized by the plot, which
-    # collapsed plots to zero height when the window grew; the explorer's view follows the width
-    fig_json["config"] = {"responsive": False, "displaylogo": False}
-    return {PLOTLY_MIME: fig_json, "text/plain": f"<{label}: {len(spec['data'])} traces>"}
-
-
-def _slug_of(names: Sequence[str], s: Settings) -> str:
-    """A file stem carrying everything that changes the picture: schedules, p, m, costs, budget."""
-    costs = "-".join(f"{k}{v:g}" for k, v in (("F", s.f), ("B", s.b), ("W", s.w), ("c", s.comm)))
-    stem = f"{'-vs-'.join(names) or 'none'}_p{s.num_devices}_m{s.num_microbatches}_{costs}"
-    if s.memory_limit is not None:
-        stem += f"_lim{s.memory_limit:g}"
-    if s.stage_weights:
-        stem += "_w" + "-".join(f"{x:g}" for x in s.stage_weights)
-    if s.first_stage_extra or s.last_stage_extra:
-        stem += f"_x{s.first_stage_extra:g}-{s.last_stage_extra:g}"
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in stem)
-
-
-def _slug(view: View) -> str:
-    return _slug_of([n.replace(" (file)", "") for n in view.results], view.settings)
-
-
-def export_view(view: View, kind: str, directory: str | os.PathLike = "build/explorer") -> list[str]:
-    """Write ``view``: ``png`` / ``svg`` / ``pdf`` (diagram and memory curves, one file each,
-    kaleido),
-    ``html`` (diagram, memory curves and stats in one offline page, plotly.js embedded), or
-    ``csv`` (each schedule in torch's pipelining CSV). Returns the paths written."""
-    if kind not in EXPORT_KINDS:
-        raise ValueError(f"export kind must be one of {EXPORT_KINDS}, got {kind!r}")
-    if not view.results:
-        raise ValueError("nothing to export: no schedule could be built for these settings")
-    os.makedirs(directory, exist_ok=True)
-    stem = os.path.join(str(directory), _slug(view))
-    paths: list[str] = []
-    if kind == "csv":
+    def _sweep(self) -> tuple[dict | None, list[Job]]:
+        """The bubble-vs-budget steps of the budgeted schedules (``v-shape``, ``zb``) at the
+        current p, m and costs, from the builds done so far, and the builds still to do."""
+        view = self.view
+        s = view.settings if view is not None else None
+        if s is None or view.reference is None:
+            return None, []
+        budgeted = [n for n in ("v-shape", "zb") if n in SCHEDULES]
+        limits = sorted(set(plot.TRADEOFF_LIMITS) | ({s.memory_limit} if s.memory_limit is not None else set()))
+        p, m = s.num_devices, s.num_microbatches
+        ref_peak = max(view.reference.peak_memory)
+        points, jobs, todo = [], [], 0
+        job_settings = StageCosts(replace(s, schedules=(), loaded=()))
+        for name in budgeted:
+            for limit in limits:
+                stages = self.builds.num_stages(name, p, m, limit)
+                want = s.costs(stages) if stages is not None else s.costs()
+                key = self.builds.key(name, p, m, want, limit)
+                if key in self.builds.failed:
+                    continue
+                sched = self.builds.get(name, p, m, want, limit)
+                if sched is None:
+                    todo += 1
+                    jobs.append(Job(name, p, m, want, limit, None if stages is not None else job_settings))
+                    continue
+                r = simulate(sched, s.costs(sched.num_stages))
+                points.append(_point(name, limit, r, view.reference, ref_peak))
         for name, r in view.results.items():
-            path = f"{stem}_{name.replace(' (file)', '')}.csv"
-            r.schedule.to_torch_csv(path)
-            paths.append(path)
-    elif kind == "html":
-        path = f"{stem}.html"
-        parts = [pio.to_html(view.diagram, include_plotlyjs=True, full_html=False),
-                 pio.to_html(view.memory, include_plotlyjs=False, full_html=False),
-                 stats_html(view.stats)]
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write("<!DOCTYPE html><html><head><meta charset='utf-8'><title>ctrlmem: "
-                     f"{html.escape(_slug(view))}</title></head><body>{''.join(parts)}</body></html>")
-        paths.append(path)
-    else:
-        paths += plot.write_figures([(view.diagram, f"{stem}_diagram.{kind}"),
-                                     (view.memory, f"{stem}_memory.{kind}")])
-    log.info("exported %s", paths)
-    return paths
+            if name not in budgeted:
+                points.append(_point(name, None, r, view.reference, ref_peak))
+        done = sum(1 for q in points if q["memory_limit"] is not None)
+        title = (f"bubble rate vs memory budget ({_settings_summary(s)}); "
+                 + (f"{done} of {done + todo} budget builds done" if todo else "all budget builds done"))
+        fig = plot.bubble_memory_figure(points, title=title).to_plotly_json() if points else _note_figure(title)
+        return fig, jobs
+
+    # -- files ----------------------------------------------------------------------------------
+
+    def load(self, source) -> Schedule | None:
+        """Add a schedule file (torch / torchtitan CSV or ctrlmem's text form; a path, or
+        ``(name, bytes)`` from the upload button) to the comparison; p and m follow the file."""
+        try:
+            if isinstance(source, tuple):
+                name, raw = source
+                from .ir import _clean_text  # noqa: PLC0415
+
+                text = _clean_text(raw, name)
+                stem = os.path.splitext(os.path.basename(name))[0] or "uploaded"
+                sched = (Schedule.from_text(text) if text.lstrip().startswith("schedule ")
+                         else Schedule.from_torch_csv_text(text, name=stem, source=name))
+            else:
+                path = str(source).strip()
+                if not path:
+                    raise ValueError("type the path of a schedule file first")
+                sched = Schedule.load(path)
+            from .validate import validate  # noqa: PLC0415
+
+            validate(sched)
+        except (OSError, ValueError, ScheduleError) as exc:
+            self.message.value = messages_html([f"Cannot load {source[0] if isinstance(source, tuple) else source}: "
+                                                f"{_reason(exc)}"])
+            return None
+        self.loaded = [x for x in self.loaded if x.name != sched.name] + [sched]
+        self._set_quietly(self.devices, sched.num_devices)
+        self._set_quietly(self.microbatches, sched.num_microbatches)
+        self.update()
+        return sched
+
+    def clear_loaded(self) -> None:
+        self.loaded = []
+        self.update()
+
+    def _set_quietly(self, widget, value) -> None:
+        widget.unobserve(self._edited, names="value")
+        try:
+            if hasattr(widget, "max") and isinstance(value, (int, float)):
+                widget.max = max(widget.max, value)
+            widget.value = value
+        finally:
+            widget.observe(self._edited, names="value")
+
+    def _uploaded(self, change) -> None:
+        item = _first_upload(change["new"])
+        if item is not None:
+            self.load(item)
+
+    def apply_state(self, source) -> None:
+        """Show a state file (a path, or its text / bytes): settings, loaded files and the very
+        orders it recorded (kept until the next edit; ``ctrlmem draw --state`` draws the same)."""
+        try:
+            settings, orders, style = read_state(source)
+            origins = style.pop("origins", {})
+        except (OSError, ValueError, ScheduleError) as exc:
+            self.message.value = messages_html([f"Cannot load the state: {_reason(exc)}"])
+            return
+        unknown = [n for n in settings.schedules if n not in SCHEDULES]
+        self._unknown = unknown
+        self._set_quietly(self.schedules, tuple(n for n in settings.schedules if n in SCHEDULES))
+        for widget, value in ((self.devices, settings.num_devices), (self.microbatches, settings.num_microbatches),
+                              (self.f, settings.f), (self.b, settings.b), (self.w, settings.w),
+                              (self.comm, settings.comm), (self.first_extra, settings.first_stage_extra),
+                              (self.last_extra, settings.last_stage_extra),
+                              (self.weights, ",".join(f"{x:g}" for x in settings.stage_weights)),
+                              (self.limit_on, settings.memory_limit is not None),
+                              (self.model, settings.model or ""), (self.model_mb, settings.microbatch_size or 0)):
+            self._set_quietly(widget, value)
+        if settings.memory_limit is not None:
+            self._set_quietly(self.limit, settings.memory_limit)
+        self.loaded = list(settings.loaded)
+        for part, values in style.items():
+            self.style.setdefault(part, {}).update({k: v for k, v in values.items() if k != "label_width"})
+        self._pinned = orders
+        self._pinned_origins = origins
+        self.update()
+
+    def _state_uploaded(self, change) -> None:
+        item = _first_upload(change["new"])
+        if item is not None:
+            self.apply_state(item[1])
+
+    # -- export ---------------------------------------------------------------------------------
+
+    def export(self, kind: str, directory: str | None = None) -> list[str]:
+        """Export the current view into ``directory`` (default :attr:`export_dir`), blocking
+        (see :func:`ctrlmem.explore.export_view`); the buttons do the same without blocking and
+        offer the file as a download."""
+        return export_view(self.view, kind, directory or self.export_dir or "build/explorer", self._style())
+
+    def save(self, out_dir: str | os.PathLike) -> str:
+        """Record the current view (see :func:`ctrlmem.explore.save_view`)."""
+        return save_view(self.view, out_dir)
+
+    def save_state(self, path: str | os.PathLike) -> str:
+        """Write the state file of what is shown (see :func:`ctrlmem.explore.write_state`)."""
+        from .explore import write_state  # noqa: PLC0415
+
+        return write_state(self.view, path, self._style())
+
+    @property
+    def renderer(self):
+        """The Chromium session static exports are drawn in (started on first use)."""
+        if self._renderer is None:
+            from .render import StaticRenderer  # noqa: PLC0415
+
+            self._renderer = StaticRenderer()
+        return self._renderer
+
+    def _export_clicked(self, kind: str) -> None:
+        view, n = self.view, self._state
+        if view is None or not view.results:
+            self.export_note.value = messages_html([f"Export {kind} failed: nothing to export: no schedule could "
+                                                    "be built for these settings"])
+            return
+        stem = slug(view)
+        try:
+            if kind in ("png", "svg", "pdf"):
+                future = self.renderer.submit(static_figure(view), kind, scale=2.0)
+                self._exports.append((future, kind, f"{stem}.{kind}", n))
+                self.export_note.value = (f"<small class='ctrlmem-exporting'>drawing {kind.upper()} of state {n} "
+                                          "(the widgets stay live)…</small>")
+                self._schedule_tick()
+                return
+            if kind == "html":
+                self._deliver(f"{stem}.html", "text/html", report_html(view, self._style()).encode("utf-8"), n)
+            elif kind == "state":
+                import json  # noqa: PLC0415
+
+                data = json.dumps(state_dict(view, self._style()), indent=1, sort_keys=True).encode("utf-8")
+                self._deliver(f"{stem}.state.json", "application/json", data, n)
+            elif kind == "csv":
+                files = {f"{stem}_{name.replace(' (file)', '')}.csv": r.schedule.to_torch_csv().encode("utf-8")
+                         for name, r in view.results.items()}
+                if len(files) == 1:
+                    (name, data), = files.items()
+                    self._deliver(name, "text/csv", data, n)
+                else:
+                    buf = io.BytesIO()
+                    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+                        for name, data in files.items():
+                            zf.writestr(zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0)), data)
+                    self._deliver(f"{stem}_torch_csv.zip", "application/zip", buf.getvalue(), n)
+        except Exception as exc:  # kaleido/Chromium missing, unwritable folder
+            log.exception("export failed")
+            self.export_note.value = messages_html([f"Export {kind} failed: {_reason(exc)}"])
+
+    def _finish_exports(self) -> None:
+        still = []
+        for future, kind, name, n in self._exports:
+            if not future.done():
+                still.append((future, kind, name, n))
+                continue
+            try:
+                data = future.result()
+                mime = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}[kind]
+                self._deliver(name, mime, data, n)
+            except Exception as exc:  # noqa: BLE001
+                log.exception("export failed")
+                self.export_note.value = messages_html([f"Export {kind} failed: {_reason(exc)}"])
+        self._exports = still
+
+    def _deliver(self, name: str, mime: str, data: bytes, state: int) -> None:
+        """Offer ``data`` as a browser download named ``name`` and write it into ``export_dir``."""
+        from .figio import stabilize_svg  # noqa: PLC0415
+        from .render import settled_bytes  # noqa: PLC0415
+
+        ext = name.rsplit(".", 1)[-1]
+        data = settled_bytes(ext, data)
+        if ext == "svg":  # the same bytes as a file written by `ctrlmem draw --state`
+            with tempfile.TemporaryDirectory(prefix="ctrlmem-svg-") as tmpdir:
+                path = os.path.join(tmpdir, name)
+                with open(path, "wb") as fh:
+                    fh.write(data)
+                stabilize_svg(path)
+                with open(path, "rb") as fh:
+                    data = fh.read()
+        written = None
+        if self.export_dir:
+            from .fileio import atomic_write, make_output_folder  # noqa: PLC0415
+
+            make_output_folder(self.export_dir)
+            written = str(atomic_write(os.path.join(self.export_dir, name), data))
+        self.downloads.offer(name, mime, data)
+        where = f" (also written to {html.escape(written)})" if written else ""
+        self.export_note.value = (f"<small class='ctrlmem-exported' style='color:#1c5e20'>state {state}: "
+                                  f"{html.escape(name)} downloaded{where}</small>")
+        log.info("exported %s (%d bytes)%s", name, len(data), where)
+
+    # -- lifetime -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """End the background builds, the Chromium of static exports, the timers and the
+        widgets (idempotent). Also done when the kernel exits."""
+        self._closed = True
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+            self._tick_handle = None
+        if self.background is not None:
+            self.background.close()
+        if self._renderer is not None:
+            self._renderer.close()
+        _close_tree(self.widget)
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
 
 
-def save_view(view: View, out_dir: str | os.PathLike) -> str:
-    """Write the view's settings, stats and messages to ``out_dir/explore.json`` (what a
-    notebook run records); returns the path."""
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(str(out_dir), "explore.json")
-    stats = view.stats.astype(object).where(view.stats.notna(), None)
-    settings = {f.name: getattr(view.settings, f.name) for f in fields(view.settings)}
-    settings["loaded"] = [{"name": s.name, "text": s.to_text()} for s in view.settings.loaded]
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump({"settings": settings, "stats": stats.to_dict(orient="records"),
-                   "messages": view.messages}, fh, indent=2)
-    return path
+def _close_tree(widget) -> None:
+    """Close a widget and every widget inside it (their front-end views go too)."""
+    for child in getattr(widget, "children", ()):
+        _close_tree(child)
+    try:
+        widget.close()
+    except Exception:  # noqa: BLE001  (closing twice, or a widget without a comm)
+        pass
+
+
+def _point(name: str, limit, r, reference, ref_peak: float) -> dict:
+    peak = max(r.peak_memory)
+    return {"name": name, "memory_limit": limit, "peak": peak, "memory": peak / ref_peak,
+            "bubble_rate": r.bubble_rate, "makespan": r.makespan,
+            "throughput": r.schedule.num_microbatches / r.makespan, "speedup": reference.makespan / r.makespan}
+
+
+def _note_figure(text: str) -> dict:
+    """An empty figure that says ``text`` (a comparison not available yet, or why not)."""
+    return {"data": [], "layout": {"height": 160, "xaxis": {"visible": False}, "yaxis": {"visible": False},
+                                   "plot_bgcolor": "white", "paper_bgcolor": "white",
+                                   "margin": {"l": 20, "r": 20, "t": plot.MODEBAR_PX + 10, "b": 10},
+                                   "annotations": [{"text": html.escape(text), "showarrow": False, "x": 0.5, "y": 0.5,
+                                                    "xref": "paper", "yref": "paper", "font": {"size": 13}}]}}
+
+
+def _first_upload(files):
+    if not files:
+        return None
+    item = files[0] if isinstance(files, (list, tuple)) else next(iter(files.values()))
+    name = item.get("name", "uploaded") if isinstance(item, dict) else getattr(item, "name", "uploaded")
+    content = item.get("content") if isinstance(item, dict) else getattr(item, "content")
+    return name, bytes(content)
 
 
 _PLOT_ESM = r"""
@@ -597,17 +875,19 @@ export default {
     const Plotly = await ensurePlotly(model);
     let busy = Promise.resolve();
     const draw = () => { busy = busy.then(async () => {
-      const seq = model.get("seq"), figs = model.get("figures");
+      const seq = model.get("seq"), figs = JSON.parse(model.get("figures") || "[]");
+      if (seq !== model.get("seq")) return;
       const t0 = performance.now();
-      // show "updating…" (and dim the plots) while the browser draws, not only while Python computes
+      // "drawing" (dims the plots) while the browser draws
       const shell = el.closest(".ctrlmem-explorer");
       if (shell) {
-        shell.classList.add("ctrlmem-updating");
+        shell.classList.add("ctrlmem-drawing");
         await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));
       }
       try {
       for (let i = 0; i < gds.length; i++) {
         const f = figs[i];
+        if (f && f.keep) continue;  // unchanged since the last state
         if (!f) { Plotly.purge(gds[i]); gds[i].parentNode.style.display = "none"; continue; }
         gds[i].parentNode.style.display = "";
         await Plotly.react(gds[i], f.data, f.layout, f.config || {});
@@ -618,8 +898,9 @@ export default {
         model.save_changes();
         return;
       } finally {
-        if (shell) shell.classList.remove("ctrlmem-updating");
+        if (shell) shell.classList.remove("ctrlmem-drawing");
       }
+      el.dataset.ctrlmemState = String(seq);
       await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));  // on screen
       model.set("drawn", {seq: seq, ms: performance.now() - t0});
       model.save_changes();
@@ -654,9 +935,10 @@ def _plot_view_class():
 
     JupyterLab's plotly mime renderer draws every new output three times (react, redraw,
     resize) and then renders it once more to a PNG it stores in the output; at thousands of
-    boxes that is most of the wait. This view keeps one graph per figure and reacts to new
-    data, so an update is drawn once. plotly.js comes from the installed plotly package (no
-    network), sent once per explorer; the browser reports its drawing time back in ``drawn``.
+    boxes that is most of the wait. This view keeps one graph per slot and reacts to new data
+    (a slot sent as ``{"keep": true}`` stays as drawn), so an update is drawn once. plotly.js
+    comes from the installed plotly package (no network), sent once per explorer; the browser
+    reports each state drawn back in ``drawn`` and marks the element with its number.
     """
     global _PLOT_VIEW
     if _PLOT_VIEW is not None:
@@ -667,16 +949,27 @@ def _plot_view_class():
     class PlotView(anywidget.AnyWidget):
         _esm = _PLOT_ESM
         names = traitlets.List(traitlets.Unicode()).tag(sync=True)
-        figures = traitlets.List().tag(sync=True)
+        figures = traitlets.Unicode("[]").tag(sync=True)
         seq = traitlets.Int(0).tag(sync=True)
         drawn = traitlets.Dict().tag(sync=True)
         plotly_js = traitlets.Unicode("").tag(sync=True)
         width = traitlets.Int(0).tag(sync=True)
 
-        def show(self, figures: Sequence[dict | None]) -> None:
+        def show(self, figures: Sequence[dict | None], seq: int | None = None,
+                 keep: Sequence[bool] | None = None) -> None:
+            """Send ``figures`` (JSON-ready dicts; ``None`` hides a slot) as state ``seq``;
+            ``keep[i]``: slot ``i`` is unchanged (not sent again). One JSON text: the widget
+            machinery then does not walk every number of the figures."""
+            keep = list(keep) if keep is not None else [False] * len(figures)
+            sent = [{"keep": True} if k else f for f, k in zip(figures, keep)]
             with self.hold_sync():
-                self.figures = list(figures)
-                self.seq += 1
+                self.figures = json.dumps(sent, separators=(",", ":"), allow_nan=False)
+                self.seq = seq if seq is not None else self.seq + 1
+
+        @property
+        def shown(self) -> list:
+            """The figures of the last :meth:`show`, decoded."""
+            return json.loads(self.figures) if self.figures else []
 
     _PLOT_VIEW = PlotView
     return PlotView
@@ -686,6 +979,59 @@ def _plotly_js() -> str:
     from importlib.resources import files  # noqa: PLC0415
 
     return (files("plotly") / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
+
+
+_DOWNLOAD_ESM = r"""
+export default {
+  render({ model, el }) {
+    el.classList.add("ctrlmem-downloads");
+    const urls = [];
+    let newest = Math.max(0, ...model.get("files").map(f => f.id));  // files from before this view: no auto-download
+    const draw = () => {
+      urls.splice(0).forEach(u => URL.revokeObjectURL(u));
+      el.innerHTML = "";
+      for (const f of model.get("files")) {
+        const bytes = Uint8Array.from(atob(f.b64), c => c.charCodeAt(0));
+        const url = URL.createObjectURL(new Blob([bytes], {type: f.mime}));
+        urls.push(url);
+        const a = document.createElement("a");
+        a.href = url; a.download = f.name; a.textContent = "⤓ " + f.name; a.className = "ctrlmem-download";
+        a.title = "download " + f.name + " (" + bytes.length + " bytes)";
+        a.style.marginRight = "12px";
+        el.appendChild(a);
+        if (f.id > newest) { newest = f.id; a.click(); }
+      }
+    };
+    model.on("change:files", draw);
+    draw();
+    return () => urls.forEach(u => URL.revokeObjectURL(u));
+  }
+};
+"""
+
+_DOWNLOADS = None
+
+
+def _downloads_class():
+    """An anywidget holding the latest exports as download links; a new one downloads at once."""
+    global _DOWNLOADS
+    if _DOWNLOADS is not None:
+        return _DOWNLOADS
+    import anywidget  # noqa: PLC0415
+    import traitlets  # noqa: PLC0415
+
+    class Downloads(anywidget.AnyWidget):
+        _esm = _DOWNLOAD_ESM
+        files = traitlets.List().tag(sync=True)
+        keep = 4
+
+        def offer(self, name: str, mime: str, data: bytes) -> None:
+            last = max((f["id"] for f in self.files), default=0)
+            entry = {"id": last + 1, "name": name, "mime": mime, "b64": base64.b64encode(data).decode("ascii")}
+            self.files = [f for f in self.files if f["name"] != name][-(self.keep - 1):] + [entry]
+
+    _DOWNLOADS = Downloads
+    return Downloads
 
 
 _COPY_ESM = r"""
@@ -734,10 +1080,15 @@ def _copy_button(text_widget):
 
 _CSS = """<style>
 .ctrlmem-explorer .ctrlmem-busy-note { display: none; }
-.ctrlmem-explorer.ctrlmem-updating .ctrlmem-busy-note { display: inline-block; color: #8a5a00; font-weight: bold; }
-.ctrlmem-explorer.ctrlmem-updating .ctrlmem-diagram, .ctrlmem-explorer.ctrlmem-updating .ctrlmem-memory { opacity: 0.45; }
+.ctrlmem-explorer.ctrlmem-pending .ctrlmem-busy-note, .ctrlmem-explorer.ctrlmem-drawing .ctrlmem-busy-note {
+  display: inline-block; color: #8a5a00; font-weight: bold; margin-right: 10px; }
+.ctrlmem-explorer.ctrlmem-pending .ctrlmem-results > :not(:first-child),
+.ctrlmem-explorer.ctrlmem-drawing .ctrlmem-plots { opacity: 0.45; transition: opacity 0.1s; }
 .ctrlmem-explorer .ctrlmem-formulas td, .ctrlmem-explorer .ctrlmem-formulas th { padding: 1px 8px; text-align: left; }
 .ctrlmem-explorer .ctrlmem-diagram, .ctrlmem-explorer .ctrlmem-memory { min-height: 120px; }
+.ctrlmem-explorer .ctrlmem-stats td, .ctrlmem-explorer .ctrlmem-stats th { padding: 1px 8px; }
+.ctrlmem-explorer .ctrlmem-progress-line { color: #5a4a00; }
+.ctrlmem-explorer .ctrlmem-waiting td { color: #8a5a00; }
 </style>"""
 
 _CHECKLIST = None
@@ -795,294 +1146,14 @@ def _parse_weights(text: str) -> tuple[float, ...]:
         raise ValueError(f"per-stage weights must be numbers separated by commas, got {text!r}") from None
 
 
-class Explorer:
-    """The ipywidgets explorer. ``explorer.widget`` is the layout; ``explorer.view`` the last
-    :class:`View`; every widget change calls :meth:`update`.
-
-    Args:
-        settings: initial settings.
-        export_dir: where the export buttons write.
-        max_devices, max_microbatches: slider ranges.
-        style: ``{"diagram": {...}, "memory": {...}}`` keyword arguments for
-            :func:`ctrlmem.plot.schedule_spec` and :func:`ctrlmem.plot.memory_spec`.
-    """
-
-    def __init__(self, settings: Settings | None = None, *, export_dir: str = "build/explorer",
-                 max_devices: int = 32, max_microbatches: int = 256, style: dict | None = None):
-        import ipywidgets as W  # noqa: PLC0415  (optional dependency, only for the widgets)
-
-        s = settings or Settings()
-        self.style = style or {}
-        self.export_dir = export_dir
-        self.builds = BuildCache()
-        self.loaded: list[Schedule] = list(s.loaded)
-        names = list(SCHEDULES)
-        self._unknown = [n for n in s.schedules if n not in SCHEDULES]
-        label = {"style": {"description_width": "initial"}}
-        self.schedules = _checklist_class()(names, [n for n in s.schedules if n in SCHEDULES])
-        self.devices = W.IntSlider(value=s.num_devices, min=1, max=max(max_devices, s.num_devices),
-                                   description="p (devices)", continuous_update=False, **label)
-        self.microbatches = W.IntSlider(value=s.num_microbatches, min=1,
-                                        max=max(max_microbatches, s.num_microbatches),
-                                        description="m (microbatches)", continuous_update=False, **label)
-        box = W.Layout(width="150px")
-        self.f = W.FloatText(value=s.f, description="F", layout=box, **label)
-        self.b = W.FloatText(value=s.b, description="B", layout=box, **label)
-        self.w = W.FloatText(value=s.w, description="W", layout=box, **label)
-        self.comm = W.FloatText(value=s.comm, description="comm", layout=box, **label)
-        wide = W.Layout(width="230px")
-        self.first_extra = W.FloatText(value=s.first_stage_extra, description="first-stage extra",
-                                       layout=wide, **label)
-        self.last_extra = W.FloatText(value=s.last_stage_extra, description="last-stage extra",
-                                      layout=wide, **label)
-        self.weights = W.Text(value=",".join(f"{x:g}" for x in s.stage_weights), description="per-stage weights",
-                              placeholder="p numbers, model order, e.g. 1.3,1,1,1.6", continuous_update=False,
-                              layout=W.Layout(width="420px"), **label)
-        self.limit_on = W.Checkbox(value=s.memory_limit is not None, description="memory limit",
-                                   indent=False, layout=W.Layout(width="110px"))
-        self.limit = W.FloatSlider(value=s.memory_limit if s.memory_limit is not None else 0.5,
-                                   min=0.05, max=2.0, step=0.05, description="× 1F1B peak",
-                                   continuous_update=False, readout_format=".2f", **label)
-        from .planner.model import PRESET_NAMES
-
-        self.model = W.Dropdown(options=[("none", "")] + [(n, n) for n in PRESET_NAMES.values()],
-                                value=s.model or "", description="model (GB axis)", layout=W.Layout(width="230px"),
-                                **label)
-        self.model_mb = W.BoundedIntText(value=s.microbatch_size or 0, min=0, max=4096, description="microbatch",
-                                         layout=W.Layout(width="160px"), **label)
-        self.load_path = W.Text(placeholder="torch / torchtitan CSV or ctrlmem text file (path)",
-                                description="load schedule", continuous_update=False,
-                                layout=W.Layout(width="420px"), **label)
-        self.load_button = W.Button(description="load", layout=W.Layout(width="70px"))
-        self.upload = W.FileUpload(accept=".csv,.txt", multiple=False, description="upload",
-                                   layout=W.Layout(width="110px"))
-        self.clear_button = W.Button(description="clear loaded", layout=W.Layout(width="110px"))
-        self.load_button.on_click(lambda _b: self.load(self.load_path.value))
-        self.clear_button.on_click(lambda _b: self.clear_loaded())
-        self.upload.observe(self._uploaded, names="value")
-        self.message = W.HTML()
-        self.verdict = W.HTML()
-        self.verdict.add_class("ctrlmem-verdict")
-        self.stats_out = W.HTML()
-        self.formulas = W.HTML()
-        self.command = W.Text(description="as a command", layout=W.Layout(width="90%"), **label)
-        self.command.add_class("ctrlmem-command")
-        self.copy_command = _copy_button(self.command)
-        self.timing = W.HTML()
-        self.timing.add_class("ctrlmem-timing")
-        try:
-            self.plots = _plot_view_class()(names=["ctrlmem-diagram", "ctrlmem-memory"], plotly_js=_plotly_js())
-            self.plots.observe(self._drawn, names="drawn")
-            self.plots.observe(self._width_changed, names="width")
-            self.diagram_out = self.memory_out = None
-            outputs = [self.plots]
-        except (ImportError, OSError):  # no anywidget: JupyterLab's plotly renderer, in Output widgets
-            self.plots = None
-            self.diagram_out = W.Output()
-            self.diagram_out.add_class("ctrlmem-diagram")
-            self.memory_out = W.Output()
-            self.memory_out.add_class("ctrlmem-memory")
-            outputs = [self.diagram_out, self.memory_out]
-        self._sent: list[dict | None] = [None, None]
-        self.buttons = {kind: W.Button(description=f"export {kind.upper() if kind != 'csv' else 'torch CSV'}",
-                                       layout=W.Layout(width="150px" if kind == "csv" else "120px"))
-                        for kind in EXPORT_KINDS}
-        for kind, button in self.buttons.items():
-            button.on_click(lambda _b, kind=kind: self._export_clicked(kind))
-        self._inputs = [self.schedules, self.devices, self.microbatches, self.f, self.b, self.w,
-                        self.comm, self.first_extra, self.last_extra, self.weights, self.limit_on, self.limit,
-                        self.model, self.model_mb]
-        for wdg in self._inputs:
-            wdg.observe(self.update, names="value")
-        busy = W.HTML("<span class='ctrlmem-busy-note'>updating…</span>")
-        controls = W.VBox([
-            W.HTML(_CSS + "<b>schedules</b> <small>(tick to compare; panels stack in the order ticked)</small>"),
-            self.schedules,
-            W.HBox([self.devices, self.microbatches, self.limit_on, self.limit]),
-            W.HBox([self.f, self.b, self.w, self.comm]),
-            W.HBox([self.first_extra, self.last_extra, self.weights]),
-            W.HBox([self.model, self.model_mb, W.HTML("<small>a model adds a GB axis to the memory panel "
-                                                      "(microbatch 0: the paper's)</small>")]),
-            W.HBox([self.load_path, self.load_button, self.upload, self.clear_button]),
-            W.HBox(list(self.buttons.values())),
-        ])
-        self.widget = W.VBox([controls, self.message, self.verdict, self.stats_out, self.formulas,
-                              W.HBox([self.command] + ([self.copy_command] if self.copy_command else [])),
-                              W.HBox([self.timing, busy]), *outputs])
-        self.widget.add_class("ctrlmem-explorer")
-        self.view: View | None = None
-        self.update()
-
-    def settings(self) -> Settings:
-        """The settings the widgets show now (bad per-stage weights raise ``ValueError``)."""
-        return Settings(
-            schedules=tuple(self.schedules.value) + tuple(self._unknown),
-            num_devices=int(self.devices.value), num_microbatches=int(self.microbatches.value),
-            f=self.f.value, b=self.b.value, w=self.w.value, comm=self.comm.value,
-            first_stage_extra=self.first_extra.value, last_stage_extra=self.last_extra.value,
-            memory_limit=float(self.limit.value) if self.limit_on.value else None,
-            stage_weights=_parse_weights(self.weights.value), loaded=tuple(self.loaded),
-            model=self.model.value or None, microbatch_size=int(self.model_mb.value) or None,
-        )
-
-    def update(self, *_change) -> View:
-        """Recompute and redraw (called on every widget change). While it runs, the explorer
-        carries the CSS class ``ctrlmem-updating`` (an "updating…" note, dimmed plots)."""
-        if any(getattr(c, "owner", None) is self.schedules or (isinstance(c, dict) and c.get("owner") is self.schedules)
-               for c in _change):
-            self._unknown = []  # names from the initial settings that are not registered: reported until the user picks
-        if hasattr(self, "widget"):
-            self.widget.add_class("ctrlmem-updating")
-        try:
-            try:
-                settings = self.settings()
-            except ValueError as exc:
-                self.message.value = messages_html([f"Cannot compute: {_reason(exc)}"])
-                return self.view
-            view = compute(settings, style=self._style(), cache=self.builds)
-        except Exception as exc:  # an unexpected failure still shows a message, not a traceback
-            log.exception("explorer update failed")
-            self.message.value = messages_html([f"Unexpected error: {type(exc).__name__}: {exc}"])
-            return self.view
-        finally:
-            if hasattr(self, "widget"):
-                self.widget.remove_class("ctrlmem-updating")
-        self.view = view
-        self.render(view)
-        return view
-
-    def render(self, view: View) -> None:
-        """Put ``view`` into the widgets."""
-        t0 = time.perf_counter()
-        self.message.value = messages_html(view.messages)
-        self.verdict.value = f"<div style='margin:4px 0'>{html.escape(verdict(view))}</div>" if view.results else ""
-        self.stats_out.value = stats_html(view.stats)
-        self.formulas.value = formula_html(view)
-        self.command.value = command_line(view.settings)
-        bundles = [mime_bundle(spec, label) if spec is not None else None
-                   for spec, label in ((view.diagram_spec, "schedule diagram"), (view.memory_spec, "memory curves"))]
-        self._sent = [b[PLOTLY_MIME] if b is not None else None for b in bundles]
-        if self.plots is not None:
-            self.plots.show(self._sent)
-        else:
-            for out, bundle in zip((self.diagram_out, self.memory_out), bundles):
-                out.outputs = (({"output_type": "display_data", "metadata": {}, "data": bundle},)
-                               if bundle is not None else ())
-        self.last_render_seconds = time.perf_counter() - t0
-        self._python_ms = (view.seconds + self.last_render_seconds) * 1e3
-        self.timing.value = (f"<small style='color:#777'>computed in {view.seconds * 1e3:.0f} ms, "
-                             f"sent in {self.last_render_seconds * 1e3:.0f} ms; drawing…</small>")
-
-    def _drawn(self, change) -> None:
-        """The browser says it drew update ``seq`` in ``ms``: show the whole wait."""
-        got = change["new"] or {}
-        if self.plots is None or got.get("seq") != self.plots.seq or self.view is None:
-            return
-        if got.get("error"):
-            self.message.value = messages_html([f"The browser could not draw the plots: {got['error']}"])
-        self.timing.value = (f"<small style='color:#777'>computed in {self.view.seconds * 1e3:.0f} ms, "
-                             f"sent in {self.last_render_seconds * 1e3:.0f} ms, drawn by the browser in "
-                             f"{got.get('ms', 0):.0f} ms</small>")
-
-    def _width_changed(self, change) -> None:
-        """The drawing got wider or narrower: which labels fit changed, so redraw."""
-        old, new = change["old"] or 0, change["new"] or 0
-        if new and abs(new - old) > 0.04 * max(old, 1):
-            self.update()
-
-    def _style(self) -> dict:
-        """The figure style, with the label rule at the drawing's width when the browser told it."""
-        style = {k: dict(v) for k, v in self.style.items()}
-        width = self.plots.width if self.plots is not None else 0
-        if width:
-            style.setdefault("diagram", {}).setdefault("label_width", width)
-        return style
-
-    def shown(self, which: str = "diagram") -> dict | None:
-        """The figure JSON last sent to the browser: ``"diagram"`` or ``"memory"`` (None when
-        nothing could be drawn)."""
-        return self._sent[("diagram", "memory").index(which)]
-
-    def load(self, source) -> Schedule | None:
-        """Add a schedule file (torch / torchtitan CSV or ctrlmem's text form; a path, or
-        ``(name, bytes)`` from the upload button) to the comparison; p and m follow the file."""
-        try:
-            if isinstance(source, tuple):
-                name, raw = source
-                from .ir import _clean_text  # noqa: PLC0415
-
-                text = _clean_text(raw, name)
-                stem = os.path.splitext(os.path.basename(name))[0] or "uploaded"
-                sched = (Schedule.from_text(text) if text.lstrip().startswith("schedule ")
-                         else Schedule.from_torch_csv_text(text, name=stem, source=name))
-            else:
-                path = str(source).strip()
-                if not path:
-                    raise ValueError("type the path of a schedule file first")
-                sched = Schedule.load(path)
-            from .validate import validate  # noqa: PLC0415
-
-            validate(sched)
-        except (OSError, ValueError, ScheduleError) as exc:
-            self.message.value = messages_html([f"Cannot load {source[0] if isinstance(source, tuple) else source}: "
-                                                f"{_reason(exc)}"])
-            return None
-        self.loaded = [x for x in self.loaded if x.name != sched.name] + [sched]
-        self._set_quietly(self.devices, sched.num_devices)
-        self._set_quietly(self.microbatches, sched.num_microbatches)
-        self.update()
-        return sched
-
-    def clear_loaded(self) -> None:
-        self.loaded = []
-        self.update()
-
-    def _set_quietly(self, widget, value) -> None:
-        widget.unobserve(self.update, names="value")
-        try:
-            widget.max = max(widget.max, value)
-            widget.value = value
-        finally:
-            widget.observe(self.update, names="value")
-
-    def _uploaded(self, change) -> None:
-        files = change["new"]
-        if not files:
-            return
-        item = files[0] if isinstance(files, (list, tuple)) else next(iter(files.values()))
-        name = item.get("name", "uploaded.csv") if isinstance(item, dict) else getattr(item, "name", "uploaded.csv")
-        content = item.get("content") if isinstance(item, dict) else getattr(item, "content")
-        self.load((name, bytes(content)))
-
-    def export(self, kind: str, directory: str | None = None) -> list[str]:
-        """Export the current view (see :func:`export_view`)."""
-        return export_view(self.view, kind, directory or self.export_dir)
-
-    def save(self, out_dir: str | os.PathLike) -> str:
-        """Record the current view (see :func:`save_view`)."""
-        return save_view(self.view, out_dir)
-
-    def _export_clicked(self, kind: str) -> None:
-        try:
-            paths = self.export(kind)
-        except Exception as exc:  # kaleido/Chromium missing, unwritable folder, nothing to export
-            log.exception("export failed")
-            self.message.value = messages_html([f"Export {kind} failed: {_reason(exc)}"])
-            return
-        self.message.value = ("<div class='ctrlmem-exported' style='color:#1c5e20'>wrote "
-                              + ", ".join(html.escape(p) for p in paths) + "</div>")
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
-
-
 def explorer(schedules: Sequence[str] | None = None, num_devices: int = 4, num_microbatches: int = 12,
              f: float = 1.0, b: float = 1.0, w: float = 1.0, comm: float = 0.0,
              first_stage_extra: float = 0.0, last_stage_extra: float = 0.0,
              memory_limit: float | None = None, stage_weights: Sequence[float] = (),
-             load: Sequence[str] = (), **kwargs) -> Explorer:
+             load: Sequence[str] = (), state: str | None = None, **kwargs) -> Explorer:
     """An :class:`Explorer` with these initial settings (display it in a notebook cell);
-    ``load``: schedule files (torch / torchtitan CSV or text form) to compare as well."""
+    ``load``: schedule files (torch / torchtitan CSV or text form) to compare as well;
+    ``state``: a state file to show instead (see :meth:`Explorer.apply_state`)."""
     settings = Settings(
         schedules=tuple(schedules) if schedules is not None else default_schedules(),
         num_devices=num_devices, num_microbatches=num_microbatches, f=f, b=b, w=w, comm=comm,
@@ -1090,4 +1161,7 @@ def explorer(schedules: Sequence[str] | None = None, num_devices: int = 4, num_m
         memory_limit=memory_limit, stage_weights=tuple(stage_weights),
         loaded=tuple(Schedule.load(x) for x in load),
     )
-    return Explorer(settings, **kwargs)
+    ex = Explorer(settings, **kwargs)
+    if state:
+        ex.apply_state(state)
+    return ex

@@ -6,14 +6,21 @@ line on stderr, no traceback, within the time limit; for the Python API, a ``Typ
 sensible form, e.g. a numpy integer). Fault probes check that nothing of the run is left running
 and that no success record is left for a failed run.
 
-Usage: ``python scripts/probe_inputs.py [--faults] [-v]`` (run from anywhere; every probe runs in
-a fresh temporary working directory and the checkout is compared before and after).
+Usage: ``python scripts/probe_inputs.py [--faults] [-v] [-k TEXT]`` (run from anywhere; every probe
+runs in a fresh temporary working directory and the checkout is compared before and after). With
+``--faults`` it also runs the process fault probes and the five classes of "bounded and atomic"
+(``[1]`` tiny inputs that would expand without bound, ``[2]`` writes on a full disk, ``[3]``
+numbers checked before work starts, ``[4]`` sweeps that check what they find, ``[5]`` API
+parity): each must answer within :data:`FAST_S` seconds and :data:`MAX_RSS_MIB` MiB. The summary
+prints the slowest probe and the worst peak RSS (from ``wait4``) of any process a probe started.
+Exit status 1 when a probe is not clean.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import signal
@@ -29,18 +36,56 @@ PY = sys.executable
 CFG = "name: probe\ndescription: d\nscale: cpu\n"
 
 
-def cli(args, cwd, timeout=60, files=None, env=None):
+#: The peak RSS (MiB) and wall time (s) of every process the current probe started.
+MEASURED: list[tuple[float, float]] = []
+
+
+# A child forked from this (large) process counts this process's memory in its peak RSS (the kernel
+# keeps the high-water mark across exec). So commands start from a small wrapper that forks them
+# and reports the command's own peak (``wait4``) into the file named by its first argument.
+_WRAPPER = ("import os, sys\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n    os.execvp(sys.argv[2], sys.argv[2:])\n"
+            "_, status, usage = os.wait4(pid, 0)\n"
+            "open(sys.argv[1], 'w').write(str(usage.ru_maxrss))\n"
+            "sys.exit(os.waitstatus_to_exitcode(status) % 256)\n")
+
+
+def run_measured(cmd, cwd, timeout=60, env=None, preexec_fn=None):
+    """Run ``cmd``; (rc, stdout, stderr) or (None, '', 'timeout'). Its own peak RSS and wall time go
+    to :data:`MEASURED`; output goes through files (a pipe could fill and block)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
+            tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
+        t0 = time.monotonic()
+        proc = subprocess.Popen([PY, "-S", "-c", _WRAPPER, rss.name, *cmd], cwd=cwd, stdout=out, stderr=err,
+                                text=True, env=env, preexec_fn=preexec_fn, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc = None
+        rss.seek(0)
+        peak = rss.read().strip()
+        MEASURED.append((int(peak) / 1024 if peak.isdigit() else 0.0, time.monotonic() - t0))
+        out.seek(0)
+        err.seek(0)
+        if rc is None:
+            return None, "", "timeout"
+        return rc, out.read(), err.read()
+
+
+def cli(args, cwd, timeout=60, files=None, env=None, preexec_fn=None):
     """Run ``ctrlmem ARGS`` in ``cwd``; (rc, stdout, stderr) or (None, '', 'timeout')."""
     for name, text in (files or {}).items():
         path = Path(cwd) / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text) if isinstance(text, str) else path.write_bytes(text)
-    try:
-        p = subprocess.run([PY, "-m", "ctrlmem.cli", *args], cwd=cwd, capture_output=True, text=True,
-                           timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return None, "", "timeout"
-    return p.returncode, p.stdout, p.stderr
+        if callable(text):
+            path.touch()
+            text(path)
+        else:
+            path.write_text(text) if isinstance(text, str) else path.write_bytes(text)
+    return run_measured([PY, "-m", "ctrlmem.cli", *args], cwd, timeout, env, preexec_fn)
 
 
 def clean_cli(res, want_rc=2, needle=None):
@@ -132,8 +177,8 @@ def probes(tmp: Path, faults: bool):
                "nb.ipynb": NOTEBOOK.read_text()}), want_rc=0))
     add("default notebook missing in cwd", lambda: clean_cli(cli(
         ["sweep", "c.yaml", "--list"], d("c6"), files={"c.yaml": cfg_ok}), needle="notebook"))
-    big = CFG + f"notebook: {NOTEBOOK}\ngrid:\n  p: {list(range(1000))}\n  m: {list(range(1, 1001))}\n"
-    add("10^6-point grid needs --yes", lambda: clean_cli(cli(["sweep", "c.yaml", "--no-progress"], d("c7"), 60,
+    big = CFG + f"notebook: {NOTEBOOK}\ngrid:\n  p: {list(range(100))}\n  m: {list(range(1, 101))}\n"
+    add("10^4-point grid needs --yes", lambda: clean_cli(cli(["sweep", "c.yaml", "--no-progress"], d("c7"), 60,
                                                             files={"c.yaml": big}), needle="--yes"))
     # ------------------------------------------------------------ records
     def bad_record(content):
@@ -215,7 +260,395 @@ def probes(tmp: Path, faults: bool):
     if faults:
         add("run --timeout leaves nothing running, no ok record", lambda: fault_run_timeout(d("f1")))
         add("SIGTERM to run: 143, one line, nothing left", lambda: fault_run_signal(d("f2"), signal.SIGTERM, 143))
+        bounded_probes(d, add)
     return out
+
+
+# ---------------------------------------------------------------- issue 20: bounded and atomic
+
+FAST_S = 10.0
+"""A probe of the bounded/atomic classes is clean only if every process it started answered
+within this many seconds (2 shared cores; most answer in under 1 s)."""
+
+MAX_RSS_MIB = 512.0
+"""... and stayed below this peak RSS (the command itself takes about 25 MiB, one that imports torch,
+as ``run`` does before its memory preflight, about 310 MiB; before the guards a 14-byte CSV took
+349 MB and a 432-byte config 1.7 GB)."""
+
+
+def fast(result):
+    """``result`` of a probe, unclean when one of its processes took longer than :data:`FAST_S`
+    or more memory than :data:`MAX_RSS_MIB`."""
+    ok, detail = result
+    worst = max(MEASURED, default=(0.0, 0.0), key=lambda x: x[0])
+    slow = max((w for _, w in MEASURED), default=0.0)
+    if slow > FAST_S or worst[0] > MAX_RSS_MIB:
+        return False, f"{detail}; took {slow:.1f} s, {worst[0]:.0f} MiB"
+    return ok, detail
+
+
+def _huge_csv(path: Path) -> None:
+    with open(path, "w") as fh:
+        for dev in range(8):
+            fh.write(",".join(f"{dev}F{i}" for i in range(300_000)) + "\n")
+
+
+_ALIASES = ("a: &a [1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+            "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
+            "f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\ng: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\nparams: {x: *g}\n")
+
+
+def _unshare() -> list[str] | None:
+    """The ``unshare`` flags that give a private mount namespace where a tmpfs can be mounted."""
+    if shutil.which("unshare") is None:
+        return None
+    for flags in (["-m"], ["-rm"]) if os.geteuid() == 0 else (["-rm"],):
+        probe = subprocess.run(["unshare", *flags, "sh", "-c", 'mount -t tmpfs -o size=64k tmpfs "$0"', "/tmp"],
+                               capture_output=True, timeout=30)
+        if probe.returncode == 0:
+            return ["unshare", *flags]
+    return None
+
+
+_FILL = """
+import json, os, subprocess, sys
+def fill(folder):
+    fd = os.open(os.path.join(folder, "filler"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    for size in (1 << 16, 4096, 512, 1):
+        try:
+            while True:
+                os.write(fd, b"\\0" * size)
+        except OSError:
+            pass
+    os.close(fd)
+def cli(*args):
+    p = subprocess.run([sys.executable, "-m", "ctrlmem.cli", *args], capture_output=True, text=True, cwd=DISK)
+    return p.returncode, p.stderr
+"""
+
+
+def small_disk(cwd: Path, script: str, size: str):
+    """Run ``script`` with ``DISK`` on a fresh tmpfs of ``size`` (private mount namespace); the JSON
+    it prints last, or ``None`` when mounting is not allowed here."""
+    flags = _unshare()
+    if flags is None:
+        return None
+    disk = cwd / "disk"
+    disk.mkdir(parents=True, exist_ok=True)
+    (cwd / "child.py").write_text(f"DISK = {str(disk)!r}\n" + _FILL + script)
+    rc, out, err = run_measured([*flags, "sh", "-c", 'mount -t tmpfs -o size=$3 tmpfs "$0" && exec "$1" "$2"',
+                                 str(disk), PY, str(cwd / "child.py"), size], cwd, 120,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+    if rc != 0:
+        raise RuntimeError(f"the small-disk child failed: {err[-300:]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def disk_full_export(cwd: Path):
+    out = small_disk(cwd, """
+rc0, _ = cli("export", "1f1b", "-p", "2", "-m", "2", "--torch-csv", "x.csv")
+before = open(os.path.join(DISK, "x.csv"), "rb").read()
+fill(DISK)
+rc, err = cli("export", "1f1b", "-p", "8", "-m", "64", "--torch-csv", "x.csv")
+print(json.dumps({"rc": [rc0, rc], "err": err, "same": open(os.path.join(DISK, "x.csv"), "rb").read() == before,
+                  "files": sorted(os.listdir(DISK))}))
+""", "256k")
+    if out is None:
+        return disk_limit_export(cwd)  # no tmpfs here: the same check through ulimit -f
+    ok = (out["rc"] == [0, 2] and out["same"] and out["files"] == ["filler", "x.csv"]
+          and "x.csv: no space left on the device" in out["err"] and len(out["err"].strip().splitlines()) == 1)
+    return ok, f"tmpfs: {out}"[:300]
+
+
+def disk_full_draw(cwd: Path):
+    out = small_disk(cwd, """
+open(os.path.join(DISK, "f.html"), "w").write("<html>old</html>")
+rc, err = cli("draw", "1f1b", "-o", "f.html")
+print(json.dumps({"rc": rc, "err": err, "old": open(os.path.join(DISK, "f.html")).read(),
+                  "files": sorted(os.listdir(DISK))}))
+""", "1m")
+    if out is None:
+        return True, "skipped: mounting a tmpfs is not allowed here (the ulimit -f probe covers the write path)"
+    ok = out["rc"] == 2 and out["old"] == "<html>old</html>" and out["files"] == ["f.html"] and \
+        "f.html: no space left" in out["err"]
+    return ok, f"tmpfs: {out}"[:300]
+
+
+def disk_full_sweep(cwd: Path):
+    out = small_disk(cwd, f"""
+from ctrlmem import experiments as ex
+cfg = ex.config_from_dict({{"name": "full", "description": "d", "scale": "cpu", "notebook": {str(NOTEBOOK)!r},
+                           "grid": {{"x": [0, 1, 2]}}}})
+res = os.path.join(DISK, "res")
+def executor(nb, executed, params, out_dir, timeout):
+    if params["x"] == 1:
+        fill(DISK)
+    return ex.RunOutcome("ok", result={{"x": params["x"]}})
+try:
+    ex.run_sweep(cfg, results_dir=res, build_dir=os.path.join(DISK, "b"), check=False, executor=executor)
+    error = None
+except OSError as exc:
+    error = str(exc)
+tmp = [f for _, _, fs in os.walk(DISK) for f in fs if ".tmp" in f]
+print(json.dumps({{"error": error, "tmp": tmp, "records": sorted(r["params"]["x"] for r in ex.read_records(res))}}))
+""", "256k")
+    if out is None:
+        return True, "skipped: mounting a tmpfs is not allowed here"
+    ok = bool(out["error"]) and "No space left" in out["error"] and not out["tmp"] and 0 in out["records"] \
+        and 2 not in out["records"]
+    return ok, f"tmpfs: {out}"[:300]
+
+
+def disk_limit_export(cwd: Path):
+    """Past the file-size limit (RLIMIT_FSIZE in the child: runs everywhere): the old file stays."""
+    import resource
+
+    rc, _, _ = cli(["export", "1f1b", "-p", "2", "-m", "2", "--torch-csv", "x.csv"], cwd)
+    before = (cwd / "x.csv").read_bytes()
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    res = cli(["export", "1f1b", "-p", "8", "-m", "64", "--torch-csv", "x.csv"], cwd, preexec_fn=limit)
+    ok, detail = clean_cli(res, needle="x.csv: file too large")
+    left = sorted(p.name for p in cwd.iterdir())
+    return ok and (cwd / "x.csv").read_bytes() == before and left == ["x.csv"], f"{detail} files={left}"
+
+
+def copied_folder(cwd: Path):
+    """A marker copied from a live sweep's folder: its processes are left alone."""
+    import socket
+
+    from ctrlmem import experiments as ex
+    from ctrlmem import proctree
+    from ctrlmem.experiments.store import folder_identity, process_started
+
+    cfg = ex.config_from_dict({"name": "copy", "description": "d", "scale": "cpu", "notebook": str(NOTEBOOK),
+                               "grid": {"x": [0, 1]}})
+    tag = proctree.new_tag("probe-copy")
+    live = proctree.start([PY, "-c", "import time; time.sleep(60)"], tag)
+    try:
+        original, copy = cwd / "orig", cwd / "copy"
+        original.mkdir()
+        info = {"run_id": cfg.runs()[1].run_id, "tag": tag, "sweep_pid": live.pid,
+                "sweep_started": process_started(live.pid), "host": socket.gethostname(),
+                "results": folder_identity(original)}
+        (copy / ".inflight").mkdir(parents=True)
+        (copy / ".inflight" / f"{info['run_id']}.json").write_text(json.dumps(info))
+        messages = []
+        ex.run_sweep(cfg, results_dir=copy, build_dir=cwd / "b", check=False, on_message=messages.append,
+                     executor=lambda *a: ex.RunOutcome("ok", result={"v": 1}))
+        time.sleep(0.3)
+        return live.poll() is None, " | ".join(messages)[:300]
+    finally:
+        proctree.kill_tree(live, tag)
+
+
+def slurm_locked(cwd: Path):
+    """`--launcher slurm` on a folder another sweep holds: refused, no Slurm command run."""
+    from ctrlmem import experiments as ex
+
+    fake = cwd / "bin"
+    fake.mkdir()
+    for cmd in ("sbatch", "squeue", "scontrol"):
+        (fake / cmd).write_text(f"#!/bin/sh\ntouch {cwd}/called\nexit 1\n")
+        (fake / cmd).chmod(0o755)
+    (cwd / "c.yaml").write_text(CFG + f"notebook: {NOTEBOOK}\nparams: {{schedule: 1f1b, p: 2, m: 2, backend: gloo}}\n")
+    env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    with ex.SweepLock(cwd / "res") as lock:
+        lock.acquire()
+        res = cli(["sweep", "c.yaml", "--launcher", "slurm", "--results", "res", "--no-progress"], cwd, env=env)
+    ok, detail = clean_cli(res, needle="in use by another sweep")
+    return ok and not (cwd / "called").exists(), detail
+
+
+def store_layout(cwd: Path, make, needle: str):
+    from ctrlmem import experiments as ex
+
+    cfg = ex.config_from_dict({"name": "lay", "description": "d", "scale": "cpu", "notebook": str(NOTEBOOK),
+                               "grid": {"x": [0, 1]}})
+    res = cwd / "res"
+    res.mkdir(parents=True, exist_ok=True)
+    make(res)
+    calls = []
+    try:
+        ex.run_sweep(cfg, results_dir=res, build_dir=cwd / "b", check=False,
+                     executor=lambda *a: calls.append(1) or ex.RunOutcome("ok", result={"v": 1}))
+    except ex.ConfigError as exc:
+        return (needle in str(exc) and not calls), str(exc)[:300]
+    return False, f"accepted; {len(calls)} point(s) ran"
+
+
+def api_in_child(code: str, cwd: Path, needle: str):
+    """Run ``code`` (Python) in a child that must print ``needle`` within :data:`FAST_S` (an API
+    call that could block, e.g. opening a FIFO, cannot hang the probes)."""
+    rc, out, err = run_measured([PY, "-c", code], cwd, timeout=FAST_S + 5)
+    return (rc == 0 and needle in out), f"rc={rc} out={out.strip()[-200:]!r} err={err.strip()[-200:]!r}"
+
+
+def bounded_probes(d, add) -> None:
+    """Issue 20's five classes, each with probes of our own besides the issue's examples."""
+    import numpy as np
+
+    import ctrlmem as cm
+    from ctrlmem import plot
+    from ctrlmem.runtime import launch
+
+    def c(args, cwd, needle, files=None, want_rc=2, **kw):
+        return lambda: fast(clean_cli(cli(args, d(cwd), 60, files=files, **kw), want_rc=want_rc, needle=needle))
+
+    nb = f"notebook: {NOTEBOOK}\n"
+    # 1. tiny inputs that would expand without bound
+    add("[1] csv naming stage 5,000,000", c(["simulate", "s.csv"], "x1", "names stage 5000000", {"s.csv": "5000000F0\n"}))
+    add("[1] csv naming microbatch 10^9", c(["simulate", "s.csv"], "x2", "need at least", {"s.csv": "0F0,0F999999999\n"}))
+    add("[1] csv with -m 10^11", c(["simulate", "s.csv", "-m", "100000000000"], "x3", "need at least",
+                                   {"s.csv": "0F0,0B0,0W0\n"}))
+    add("[1] text header p=10^8", c(["simulate", "s.txt"], "x4", "does not fit",
+                                    {"s.txt": "schedule x p=100000000 m=4 placement=v-shape:0,1,1,0\nd0: 0F0\n"}))
+    add("[1] text header m=10^11", c(["simulate", "s.txt"], "x5", "need at least",
+                                     {"s.txt": "schedule x p=2 m=100000000000 placement=v-shape:0,1,1,0\nd0: 0F0\n"}))
+    add("[1] text placement of 10^6 stages", c(["simulate", "s.txt"], "x6", "maps 1,000,000 stages", {
+        "s.txt": "schedule x p=1 m=1 placement=custom:" + ",".join(["0"] * 1_000_000) + "\nd0: 0F0\n"}))
+    add("[1] quoted 2 MB header", c(["simulate", "s.txt"], "x6b", "at most 100,000 characters", {
+        "s.txt": "schedule x p=1 m=1 placement=sequential:0 note='" + "a" * 2_000_000 + "'\nd0: 0F0\n"}))
+    add("[1] 2.4 M-pass csv with --json", c(["simulate", "big.csv", "--json"], "x7", "more than 2,000,000 passes",
+                                            {"big.csv": _huge_csv}))
+    add("[1] 70 MB file refused unread", c(["simulate", "s.csv"], "x8", "more than a schedule file",
+                                           {"s.csv": lambda p: os.truncate(p, 70 << 20)}))
+    add("[1] YAML alias bomb (432 bytes)", c(["sweep", "c.yaml", "--list"], "x9", "expands to more than",
+                                             {"c.yaml": CFG + nb + _ALIASES}))
+    add("[1] recursive YAML alias", c(["sweep", "c.yaml", "--list"], "x10", "contains itself",
+                                      {"c.yaml": CFG + nb + "params: &p {x: 1, y: *p}\n"}))
+    cases = "cases:\n" + "".join(f"  g{g}:\n" + "".join(f"    - {{x{g}: {i}}}\n" for i in range(10)) for g in range(7))
+    add("[1] cases multiplying to 10^7", c(["sweep", "c.yaml", "--yes", "--no-progress"], "x11", "10,000,000 points",
+                                           {"c.yaml": CFG + nb + cases}))
+    add("[1] 10^6-point grid even with --yes", c(["sweep", "c.yaml", "--yes", "--no-progress"], "x12",
+                                                 "1,000,000 points", {"c.yaml": CFG + nb + "grid:\n  p: "
+                                                                      f"{list(range(1000))}\n  m: {list(range(1000))}\n"}))
+    add("[1] 100 kB value in a config", c(["sweep", "c.yaml", "--list"], "x13", "holds a list",
+                                          {"c.yaml": CFG + nb + "params: {x: [" + "1," * 100_000 + "1]}\n"}))
+    add("[1] 100 kB schedule name", c(["simulate", "x" * 100_000], "x14", "unknown schedule"))
+    add("[1] optimal -p 32 -m 256 --time-limit 1", c(["optimal", "-p", "32", "-m", "256", "--time-limit", "1"], "x15",
+                                                     "more than the 20000"))
+    add("[1] simulate optimal -p 16 -m 256", c(["simulate", "optimal", "-p", "16", "-m", "256"], "x16",
+                                               "more than the 20000"))
+
+    def optimal_in_time():
+        t0 = time.monotonic()
+        r = cm.optimal(16, 64, cm.Costs(3, 4, 2, 0.1), memory_limit=0.5, time_limit=2)
+        wall = time.monotonic() - t0
+        return wall < 5, f"status {r.status} in {wall:.1f} s"
+    add("[1] cm.optimal(16, 64, time_limit=2) within 5 s", optimal_in_time)
+    add("[1] Schedule.load of a FIFO never blocks", lambda: fast(api_in_child(
+        "import os, ctrlmem as cm\nos.mkfifo('p.csv')\ntry:\n    cm.Schedule.load('p.csv')\n"
+        "except ValueError as e:\n    print(e)\n", d("x17"), "a FIFO")))
+    # 2. writes that are not atomic
+    add("[2] export on a full disk keeps the old file", lambda: fast(disk_full_export(d("w1"))))
+    add("[2] draw on a full disk keeps the old figure", lambda: fast(disk_full_draw(d("w2"))))
+    add("[2] sweep on a full disk: records kept, no .tmp", lambda: fast(disk_full_sweep(d("w3"))))
+    add("[2] export past ulimit -f keeps the old file", lambda: fast(disk_limit_export(d("w4"))))
+
+    def scale_keeps_old():
+        cwd = d("w5")
+        (cwd / "x.png").write_bytes(b"old")
+        ok, detail = clean_cli(cli(["draw", "1f1b", "-o", "x.png", "--scale", "1000"], cwd), needle="--scale")
+        return ok and (cwd / "x.png").read_bytes() == b"old", detail
+    add("[2] draw --scale 1000 writes nothing", lambda: fast(scale_keeps_old()))
+    add("[2] export to a path whose folder is a file", c(["export", "1f1b", "--text", "f/x.txt"], "w6",
+                                                         "is a file, not a folder", {"f": "x"}))
+    # 3. numbers checked before work starts
+    for args, needle in [
+        (["simulate", "v-shape", "--memory-limit", "1e308"], "--memory-limit: must be at most"),
+        (["simulate", "v-shape", "--memory-limit", "inf"], "--memory-limit"),
+        (["simulate", "v-shape", "--memory-limit", "nan"], "--memory-limit"),
+        (["optimal", "--memory-limit", "1e308"], "--memory-limit"),
+        (["optimal", "--time-limit", "inf"], "--time-limit"),
+        (["optimal", "--workers", "0"], "--workers"),
+        (["run", "--schedule", "1f1b", "--timeout", "-1"], "--timeout"),
+        (["run", "--schedule", "1f1b", "--timeout", "nan"], "--timeout"),
+        (["run", "--schedule", "1f1b", "--threads", "0"], "--threads"),
+        (["run", "--schedule", "1f1b", "--steps", "-1"], "--steps"),
+        (["run", "--schedule", "1f1b", "--comm-timeout", "0"], "--comm-timeout"),
+        (["run", "--schedule", "1f1b", "--emit-sbatch", "j.sbatch", "--nodes", "-1", "--gpus-per-node", "-2"],
+         "--nodes"),
+        (["run", "--schedule", "1f1b", "--emit-sbatch", "j.sbatch", "--time-limit", "soon"], "not a Slurm time"),
+        (["replay", "--model", "tiny", "-p", "2", "-m", "0"], "--microbatches"),
+        (["draw", "1f1b", "-o", "x.png", "--scale", "-2"], "--scale"),
+        (["draw", "1f1b", "-o", "x.png", "--width", "-5"], "--width"),
+        (["draw", "1f1b", "-o", "x.html", "--width", "1000000000"], "--width"),
+        (["figures", "-p", "0"], "-p/--devices"),
+        (["export", "1f1b", "--torch-csv", "x.csv", "--text", "x.csv"], "same file"),
+        (["export", "1f1b", "--torch-csv", ""], "--torch-csv is empty"),
+        (["sweep", "c.yaml", "--poll", "-1"], "--poll"),
+    ]:
+        cwd = f"n{len(args)}{abs(hash(tuple(args))) % 10**6}"
+        add(f"[3] {' '.join(args)[:60]}", c(args, cwd, needle))
+    add("[3] run --model 9.6b on CPU: memory named", c(["run", "--schedule", "1f1b", "--model", "9.6b"], "n1",
+                                                       "GiB of memory"))
+    add("[3] a folder as a schedule", c(["simulate", "adir"], "n2", "is a folder", {"adir/x": "x"}))
+
+    def fifo_cli():
+        cwd = d("n3")
+        os.mkfifo(cwd / "p.csv")
+        return fast(clean_cli(cli(["simulate", "p.csv"], cwd), needle="a FIFO"))
+    add("[3] a FIFO as a schedule", fifo_cli)
+
+    def link_loop():
+        cwd = d("n4")
+        (cwd / "a.csv").symlink_to("b.csv")
+        (cwd / "b.csv").symlink_to("a.csv")
+        return fast(clean_cli(cli(["simulate", "a.csv"], cwd), needle="link"))
+    add("[3] a symlink loop as a schedule", link_loop)
+
+    def replay_zero():
+        from ctrlmem.reproduce.gpu_replay import default_replay_path
+
+        data = json.loads(default_replay_path().read_text())
+        data["rows"][0]["theory_peak_bytes"] = 0
+        return fast(clean_cli(cli(["reproduce", "--only", "gpu-replay", "--replay", "r.json", "--out", "o"], d("n5"),
+                                  files={"r.json": json.dumps(data)}), needle="theory_peak_bytes"))
+    add("[3] GPU-replay row with a zero theory peak", replay_zero)
+    for field, value in (("timeout_s", -1), ("threads_per_rank", 0), ("hang_timeout_s", float("inf")), ("dp", True)):
+        add(f"[3] RunConfig({field}={value!r})", lambda f=field, v=value: api(
+            lambda: launch.prepare(launch.RunConfig(**{"schedule": "1f1b", "num_devices": 2, "num_microbatches": 4,
+                                                       f: v})), (launch.RunError,), needle=f))
+    add("[3] emit_sbatch(nodes=-1)", lambda: api(lambda: launch.emit_sbatch(
+        launch.RunConfig("1f1b", 2, 4, out=str(d("n6") / "o")), -1, -2, d("n6") / "j.sbatch"), (launch.RunError,),
+        needle="nodes"))
+    add("[3] cm.optimal(memory_limit=1e308)", lambda: api(lambda: cm.optimal(2, 2, memory_limit=1e308),
+                                                          needle="memory_limit"))
+    # 4. sweeps that trust what they find
+    add("[4] copied results folder: the live sweep's processes left alone", lambda: copied_folder(d("s1")))
+    add("[4] --launcher slurm refuses a locked folder", lambda: fast(slurm_locked(d("s2"))))
+    add("[4] runs is a file: refused before a point runs",
+        lambda: store_layout(d("s3"), lambda r: (r / "runs").write_text("x"), "runs is a file"))
+    add("[4] runs is a symlink loop: refused before a point runs",
+        lambda: store_layout(d("s4"), lambda r: (r / "runs").symlink_to(r / "runs"), "link loop"))
+    add("[4] results.csv is a folder: right advice",
+        lambda: store_layout(d("s5"), lambda r: (r / "results.csv").mkdir(), "results.csv is a folder"))
+    add("[4] .inflight is a file: refused",
+        lambda: store_layout(d("s6"), lambda r: (r / ".inflight").write_text("x"), ".inflight is a file"))
+    # 5. API parity
+    add("[5] cm.optimal numpy ints", lambda: api(lambda: cm.optimal(np.int64(2), np.int32(2), time_limit=10),
+                                                 accept=True))
+    add("[5] cm.optimal costs text", lambda: api(lambda: cm.optimal(2, 2, costs="1,2,1", time_limit=10), accept=True))
+    add("[5] cm.optimal(time_limit=True)", lambda: api(lambda: cm.optimal(2, 2, time_limit=True), needle="time_limit"))
+    add("[5] cm.optimal(workers=True)", lambda: api(lambda: cm.optimal(2, 2, workers=True), needle="workers"))
+    add("[5] cm.optimal(time_limit=inf)", lambda: api(lambda: cm.optimal(2, 2, time_limit=math.inf),
+                                                      needle="time_limit"))
+    add("[5] cm.optimal(memory_limit='abc')", lambda: api(lambda: cm.optimal(2, 2, memory_limit="abc"),
+                                                          needle="memory_limit"))
+    r = cm.simulate(cm.build("1f1b", 4, 8))
+    add("[5] plot.schedule_figure(None)", lambda: api(lambda: plot.schedule_figure(None), needle="items"))
+    add("[5] plot.memory_figure([r, 'x'])", lambda: api(lambda: plot.memory_figure([r, "x"]), needle="results[1]"))
+    add("[5] plot.lifespans(r, microbatch=99)", lambda: api(lambda: plot.lifespans(r, microbatch=99),
+                                                            needle="microbatch"))
+    add("[5] plot.lifespans(r, microbatch=np.int64(2))", lambda: api(lambda: plot.lifespans(r, np.int64(2)),
+                                                                     accept=True))
+    add("[5] plot.schedule_figure(width=-5)", lambda: api(lambda: plot.schedule_figure(r, width=-5), needle="width"))
+    add("[5] plot.write_figure(scale=0)", lambda: api(lambda: plot.write_figure(
+        plot.schedule_figure(r), str(d("p1") / "x.png"), scale=0), needle="scale"))
 
 
 def _descendants_alive(token: str) -> list[int]:
@@ -286,18 +719,24 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="ctrlmem-probe-"))
     os.chdir(tmp)
     results = []
+    timings: list[tuple[float, float, str]] = []  # (wall s, peak RSS MiB of its processes, name)
     try:
         for name, fn in probes(tmp, args.faults):
             if args.k and args.k not in name:
                 continue
+            MEASURED.clear()
             t0 = time.monotonic()
             try:
                 ok, detail = fn()
             except Exception as exc:  # noqa: BLE001
                 ok, detail = False, f"probe crashed: {type(exc).__name__}: {exc}"
+            wall = time.monotonic() - t0
+            rss = max((r for r, _ in MEASURED), default=0.0)
+            timings.append((wall, rss, name))
             results.append(ok)
             if args.verbose or not ok:
-                print(f"{'clean' if ok else 'NOT  '}  {name}  ({time.monotonic() - t0:.1f} s)  {detail}")
+                mem = f", {rss:.0f} MiB" if MEASURED else ""
+                print(f"{'clean' if ok else 'NOT  '}  {name}  ({wall:.1f} s{mem})  {detail}")
     finally:
         os.chdir(REPO)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -306,8 +745,21 @@ def main() -> int:
     results.append(not touched)
     if touched:
         print(f"NOT    the checkout changed: {touched[:10]}")
+    if timings:
+        import resource
+
+        slowest = max(timings)
+        worst = max(timings, key=lambda t: t[1])
+        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        classes = [t for t in timings if t[2].startswith("[")]
+        print(f"slowest probe: {slowest[2]} ({slowest[0]:.1f} s); worst peak RSS of a probe's process: "
+              f"{worst[1]:.0f} MiB ({worst[2]}); this process (the in-process API probes): {own:.0f} MiB")
+        if classes:
+            print(f"bounded/atomic classes: {len(classes)} probes, slowest {max(classes)[2]} ({max(classes)[0]:.1f} s), "
+                  f"worst peak RSS {max(classes, key=lambda t: t[1])[1]:.0f} MiB "
+                  f"({max(classes, key=lambda t: t[1])[2]})")
     print(f"{sum(results)} of {len(results)} probes answered cleanly")
-    return 0
+    return 0 if all(results) else 1
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ CLI_CASES = [
     (["simulate", "interleaved-1f1b", "--param", "num_chunks=true"], {}, "num_chunks must be a positive integer"),
     (["simulate", "1f1b", "--costs", "1e308,1,1"], {}, "f=1e+308 is larger than 1e+15"),
     (["simulate", "1f1b", "--costs", "0,0,0"], {}, "f + b + w must be > 0"),
-    (["simulate", "v-shape", "--memory-limit", "0"], {}, "memory_limit must be a positive fraction"),
+    (["simulate", "v-shape", "--memory-limit", "0"], {}, "--memory-limit: must be a positive fraction"),
     # files and OS errors: what, where, and the fix
     (["export", "1f1b", "--torch-csv", "nodir/x.csv"], {}, "nodir/x.csv: no such file or folder"),
     (["export", "1f1b", "--torch-csv", "."], {}, ". is a folder; give a file name"),
@@ -66,8 +66,11 @@ CLI_CASES = [
      "f is a file, not a folder; give a folder"),
     (["sweep", "c.yaml", "--root", "nowhere"], {"c.yaml": CFG + "params: {p: 2}\n"}, "--root nowhere: no such folder"),
     (["sweep", "c.yaml", "--no-progress"],
+     {"c.yaml": CFG + f"notebook: {NOTEBOOK}\ngrid:\n  p: {list(range(1, 101))}\n  m: {list(range(1, 101))}\n"},
+     "defines 10000 points (more than 1000)"),
+    (["sweep", "c.yaml", "--no-progress", "--yes"],
      {"c.yaml": CFG + f"notebook: {NOTEBOOK}\ngrid:\n  p: {list(range(1, 1001))}\n  m: {list(range(1, 1001))}\n"},
-     "defines 1000000 points (more than 1000)"),
+     "defines 1,000,000 points (cases x grid), more than the 100,000 a sweep takes"),
     (["sweep", "c.yaml", "--only", "nope"], {"c.yaml": CFG + f"notebook: {NOTEBOOK}\nparams: {{p: 2}}\n"},
      "--only names unknown run id"),
 ]
@@ -230,6 +233,7 @@ def test_sweep_resolves_notebook_and_results_against_the_cwd(tmp_path):
     assert summary.results_dir == tmp_path / "r2"
 
 
+@pytest.mark.slow
 def test_representative_commands_from_another_folder_leave_the_checkout_untouched(tmp_path):
     """simulate, export, draw, a one-point sweep (papermill) and a failing run, all from a
     temporary cwd with relative paths: the checkout's `git status --porcelain --ignored` and

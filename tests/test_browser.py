@@ -3,7 +3,12 @@ explorer notebook opened in headless Chromium (Python playwright driving /usr/bi
 all cells run, then widgets changed by typing into them as a user would. Checks that the
 diagram is redrawn with the new device rows, that no drawn label is wider (or taller) than its
 box, and that a p=32, m=256 update is drawn as an overview; prints the end-to-end times (widget
-change → both plots painted, and → page responsive again). Screenshots go to
+change → both plots painted, and → page responsive again). More tests: under a budget the
+memory plot's line says "budget", the verdict keeps to the budget and names what it left out,
+the overview's hover names the pass, every element shows one state; an edit is answered while
+the first V-Min at p = 32, m = 256 is searched (the engine as Python, as without numba); the export buttons download (a PNG drawn
+while the widgets stay live) and the downloaded state redraws the downloaded report exactly with
+`ctrlmem draw --state`; notebook 20's summary links open their files. Screenshots go to
 $CTRLMEM_SCREENSHOTS (default: <tmp>/ctrlmem-browser/; never into the checkout). The harness (server, browser, timing) is benchmarks/lab_browser.py; it stops
 the server, kernels and browser even on failure.
 
@@ -11,6 +16,7 @@ Slow (starts a server, a kernel and a browser): run with ``pytest -m slow tests/
 """
 
 import os
+import re
 import sys
 import tempfile
 
@@ -44,7 +50,8 @@ def _ticks(page) -> list[str]:
 def _shot(page, name: str) -> str:
     os.makedirs(SHOT_DIR, exist_ok=True)
     path = os.path.join(SHOT_DIR, name)
-    page.locator(".ctrlmem-explorer").scroll_into_view_if_needed()
+    if page.locator(".ctrlmem-explorer").count():
+        page.locator(".ctrlmem-explorer").scroll_into_view_if_needed()
     page.screenshot(path=path, full_page=True)
     return path
 
@@ -111,3 +118,187 @@ def test_explorer_in_jupyterlab_redraws_fast_with_labels_inside_their_boxes(tmp_
             raise
     for what, t in times.items():
         print(f"end to end, {what}: painted {t['painted']:.2f} s, settled {t['settled']:.2f} s ({t['python']})")
+
+
+STATES = """
+() => ({pending: document.querySelector('.ctrlmem-explorer').classList.contains('ctrlmem-pending'),
+        html: Array.from(document.querySelectorAll('.ctrlmem-explorer .ctrlmem-state')).map(e => e.dataset.ctrlmemState),
+        plots: document.querySelector('.ctrlmem-plots').dataset.ctrlmemState})
+"""
+
+
+def _settled(page, timeout_s: float = 600) -> None:
+    """Wait until every shown schedule is adapted and its state drawn (nothing pending)."""
+    page.wait_for_function(
+        "() => { const t = document.querySelector('.ctrlmem-stats');"
+        " const shell = document.querySelector('.ctrlmem-explorer');"
+        " return t && !/not adapted|building/.test(t.innerText) && !shell.classList.contains('ctrlmem-pending'); }",
+        timeout=timeout_s * 1000, polling=200)
+
+
+def _hover_text(page, panel: int) -> str:
+    """Move the mouse over the overview of ``panel`` until plotly shows a hover label; its text."""
+    page.locator(".ctrlmem-diagram .js-plotly-plot").scroll_into_view_if_needed()
+    page.evaluate("""panel => { const gd = document.querySelector('.ctrlmem-diagram .js-plotly-plot');
+        const ya = gd._fullLayout[panel ? 'yaxis' + (panel + 1) : 'yaxis'];
+        gd.scrollIntoView({block: 'start'}); window.scrollBy(0, ya._offset - 40); }""", panel)
+    page.wait_for_timeout(300)
+    box = page.evaluate("""panel => { const gd = document.querySelector('.ctrlmem-diagram .js-plotly-plot');
+        const ya = gd._fullLayout[panel ? 'yaxis' + (panel + 1) : 'yaxis'], xa = gd._fullLayout.xaxis;
+        const r = gd.getBoundingClientRect();
+        return {x: r.left + xa._offset, w: xa._length, y: r.top + ya._offset, h: ya._length}; }""", panel)
+    for fx in (0.5, 0.45, 0.55, 0.4, 0.6, 0.35, 0.65):
+        for fy in (0.05, 0.5, 0.95):
+            page.mouse.move(box["x"] + fx * box["w"], box["y"] + fy * box["h"])
+            page.wait_for_timeout(150)
+            text = page.locator(".ctrlmem-diagram .hoverlayer .hovertext").all_text_contents()
+            if text and text[0].strip():
+                return text[0]
+    return ""
+
+
+def test_budget_line_verdict_overview_hover_and_one_state_in_the_browser(tmp_path):
+    """p=16, m=64, 1F1B + V-Half + V-Shape under a 0.5 budget, drawn as overviews: the memory
+    plot's budgeted line says "budget", the verdict's fastest fits the budget and the line names
+    V-Half and 1F1B as left out, hovering the overview names the pass (kind, stage, chunk,
+    microbatch, start, end), and every element shows one state once nothing is pending."""
+    why = lb.available()
+    if why:
+        pytest.skip(why)
+    with lb.lab_page(NOTEBOOK, workdir=str(tmp_path), schedules=["1f1b", "v-half", "v-shape"],
+                     num_devices=16, num_microbatches=64, memory_limit=0.5) as page:
+        try:
+            _settled(page)
+            state = page.evaluate(STATES)
+            assert not state["pending"] and set(state["html"]) == {state["plots"]}, state
+            memory_text = page.locator(".ctrlmem-memory text").all_text_contents()
+            assert any(t.startswith("budget 8 a (0.5 × 1F1B)") for t in memory_text), memory_text
+            assert not any(t.startswith("theory 8 a") for t in memory_text)
+            verdict = page.locator(".ctrlmem-verdict").inner_text()
+            assert verdict.startswith("Within the budget of 0.5 × 1F1B's peak: Fastest: v-shape"), verdict
+            left = verdict.split("Left out, over the budget: ")[1]
+            assert "v-half" in left and "1f1b" in left
+            assert page.locator(".ctrlmem-diagram .heatmaplayer").count() >= 1
+            hover = _hover_text(page, 1)
+            for needle in ("stage", "chunk", "microbatch", "device", "start", "end"):
+                assert needle in hover, hover
+            assert hover.split()[0] in ("F", "B", "W", "BW"), hover
+            _shot(page, "explorer_p16_budget.png")
+
+        except Exception:
+            _shot(page, "failure_budget.png")
+            raise
+
+
+def test_an_edit_is_answered_while_the_first_v_min_is_searched(tmp_path):
+    """p=32, m=256, F=2, with the search engine's plain-Python form (CTRLMEM_JIT=0: what runs
+    without numba, tens of seconds for V-Min here): V-Min ticked is drawn at once from its
+    unit-cost pattern while it is searched, an edit made meanwhile is drawn too (the search still
+    running, restarted for the new costs), and the adapted V-Min follows."""
+    why = lb.available()
+    if why:
+        pytest.skip(why)
+    with lb.lab_page(NOTEBOOK, workdir=str(tmp_path), schedules=["1f1b"], num_devices=32, num_microbatches=256,
+                     f=2.0, env={"CTRLMEM_JIT": "0"}) as page:
+        try:
+            _settled(page)
+            tick = lb.timed_change(page, _tick("v-min"), expect_tick="d31")
+            assert "v-min" in page.locator(".ctrlmem-progress").inner_text()
+            assert "not adapted yet: its unit-cost pattern" in page.locator(".ctrlmem-stats").inner_text()
+            other = lb.timed_change(page, lb.set_number(0.1, "comm"), expect_tick="d31")
+            assert "v-min" in page.locator(".ctrlmem-progress").inner_text(), "the search ended before the edit"
+            assert "comm=0.1" in page.locator(".ctrlmem-diagram .gtitle").text_content()
+            print(f"first v-min at p=32, m=256 (search as Python): tick painted {tick['painted']:.2f} s, "
+                  f"an edit while it is searched painted {other['painted']:.2f} s")
+            _settled(page, 900)
+            assert "adapted for these costs" in page.locator(".ctrlmem-stats").inner_text()
+            _shot(page, "explorer_p32_vmin_adapted.png")
+        except Exception:
+            _shot(page, "failure_vmin.png")
+            raise
+
+
+def _tick(name: str):
+    def act(page):
+        page.locator(".ctrlmem-explorer").get_by_role("checkbox", name=name, exact=True).click()
+    return act
+
+
+def test_downloads_and_a_saved_state_redraws_identically(tmp_path):
+    """With per-stage weights the title states their range and no drawn label is larger than its
+    box; the export buttons download in the browser (PNG drawn while the widgets stay live); the
+    state downloaded with "save state", drawn by `ctrlmem draw --state`, gives the very report
+    the "HTML report" button downloaded."""
+    why = lb.available()
+    if why:
+        pytest.skip(why)
+    from ctrlmem.cli import main
+
+    with lb.lab_page(NOTEBOOK, workdir=str(tmp_path), schedules=["1f1b", "v-half"], num_devices=8,
+                     num_microbatches=32, stage_weights=[1.5, 1, 1, 1, 1, 1, 1, 1.5]) as page:
+        try:
+            _settled(page)
+            # per-stage weights: the title gives the costs' range, the label rule still holds
+            title = page.locator(".ctrlmem-diagram .gtitle").text_content()
+            assert "F=1–1.5 B=1–1.5 W=1–1.5 (per stage)" in title, title
+            labels = page.evaluate(_LABELS)
+            assert labels, "no label drawn with per-stage weights"
+            bad = [x for x in labels if x["tw"] + 6 > x["bw"] + 0.5 or x["th"] > x["bh"] + 0.5
+                   or x["shrunk"] or not x["inside"]]
+            assert not bad, bad[:5]
+            got = {}
+            for kind, label in (("png", "PNG"), ("html", "HTML report"), ("state", "save state")):
+                with page.expect_download(timeout=120_000) as info:
+                    page.locator(".ctrlmem-explorer button").filter(has_text=re.compile(f"^{label}$")).click()
+                    if kind == "png":  # the widgets answer while Chromium draws the image
+                        page.wait_for_selector(".ctrlmem-exporting", timeout=10_000)
+                        lb.timed_change(page, lb.set_number(1.25, "F"), expect_tick="d7")
+                download = info.value
+                path = tmp_path / download.suggested_filename
+                download.save_as(path)
+                got[kind] = path
+            assert got["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            assert "ctrlmem-state" in got["html"].read_text(encoding="utf-8")
+            again = tmp_path / "again.html"
+            assert main(["draw", "--state", str(got["state"]), "-o", str(again)]) == 0
+            assert again.read_text(encoding="utf-8") == got["html"].read_text(encoding="utf-8")
+            links = page.locator(".ctrlmem-downloads a").all_inner_texts()
+            assert len(links) == 3 and all(t.startswith("⤓ ") for t in links), links
+        except Exception:
+            _shot(page, "failure_downloads.png")
+            raise
+
+
+def test_notebook_20_summary_links_open_in_jupyterlab(tmp_path):
+    """Notebook 20's rendered summary links to the tables this run wrote and to claims.md (the
+    committed figures/claims.md when this run did not build it); clicking each opens the file
+    in JupyterLab, never a 404."""
+    why = lb.available()
+    if why:
+        pytest.skip(why)
+    nb = os.path.join(ROOT, "notebooks", "20_paper_tables.ipynb")
+    with lb.lab_page(nb, workdir=str(tmp_path), path="notebooks/20_paper_tables.ipynb",
+                     ready=(".jp-OutputArea-output.jp-RenderedMarkdown h1",),
+                     files={"figures/claims.md": os.path.join(ROOT, "figures", "claims.md")},
+                     artifacts="table2,table8") as page:
+        try:
+            summary = page.locator(".jp-OutputArea-output.jp-RenderedMarkdown").filter(has_text="Reproduction summary")
+            links = summary.locator("a:not(.jp-InternalAnchorLink)")
+            hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
+            names = sorted(os.path.basename(h.split("?")[0]) for h in hrefs if not h.startswith("#"))
+            assert names == ["claims.md", "table2.md", "table8.md"], hrefs
+            for i in range(links.count()):
+                if links.nth(i).get_attribute("href").startswith("#"):
+                    continue
+                name = os.path.basename(links.nth(i).get_attribute("href").split("?")[0])
+                links.nth(i).click()
+                page.wait_for_selector(f".lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel:text-is('{name}')",
+                                       timeout=30_000)
+                page.wait_for_timeout(500)
+                assert page.locator(".jp-Dialog").count() == 0, f"{name}: an error dialog opened"
+                body = page.locator(".jp-MainAreaWidget:visible .cm-content, .jp-MainAreaWidget:visible .jp-RenderedMarkdown")
+                assert body.count() and "404" not in body.first.inner_text()[:200]
+                page.locator(".lm-TabBar-tab", has_text="20_paper_tables.ipynb").first.click()
+        except Exception:
+            _shot(page, "failure_links.png")
+            raise

@@ -49,8 +49,8 @@ def test_export_torch_csv(tmp_path, capsys):
     "args,needle",
     [
         (["simulate", "nope"], "valid names: gpipe"),
-        (["simulate", "1f1b", "-p", "0"], "num_devices must be >= 1"),
-        (["simulate", "1f1b", "-m", "-2"], "num_microbatches must be >= 1"),
+        (["simulate", "1f1b", "-p", "0"], "-p/--devices: must be a positive integer, got 0"),
+        (["simulate", "1f1b", "-m", "-2"], "-m/--microbatches: must be a positive integer, got -2"),
         (["simulate", "1f1b", "--costs", "1,nan,1"], "b must be finite"),
         (["simulate", "1f1b", "--costs", "1,-1,1"], "b must be >= 0"),
         (["simulate", "1f1b", "--costs", "1,1"], "F,B,W or F,B,W,COMM"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -215,20 +216,107 @@ def test_sweep_waits_for_the_lock_with_wait(tmp_path):
     assert summary.count("ok") == 2 and any("waiting for the sweep" in m for m in messages)
 
 
+def _dead_owner() -> tuple[int, float]:
+    """The pid and start time of a process that has exited (a sweep killed with SIGKILL)."""
+    proc = subprocess.Popen([PY, "-c", "pass"])
+    started = psutil.Process(proc.pid).create_time()
+    proc.wait(timeout=30)
+    return proc.pid, started
+
+
+def _marker(folder: Path, run_id: str, tag: str, pid: int, started: float, **over) -> Path:
+    """An in-flight marker as a sweep writes it (owner: ``pid`` started at ``started``, this host,
+    this results folder), with ``over`` replacing fields."""
+    import socket
+
+    from ctrlmem.experiments.store import folder_identity
+
+    folder.mkdir(parents=True, exist_ok=True)
+    info = {"run_id": run_id, "tag": tag, "sweep_pid": pid, "sweep_started": started,
+            "host": socket.gethostname(), "results": folder_identity(folder), **over}
+    path = folder / ".inflight" / f"{run_id}.json"
+    ex.write_json_atomic(path, info)
+    return path
+
+
 def test_a_stale_in_flight_run_is_stopped_before_the_point_runs_again(tmp_path):
-    """What a SIGKILLed sweep left running (found by its tag) is ended by the next sweep."""
+    """What a SIGKILLed sweep left running (found by its tag) is ended by the next sweep, when the
+    marker's owner is provably dead and the marker was written for this folder."""
     cfg = ex.load_config(sweep_dir(tmp_path) / "cfg.yaml")
     results = tmp_path / "res"
     tag = proctree.new_tag("test-stale")
     orphan = proctree.start([PY, "-c", "import time; time.sleep(600)"], tag)
     run_id = cfg.runs()[1].run_id
-    ex.write_json_atomic(results / ".inflight" / f"{run_id}.json", {"run_id": run_id, "tag": tag, "sweep_pid": 1})
+    _marker(results, run_id, tag, *_dead_owner())
     messages = []
     summary = ex.run_sweep(cfg, results_dir=results, build_dir=tmp_path / "b", check=False,
                            executor=lambda *a: ex.RunOutcome("ok", result={"v": 1}), on_message=messages.append)
     assert orphan.wait(timeout=10) is not None
     assert any(run_id in m and str(orphan.pid) in m for m in messages), messages
     assert summary.count("ok") == 2 and not list((results / ".inflight").glob("*.json"))
+
+
+@pytest.mark.parametrize("owner", ["copied folder", "live owner", "pid reused", "other host", "old marker"])
+def test_a_marker_whose_owner_is_not_provably_dead_leaves_the_processes_alone(tmp_path, owner):
+    """A marker from another results folder (a copy: another inode), whose owner is alive, whose
+    owner ran on another host, or that does not say which folder it belongs to: the tagged
+    processes keep running; a pid now used by a process started later counts as dead."""
+    cfg = ex.load_config(sweep_dir(tmp_path) / "cfg.yaml")
+    results = tmp_path / "res"
+    tag = proctree.new_tag("test-foreign")
+    other = proctree.start([PY, "-c", "import time; time.sleep(600)"], tag)
+    try:
+        run_id = cfg.runs()[1].run_id
+        me = psutil.Process(os.getpid())
+        live = (other.pid, psutil.Process(other.pid).create_time())
+        if owner == "copied folder":  # written by a live sweep for the original folder, then copied
+            original = tmp_path / "original"
+            original.mkdir()
+            marker = _marker(original, run_id, tag, *live)
+            (results / ".inflight").mkdir(parents=True)
+            (results / ".inflight" / marker.name).write_bytes(marker.read_bytes())
+        elif owner == "live owner":
+            _marker(results, run_id, tag, *live)
+        elif owner == "pid reused":  # the pid is alive, but started after the marker's owner
+            _marker(results, run_id, tag, other.pid, live[1] - 3600)
+        elif owner == "other host":
+            _marker(results, run_id, tag, *_dead_owner(), host="elsewhere.example")
+        else:
+            _marker(results, run_id, tag, me.pid, me.create_time(), results=None)
+        messages = []
+        ex.run_sweep(cfg, results_dir=results, build_dir=tmp_path / "b", check=False,
+                     executor=lambda *a: ex.RunOutcome("ok", result={"v": 1}), on_message=messages.append)
+        if owner == "pid reused":
+            assert other.wait(timeout=10) is not None, "a marker whose pid was reused is a dead owner's"
+        else:
+            time.sleep(0.5)
+            assert other.poll() is None, f"{owner}: the tagged process was stopped; {messages}"
+            assert any(run_id in m and ("left alone" in m or "no process was touched" in m) for m in messages), messages
+    finally:
+        proctree.kill_tree(other, tag)
+
+
+def test_slurm_launcher_refuses_a_locked_results_folder(tmp_path, monkeypatch):
+    """`--launcher slurm` takes the same lock as the local launcher: a folder another sweep holds
+    is refused naming the holder, before anything is submitted."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    calls = tmp_path / "calls.log"
+    for cmd in ("sbatch", "squeue", "scontrol"):
+        (fake / cmd).write_text(f"#!/bin/sh\necho {cmd} \"$@\" >> {calls}\nexit 1\n")
+        (fake / cmd).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    cfg = ex.load_config(sweep_dir(tmp_path) / "cfg.yaml")
+    results = tmp_path / "res"
+    holder = ex.SweepLock(results)
+    holder.acquire()
+    try:
+        with pytest.raises(ex.SweepLocked, match=f"pid {os.getpid()}"):
+            ex.run_sweep(cfg, results_dir=results, build_dir=tmp_path / "b", check=False, launcher="slurm")
+    finally:
+        holder.release()
+    assert not calls.exists(), calls.read_text()
+    assert not (results / "runs").exists()
 
 
 @pytest.mark.parametrize("content", ['{"status": "ok"}', "[]", "null", '{"status": "ok", "run_id": "x', "",
@@ -408,6 +496,33 @@ def test_sweep_killed_then_rerun_stops_the_orphans_and_loses_nothing(tmp_path):
     assert_nothing_left(token2, grace=1.0)
     records = _records(cwd)
     assert records[0]["status"] == "ok" and records[1]["status"] == "ok"
+
+
+@pytest.mark.slow
+def test_a_second_sweep_on_a_copied_results_folder_leaves_the_first_ones_processes_alone(tmp_path):
+    """The results folder is copied while a sweep runs a point (its in-flight marker included); a
+    sweep on the copy finds the marker, leaves the live sweep's papermill and kernel running and
+    says why; the first sweep then finishes its point normally."""
+    cwd = sweep_dir(tmp_path)
+    token = f"sweep-copy-{os.getpid()}"
+    first = _hanging_sweep(cwd, token)
+    original = cwd / "experiments" / "results" / "faults"
+    copy = tmp_path / "copied-results"
+    shutil.copytree(original, copy, symlinks=True)
+    assert list((copy / ".inflight").glob("*.json")), "the copy holds the running point's marker"
+    kernels = [p.pid for p in alive_with(token) if "ipykernel" in " ".join(p.cmdline())]
+    messages = []
+    cfg = ex.load_config(cwd / "cfg.yaml")
+    summary = ex.run_sweep(cfg, results_dir=copy, build_dir=tmp_path / "b2", check=False, root=cwd,
+                           executor=lambda *a: ex.RunOutcome("ok", result={"v": 1}), on_message=messages.append)
+    assert summary.count("ok") == 2
+    assert any("another results folder" in m and "no process was touched" in m for m in messages), messages
+    assert all(psutil.pid_exists(pid) for pid in kernels), "the first sweep's kernel was stopped"
+    (cwd / "hang").unlink()
+    rc, out, err, _ = finish(first, 120)
+    assert rc == 0, err
+    assert _records(cwd)[1]["status"] == "ok"
+    assert_nothing_left(token, grace=5.0)
 
 
 @pytest.mark.slow

@@ -111,6 +111,7 @@ def test_quick_fig09_fig10_artifacts_build(tmp_path):
     assert json.loads((tmp_path / "fig09.json").read_text())["panels"][0]["p"] == mc.QUICK_P
 
 
+@pytest.mark.slow
 def test_fig07_artifact_matches_the_papers_memory_and_relative_mfu(tmp_path):
     """Fig. 7 on the A100 cost model: activation GB of every plotted method within 20 % of the
     paper's plot readings, MFU relative to 1F1B within 10 %; the V family forms our frontier;

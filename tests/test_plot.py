@@ -242,14 +242,22 @@ def test_png_and_svg_export_open_as_images(tmp_path):
 
 
 def _overview_cells(trace):
-    """(device, column) -> (op, chunk, microbatch) from an overview heatmap (None where idle)."""
+    """(device, column) -> (op, chunk, microbatch) from an overview heatmap's colour codes (None
+    where idle: a gap), checked against what its hover shows for the cell."""
     z, custom = np.asarray(trace["z"]), np.asarray(trace["customdata"])
     codes = trace["meta"]["codes"]
     out = {}
     for d in range(z.shape[0]):
         for j in range(z.shape[1]):
+            if np.isnan(z[d, j]):
+                assert trace["text"][d][j] == "" and np.isnan(custom[d, j]).all()
+                out[d, j] = None
+                continue
             k = int(z[d, j])
-            out[d, j] = None if k == 0 else (codes[(k - 1) // 2][0], codes[(k - 1) // 2][1], int(custom[d, j]))
+            op, chunk = codes[(k - 1) // 2]
+            stage, hover_chunk, mb = (int(x) for x in custom[d, j, :3])
+            assert (trace["text"][d][j], hover_chunk) == (op, chunk)
+            out[d, j] = (op, chunk, mb)
     return out
 
 
@@ -257,8 +265,9 @@ def _overview_cells(trace):
                                         ("zb-v", cm.Costs(3, 4, 2, 0.5))])
 def test_overview_cell_shows_the_pass_running_at_its_middle(name, costs):
     """Above the size threshold a panel is one heatmap: each cell is the pass (kind, chunk,
-    microbatch) its device runs at the middle of the cell, idle elsewhere; odd microbatches use
-    the darker shade of their kind."""
+    microbatch) its device runs at the middle of the cell, idle (a gap) elsewhere; odd
+    microbatches use the darker shade of their kind; the hover of a cell names its pass's kind,
+    stage, chunk, microbatch, start and end."""
     r = cm.simulate(cm.build(name, 6, 24, costs=costs), costs)
     spec = plot.schedule_spec(r, overview=True, overview_columns=300)
     (hm,) = [t for t in spec["data"] if t["meta"]["kind"] == "overview"]
@@ -277,14 +286,19 @@ def test_overview_cell_shows_the_pass_running_at_its_middle(name, costs):
             assert cells[d, j] == want, (d, j, t)
             if want is not None:
                 assert (int(z[d, j]) - 1) % 2 == want[2] % 2
+                # the hover names the pass: stage, start and end are the simulator's
+                stage, _, _, start, end = np.asarray(hm["customdata"])[d, j]
+                assert (int(stage), start, end) == pytest.approx(
+                    (running[0].stage, running[0].start, running[0].end), rel=1e-6)
     legend = {t["name"] for t in spec["data"] if t["meta"]["kind"] == "legend"}
     assert legend == {"idle"} | {plot._kind_name(tp.op, placement.chunk_of(tp.stage), placement.num_chunks) for tp in r.passes}
 
 
-def test_overview_switches_on_by_size_and_keeps_the_explorer_update_under_1_mb():
-    """p=32, m=256, 1F1B and V-Half: the figure JSON one explorer update sends stays under 1 MB
-    (boxes would be ~5 MB), because the diagram is a raster overview and memory curves are
-    reduced; small figures keep one box per pass."""
+def test_overview_switches_on_by_size_and_bounds_the_explorer_update():
+    """p=32, m=256, 1F1B and V-Half: the diagram is a raster overview, so the figure JSON one
+    explorer update sends is bounded by the cells (p × at most OVERVIEW_COLUMNS per panel, each
+    with its pass's hover data: about 36 bytes), not by the passes; small figures keep one box
+    per pass. The hover template names kind, stage, chunk, microbatch, start and end."""
     import json
 
     from ctrlmem import ui
@@ -292,9 +306,14 @@ def test_overview_switches_on_by_size_and_keeps_the_explorer_update_under_1_mb()
     small = plot.schedule_spec(cm.simulate(cm.build("v-half", 4, 8)))
     assert {t["meta"]["kind"] for t in small["data"]} == {"idle", "pass"}
     view = ui.compute(ui.Settings(schedules=("1f1b", "v-half"), num_devices=32, num_microbatches=256))
-    assert {t["meta"]["kind"] for t in view.diagram_spec["data"]} == {"overview", "legend"}
+    assert {t["meta"]["kind"] for t in view.diagram_spec["data"]} == {"idle", "overview", "legend"}
+    (_, vhalf) = [t for t in view.diagram_spec["data"] if t["meta"]["kind"] == "overview"]
+    for needle in ("%{text}", "stage %{customdata[0]}", "chunk %{customdata[1]}", "microbatch %{customdata[2]}",
+                   "start %{customdata[3]", "end %{customdata[4]"):
+        assert needle in vhalf["hovertemplate"]
+    cells = 2 * 32 * plot.OVERVIEW_COLUMNS
     size = sum(len(json.dumps(ui.mime_bundle(spec, "x"))) for spec in (view.diagram_spec, view.memory_spec))
-    assert size < 1_000_000, size
+    assert size < cells * 40 + 1_000_000, size
 
 
 @pytest.mark.parametrize("name", ["v-half", "1f1b"])
@@ -343,7 +362,7 @@ def test_static_exports_apply_the_label_rule_at_their_width():
     before = fig.to_json()
     kept = {}
     for width in (1100, 3000):
-        out = plot._static_labels(fig, width)
+        out = plot.static_labels(fig, width)
         px = (width - 70) / (out.layout.xaxis.range[1] - out.layout.xaxis.range[0])
         n = 0
         for tr in out.data:

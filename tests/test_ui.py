@@ -23,15 +23,19 @@ def decode(arr):
 
 
 def test_figures_go_to_the_browser_in_one_plot_view(explorer):
-    """Both figures travel in one anywidget view (drawn with one Plotly.react each, plotly.js
-    from the installed package), and every update bumps its sequence number."""
+    """The figures travel in one anywidget view (drawn with one Plotly.react each, plotly.js
+    from the installed package): diagram, memory and the two comparison slots; every update is
+    a new state number, and the browser's report of drawing it lands in the timer."""
+    import json
+
     view = explorer.plots
-    assert view is not None and view.names == ["ctrlmem-diagram", "ctrlmem-memory"]
-    assert view.figures == [explorer.shown("diagram"), explorer.shown("memory")]
+    assert view.names == ["ctrlmem-diagram", "ctrlmem-memory", "ctrlmem-compare-a", "ctrlmem-compare-b"]
+    sent = view.shown
+    assert sent[:2] == json.loads(json.dumps([explorer.shown("diagram"), explorer.shown("memory")]))
     assert "window.Plotly" in view.plotly_js and "Plotly.react" in view._esm
     seq = view.seq
     explorer.w.value = 2.0
-    assert view.seq == seq + 1 and view.figures[0] is explorer.shown("diagram")
+    assert view.seq == seq + 1 and view.shown[0] == json.loads(json.dumps(explorer.shown("diagram")))
     view.drawn = {"seq": view.seq, "ms": 123.0}  # what the browser reports after drawing
     assert "drawn by the browser in 123 ms" in explorer.timing.value
 
@@ -78,7 +82,9 @@ def assert_view_matches(explorer, names, p, m, costs):
 
 @pytest.fixture
 def explorer():
-    return ui.explorer(schedules=["1f1b", "zb-v"], num_devices=4, num_microbatches=8)
+    e = ui.explorer(schedules=["1f1b", "zb-v"], num_devices=4, num_microbatches=8)
+    yield e
+    e.close()
 
 
 def test_initial_view_matches_simulation(explorer):
@@ -139,7 +145,7 @@ def test_memory_limit_nothing_meets_shows_a_message(explorer):
     assert explorer.view.stats["fits limit"].tolist() == [False, False]
     explorer.limit.value = 1.0
     assert explorer.view.messages == [] and explorer.view.stats["fits limit"].tolist() == [True, True]
-    assert explorer.message.value == ""
+    assert "ctrlmem-message" not in explorer.message.value
 
 
 @pytest.mark.parametrize("widget,value,needle", [
@@ -188,17 +194,29 @@ def test_export_csv_and_html(explorer, tmp_path):
         assert open(path).read() == cm.build(name, 4, 8).to_torch_csv()
     (page,) = explorer.export("html", tmp_path)
     text = open(page, encoding="utf-8").read()
-    assert text.count("Plotly.newPlot") == 2 and "ctrlmem-stats" in text and "zb-v" in text
-    explorer.export_dir = str(tmp_path)  # not the default build/explorer of the cwd (the checkout)
-    explorer._export_clicked("csv")  # the button path writes and reports, never raises
-    assert "wrote" in explorer.message.value or "failed" in explorer.message.value
+    # diagram, memory curves, peak memory over time, memory vs speed-up; stats; the state inside
+    assert text.count("Plotly.newPlot") == 4 and "ctrlmem-stats" in text and "zb-v" in text
+    assert "id='ctrlmem-state'" in text
+    explorer.export_dir = str(tmp_path / "button")  # not the default build/explorer of the cwd (the checkout)
+    explorer._export_clicked("csv")  # the button: one download (a zip of both CSVs), also written there
+    (offered,) = explorer.downloads.files
+    assert offered["name"].endswith("_torch_csv.zip") and "downloaded" in explorer.export_note.value
+    import base64
+    import io
+    import zipfile
+
+    zf = zipfile.ZipFile(io.BytesIO(base64.b64decode(offered["b64"])))
+    assert sorted(zf.namelist()) == sorted(p.rsplit("/", 1)[1] for p in paths)
+    for path in paths:
+        assert zf.read(path.rsplit("/", 1)[1]).decode() == open(path).read()
+    assert open(tmp_path / "button" / offered["name"], "rb").read() == base64.b64decode(offered["b64"])
 
 
 def test_export_with_nothing_built_is_a_message(explorer, tmp_path):
     explorer.export_dir = str(tmp_path)
     explorer.f.value = -1
     explorer._export_clicked("png")
-    assert "Export png failed: nothing to export" in explorer.message.value
+    assert "Export png failed: nothing to export" in explorer.export_note.value
 
 
 def test_typed_arrays_round_trip():
@@ -250,6 +268,9 @@ def test_memory_limit_builds_budgeted_schedules_within_it():
     """With a limit, v-shape and zb are built for it (same numbers as cm.build(..., memory_limit))
     and fit; 1F1B, which takes no limit, is flagged as over it."""
     e = ui.explorer(schedules=["1f1b", "v-shape", "zb"], num_devices=4, num_microbatches=8, memory_limit=0.5)
+    assert e.view.waiting == ["v-shape", "zb"]  # searched in the background: nothing to show at first
+    e.wait()
+    e.close()
     stats = e.view.stats.set_index("schedule")
     for name in ("v-shape", "zb"):
         r = cm.simulate(cm.build(name, 4, 8, memory_limit=0.5))
@@ -262,6 +283,8 @@ def test_memory_limit_builds_budgeted_schedules_within_it():
 @budgeted
 def test_a_limit_no_budgeted_schedule_can_meet_is_explained():
     e = ui.explorer(schedules=["v-shape", "zb"], num_devices=4, num_microbatches=8, memory_limit=0.1)
+    e.wait()
+    e.close()
     assert [m.split(":")[0] for m in e.view.messages] == ["v-shape", "zb"]
     assert all("smallest feasible limit" in m for m in e.view.messages)
     assert e.view.stats.empty and e.shown("diagram") is None
@@ -371,19 +394,25 @@ def test_export_names_and_titles_carry_costs_and_budget(tmp_path):
     assert "p=4, m=8" in title and "F=6 B=8 W=4 comm=0.2" in title and "memory limit 0.6" in title
 
 
-def test_updating_state_is_set_during_compute(explorer, monkeypatch):
-    """While an update computes, the explorer carries the 'ctrlmem-updating' class (the browser
-    shows "updating…" and dims the plots); it is gone afterwards."""
+def test_pending_mark_lasts_from_the_edit_until_the_browser_drew_that_state(explorer, monkeypatch):
+    """An edit marks the whole explorer pending ('ctrlmem-pending': everything dims, a note names
+    the new settings) before it computes; the mark stays after Python is done and goes only when
+    the browser reports the new state drawn (a report of an older state changes nothing)."""
     seen = []
     real = ui.compute
 
     def spy(*a, **k):
-        seen.append("ctrlmem-updating" in explorer.widget._dom_classes)
+        seen.append(("ctrlmem-pending" in explorer.widget._dom_classes, explorer.pending_note.value))
         return real(*a, **k)
 
     monkeypatch.setattr(ui, "compute", spy)
     explorer.f.value = 1.5
-    assert seen == [True] and "ctrlmem-updating" not in explorer.widget._dom_classes
+    assert seen and seen[0][0] and "F=1.5" in seen[0][1]
+    assert "ctrlmem-pending" in explorer.widget._dom_classes
+    explorer.plots.drawn = {"seq": explorer.plots.seq - 1, "ms": 5.0}
+    assert "ctrlmem-pending" in explorer.widget._dom_classes
+    explorer.plots.drawn = {"seq": explorer.plots.seq, "ms": 5.0}
+    assert "ctrlmem-pending" not in explorer.widget._dom_classes and explorer.pending_note.value == ""
 
 
 def test_labels_follow_the_width_the_browser_reports():

@@ -25,35 +25,43 @@ and an interrupted sweep (Ctrl-C, SIGTERM, a kill) loses at most the run in flig
 Paths: the library never locates itself. A relative config path, the config's ``notebook``
 and the default ``experiments/results/<name>`` and ``build/notebooks/<name>`` folders mean the
 current directory, or ``root`` (``--root``); the notebooks run there. Robustness: one sweep per
-results folder (an ``flock`` on ``<results>/.sweep.lock`` naming its holder; a second sweep is
-refused, or waits with ``--wait``); each run in flight leaves ``<results>/.inflight/<run_id>.json``
-with the tag its processes carry, so a sweep killed with SIGKILL has its papermill, kernel and
-workers stopped by the next sweep before that point runs again (they also get SIGTERM from the
-kernel when the sweep dies, ``PR_SET_PDEATHSIG``); a record that is not valid (not JSON,
-truncated, ``{"status": "ok"}`` with no result, ``[]``, ``null``) is reported naming its file and
-is not counted as done; more than :data:`CONFIRM_POINTS` points need ``yes=True`` (``--yes``).
+results folder, whichever launcher (an ``flock`` on ``<results>/.sweep.lock`` naming its holder; a
+second sweep is refused, or waits with ``--wait-for-lock``); the folder's layout is checked before
+the first point runs; each run in flight leaves ``<results>/.inflight/<run_id>.json`` naming its
+owner (pid, that process's start time, host, the results folder's device and inode) and the tag
+its processes carry, so a sweep killed with SIGKILL has its papermill, kernel and workers stopped
+by the next sweep before that point runs again (they also get SIGTERM from the kernel when the
+sweep dies, ``PR_SET_PDEATHSIG``) — only when that owner is provably dead and the marker was
+written for this very folder: a sweep on a copied results folder never touches the original
+sweep's processes; a record that is not valid (not JSON, truncated, ``{"status": "ok"}`` with no
+result, ``[]``, ``null``) is reported naming its file and is not counted as done; every record,
+table and marker is written atomically (a full disk stops the sweep naming the file, and keeps
+every finished record); more than :data:`CONFIRM_POINTS` points need ``yes=True`` (``--yes``),
+more than :data:`MAX_POINTS` are refused.
 
 :func:`simulate_point` is what ``notebooks/10_experiment.ipynb`` calls on its simulation path.
 
-Layout: :mod:`.config` (YAML configs and their points), :mod:`.sweep` (papermill runner and
-result store), :mod:`.points` (what a notebook calls for one point), :mod:`.command`
-(``ctrlmem sweep``).
+Layout: :mod:`.config` (YAML configs and their points), :mod:`.store` (the result store, the
+lock and the in-flight markers, shared by both launchers), :mod:`.sweep` (the entry point and the
+local papermill launcher), :mod:`.slurm` (the Slurm launcher), :mod:`.points` (what a notebook
+calls for one point), :mod:`.command` (``ctrlmem sweep``). Imports go one way: ``sweep`` →
+``slurm`` → ``store`` → ``config``.
 """
 
 from __future__ import annotations
 
-from .config import (CONFIRM_POINTS, DEFAULT_NOTEBOOK, ConfigError, ExperimentConfig, Run, check_notebook,
+from .config import (CONFIRM_POINTS, DEFAULT_NOTEBOOK, MAX_POINTS, ConfigError, ExperimentConfig, Run, check_notebook,
                      check_parameters, config_from_dict, load_config, plan_runs, resolve_root)
 from .points import (measured_costs, real_run_available, real_run_point, resolve_costs, runtime_model_name,
                      simulate_point)
-from .sweep import (RESULT_FILE, RunOutcome, SweepLock, SweepLocked, SweepSummary, execute_with_papermill,
-                    read_record, read_records, reap_stale_runs, record_problem, run_sweep, write_json_atomic,
-                    write_table)
+from .store import (SweepLock, SweepLocked, SweepSummary, check_layout, read_record, read_records, reap_stale_runs,
+                    record_problem, write_json_atomic, write_table)
+from .sweep import RESULT_FILE, RunOutcome, execute_with_papermill, run_sweep
 
 __all__ = [
     "ConfigError", "ExperimentConfig", "Run", "RunOutcome", "SweepSummary", "SweepLock", "SweepLocked",
-    "DEFAULT_NOTEBOOK", "CONFIRM_POINTS", "RESULT_FILE", "resolve_root", "check_notebook", "read_record",
+    "DEFAULT_NOTEBOOK", "CONFIRM_POINTS", "MAX_POINTS", "RESULT_FILE", "resolve_root", "check_notebook", "read_record",
     "record_problem", "reap_stale_runs", "config_from_dict", "load_config", "plan_runs", "check_parameters", "run_sweep",
     "execute_with_papermill", "read_records", "write_table", "write_json_atomic", "simulate_point",
-    "resolve_costs", "measured_costs", "real_run_available", "real_run_point", "runtime_model_name",
+    "resolve_costs", "measured_costs", "real_run_available", "real_run_point", "runtime_model_name", "check_layout",
 ]

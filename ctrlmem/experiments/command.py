@@ -49,6 +49,8 @@ def _cmd_sweep(args) -> int:
 
 def add_commands(subparsers) -> None:
     """Add ``ctrlmem sweep``."""
+    from ..args import float_arg, int_arg
+
     p = subparsers.add_parser(
         "sweep", help="execute an experiment config's notebook once per point (papermill)",
         description="Relative paths (the config, its notebook, --results, --build) mean the current directory, "
@@ -74,9 +76,10 @@ def add_commands(subparsers) -> None:
                    help="where real-run points run: local (default) or slurm (one sbatch job per point; "
                         "default: the config's 'launcher' key)")
     p.add_argument("--no-wait", action="store_true", help="slurm: submit and return; a later sweep collects")
-    p.add_argument("--poll", type=float, default=None, help="slurm: seconds between job state polls (default 5)")
+    p.add_argument("--poll", type=float_arg(maximum=3600, what="seconds"), default=None,
+                   help="slurm: seconds between job state polls (default 5)")
     p.add_argument("--partition", default=None, help="slurm: partition")
     p.add_argument("--account", default=None, help="slurm: account")
     p.add_argument("--time-limit", default=None, help="slurm: job time limit (default: the config's timeout_s + 2 min)")
-    p.add_argument("--nodes", type=int, default=None, help="slurm: nodes per job (default 1)")
+    p.add_argument("--nodes", type=int_arg(), default=None, help="slurm: nodes per job (default 1)")
     p.set_defaults(func=_cmd_sweep)

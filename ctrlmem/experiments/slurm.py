@@ -29,6 +29,12 @@ of the Slurm client commands come from the environment.
 
 The output folder of every job is under the sweep's build folder, so on a cluster that folder
 (``--build``) and the Python environment must be on a file system the nodes share.
+
+The launcher runs inside :func:`ctrlmem.experiments.sweep.run_sweep`, which takes the results
+folder's lock first (the same lock as the local launcher: a folder another sweep holds is
+refused), checks the folder's layout and hands over the points and a function that runs points
+locally (simulation points, and collecting a finished job through the notebook). This module
+depends on the result store (:mod:`.store`), never on the local launcher's module.
 """
 
 from __future__ import annotations
@@ -36,20 +42,22 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Callable, Sequence
 
-from .config import ExperimentConfig, Run, load_config
+from .. import checks
+from .config import ExperimentConfig, Run
 from .points import SLURM_MARKER, run_command
-from .sweep import SweepSummary, write_json_atomic, write_table
+from .store import SweepSummary, keep_history, write_json_atomic, write_table
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SlurmError", "ACTIVE_STATES", "slurm_available", "submit", "job_states", "run_sweep_slurm"]
+__all__ = ["SlurmError", "ACTIVE_STATES", "slurm_available", "check_slurm", "submit", "job_states", "run_slurm"]
 
 ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_FED",
                  "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"}
@@ -136,13 +144,6 @@ def _read(path: Path) -> dict | None:
         return None
 
 
-def _keep_history(record_path: Path) -> None:
-    if record_path.is_file():
-        history = record_path.parent / "history"
-        history.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(record_path, history / f"{record_path.stem}.{record_path.stat().st_mtime_ns}.json")
-
-
 def _time_limit(timeout_s: float) -> str:
     minutes = int(math.ceil(timeout_s / 60)) + 2  # the run's own limit plus start-up
     return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
@@ -159,53 +160,62 @@ def _failure_detail(run_dir: Path) -> str:
     return ""
 
 
-def run_sweep_slurm(
-    config: ExperimentConfig | str | Path,
-    results_dir: str | Path | None = None,
-    build_dir: str | Path | None = None,
+_TIME_LIMIT = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+
+
+def check_slurm(wait: bool = True, poll_s: float | None = None, partition: str | None = None,
+                account: str | None = None, time_limit: str | None = None, nodes: int | None = None) -> None:
+    """Refuse, before anything runs: Slurm's client commands missing (:class:`SlurmError`), or a
+    bad launcher option (``ValueError`` / ``TypeError`` naming it)."""
+    ok, why = slurm_available()
+    if not ok:
+        raise SlurmError(why)
+    checks.flag("wait", wait)
+    if poll_s is not None:
+        checks.number("poll_s", poll_s, positive=True, maximum=3600, what="seconds between job state polls")
+    if nodes is not None:
+        checks.integer("nodes", nodes, maximum=100_000, what="nodes per job")
+    for name, value in (("partition", partition), ("account", account), ("time_limit", time_limit)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a string, got {type(value).__name__} {checks.short_repr(value)}")
+    if time_limit is not None and not _TIME_LIMIT.match(time_limit.strip()):
+        raise ValueError(f"time_limit {time_limit!r} is not a Slurm time: give MINUTES, HH:MM:SS or D-HH:MM:SS")
+
+
+def run_slurm(
+    config: ExperimentConfig,
+    runs: Sequence[Run],
+    results: Path,
+    build: Path,
+    *,
+    run_local: Callable[..., SweepSummary],
     force: bool = False,
-    only: Sequence[str] | None = None,
     progress: bool = False,
-    extra_params: Mapping[str, Any] | None = None,
     wait: bool = True,
     poll_s: float | None = None,
     partition: str | None = None,
     account: str | None = None,
     time_limit: str | None = None,
     nodes: int | None = None,
-    check: bool = True,
 ) -> SweepSummary:
-    """Run ``config``'s real-run points as Slurm jobs (see the module docstring); arguments as
-    :func:`~ctrlmem.experiments.sweep.run_sweep`, plus ``wait`` (poll until every job ended),
-    ``poll_s`` and the Slurm options (default: the config's ``slurm:`` mapping)."""
-    from . import sweep
-
-    if not isinstance(config, ExperimentConfig):
-        config = load_config(config)
-    ok, why = slurm_available()
-    if not ok:
-        raise SlurmError(why)
+    """Run ``runs``' real-run points as Slurm jobs (see the module docstring); the others through
+    ``run_local(runs, force=..., progress=...)``, which also collects a finished job through the
+    notebook. Called by :func:`ctrlmem.experiments.sweep.run_sweep` with the results folder's
+    lock held; ``results`` and ``build`` are absolute. The Slurm options default to the config's
+    ``slurm:`` mapping."""
+    check_slurm(wait, poll_s, partition, account, time_limit, nodes)
     opts = dict(config.slurm or {})
     poll_s = float(poll_s if poll_s is not None else opts.get("poll_s", 5.0))
     partition = partition or opts.get("partition")
     account = account or opts.get("account")
     time_limit = time_limit or opts.get("time_limit") or _time_limit(config.timeout_s)
     nodes = int(nodes or opts.get("nodes", 1))
-    runs = sweep.select_runs(config, extra_params=extra_params, only=only, check=check)
-    results = Path(results_dir) if results_dir is not None else sweep.default_results_dir(config)
-    build = (Path(build_dir) if build_dir is not None else Path("build") / "notebooks" / config.name).resolve()
-    results = results.resolve()
     runs_dir = results / "runs"
     summary = SweepSummary(results_dir=results)
     real = [r for r in runs if r.params.get("backend") in REAL_BACKENDS]
     local = [r for r in runs if r not in real]
     if local:  # simulation points: nothing to submit
-        done = sweep.run_sweep(config, results_dir=results, build_dir=build, force=force,
-                               only=[r.run_id for r in local], progress=False, extra_params=extra_params,
-                               check=False, launcher="local")
-        summary.executed += done.executed
-        summary.reused += done.reused
-        summary.statuses.update(done.statuses)
+        summary.merge(run_local(local, force=force, progress=False))
 
     tracked: dict[str, tuple[Run, dict]] = {}  # job id -> (run, record)
     for run in real:
@@ -250,7 +260,7 @@ def run_sweep_slurm(
                 if state in ACTIVE_STATES:
                     continue
                 run, record = tracked.pop(job_id)
-                final = _finish_point(config, run, record, state, results, build, extra_params)
+                final = _finish_point(run, record, state, results, build, run_local)
                 summary.executed.append(run.run_id)
                 summary.statuses[run.run_id] = final["status"]
                 if bar is not None:
@@ -311,32 +321,29 @@ def _submit_point(config: ExperimentConfig, run: Run, build: Path, record_path: 
     except (SlurmError, KeyError, ValueError) as exc:
         record.update(status="failed", error=f"{type(exc).__name__}: {exc}" if not isinstance(exc, SlurmError)
                       else str(exc), finished_at=_now(), duration_s=0.0)
-        _keep_history(record_path)
+        keep_history(record_path)
         write_json_atomic(record_path, record)
         log.warning("run %s not submitted: %s", run.run_id, record["error"])
         return record
     record.update(status="submitted", error=None,
                   slurm={"job_id": job_id, "state": "PENDING", "script": str(script), "out": str(run_dir),
                          "submitted_at": record["started_at"], "submitted_epoch": time.time()})
-    _keep_history(record_path)
+    keep_history(record_path)
     write_json_atomic(record_path, record)
     log.info("run %s submitted as Slurm job %s", run.run_id, job_id)
     return record
 
 
-def _finish_point(config: ExperimentConfig, run: Run, record: dict, state: str, results: Path, build: Path,
-                  extra_params) -> dict:
+def _finish_point(run: Run, record: dict, state: str, results: Path, build: Path,
+                  run_local: Callable[..., SweepSummary]) -> dict:
     """A job ended in ``state``: collect its result through the notebook, or record the failure."""
-    from . import sweep
-
     slurm = dict(record.get("slurm") or {})
     slurm.update(state=state, ended_at=_now())
     run_dir = Path(slurm.get("out") or build / run.run_id / "run")
     record_path = results / "runs" / f"{run.run_id}.json"
     if state == "COMPLETED" and (run_dir / "result.json").is_file():
         write_json_atomic(run_dir / SLURM_MARKER, {"job_id": slurm["job_id"], "state": state})
-        sweep.run_sweep(config, results_dir=results, build_dir=build, force=True, only=[run.run_id],
-                        progress=False, extra_params=extra_params, check=False, launcher="local")
+        run_local([run], force=True, progress=False, table=False)
         final = _read(record_path) or {}
         final.update(launcher="slurm", slurm=slurm)
         write_json_atomic(record_path, final)
@@ -352,7 +359,7 @@ def _finish_point(config: ExperimentConfig, run: Run, record: dict, state: str, 
     error = reason + (f": {detail}" if detail else "") + (f"; see {log_file}" if log_file.is_file() else "")
     final = {**record, "status": "failed", "error": error, "slurm": slurm, "finished_at": _now()}
     final["duration_s"] = round(time.time() - slurm.get("submitted_epoch", time.time()), 3)
-    _keep_history(record_path)
+    keep_history(record_path)
     write_json_atomic(record_path, final)
     log.warning("run %s failed: %s", run.run_id, error)
     return final

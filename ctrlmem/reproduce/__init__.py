@@ -25,9 +25,11 @@ optimum), :mod:`.claims` (verdict per claim) — and
 from __future__ import annotations
 
 from .. import paper
-from .report import ARTIFACTS, WRITES_FILES, build_table, notebook_out_dir, reproduce, write_report
+from .report import (ARTIFACTS, WRITES_FILES, build_table, notebook_out_dir, progress, reproduce, summary_markdown,
+                     write_report)
 from .table import Cell, Table, pending
 from .throughput import TABLE4_METHODS
 
 __all__ = ["Cell", "Table", "ARTIFACTS", "WRITES_FILES", "TABLE4_METHODS", "build_table", "write_report", "notebook_out_dir",
+           "progress", "summary_markdown",
            "reproduce", "pending", "paper"]

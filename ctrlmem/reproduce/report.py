@@ -3,8 +3,11 @@ runs many and writes ``<out>/<artifact>.md``/``.html`` and ``<out>/REPRODUCTION.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import re
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -64,6 +67,7 @@ def build_table(artifact: str, quick: bool = False, out: str | Path = "figures",
     if artifact not in ARTIFACTS:
         raise ValueError(f"unknown artifact {artifact!r}; valid: {', '.join(ARTIFACTS)}")
     t0 = time.time()
+    log.info("%s: building%s", artifact, " (quick)" if quick else "")
     func = ARTIFACTS[artifact]
     kw: dict = {}
     if artifact in WRITES_FILES or artifact in READS_OUT:
@@ -91,6 +95,49 @@ def notebook_out_dir(out_dir: str | Path, notebook: str) -> Path:
     path = Path(out_dir) if str(out_dir).strip() else Path("build") / "notebooks" / notebook
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def progress(stream=None, level: int = logging.INFO):
+    """Show ctrlmem's progress lines (``HH:MM:SS message``) on ``stream`` (default stdout) while
+    the block runs: what a notebook cell prints as it goes. The handler is removed afterwards,
+    so running the cell again does not print twice."""
+    import sys  # noqa: PLC0415
+
+    handler = logging.StreamHandler(stream or sys.stdout)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    logger = logging.getLogger("ctrlmem")
+    before = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(min(level, before) if before else level)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before)
+
+
+_LINK = re.compile(r"\[([^\]]*)\]\(([^)\s]+)\)")
+
+
+def summary_markdown(out: str | Path, base: str | Path = ".", fallback: str | Path | None = None) -> str:
+    """``out/REPRODUCTION.md`` with its links made relative to ``base`` (the notebook's folder:
+    JupyterLab resolves the links of a rendered output from there). A link to a file this run
+    did not write points to ``fallback/<file>`` when that exists (e.g. the committed
+    ``figures/``), else the link text stays without a link."""
+    out, base = Path(out), Path(base)
+    text = (out / "REPRODUCTION.md").read_text(encoding="utf-8")
+
+    def fix(match: re.Match) -> str:
+        label, target = match.group(1), match.group(2)
+        if "://" in target or target.startswith("#"):
+            return match.group(0)
+        for folder in (out, Path(fallback) if fallback is not None else None):
+            if folder is not None and (folder / target).is_file():
+                return f"[{label}]({Path(os.path.relpath(folder / target, base)).as_posix()})"
+        return label
+
+    return _LINK.sub(fix, text)
 
 
 def _size(quick: bool) -> str:

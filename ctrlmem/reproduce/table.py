@@ -242,6 +242,6 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    from ..fileio import atomic_write  # a failure keeps the old file and names this path
+
+    atomic_write(path, text)

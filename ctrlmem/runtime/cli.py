@@ -13,6 +13,11 @@ __all__ = ["add_commands"]
 
 
 def add_commands(subparsers) -> None:
+    from ..args import float_arg, int_arg
+
+    from .launch import MAX_TIMEOUT_S
+
+    seconds = float_arg(maximum=MAX_TIMEOUT_S, what="seconds")
     p = subparsers.add_parser(
         "run", help="run a schedule for real on torch.distributed.pipelining (gloo/CPU or NCCL/GPU)",
         description="Launch `python -m torch.distributed.run` locally (or write a Slurm script) and "
@@ -22,27 +27,27 @@ def add_commands(subparsers) -> None:
     p.add_argument("--schedule", required=True,
                    help="schedule name (see `ctrlmem list`), or a schedule file: a torch / torchtitan CSV (e.g. the "
                         "schedule.csv of `ctrlmem plan --emit`) or ctrlmem's text form")
-    p.add_argument("-p", "--devices", type=int, default=2, help="number of ranks p (default 2)")
-    p.add_argument("-m", "--microbatches", type=int, default=4, help="number of microbatches m (default 4)")
-    p.add_argument("--dp", type=int, default=1,
+    p.add_argument("-p", "--devices", type=int_arg(), default=2, help="number of ranks p (default 2)")
+    p.add_argument("-m", "--microbatches", type=int_arg(), default=4, help="number of microbatches m (default 4)")
+    p.add_argument("--dp", type=int_arg(), default=1,
                    help="data-parallel replicas of the pipeline (dp x p ranks; batch split, gradients averaged)")
     p.add_argument("--model", default="tiny", help="model preset: tiny, small, medium, 9.6b, 21b, 38.5b, 98.5b")
-    p.add_argument("--layers", type=int, default=None, help="override the preset's number of layers")
+    p.add_argument("--layers", type=int_arg(), default=None, help="override the preset's number of layers")
     p.add_argument("--dtype", default=None, help="override the preset's dtype (float32, bfloat16, float16)")
-    p.add_argument("--microbatch-size", type=int, default=None, help="override the preset's microbatch size")
-    p.add_argument("--seq-len", type=int, default=None, help="override the preset's sequence length")
-    p.add_argument("--steps", type=int, default=3, help="timed steps after the check and memory steps (default 3)")
+    p.add_argument("--microbatch-size", type=int_arg(), default=None, help="override the preset's microbatch size")
+    p.add_argument("--seq-len", type=int_arg(), default=None, help="override the preset's sequence length")
+    p.add_argument("--steps", type=int_arg(0), default=3, help="timed steps after the check and memory steps (default 3)")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="gloo on CPU (default), nccl on GPUs")
     p.add_argument("--out", default="build/runs/latest",
                    help="output folder for result.json (default build/runs/latest, git-ignored)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="extra schedule generator parameter, e.g. --param num_chunks=2 (repeatable)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank on CPU (default 1)")
+    p.add_argument("--seed", type=int_arg(0), default=0)
+    p.add_argument("--threads", type=int_arg(1, 1024), default=1, help="intra-op threads per rank on CPU (default 1)")
     p.add_argument("--pin", action="store_true", help="pin each rank to its own core(s) (timing runs)")
-    p.add_argument("--timeout", type=float, default=600.0, help="wall-clock limit of the run in s (default 600)")
-    p.add_argument("--comm-timeout", type=float, default=120.0, help="init_process_group timeout in s (default 120)")
-    p.add_argument("--hang-timeout", type=float, default=60.0,
+    p.add_argument("--timeout", type=seconds, default=600.0, help="wall-clock limit of the run in s (default 600)")
+    p.add_argument("--comm-timeout", type=seconds, default=120.0, help="init_process_group timeout in s (default 120)")
+    p.add_argument("--hang-timeout", type=seconds, default=60.0,
                    help="a rank that starts no pass for this long reports where it is and exits (default 60)")
     p.add_argument("--torch-memory", action="store_true",
                    help="keep torch's own memory behaviour (no early release at B, sends kept to the end) "
@@ -52,16 +57,22 @@ def add_commands(subparsers) -> None:
                         "ones addressed to the rank itself, shape/metadata exchanges)")
     p.add_argument("--emit-sbatch", metavar="FILE", default=None,
                    help="write a Slurm script (srun + torchrun, c10d rendezvous) instead of running")
-    p.add_argument("--nodes", type=int, default=1, help="with --emit-sbatch: number of nodes")
-    p.add_argument("--gpus-per-node", type=int, default=None, help="with --emit-sbatch: ranks per node (default p/nodes)")
+    p.add_argument("--nodes", type=int_arg(), default=1, help="with --emit-sbatch: number of nodes")
+    p.add_argument("--gpus-per-node", type=int_arg(), default=None,
+                   help="with --emit-sbatch: ranks per node (default p/nodes)")
     p.add_argument("--partition", default=None, help="with --emit-sbatch: Slurm partition")
     p.add_argument("--time-limit", default="00:30:00", help="with --emit-sbatch: Slurm time limit")
+    p.add_argument("--allow-large", action="store_true",
+                   help="launch on CPU even when the memory preflight finds the run needs more memory than is "
+                        "available here (the model, the reference check and the schedule's activations)")
     p.add_argument("--json", action="store_true", help="print the whole result.json")
     p.set_defaults(func=_cmd_run)
     _add_replay(subparsers)
 
 
 def _add_replay(subparsers) -> None:
+    from ..args import int_arg
+
     p = subparsers.add_parser(
         "replay", help="replay single pipeline devices' passes at full size on one GPU (or CPU)",
         description="For each schedule and each pipeline device in --devices, run that device's passes in "
@@ -70,13 +81,13 @@ def _add_replay(subparsers) -> None:
                     "saved-tensor / allocator / theory activation peaks. Rows merge into an existing file.",
     )
     p.add_argument("--model", required=True, help="model preset: tiny, small, medium, 9.6b, 21b, 38.5b, 98.5b")
-    p.add_argument("-p", "--pipeline", type=int, required=True, help="pipeline size p")
-    p.add_argument("-m", "--microbatches", type=int, default=None, help="microbatches m (default 2p)")
+    p.add_argument("-p", "--pipeline", type=int_arg(), required=True, help="pipeline size p")
+    p.add_argument("-m", "--microbatches", type=int_arg(), default=None, help="microbatches m (default 2p)")
     p.add_argument("--schedules", default="1f1b,v-half,v-min,v-zb", help="comma-separated schedule names")
     p.add_argument("--devices", default="0,1", help="comma-separated pipeline devices to replay (default 0,1)")
     p.add_argument("--device", default=None, help="torch device to run on (default cuda if available, else cpu)")
-    p.add_argument("--layers", type=int, default=None, help="override the preset's number of layers")
-    p.add_argument("--microbatch-size", type=int, default=None, help="override the preset's microbatch size")
+    p.add_argument("--layers", type=int_arg(), default=None, help="override the preset's number of layers")
+    p.add_argument("--microbatch-size", type=int_arg(), default=None, help="override the preset's microbatch size")
     p.add_argument("--dtype", default=None, help="override the preset's dtype (float32, bfloat16, float16)")
     p.add_argument("--tag", default="", help="free label stored in every row")
     p.add_argument("--out", default="build/replay", help="output folder for replay.json (default build/replay)")
@@ -129,7 +140,7 @@ def _config(args: argparse.Namespace):
         model_overrides=overrides, schedule_params=parse_params(args.param), seed=args.seed,
         threads_per_rank=args.threads, pin_cores=args.pin, timeout_s=args.timeout,
         comm_timeout_s=args.comm_timeout, hang_timeout_s=args.hang_timeout,
-        memory_fidelity=not args.torch_memory, dp=args.dp, audit_p2p=args.audit_p2p,
+        memory_fidelity=not args.torch_memory, dp=args.dp, audit_p2p=args.audit_p2p, allow_large=args.allow_large,
     )
 
 

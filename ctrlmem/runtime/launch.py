@@ -29,12 +29,14 @@ from pathlib import Path
 
 from .. import proctree
 from ..costs import Costs
+from ..fileio import atomic_write, describe_os_error, make_output_folder
 from ..ir import Schedule
 from ..schedules import build
 from ..simulate import simulate
 from ..validate import validate
 
-__all__ = ["RunConfig", "RunError", "prepare", "run", "run_many", "assemble", "emit_sbatch"]
+__all__ = ["RunConfig", "RunError", "prepare", "run", "run_many", "assemble", "emit_sbatch", "check_config",
+           "cpu_memory_estimate", "available_memory"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,8 @@ class RunConfig:
             microbatch batch, gradients are averaged over replicas after each step.
         audit_p2p: count every point-to-point operation on every rank (``p2p_audit`` in the
             result: operations, self-addressed ones, metadata exchanges); a check, off by default.
+        allow_large: launch on CPU even when the memory preflight (:func:`cpu_memory_estimate`)
+            finds that the run needs more memory than this machine has available.
     """
 
     schedule: str
@@ -95,6 +99,7 @@ class RunConfig:
     fault: tuple | None = None
     dp: int = 1
     audit_p2p: bool = False
+    allow_large: bool = False
 
     @property
     def world_size(self) -> int:
@@ -116,6 +121,7 @@ def prepare(config: RunConfig, local: bool = True) -> tuple[Schedule, dict]:
     here; a Slurm script (``local=False``) leaves that to the worker on each node.
     Raises :class:`RunError` naming what is wrong and how to fix it.
     """
+    check_config(config)  # plain numbers first: nothing is imported or launched for a bad one
     import torch
 
     from .adapter import UnsupportedTorch, check_torch_version
@@ -160,6 +166,8 @@ def prepare(config: RunConfig, local: bool = True) -> tuple[Schedule, dict]:
         layers_per_stage(model.num_layers, schedule.num_stages)
     except ValueError as exc:
         raise RunError(f"model {model.name!r} on {config.schedule} ({schedule.num_stages} stages): {exc}") from None
+    if local and config.backend == "gloo" and not config.allow_large:
+        _memory_preflight(config, model, schedule)
     worker = {
         "schedule_text": schedule.to_text(),
         "model": model.to_dict(),
@@ -200,6 +208,129 @@ def _schedule_of(config: RunConfig) -> Schedule:
     return schedule
 
 
+MAX_TIMEOUT_S = 30 * 24 * 3600.0
+"""Largest ``timeout_s`` / ``comm_timeout_s`` / ``hang_timeout_s`` accepted (30 days)."""
+
+
+def check_config(config: RunConfig) -> None:
+    """:class:`RunError` naming the field, what it must be and the value, for every field of
+    ``config`` that is not a sensible value (checked before torch is imported or anything is
+    launched)."""
+    from .. import checks
+
+    if not isinstance(config, RunConfig):
+        raise TypeError(f"config must be a ctrlmem.runtime.launch.RunConfig, got {type(config).__name__}")
+    try:
+        if not isinstance(config.schedule, str) or not config.schedule:
+            raise ValueError(f"schedule must be a schedule name (see `ctrlmem list`), got {config.schedule!r}")
+        checks.integer("num_devices", config.num_devices)
+        checks.integer("num_microbatches", config.num_microbatches)
+        checks.integer("dp", config.dp, what="data-parallel replicas")
+        checks.integer("steps", config.steps, minimum=0, what="timed steps")
+        checks.integer("seed", config.seed, minimum=0, maximum=2**63 - 1)
+        checks.integer("threads_per_rank", config.threads_per_rank, maximum=1024, what="intra-op threads per rank")
+        for name in ("timeout_s", "comm_timeout_s", "hang_timeout_s"):
+            checks.number(name, getattr(config, name), positive=True, maximum=MAX_TIMEOUT_S, what="seconds")
+        for name in ("pin_cores", "memory_fidelity", "audit_p2p", "allow_large"):
+            checks.flag(name, getattr(config, name))
+        if not isinstance(config.out, (str, os.PathLike)) or not str(config.out).strip():
+            raise ValueError(f"out must be an output folder, got {config.out!r}")
+        for name in ("model_overrides", "schedule_params"):
+            if not isinstance(getattr(config, name), dict):
+                raise TypeError(f"{name} must be a dict, got {type(getattr(config, name)).__name__}")
+        if config.world_size > MAX_RANKS:
+            raise ValueError(f"p x dp = {config.world_size} ranks, more than {MAX_RANKS} (ctrlmem.runtime.launch."
+                             f"MAX_RANKS); use fewer devices or replicas")
+    except (TypeError, ValueError) as exc:
+        raise RunError(str(exc)) from None
+
+
+MAX_RANKS = 4096
+"""Most ranks (``p · dp``) of one run."""
+
+RANK_BASE_BYTES = 350 * 2**20
+"""Memory of one worker process before the model (Python, torch, gloo): about 350 MiB here."""
+
+
+def cpu_memory_estimate(config: RunConfig, model, schedule: Schedule) -> dict:
+    """What a CPU run of ``model`` on ``schedule`` needs in memory, from the model's sizes and the
+    schedule's theory (bytes). Every rank holds the whole non-pipelined reference model with its
+    gradients and the activations of the whole batch (the exactness check), its own stages'
+    weights, gradients and a copy of those gradients, the activations its schedule keeps at its
+    peak, and the process itself. Returns ``{"per_rank", "total", "ranks", "parts"}``."""
+    width = 4 if model.dtype in ("float32", "fp32") else 2
+    params = model.num_parameters()
+    tokens = model.microbatch_size * model.seq_len
+    # activation bytes per token and layer: the paper's 34·h at 16 bits (docs/theory.md §10), at this
+    # dtype's width; torch's fused attention keeps no s x s scores (the tiny preset measures 4.1 KiB
+    # per token and layer in fp32, this gives 4.25 KiB)
+    per_token_layer = 34 * model.hidden * width / 2
+    logits = tokens * model.vocab * width * 3  # logits, softmax and their gradient, per microbatch
+    m = schedule.num_microbatches
+    layers = max(1, model.num_layers)
+    reference = params * width * 2 + m * (tokens * layers * per_token_layer + logits)
+    p = max(1, schedule.num_devices)
+    own = params / p * width * 3
+    # the schedule's peak, in units of a: one microbatch's activation over one full device-stage
+    peak_a = max(simulate(schedule).peak_memory)
+    pipeline = peak_a * tokens * per_token_layer * layers / p + logits
+    per_rank = RANK_BASE_BYTES + own + reference + pipeline
+    return {"per_rank": per_rank, "total": per_rank * config.world_size, "ranks": config.world_size,
+            "parts": {"reference model (weights + gradients)": params * width * 2,
+                      "reference activations (whole batch)": reference - params * width * 2,
+                      "own stages (weights, gradients, copy)": own, "pipeline activations at the peak": pipeline,
+                      "process": RANK_BASE_BYTES}}
+
+
+def available_memory() -> int:
+    """Bytes of memory this process can still use: the system's available memory, or less when a
+    cgroup (a container's limit) allows less."""
+    import psutil
+
+    free = psutil.virtual_memory().available
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+        if limit != "max":
+            free = min(free, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return max(0, int(free))
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:.1f} GiB" if x >= 2**30 else f"{x / 2**20:.0f} MiB"
+
+
+def _memory_preflight(config: RunConfig, model, schedule: Schedule) -> None:
+    """:class:`RunError` when a CPU run would need more memory than is available here (the
+    kernel's OOM killer would end it with SIGKILL, naming no cause)."""
+    est = cpu_memory_estimate(config, model, schedule)
+    free = available_memory()
+    if est["total"] <= 0.9 * free:
+        return
+    biggest = max(est["parts"].items(), key=lambda kv: kv[1])
+    raise RunError(
+        f"model {model.name!r} on CPU needs about {_gib(est['total'])} of memory ({est['ranks']} rank(s) x "
+        f"{_gib(est['per_rank'])}, most of it the {biggest[0]}: {_gib(biggest[1])}), but {_gib(free)} is available "
+        f"here; use a smaller model (--model tiny, small or medium, or --layers N), run on GPUs (--backend nccl, or "
+        f"--emit-sbatch for a cluster), or pass --allow-large to launch it anyway")
+
+
+def _disk_full(folder: Path) -> str | None:
+    """A note when ``folder``'s file system has (almost) no space left (under 1 MiB), else ``None``."""
+    import shutil
+
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return None
+    if free < 1 << 20:
+        return (f"the file system of {folder} is full or nearly full ({free} bytes free), so the ranks may have been "
+                f"unable to write their records; free some space or give another --out")
+    return None
+
+
 def _torchrun_args(config: RunConfig, config_path: Path) -> list[str]:
     return [
         sys.executable, "-m", "torch.distributed.run",
@@ -233,12 +364,12 @@ def run_many(configs: list[RunConfig]) -> list[dict]:
     if len(set(outs)) != len(outs):
         raise RunError("every run needs its own output folder")
     for out in outs:
-        out.mkdir(parents=True, exist_ok=True)
+        make_output_folder(out)  # a folder it creates is git-ignored (.gitignore: *)
         for stale in list(out.glob("rank*.json")) + [out / "result.json", out / "result.unconfirmed.json"]:
             stale.unlink(missing_ok=True)
     home = outs[0]
     config_path = home / "worker_config.json"
-    config_path.write_text(json.dumps(workers if len(workers) > 1 else workers[0], indent=2))
+    atomic_write(config_path, json.dumps(workers if len(workers) > 1 else workers[0], indent=2))
     env = dict(os.environ)
     if base.backend == "gloo":
         env.update(OMP_NUM_THREADS=str(base.threads_per_rank), MKL_NUM_THREADS=str(base.threads_per_rank))
@@ -301,13 +432,23 @@ def run_many(configs: list[RunConfig]) -> list[dict]:
             reason = f"stopped by {what}" + (f"; {reason}" if reason else "")
         if timed_out:
             reason = (reason + "; " if reason else "") + f"the launch exceeded its timeout of {timeout:g} s"
+        full = _disk_full(out) if not errors else None  # a rank that could write its error wrote it
+        if full is not None:
+            reason = full + (f"; {reason}" if reason else "")
         if reason is None:
             reason = f"torchrun exited with status {rc} and no rank reported an error; see {home / 'launch.log'}"
         result = {"status": "failed", "failure": reason, "rank_errors": errors, "rank_exits": failures,
                   "elapsed_s": elapsed, "config": worker["run_config"], "log": str(home / "launch.log")}
         if unconfirmed is not None:
             result["unconfirmed_result"] = str(unconfirmed)
-        result_path.write_text(json.dumps(result, indent=2))
+        try:
+            atomic_write(result_path, json.dumps(result, indent=2))
+        except OSError as exc:
+            if interrupted is not None:
+                log.error("could not record the failed run: %s", exc)
+            else:
+                raise RunError(f"the run failed and its record could not be written: {describe_os_error(exc)} "
+                               f"(the failure: {reason})") from None
         results.append(result)
     if interrupted is not None:
         raise interrupted
@@ -481,6 +622,15 @@ def emit_sbatch(config: RunConfig, nodes: int, gpus_per_node: int, path: str | o
     written into the script is shell-quoted, and a value with a control character is refused, so
     an output folder like ``$(...)`` or a partition with a newline cannot run anything.
     """
+    from .. import checks
+
+    try:
+        nodes = checks.integer("nodes", nodes, maximum=100_000)
+        gpus_per_node = checks.integer("gpus_per_node", gpus_per_node, maximum=1024, what="ranks per node")
+        if not isinstance(time_limit, str) or not _SLURM_TIME.match(_clean("time_limit", time_limit).strip()):
+            raise ValueError(f"time_limit {time_limit!r} is not a Slurm time: give MINUTES, HH:MM:SS or D-HH:MM:SS")
+    except (TypeError, ValueError) as exc:
+        raise RunError(str(exc)) from None
     if nodes * gpus_per_node != config.world_size:
         raise RunError(
             f"{nodes} nodes x {gpus_per_node} GPUs = {nodes * gpus_per_node} ranks, but the run has "
@@ -490,7 +640,7 @@ def emit_sbatch(config: RunConfig, nodes: int, gpus_per_node: int, path: str | o
     _, worker = prepare(config, local=False)
     q = shlex.quote
     out = _clean("--out", worker["out"])
-    Path(out).mkdir(parents=True, exist_ok=True)  # Slurm opens --output before the script runs
+    make_output_folder(out)  # Slurm opens --output before the script runs
     cfg_path = str(Path(out) / "worker_config.json")
     python = _clean("python", python or sys.executable)
     directives = {"--job-name": f"ctrlmem-{Path(config.schedule).stem}-p{config.num_devices}"
@@ -529,5 +679,8 @@ def emit_sbatch(config: RunConfig, nodes: int, gpus_per_node: int, path: str | o
         f"echo {q('result: ' + out + '/result.json')}",
     ]
     text = "\n".join(lines) + "\n"
-    Path(path).write_text(text)
+    atomic_write(path, text)
     return text
+
+
+_SLURM_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")

@@ -23,8 +23,8 @@ m, microbatch size, schedule, device and tag is replaced, the others are kept.
 from __future__ import annotations
 
 import json
-import logging
 import os
+import logging
 import platform
 import time
 from dataclasses import dataclass
@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from ..fileio import atomic_write, make_output_folder
 from ..ir import Op, Schedule
 from .measure import AllocatorPeak, SavedTensorMeter, summarize, theory_peak_bytes
 from .models import ModelConfig, build_stages, loss_fn
@@ -249,7 +250,7 @@ def run_replay(model: str, p: int, m: int, schedules, devices, device: str = "cu
     if dev.type == "cpu":
         torch.set_num_threads(1)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    make_output_folder(out)  # git-ignored when this call creates it
     path = out / REPLAY_FILE
     data = json.loads(path.read_text()) if path.is_file() else {}
     rows = list(data.get("rows", []))
@@ -279,9 +280,7 @@ def run_replay(model: str, p: int, m: int, schedules, devices, device: str = "cu
                              x.get("schedule"), x.get("device"), x.get("tag", ""))
             rows = [x for x in rows if key(x) != key(row)] + [row]
             data["rows"] = rows
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_text(json.dumps(data, indent=1))
-            os.replace(tmp, path)  # every finished row is on disk before the next starts
+            atomic_write(path, json.dumps(data, indent=1))  # every finished row is on disk before the next starts
             if progress is not None:
                 progress(row)
             if dev.type == "cuda":

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from ..fileio import atomic_write
 from ..ir import Schedule
 from .adapter import P2PAudit, Pipeline, check_torch_version
 from .measure import AllocatorPeak, SavedTensorMeter
@@ -70,7 +71,10 @@ class Progress:
         record = {"rank": self.rank, "job": self.job.rstrip(": "), "phase": self.phase, "pass": self.label,
                   "in_pass": self.running, "time": time.time(), "where": self.where(),
                   "reason": reason, "detail": detail[-4000:]}
-        (self.out / f"rank{self.rank}.error.json").write_text(json.dumps(record, indent=2))
+        try:  # atomically: a reader sees the whole record or none, never a 0-byte file
+            atomic_write(self.out / f"rank{self.rank}.error.json", json.dumps(record, indent=2))
+        except OSError as exc:  # a full disk: the launcher reports it from the free space it finds
+            log.error("rank %d could not record its failure: %s", self.rank, exc)
         log.error("rank %d failed in %s: %s", self.rank, self.where(), reason)
 
     def start_watchdog(self) -> None:
@@ -310,7 +314,7 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, dev
         "records": records,
         "p2p_audit": audit.summary() if audit is not None else None,
     }
-    (out / f"rank{rank}.json").write_text(json.dumps(mine_result))
+    atomic_write(out / f"rank{rank}.json", json.dumps(mine_result))
     progress.set_phase("gather")
     gathered: list = [None] * world
     dist.all_gather_object(gathered, mine_result)
@@ -318,7 +322,7 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, dev
         from .launch import assemble
 
         result = assemble(config, schedule, gathered)
-        (out / "result.json").write_text(json.dumps(result, indent=2))
+        atomic_write(out / "result.json", json.dumps(result, indent=2))
     dist.barrier()
 
 

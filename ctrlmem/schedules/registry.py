@@ -122,15 +122,11 @@ def _positive_int(field: str, value: object) -> int:
 
 
 def _fraction(field: str, value: object) -> float:
-    import math
-    import numbers
+    """A memory budget, checked as everywhere else (:func:`ctrlmem.checks.memory_fraction`:
+    finite, > 0, and no larger than any schedule can use)."""
+    from ..checks import memory_fraction
 
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{field} must be a number (a fraction of 1F1B's peak), got {type(value).__name__} {value!r}")
-    x = float(value)
-    if not x > 0 or math.isinf(x):
-        raise ValueError(f"{field} must be a positive fraction of 1F1B's peak, got {value!r}")
-    return x
+    return memory_fraction(field, value)
 
 
 def _check_size(name: str, spec: ScheduleSpec, p: int, m: int, params: Mapping[str, object]) -> None:

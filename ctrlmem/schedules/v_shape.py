@@ -21,9 +21,10 @@ and ``comm`` included). Without ``costs`` they are the exact unit-cost patterns.
 
 from __future__ import annotations
 
-from ..blocks import build_from_block, v_1f1b_block, v_half_block, v_min_block, v_zb_block
+from ..blocks import block_set, v_1f1b_block, v_half_block, v_min_block, v_zb_block
 from ..costs import Costs
-from ..ir import Schedule
+from ..ir import Placement, Schedule
+from ..search.encoding import CandidateSet
 from .registry import register
 
 __all__ = ["v_min", "v_half", "v_zb", "one_f_one_b_v"]
@@ -39,27 +40,31 @@ def _check(p: int, m: int, name: str) -> None:
         raise ValueError(f"{name} needs num_microbatches >= 1, got {m}")
 
 
-def _adapt(pattern: Schedule, costs: Costs | None, fused: bool = False) -> Schedule:
-    """``pattern`` without costs; with costs, the best schedule of the search at the pattern's
-    peak (the pattern wins ties)."""
-    if costs is None or pattern.num_microbatches < 2:
-        return pattern
-    from .adaptive import _candidate, adapt_at_level, best_fused_v
+def _pattern(block, m: int, name: str) -> CandidateSet:
+    """The unit-cost pattern of ``block`` for ``m`` microbatches as a one-candidate set (the
+    block's pipeline, :func:`ctrlmem.blocks.build_from_block`, without making a Schedule; shared
+    with the search's block family, which has the same block)."""
+    from .families.blocks import block_candidate
 
-    p, m = pattern.num_devices, pattern.num_microbatches
-    first = _candidate("pattern", pattern, costs)
-    limit = _candidate("pattern", pattern, Costs()).peak / p  # the pattern's memory level
-    try:
-        best = best_fused_v(p, m, costs, limit, first) if fused else adapt_at_level(p, m, costs, limit, first)
-    except ValueError:  # nothing fits that level under these costs: keep the pattern
-        return pattern
-    if best is first:
-        return pattern
-    s = best.schedule
-    params = dict(pattern.params)
-    params.update({"costs_adapted": best.label})
-    return Schedule(pattern.name, s.num_devices, s.num_microbatches, s.placement, s.device_passes,
-                    tuple(sorted(params.items())))
+    cs = block_candidate(block.num_devices, m, name, block)
+    if cs is None:  # pragma: no cover - a paper block always builds
+        cs = block_set(block, m, name, direct=True)
+    return cs
+
+
+def _adapt(name: str, pattern: CandidateSet, costs: Costs | None) -> Schedule:
+    """The ``pattern`` without costs; with costs, the best schedule of the V-shape search (the
+    fused-backward one for a fused pattern) at the pattern's peak, the pattern tried first (it
+    wins ties). Only the result is made a ``Schedule``."""
+    if costs is None or pattern.m < 2:
+        return pattern.schedule(0, name)
+    from .adaptive import search_v
+
+    found = search_v(pattern.num_devices, pattern.m, costs, float(pattern.peak[0]), fused=pattern.fused,
+                     first=pattern)
+    if found is None or found.cs is pattern:
+        return pattern.schedule(0, name) if found is None else found.schedule(name)
+    return found.schedule(name, {"costs_adapted": found.label})
 
 
 @register("v-min", source="Qi et al. 2024 (this paper) §3.1, Table 8; docs/theory.md §7")
@@ -71,7 +76,7 @@ def v_min(num_devices: int, num_microbatches: int, costs: Costs | None = None) -
     when F, B and W differ the stable phase itself has a bubble, so it grows with m (§1.5).
     """
     _check(num_devices, num_microbatches, "v-min")
-    return _adapt(build_from_block(v_min_block(num_devices), num_microbatches, "v-min"), costs)
+    return _adapt("v-min", _pattern(v_min_block(num_devices), num_microbatches, "v-min"), costs)
 
 
 @register("v-half", source="Qi et al. 2024 (this paper) §3.1, Table 9; docs/theory.md §7")
@@ -86,7 +91,7 @@ def v_half(num_devices: int, num_microbatches: int, costs: Costs | None = None) 
     bubble whenever W + 2B ≥ 2F and W + 2F ≥ 2B (§1.5).
     """
     _check(num_devices, num_microbatches, "v-half")
-    return _adapt(build_from_block(v_half_block(num_devices), num_microbatches, "v-half"), costs)
+    return _adapt("v-half", _pattern(v_half_block(num_devices), num_microbatches, "v-half"), costs)
 
 
 @register("v-zb", source="Qi et al. 2024 (this paper) §3.1, Fig. 3(d); docs/theory.md §7")
@@ -96,7 +101,7 @@ def v_zb(num_devices: int, num_microbatches: int, costs: Costs | None = None) ->
     Peak p·a; bubble 0 with F = B = W and m ≥ 2p (docs/theory.md §7).
     """
     _check(num_devices, num_microbatches, "v-zb")
-    return _adapt(build_from_block(v_zb_block(num_devices), num_microbatches, "v-zb"), costs)
+    return _adapt("v-zb", _pattern(v_zb_block(num_devices), num_microbatches, "v-zb"), costs)
 
 
 @register("1f1b-v", source="Qi et al. 2024 (this paper) App. I, Fig. 16(a)/17(a); docs/theory.md §8")
@@ -104,10 +109,19 @@ def one_f_one_b_v(num_devices: int, num_microbatches: int, costs: Costs | None =
     """1F1B-V: V-shape placement with the fused backward (no B/W split), about 2/3–3/4 of
     1F1B's memory.
 
-    Block of :func:`ctrlmem.blocks.v_1f1b_block` (each chunk pass at the earliest slot free
-    modulo T = 6), then repeat, warm-up and cool-down reorder under the peak, squeeze. With
-    F = B = W: peak 0.75 / 0.75 / 0.6875 of 1F1B at p = 4 / 8 / 16 (docs/theory.md §8 gives the
-    same), bubble 34 τ at p = 8 and 75 τ at p = 16 (docs/theory.md: 33 and 75).
+    Block of :func:`ctrlmem.blocks.v_1f1b_block` (App. I, Fig. 16(a)), repeated, trimmed to ``m``
+    microbatches along the dependency chain and its warm-up moved earlier under the peak
+    (:mod:`ctrlmem.schedules.families.fused`, the construction the authors publish; it
+    reproduces their 1F1B-V spans and peaks). With F = B = W: peak 0.75 / 0.75 / 0.6875 of 1F1B
+    at p = 4 / 8 / 16, bubble 33 τ at p = 8 and 75 τ at p = 16 (docs/theory.md §8).
     """
     _check(num_devices, num_microbatches, "1f1b-v")
-    return _adapt(build_from_block(v_1f1b_block(num_devices), num_microbatches, "1f1b-v"), costs, fused=True)
+    from .families.fused import construction_keys
+
+    p, m = num_devices, num_microbatches
+    keys = construction_keys(p, m)
+    if keys is None:  # (not met for p >= 2, m >= 1; kept as a guard) the block's own pipeline
+        pattern = _pattern(v_1f1b_block(p), m, "1f1b-v")
+    else:
+        pattern = CandidateSet(Placement.v_shape(p), m, True, keys[None], ("pattern",))
+    return _adapt("1f1b-v", pattern, costs)

@@ -1,0 +1,241 @@
+"""Every file the product writes goes through here: atomically, or not at all.
+
+A file is written to a temporary file in the same folder (``.NAME.XXXXXX.tmp``), flushed and
+``fsync``-ed, given the mode of the file it replaces (a new file gets ``0o666 & ~umask``, like
+``open``), and renamed over the target with ``os.replace``; the folder is then ``fsync``-ed. A
+reader sees either the old file or the whole new one. When anything fails (a full disk, a quota,
+a read-only file system, a writer that raises), the temporary file is removed, an existing file
+at the path is left exactly as it was, and the error names the **target path** and the OS
+reason: an :class:`OSError` of the usual subclass (``PermissionError``, ``IsADirectoryError``...,
+``errno`` kept) whose ``filename`` is the target, never the temporary file.
+
+API:
+
+* :func:`atomic_write` ``(path, data)`` — ``str`` (UTF-8 unless ``encoding``) or ``bytes``;
+* :func:`atomic_path` ``(path)`` — a context manager yielding a temporary path for writers that
+  want a file name (pandas, kaleido); on a clean exit the file is synced and renamed into place;
+* :func:`atomic_open` ``(path, mode="w")`` — a context manager yielding an open file;
+* :func:`describe_os_error` ``(exc)`` — one line for an ``OSError``: the path, what went wrong,
+  the fix (the command line prints it; library errors carry the same facts).
+
+A symlink at the target is followed: the file it points to is replaced, the link kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno as _errno
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Iterator
+
+__all__ = ["atomic_write", "atomic_path", "atomic_open", "describe_os_error", "make_output_folder",
+           "check_output_path"]
+
+log = logging.getLogger(__name__)
+
+
+def _target(path: str | os.PathLike) -> Path:
+    path = Path(os.fspath(path))
+    if str(path) == "":
+        raise FileNotFoundError(_errno.ENOENT, "empty file name; give a file name", "''")
+    if path.is_symlink():  # replace what the link points to, keep the link
+        path = Path(os.path.realpath(path))
+    if path.is_dir():
+        raise IsADirectoryError(_errno.EISDIR, "Is a directory", str(path))
+    return path
+
+
+def _mode_for(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _renamed(exc: OSError, path: Path, tmp: Path | None = None) -> OSError:
+    """``exc`` as the same kind of ``OSError`` naming ``path`` (not the temporary file); an
+    error that already names another file is kept as it is."""
+    if exc.filename is not None and (tmp is None or os.fspath(exc.filename) != str(tmp)):
+        return exc
+    if exc.errno is None:
+        return OSError(f"{path}: {exc}")
+    return OSError(exc.errno, exc.strerror or os.strerror(exc.errno), str(path))
+
+
+def _sync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems cannot sync a folder; the rename itself is atomic
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; when the block ends without an exception, the
+    file written there is synced and renamed to ``path``. On any exception (or when the block
+    wrote nothing) the temporary file is removed and an existing ``path`` is left unchanged;
+    ``OSError`` names ``path``. ``suffix`` ends the temporary name (e.g. ``".png"`` for writers
+    that read the format from it)."""
+    target = _target(path)
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=suffix)
+    except OSError as exc:  # the folder is missing, not writable, full...: name the target
+        raise _renamed(exc, target, Path(os.fspath(exc.filename)) if exc.filename else None) from None
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        if not tmp.exists():
+            raise FileNotFoundError(_errno.ENOENT, "the writer produced no file", str(target))
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(tmp, _mode_for(target))
+        os.replace(tmp, target)
+    except OSError as exc:
+        _remove(tmp)
+        new = _renamed(exc, target, tmp)
+        if new is exc:
+            raise
+        raise new from exc
+    except BaseException:
+        _remove(tmp)
+        raise
+    _sync_folder(target.parent)
+
+
+def _remove(tmp: Path) -> None:
+    try:
+        tmp.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # never hide the original error behind this one
+        log.warning("could not remove the temporary file %s: %s", tmp, exc)
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8",
+                newline: str | None = None) -> Iterator[IO]:
+    """An open file (``"w"`` text or ``"wb"`` bytes) whose content replaces ``path``
+    atomically when the block ends without an exception (see :func:`atomic_path`)."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open writes whole files: mode must be 'w' or 'wb', got {mode!r}")
+    with atomic_path(path) as tmp:
+        kw = {} if "b" in mode else {"encoding": encoding, "newline": newline}
+        with open(tmp, mode, **kw) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def atomic_write(path: str | os.PathLike, data: str | bytes, encoding: str = "utf-8",
+                 newline: str | None = None) -> Path:
+    """Replace ``path`` with ``data`` (``str`` or ``bytes``) atomically; returns the path
+    written (a symlink's target). See the module docstring for what happens on failure."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        with atomic_open(path, "wb") as fh:
+            fh.write(data)
+    elif isinstance(data, str):
+        with atomic_open(path, "w", encoding=encoding, newline=newline) as fh:
+            fh.write(data)
+    else:
+        raise TypeError(f"atomic_write writes str or bytes, got {type(data).__name__}")
+    return _target(path)
+
+
+def check_output_path(path: str | os.PathLike) -> Path:
+    """Raise the ``OSError`` a write to ``path`` would meet, before any work is done: an empty
+    name, a folder, a missing folder or a file where a folder should be, a folder that cannot be
+    written to. Returns the path. (A full disk is only found by writing.)"""
+    text = os.fspath(path)
+    if not str(text).strip():
+        raise FileNotFoundError(_errno.ENOENT, "empty file name; give a file name", repr(text))
+    target = Path(text)
+    if target.is_dir():
+        raise IsADirectoryError(_errno.EISDIR, "Is a directory", str(target))
+    parent = target.parent
+    if not parent.exists():
+        for up in parent.parents:
+            if up.exists():
+                if not up.is_dir():
+                    raise NotADirectoryError(_errno.ENOTDIR, "Not a directory", str(target))
+                break
+        raise FileNotFoundError(_errno.ENOENT, "No such file or directory", str(target))
+    if not parent.is_dir():
+        raise NotADirectoryError(_errno.ENOTDIR, "Not a directory", str(target))
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(_errno.EACCES, "Permission denied", str(target))
+    return target
+
+
+def make_output_folder(path: str | os.PathLike, ignore: bool = True) -> Path:
+    """Create the output folder ``path`` (and its parents). A folder this call creates gets a
+    ``.gitignore`` holding ``*`` (``ignore=True``), so run outputs are never committed by
+    accident wherever they are made (as Python's ``venv`` and pytest's cache do); a folder that
+    already exists is left as it is. Returns the path."""
+    path = Path(path)
+    existed = path.is_dir()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise FileExistsError(_errno.EEXIST, "File exists", str(path)) from None
+    if ignore and not existed:
+        try:
+            atomic_write(path / ".gitignore", "# written by ctrlmem: run outputs are not committed\n*\n")
+        except OSError as exc:  # the folder itself is what matters; the next write reports a full disk
+            log.debug("no .gitignore in %s: %s", path, exc)
+    return path
+
+
+_FIXES = {
+    _errno.ENOSPC: "no space left on the device; free some space or choose another location",
+    _errno.EROFS: "read-only file system; choose a writable location",
+    _errno.EFBIG: "file too large for this file system or the process's file-size limit (ulimit -f); "
+                  "choose another location or raise the limit",
+    _errno.ENAMETOOLONG: "file name too long; choose a shorter path",
+    _errno.ELOOP: "too many levels of symbolic links (a link loop?); fix or remove the link",
+    _errno.EACCES: "permission denied; choose a location you can write to (or fix its permissions)",
+    _errno.EPERM: "operation not permitted; choose a location you can write to (or fix its permissions)",
+}
+if hasattr(_errno, "EDQUOT"):
+    _FIXES[_errno.EDQUOT] = "disk quota exceeded; free some space or choose another location"
+
+
+def describe_os_error(exc: OSError) -> str:
+    """One line for a file or OS error: the path, what went wrong and the fix (never a bare errno)."""
+    where = exc.filename
+    where2 = getattr(exc, "filename2", None)
+    if where is None:
+        path = None
+    else:
+        path = f"{where}" + (f" -> {where2}" if where2 else "")
+    if isinstance(exc, IsADirectoryError):
+        return f"{path} is a folder; give a file name (e.g. {where}/NAME)"
+    if isinstance(exc, NotADirectoryError):
+        return f"{path}: part of this path is a file, not a folder; choose a path whose folders are folders"
+    if isinstance(exc, FileExistsError):
+        return f"{path} already exists and is not a folder; give a folder path, or remove the file"
+    if isinstance(exc, FileNotFoundError):
+        return (f"{path}: no such file or folder; check the path, or create the folder first "
+                f"(mkdir -p {'$(dirname ' + str(where) + ')' if where else 'DIR'})")
+    reason = _FIXES.get(exc.errno) if exc.errno is not None else None
+    if reason is None:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        if exc.errno is not None:
+            reason += f" ({_errno.errorcode.get(exc.errno, exc.errno)})"
+    if path is None:
+        return f"{reason} (the operating system named no file)"
+    return f"{path}: {reason}"

@@ -1,0 +1,36 @@
+"""Candidate families of the searches (:mod:`ctrlmem.search`): one small module per family.
+
+A family is a :class:`ctrlmem.search.Family`: given a query (placement, ``m``, costs, memory cap)
+it yields candidate sets, keeping what does not depend on the costs in its own caches. The lists
+below are what each search runs, in order (earlier candidates win ties).
+
+* :mod:`.blocks` — the paper's V-Min / V-Half / V-ZB blocks, ZB-V, offset-level mixes;
+* :mod:`.costblocks` — V blocks laid out in the costs' own slots;
+* :mod:`.grid` — the paper's App. A framework (device-0 patterns × two offset levels);
+* :mod:`.zbv` — the Zero Bubble paper's cost-aware ZB-V greedy;
+* :mod:`.fused` — the paper's App. I construction of 1F1B-V (fused backward);
+* :mod:`.lists` — cost-aware list schedules under a memory cap (any placement, fused or split);
+* :mod:`.polish` — neighbour-swap hill-climbing of the best at each cap (small pipelines);
+* :mod:`.sequential` — ZB-H1/H2 and the ZB greedy on one stage per device (``zb``).
+"""
+
+from .blocks import BlockFamily
+from .costblocks import CostBlockFamily
+from .fused import FusedConstructionFamily
+from .grid import GridFamily
+from .lists import ListFamily
+from .polish import PolishFamily
+from .sequential import ZBCapFamily, ZBFixedFamily
+from .zbv import ZBVFamily
+
+__all__ = ["V_SPLIT", "V_FUSED", "SEQUENTIAL"]
+
+_LISTS = ListFamily()
+_BASE = [BlockFamily(), CostBlockFamily(), GridFamily(), ZBVFamily(), _LISTS]
+
+#: the split-backward V-shape search (``v-shape``, ``v-min``, ``v-half``, ``v-zb``)
+V_SPLIT = _BASE + [PolishFamily(_BASE)]
+#: the fused-backward V-shape search (``1f1b-v``)
+V_FUSED = [FusedConstructionFamily(), _LISTS]
+#: one stage per device (``zb``)
+SEQUENTIAL = [ZBFixedFamily(), ZBCapFamily()]

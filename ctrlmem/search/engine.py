@@ -1,0 +1,232 @@
+"""The search driver: families produce candidate sets, the engine times them and keeps the best.
+
+A search is asked for the schedule with the shortest longest device span (ties: the shorter
+makespan, then the lower peak, then the earlier candidate) among what some *families* produce,
+within a memory cap, under given costs. A :class:`Family` is a producer of
+:class:`~ctrlmem.search.encoding.CandidateSet` s for a :class:`Query`; it keeps whatever does not
+depend on the costs in its own caches (per ``p`` and ``m``), so budgets and cost edits reuse it.
+The engine times each set once per costs (:mod:`ctrlmem.search.timing`; cached), checks the
+winner on the arrays (every pass once, on its stage's device; a finite span rules out deadlock)
+and makes a ``Schedule`` only for it.
+
+**Bounds.** A family may skip work that cannot win: :attr:`Query.bound` gives a lower bound on
+the longest span of any schedule with a given peak (:mod:`ctrlmem.search.bounds`), and
+:attr:`Progress.span` the best span found so far; a producer whose candidates all peak at ``c``
+or more skips them when ``bound(c) > span`` (strictly: a candidate of equal span could still
+win on makespan, so results never depend on what was skipped).
+
+**Monotone by construction.** Each family's candidates for a cap contain those for every smaller
+cap (the families document how), so a larger budget never gives a slower schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from ..costs import Costs
+from ..ir import Placement, Schedule
+from .encoding import CandidateSet, problem, tables
+from .timing import Timed, durations, time_set
+
+__all__ = ["Query", "Progress", "Family", "Found", "search", "timed", "clear_caches", "LRU"]
+
+log = logging.getLogger(__name__)
+
+_EPS = 1e-9
+
+
+class LRU(OrderedDict):
+    """A small least-recently-used cache (``get``/``put``), bounded by ``size`` entries; safe to
+    share between threads (two searches at once compute an entry twice at worst)."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+        self._lock = threading.Lock()
+        _CACHES.append(self)
+
+    def get(self, key, default=None):  # type: ignore[override]
+        with self._lock:
+            if key in self:
+                self.move_to_end(key)
+                return self[key]
+            return default
+
+    def put(self, key, value):
+        with self._lock:
+            self[key] = value
+            self.move_to_end(key)
+            while len(self) > self.size:
+                self.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            super().clear()
+
+
+_CACHES: list[LRU] = []
+
+
+def clear_caches() -> None:
+    """Forget every cached candidate, timing and table (for cold-start measurements)."""
+    from . import bounds
+
+    for c in _CACHES:
+        c.clear()
+    for fn in _CLEARERS:
+        fn()
+    for fn in (tables, durations, bounds._terms):
+        fn.cache_clear()
+
+
+_CLEARERS: list[Callable[[], None]] = []
+
+
+def on_clear(fn: Callable[[], None]) -> Callable[[], None]:
+    """Register ``fn`` to run in :func:`clear_caches` (for ``lru_cache`` d helpers)."""
+    _CLEARERS.append(fn)
+    return fn
+
+
+@dataclass(frozen=True)
+class Query:
+    """What a search asks of the families.
+
+    Attributes:
+        placement: the placement every candidate uses (V-shape or sequential).
+        m: microbatches.
+        costs: the pass costs the candidates are timed under.
+        cap: the memory budget, in ``a`` (the highest peak a candidate may have).
+        fused: fused backward (``BW``) instead of ``B`` + ``W``.
+        bound: ``bound(peak)`` — a lower bound on the longest span of any schedule of this
+            placement, costs and ``m`` whose peak is at most ``peak`` (``a``).
+    """
+
+    placement: Placement
+    m: int
+    costs: Costs
+    cap: float
+    fused: bool = False
+    bound: Callable[[float], float] = field(default=lambda peak: 0.0, compare=False, hash=False)
+
+    @property
+    def p(self) -> int:
+        return self.placement.num_devices
+
+
+@dataclass
+class Progress:
+    """The best longest span found so far in a running search (``inf`` before the first)."""
+
+    span: float = float("inf")
+
+    def hopeless(self, q: Query, peak: float) -> bool:
+        """Whether no candidate peaking at ``peak`` or more can beat what was found."""
+        return q.bound(peak) > self.span + _EPS
+
+
+class Family:
+    """A producer of candidates (subclass it; one small module per family).
+
+    ``name`` labels it; :meth:`sets` yields the candidate sets for a query — for ``q.cap``, a
+    superset of what it yields for any smaller cap — and may consult ``progress`` to skip work
+    (see the module docstring)."""
+
+    name = "family"
+
+    def sets(self, q: Query, progress: Progress) -> Iterator[CandidateSet]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+_TIMED = LRU(512)
+
+
+def timed(cs: CandidateSet, costs: Costs) -> Timed:
+    """``cs`` timed under ``costs`` (cached per set and costs)."""
+    key = (cs.uid, costs)
+    got = _TIMED.get(key)
+    if got is None:
+        got = _TIMED.put(key, time_set(cs, costs))
+    return got
+
+
+@dataclass(frozen=True)
+class Found:
+    """The winner of a search: candidate ``index`` of ``cs``, with its span, makespan and peak."""
+
+    cs: CandidateSet
+    index: int
+    span: float
+    makespan: float
+    peak: float
+
+    @property
+    def label(self) -> str:
+        return self.cs.labels[self.index]
+
+    @property
+    def key(self) -> tuple[float, float, float]:
+        return (self.span, self.makespan, self.peak)
+
+    def schedule(self, name: str, params: dict | None = None) -> Schedule:
+        """The winner as a :class:`~ctrlmem.ir.Schedule` named ``name``."""
+        return self.cs.schedule(self.index, name, params)
+
+
+def _checked(found: Found) -> Found | None:
+    """The winner checked as a complete schedule (every pass once, on its device; its finite
+    span already rules out deadlock), on the arrays; ``None`` (logged) if it is not."""
+    why = problem(found.cs, found.index)
+    if why is not None:  # a family produced an invalid candidate: a bug, not the user's fault
+        log.error("search: candidate %r of a family is not a valid schedule (%s); it is skipped", found.label, why)
+        return None
+    return found
+
+
+def search(q: Query, producers: Sequence[Family], first: Iterable[CandidateSet] = ()) -> Found | None:
+    """The best candidate within ``q.cap`` of ``first`` (tried first: it wins ties) and of every
+    family's sets; ``None`` when nothing fits. Only the winner is made a ``Schedule`` and
+    checked (should a family ever produce an invalid candidate, it is logged and skipped)."""
+    progress = Progress()
+    pool: list[tuple[Timed, np.ndarray]] = []  # per set: the candidates within the cap
+
+    def consider(cs: CandidateSet) -> None:
+        if not len(cs):
+            return
+        tm = timed(cs, q.costs)
+        ok = (cs.peak <= q.cap + _EPS) & np.isfinite(tm.span)
+        if ok.any():
+            pool.append((tm, ok))
+            progress.span = min(progress.span, float(tm.span[ok].min()))
+
+    for cs in first:
+        consider(cs)
+    for fam in producers:
+        for cs in fam.sets(q, progress):
+            consider(cs)
+    while True:
+        best: Found | None = None
+        for tm, ok in pool:
+            idx = np.nonzero(ok)[0]
+            if not len(idx):
+                continue
+            order = np.lexsort((idx, tm.cs.peak[idx], tm.makespan[idx], tm.span[idx]))
+            i = int(idx[order[0]])
+            cand = Found(tm.cs, i, float(tm.span[i]), float(tm.makespan[i]), float(tm.cs.peak[i]))
+            if best is None or cand.key < best.key:
+                best = cand
+        if best is None:
+            return None
+        good = _checked(best)
+        if good is not None:
+            return good
+        for tm, ok in pool:  # drop the invalid candidate and look again
+            if tm.cs is best.cs:
+                ok[best.index] = False

@@ -1,0 +1,237 @@
+"""The search engine (ctrlmem.search): compact candidates, their timing, the bounds that skip work,
+the compiled kernels against their plain-Python form, and the searches built on them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ctrlmem as cm
+from ctrlmem.ir import Placement
+from ctrlmem.schedules.families import V_FUSED, V_SPLIT
+from ctrlmem.search import Family, Query, clear_caches, search
+from ctrlmem.search.bounds import span_bound
+from ctrlmem.search.encoding import CandidateSet, extend, from_schedules, problem
+from ctrlmem.search.timing import time_set
+
+UNIT = cm.Costs(1, 1, 1, 0)
+_cost = st.floats(0.25, 4.0, allow_nan=False).map(lambda x: round(x, 2))
+
+
+def _costs(draw_data, S: int, per_stage: bool, comm: float) -> cm.Costs:
+    if per_stage:
+        f, b, w = (draw_data.draw(st.lists(_cost, min_size=S, max_size=S)) for _ in range(3))
+    else:
+        f, b, w = (draw_data.draw(_cost) for _ in range(3))
+    return cm.Costs(f, b, w, comm)
+
+
+@settings(max_examples=25)
+@given(p=st.integers(2, 6), m=st.integers(1, 12), data=st.data(), per_stage=st.booleans(),
+       comm=st.sampled_from([0.0, 0.05, 0.3]))
+def test_timing_equals_the_simulator(p, m, data, per_stage, comm):
+    """For any costs, the engine's timing of a candidate gives the simulator's longest span,
+    makespan and sum of spans, and its peak the simulator's peak."""
+    names = ["v-min", "v-half", "v-zb", "zb-v"]
+    costs = _costs(data, 2 * p, per_stage, comm)
+    scheds = [(n, cm.build(n, p, m)) for n in names]
+    cs = from_schedules(scheds)
+    tm = time_set(cs, costs)
+    for i, (_, s) in enumerate(scheds):
+        r = cm.simulate(s, costs)
+        assert tm.span[i] == max(r.device_spans)
+        assert tm.makespan[i] == r.makespan
+        assert tm.total[i] == pytest.approx(math.fsum(r.device_spans), abs=1e-6)
+        assert cs.peak[i] == max(r.peak_memory)
+    fused = from_schedules([("1f1b-v", cm.build("1f1b-v", p, m))], fused=True)
+    r = cm.simulate(cm.build("1f1b-v", p, m), costs)
+    assert time_set(fused, costs).span[0] == max(r.device_spans) and fused.peak[0] == max(r.peak_memory)
+
+
+def test_a_deadlocked_candidate_gets_an_infinite_span():
+    """Device orders that wait on each other are timed as infinite (never chosen)."""
+    s = cm.build("1f1b", 2, 2)
+    orders = [list(o) for o in s.device_passes]
+    orders[1][0], orders[1][1] = orders[1][1], orders[1][0]  # device 1 runs B before its F
+    bad = cm.Schedule("bad", 2, 2, s.placement, tuple(map(tuple, orders)))
+    tm = time_set(from_schedules([("ok", s), ("bad", bad)], fused=True), UNIT)
+    assert math.isfinite(tm.span[0]) and tm.span[1] == math.inf
+
+
+def test_extend_lengthens_the_periodic_stable_phase():
+    """A schedule built for few microbatches and lengthened equals the one built for all; one
+    with no periodic stable phase is left out."""
+    for name in ("v-min", "v-half", "v-zb"):
+        short, full = cm.build(name, 6, 20), cm.build(name, 6, 60)
+        got = extend(from_schedules([(name, short)]), 60)
+        assert got.schedule(0, name).device_passes == full.device_passes, name
+    tiny = from_schedules([("gpipe", cm.build("gpipe", 3, 2))], fused=True)
+    assert len(extend(tiny, 9)) == 0
+
+
+def test_problem_names_an_incomplete_candidate():
+    """The winner check on arrays finds a pass missing or run twice, and a pass on the wrong device."""
+    cs = from_schedules([("v", cm.build("v-half", 4, 6))])
+    assert problem(cs, 0) is None
+    keys = cs.keys.copy()
+    keys[0, 0, 1] = keys[0, 0, 0]
+    assert "appears" in problem(CandidateSet(cs.placement, cs.m, False, keys, ("x",)), 0)
+    keys = cs.keys.copy()
+    keys[0, [0, 1], 0] = keys[0, [1, 0], 0]  # two devices swap their first passes
+    assert "placement" in problem(CandidateSet(cs.placement, cs.m, False, keys, ("x",)), 0)
+
+
+class _Bogus(Family):
+    """A family that yields an incomplete candidate that would win, then a valid one."""
+
+    name = "bogus"
+
+    def sets(self, q, progress):
+        good = from_schedules([("good", cm.build("v-zb", q.p, q.m))])
+        keys = good.keys.copy()
+        keys[0, 0, -1] = keys[0, 0, -2]  # device 0 runs one W twice, another never
+        yield CandidateSet(good.placement, good.m, False, keys, ("broken",))
+        yield good
+
+
+def test_an_invalid_candidate_is_skipped_and_logged(caplog):
+    """Should a family ever produce an incomplete schedule, the search logs it and returns the
+    best valid one instead."""
+    q = Query(Placement.v_shape(4), 8, UNIT, 4.0)
+    with caplog.at_level(logging.ERROR, logger="ctrlmem.search.engine"):
+        found = search(q, [_Bogus()])
+    assert found.label == "good"
+    assert "broken" in caplog.text and "not a valid schedule" in caplog.text
+
+
+@settings(max_examples=20)
+@given(p=st.integers(2, 5), extra=st.integers(0, 6), data=st.data(), per_stage=st.booleans(),
+       comm=st.sampled_from([0.0, 0.05, 0.3, 1.0]))
+def test_bound_never_exceeds_a_schedule_within_the_cap(p, extra, data, per_stage, comm):
+    """span_bound(C) is at most the longest span of every candidate whose peak is within C, for
+    random costs: the search may skip what the bound rules out without changing its answer."""
+    m = p + extra + 1
+    costs = _costs(data, 2 * p, per_stage, comm)
+    P = Placement.v_shape(p)
+    bound = span_bound(P, m, costs)
+    from ctrlmem.schedules.adaptive import v_shape_candidates
+
+    for c in v_shape_candidates(p, m, costs, 2.0):
+        assert bound(c.peak) <= c.max_span + 1e-9, (c.label, bound(c.peak), c.max_span)
+    seq, zc = Placement.sequential(p), cm.Costs(1, 2, 1, comm)
+    for limit in (1 / p, 0.5, 1.0, 2.0):
+        r = cm.simulate(cm.build("zb", p, m, costs=zc, memory_limit=limit), zc)
+        assert span_bound(seq, m, zc)(max(r.peak_memory)) <= max(r.device_spans) + 1e-9
+
+
+def test_bound_never_exceeds_the_proven_optimum():
+    """On small instances solved to optimality by CP-SAT, the bound at the budget is at most the
+    optimum's longest span."""
+    pytest.importorskip("ortools")
+    for p, m, costs, limit in ((2, 3, cm.Costs(3, 4, 2), 0.5), (3, 3, cm.Costs(2, 2, 2), 1.0), (2, 4, cm.Costs(1, 2, 1, 0.5), 1.0)):
+        res = cm.optimal(p, m, costs, memory_limit=limit, time_limit=20)
+        if res.status != "optimal":
+            continue
+        r = cm.simulate(res.schedule, costs)
+        assert span_bound(Placement.v_shape(p), m, costs)(limit * p) <= max(r.device_spans) + 1e-9
+
+
+def test_results_do_not_depend_on_what_is_cached():
+    """The same search gives the same schedule whatever was searched before (bounds and caches
+    only skip what cannot win)."""
+    costs = cm.Costs(3, 4, 2, 0.1)
+    budgets = [0.3, 0.5, 0.75, 1.0, 1.6]
+    clear_caches()
+    up = {b: cm.build("v-shape", 6, 20, costs=costs, memory_limit=b).device_passes for b in budgets}
+    clear_caches()
+    down = {b: cm.build("v-shape", 6, 20, costs=costs, memory_limit=b).device_passes for b in reversed(budgets)}
+    assert up == down
+    clear_caches()
+    named = cm.build("v-half", 6, 20, costs=costs).device_passes
+    clear_caches()
+    cm.build("v-shape", 6, 20, costs=costs, memory_limit=2.0)
+    assert cm.build("v-half", 6, 20, costs=costs).device_passes == named
+
+
+_PY_CHECK = r"""
+import json, sys
+import ctrlmem as cm
+from ctrlmem.search import kernels
+out = {"jit": kernels.jit_enabled()}
+costs = cm.Costs(3, 4, 2, 0.1)
+for name, p, m, lim in [("v-shape", 3, 6, 0.5), ("v-shape", 3, 7, 1.0), ("v-shape", 4, 9, 2.0), ("zb", 4, 8, 1.5),
+                        ("v-min", 4, 9, None), ("v-half", 3, 8, None), ("v-zb", 3, 8, None), ("1f1b-v", 4, 9, None)]:
+    s = cm.build(name, p, m, costs=costs, memory_limit=lim)
+    out[f"{name} {p} {m} {lim}"] = [str(s.params), [[str(x) for x in o] for o in s.device_passes]]
+out["steps"] = cm.pipeline_steps(cm.blocks.v_cost_block(4, (2, 2, 1, 0), (1, 1, 1), (0, 0, 0)), 7)["squeeze"].to_text()
+print(json.dumps(out))
+"""
+
+
+def _run_check(jit: bool) -> dict:
+    env = dict(os.environ, CTRLMEM_JIT="1" if jit else "0")
+    proc = subprocess.run([sys.executable, "-c", _PY_CHECK], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def test_compiled_and_plain_python_kernels_agree():
+    """With numba and without (CTRLMEM_JIT=0), every search gives the same schedule: the kernels
+    are one code run two ways."""
+    compiled, plain = _run_check(True), _run_check(False)
+    assert compiled.pop("jit") is True and plain.pop("jit") is False
+    assert compiled == plain
+
+
+# -- the searches: the named schedules search what v-shape searches at their level -------------
+
+
+@settings(max_examples=12)
+@given(p=st.integers(3, 24), extra=st.integers(0, 5), data=st.data(), per_stage=st.booleans(),
+       comm=st.sampled_from([0.0, 0.05, 0.2]))
+def test_named_schedules_never_slower_than_the_search_at_their_peak(p, extra, data, per_stage, comm):
+    """With costs, v-min / v-half / v-zb are never slower than v-shape at their own peak, nor
+    than their unit-cost pattern under the same costs; 1f1b-v never slower than the best
+    fused-backward V schedule the engine finds at its peak, nor than its pattern."""
+    m = p + extra
+    costs = _costs(data, 2 * p, per_stage, comm)
+    for name in ("v-min", "v-half", "v-zb", "1f1b-v"):
+        pattern = cm.build(name, p, m)
+        level = max(cm.simulate(pattern).peak_memory)
+        adapted = cm.simulate(cm.build(name, p, m, costs=costs), costs)
+        assert max(adapted.peak_memory) <= level + 1e-9, name
+        assert max(adapted.device_spans) <= max(cm.simulate(pattern, costs).device_spans) + 1e-9, name
+        if name == "1f1b-v":
+            from ctrlmem.schedules.adaptive import search_v
+
+            best = search_v(p, m, costs, level, fused=True)
+            assert max(adapted.device_spans) <= best.span + 1e-9
+        elif m >= 2:
+            ours = cm.simulate(cm.build("v-shape", p, m, costs=costs, memory_limit=level / p), costs)
+            assert max(adapted.device_spans) <= max(ours.device_spans) + 1e-9, name
+            assert max(ours.device_spans) <= max(adapted.device_spans) + 1e-9, name
+
+
+def test_families_every_candidate_is_a_valid_schedule():
+    """Every candidate of every family (split and fused) is a complete schedule that validates,
+    on small pipelines and unequal costs."""
+    costs = cm.Costs(3, 4, 2, 0.1)
+    for p, m in ((2, 3), (3, 7), (5, 12)):
+        for fams, fused in ((V_SPLIT, False), (V_FUSED, True)):
+            q = Query(Placement.v_shape(p), m, costs, 2.0 * p, fused)
+            from ctrlmem.search.engine import Progress
+
+            for fam in fams:
+                for cs in fam.sets(q, Progress()):
+                    for i in range(len(cs)):
+                        assert problem(cs, i) is None, (fam.name, cs.labels[i])
+                        if math.isfinite(time_set(cs, costs).span[i]):
+                            cm.validate(cs.schedule(i, "x"))

@@ -267,6 +267,7 @@ def test_real_run_reports_unavailable_clearly(monkeypatch):
 # ---------------------------------------------------------------- real papermill
 
 
+@pytest.mark.slow
 def test_papermill_sweep_end_to_end(tmp_path):
     """Two real papermill runs: one simulated result, one skipped unregistered schedule; the
     executed notebooks land in the build folder."""

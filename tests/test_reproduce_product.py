@@ -86,6 +86,7 @@ def test_table_a_regenerates_byte_identical(tmp_path):
     assert log["artifacts"]["table-a"]["size"] == "--quick" and log["artifacts"]["table-a"]["seconds"] >= 0
 
 
+@pytest.mark.slow
 def test_svg_and_html_figures_regenerate_byte_identical(tmp_path):
     """A schedule figure written twice by ctrlmem.figio gives identical SVG and HTML bytes (plotly's
     random div id, trace uids and kaleido's SVG ids are replaced by content-derived ones)."""
@@ -130,6 +131,7 @@ def small_table4(monkeypatch):
     monkeypatch.setattr(rp.paper, "TABLE4_SETUP", setup)
 
 
+@pytest.mark.slow
 def test_gpu_replay_memory_ratios_and_labels(small_table4):
     """The measured ratios of the H200 replay (V-Min 0.40 / 0.39 / 0.39, V-Half 0.60 / 0.57 / 0.55,
     V-ZB 1.07 / 1.04 / 1.03 of 1F1B for 9.6B / 21B / 38.5B), every cell labelled measured or predicted."""

@@ -139,6 +139,7 @@ V_AT_2 = [n for n in ("v-half",) if n in cm.SCHEDULES] or ["zb-v"]
 V_AT_4 = [n for n in ("v-half", "v-min", "v-zb", "zb-v") if n in cm.SCHEDULES]
 
 
+@pytest.mark.slow
 def test_v_schedules_at_p2_send_nothing_to_their_own_rank(tmp_path):
     """V placement at p = 2 puts stages 1 and 2 on rank 1 (torch 2.11 sent a warm-up tensor from
     rank 1 to itself there, which gloo rejects). With every stage's shapes given up front, the run

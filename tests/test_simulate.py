@@ -228,6 +228,6 @@ def test_every_generator_supports_typical_sizes():
     """Unsupported sizes are skipped above; every generator must build and validate at the
     sizes any pipeline user needs (p ≥ 2, m a multiple of p and ≥ 2p)."""
     for name in cm.SCHEDULES:
-        kw = {"time_limit": 2} if name == "optimal" else {}  # (the exact solver's own tests time it)
+        kw = {"time_limit": 1} if name == "optimal" else {}  # (the exact solver's own tests time it)
         for p, m in [(2, 4), (3, 6), (4, 8), (4, 16), (6, 12)]:
             cm.validate(cm.build(name, p, m, **kw))

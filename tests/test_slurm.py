@@ -219,6 +219,7 @@ def test_controller_that_does_not_answer_is_not_taken_for_ended_jobs(tmp_path, m
         slurm_launcher.job_states(["5"])
 
 
+@pytest.mark.slow
 def test_submitted_job_still_running_is_not_resubmitted(tmp_path, monkeypatch):
     """A sweep submits every real-run point once (records say submitted, with the job id); a
     second sweep while Slurm still runs them submits nothing and leaves the records alone."""
@@ -239,6 +240,7 @@ def test_submitted_job_still_running_is_not_resubmitted(tmp_path, monkeypatch):
     assert _by_id(tmp_path / "res") == recs
 
 
+@pytest.mark.slow
 def test_job_that_ended_without_result_is_failed_with_its_state(tmp_path, monkeypatch):
     """A job Slurm reports FAILED, with a rank's error file in its run folder, is recorded failed
     with the state and the rank's message; the next sweep resubmits it."""

@@ -347,6 +347,7 @@ def test_label_rule_is_full_size_or_nothing():
     assert fig.layout.uniformtext.minsize == plot.LABEL_SIZE and fig.layout.title.text == "t"
 
 
+@pytest.mark.slow  # a fresh kaleido/Chromium start for PDF (~6 s); PNG/SVG export stays in the fast tier
 def test_pdf_export(tmp_path):
     if shutil.which("chromium") is None:
         pytest.skip("kaleido needs a Chromium")

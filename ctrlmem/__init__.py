@@ -10,6 +10,7 @@ Public API (docs/architecture.md)::
     r.makespan, r.device_spans, r.bubble_rate, r.peak_memory, r.passes
     best = cm.optimal(4, 8, cm.Costs(6, 8, 4), memory_limit=0.5)   # CP-SAT, small pipelines
     best.schedule, best.makespan, best.lower_bound, best.status
+    better = cm.improve(cm.build("v-shape", 8, 32, memory_limit=0.5), time_limit=30)  # any size
 
 Importing ctrlmem does not import torch; real execution lives in ``ctrlmem.runtime``.
 """
@@ -21,6 +22,7 @@ from .schedules import SCHEDULES, ScheduleSpec, build, register
 from .simulate import SimResult, TimedPass, simulate
 from .validate import ScheduleError, validate
 from .optimal import OptimalResult, optimal
+from .improve import improve
 
 __version__ = "0.1.0"
 
@@ -46,4 +48,5 @@ __all__ = [
     "validate",
     "optimal",
     "OptimalResult",
+    "improve",
 ]

@@ -20,7 +20,8 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .args import CliError, add_schedule_arguments, float_arg, int_arg, is_schedule_file, schedule_from_args
+from .args import (CliError, add_optimize_argument, add_schedule_arguments, float_arg, int_arg, is_schedule_file,
+                   optimize_schedule, optimize_summary, schedule_from_args)
 from .fileio import atomic_write, check_output_path
 from .costs import Costs
 from .ir import Schedule
@@ -65,6 +66,11 @@ def draw_figure(args: argparse.Namespace):
     names = [args.name] + [n.strip() for n in (args.compare or "").split(",") if n.strip()]
     style = {"width": args.width} if args.width else {}
     costs = Costs.parse(args.costs)
+    if args.view in ("bubble", "pareto") and getattr(args, "optimize", None) is not None:
+        raise CliError(f"--optimize improves one schedule; --view {args.view} sweeps memory limits: drop one of them")
+    if args.view == "blocks" and getattr(args, "optimize", None) is not None:
+        raise CliError("--view blocks shows how a registered schedule is built; an optimized schedule has no block: "
+                       "use --view schedule or memory")
     if args.view in ("bubble", "pareto"):
         for name in names:
             if name not in SCHEDULES:
@@ -84,6 +90,11 @@ def draw_figure(args: argparse.Namespace):
         args.devices, args.microbatches = first.num_devices, first.num_microbatches
         args.explicit = set()
     results = [simulate(first, costs)]
+    improved, opt = optimize_schedule(args, first, costs)
+    args.optimize_result = opt
+    if opt is not None:  # the improved schedule on top, the input below it
+        if improved is not first:
+            results.insert(0, simulate(improved, costs))
     for name in names[1:]:
         schedule, _ = schedule_from_args(_compare_args(args, name), name)
         results.append(simulate(schedule, costs))
@@ -111,6 +122,8 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     check_output_path(out)  # a folder, a file where a folder should be: said before drawing
     fig = draw_figure(args)
     _plot().write_figure(fig, out, scale=args.scale)
+    if getattr(args, "optimize_result", None) is not None:
+        print(optimize_summary(args.optimize_result))
     print(f"wrote {out}")
     return 0
 
@@ -311,6 +324,7 @@ def add_commands(subparsers) -> None:
     """Add ``draw`` and ``figures`` to the ``ctrlmem`` command line."""
     p = subparsers.add_parser("draw", help="draw a schedule (diagram, memory, blocks) to .html/.png/.svg/.pdf")
     add_schedule_arguments(p)
+    add_optimize_argument(p)
     p.add_argument("--compare", metavar="NAME2,...", default="",
                    help="more schedules stacked on the same time axis (same p, m, costs)")
     p.add_argument("--view", choices=VIEWS, default="schedule",

@@ -241,22 +241,33 @@ def _solve(model, seconds: float, workers: int, deterministic: bool, seed: int, 
         prm.max_time_in_seconds = max(0.01, min(seconds, wall_cap))
         prm.num_workers = workers
     box: dict = {}
+    done = threading.Event()
 
     def run():
         try:
             box["code"] = solver.Solve(model)
         except BaseException as exc:  # pragma: no cover - the solver raising is a bug to surface
             box["error"] = exc
+        finally:
+            done.set()
 
     th = threading.Thread(target=run, name="ctrlmem-cp-sat", daemon=True)
-    th.start()
     try:
-        while th.is_alive():
-            th.join(0.05)
+        th.start()
+        while not done.wait(0.05):
+            pass
     except BaseException:
+        # Ctrl-C or a termination signal: stop the search and wait for the solver thread
+        # (waiting on an Event, not Thread.join, which an interrupt can leave inconsistent)
         solver.StopSearch()
-        th.join()
+        while True:
+            try:
+                if done.wait(0.05) or not th.is_alive():
+                    break
+            except BaseException:  # a second Ctrl-C while stopping: keep stopping
+                solver.StopSearch()
         raise
+    th.join(1.0)
     if "error" in box:
         raise box["error"]
     return solver, box["code"]

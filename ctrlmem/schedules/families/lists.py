@@ -12,6 +12,9 @@ Rules on a free device (a *policy* picks among the variants):
 
 1. a backward (``B`` or fused ``BW``) whose input has arrived, first; between two ready
    backwards the one ready earlier (``"ready"``) or the one of the higher stage (``"high"``);
+   ``"upper"`` (:mod:`.fillahead`) as ``"ready"``, except that a ready forward of a higher stage
+   of the device than the backward goes first; ``"random"`` (:mod:`.fillahead`): a ready
+   backward, a ready forward that fits, or a pending ``W``, drawn with equal chance (``seed``);
 2. else a forward whose input has arrived and that fits the cap; between two, the stage
    nearer the loss (``"high"``: finish microbatches in flight) or the earlier ready (``"ready"``);
 3. else a pending ``W`` — always (``"lazy"``: W only fills what would be idle time), only if it
@@ -53,7 +56,7 @@ POLICIES: tuple[tuple[str, str, str], ...] = (
     ("high", "high", "mem"),
     ("ready", "ready", "mem"),
 )
-_B_PICK = {"ready": 0, "high": 1}
+_B_PICK = {"ready": 0, "high": 1, "upper": 2, "random": 3}
 _F_PICK = {"high": 0, "ready": 1}
 _W_MODE = {"lazy": 0, "fit": 1, "eager": 2, "mem": 3}
 
@@ -84,9 +87,36 @@ _lt_k = kernel(_lt, inline=True)
 
 
 
+@kernel(inline=True)
+def _admit(d, e, k, stages, nf, nr, act, live, cap):  # pragma: no cover - compiled
+    """The banker's rule for microbatch ``k`` entering device ``d`` at its stage ``e``: after
+    the entry, the microbatches in flight on ``d`` can finish oldest first, each allocating its
+    device's remaining stages from what the older ones have freed."""
+    v = stages.shape[1]
+    free = cap - live - act[e]
+    lo = k
+    for j in range(v):
+        if nr[stages[d, j]] < lo:
+            lo = nr[stages[d, j]]
+    for i in range(lo, k + 1):
+        needs = 0.0
+        held = 0.0
+        for j in range(v):
+            s = stages[d, j]
+            done = nf[s] > i or (i == k and s == e)
+            if not done:
+                needs += act[s]
+            elif nr[s] <= i:
+                held += act[s]
+        if needs > free + 1e-9:
+            return False
+        free += held
+    return True
+
+
 @kernel
 def _run(S, m, dev, stages, c_in_f, c_in_b, f, b, w, act, need, entry, cap, fused,
-         b_pick, f_pick, w_mode, out):  # pragma: no cover - compiled; py_func tested
+         b_pick, f_pick, w_mode, banker, seed, out):  # pragma: no cover - compiled; py_func tested
     """The event loop (see the module docstring). ``out[d]`` receives device ``d``'s keys.
     Returns 1 if the cap held a forward back at least once, else 0 (-1: stuck).
 
@@ -103,6 +133,7 @@ def _run(S, m, dev, stages, c_in_f, c_in_b, f, b, w, act, need, entry, cap, fuse
     b_end = np.full(sm, INF)
     nf = np.zeros(S, np.int64)
     nb = np.zeros(S, np.int64)
+    nr = np.zeros(S, np.int64)  # releases per stage (W, or fused BW), in microbatch order
     live = np.zeros(p)
     free = np.zeros(p)
     wq = np.zeros((p, v * m), np.int64)  # pending W as stage * m + microbatch, FIFO per device
@@ -113,6 +144,7 @@ def _run(S, m, dev, stages, c_in_f, c_in_b, f, b, w, act, need, entry, cap, fuse
     wake = np.zeros(p)  # when each device next looks for work (INF: when an input tells it)
     capped = 0
     back_kind = 1
+    state = 1 + seed % 2147483646  # MINSTD: products stay far inside int64 in both forms
     while remaining > 0:
         d = 0
         t = wake[0]
@@ -148,7 +180,7 @@ def _run(S, m, dev, stages, c_in_f, c_in_b, f, b, w, act, need, entry, cap, fuse
                 else:
                     tb = b_end[(s + 1) * m + k] + c_in_b[s]
                 if tb <= t + EPS:
-                    if b_pick == 0:
+                    if b_pick != 1:
                         k0, k1, k2 = tb, float(k), float(-s)
                     else:
                         k0, k1, k2 = float(-s), tb, float(k)
@@ -166,6 +198,8 @@ def _run(S, m, dev, stages, c_in_f, c_in_b, f, b, w, act, need, entry, cap, fuse
                     tf = f_end[(s - 1) * m + k] + c_in_f[s]
                 if tf < INF:
                     extra = need[d] if s == entry[d] else act[s]
+                    if banker and s == entry[d]:
+                        extra = act[s] if _admit(d, s, k, stages, nf, nr, act, live[d], cap) else INF
                     if live[d] + extra > cap + EPS:
                         blocked_f = True
                         capped = 1
@@ -182,7 +216,23 @@ def _run(S, m, dev, stages, c_in_f, c_in_b, f, b, w, act, need, entry, cap, fuse
                         next_arrival = tf
         has_w = wh[d] < wt[d]
         choice = 0  # 0 none, 1 B, 2 F, 3 W
-        if have_b:
+        if b_pick == 3 and (have_b or have_f or has_w):
+            # "random": any ready pass, each kind drawn with equal chance (a fixed seed)
+            state = (state * 48271) % 2147483647
+            r = state % ((1 if have_b else 0) + (1 if have_f else 0) + (1 if has_w else 0))
+            if have_b:
+                if r == 0:
+                    choice = 1
+                r -= 1
+            if have_f and choice == 0:
+                if r == 0:
+                    choice = 2
+                r -= 1
+            if choice == 0:
+                choice = 3
+        elif have_b and b_pick == 2 and have_f and best_f > best_b:
+            choice = 2  # "upper": a forward of a higher stage of the device before a backward
+        elif have_b:
             choice = 1
         elif has_w and (w_mode == 2 or (w_mode == 3 and blocked_f)):
             choice = 3
@@ -210,6 +260,7 @@ def _run(S, m, dev, stages, c_in_f, c_in_b, f, b, w, act, need, entry, cap, fuse
             n_out[d] += 1
             if fused:
                 live[d] -= act[s]
+                nr[s] += 1
             else:
                 wq[d, wt[d]] = s * m + k
                 wt[d] += 1
@@ -238,6 +289,7 @@ def _run(S, m, dev, stages, c_in_f, c_in_b, f, b, w, act, need, entry, cap, fuse
             out[d, n_out[d]] = 2 * sm + r
             n_out[d] += 1
             live[d] -= act[s]
+            nr[s] += 1
         free[d] = e
         remaining -= 1
         wake[d] = min(wake[d], e)
@@ -255,11 +307,16 @@ def list_schedule(
     cap: float,
     fused: bool = False,
     policy: tuple[str, str, str] = POLICIES[0],
+    banker: bool = False,
+    seed: int = 0,
 ) -> ListResult | None:
     """Device orders for ``placement`` and ``num_microbatches`` under per-stage pass times
     ``f``, ``b``, ``w``, hop latency ``comm``, per-stage activations ``act`` and a per-device cap
     ``cap`` (same unit as ``act``). ``fused``: one ``BW`` pass (``b + w``) per stage instead of
-    ``B`` and ``W``. Returns ``None`` if ``cap`` cannot hold one microbatch on some device."""
+    ``B`` and ``W``. ``banker``: a microbatch enters a device when the microbatches in flight
+    there can still finish oldest first (instead of only when the device can hold all its
+    stages at once); it may deadlock (``None``). Returns ``None`` if ``cap`` cannot hold one
+    microbatch on some device."""
     P, m = placement, num_microbatches
     S, p = P.num_stages, P.num_devices
     dev = ints([P.device_of(s) for s in range(S)])
@@ -276,8 +333,8 @@ def list_schedule(
     out = np.empty((p, L), dtype=np.int64)
     b_pick, f_pick, w_mode = policy
     capped = _run(S, m, dev, stages, c_in_f, c_in_b, floats(f), floats(b), floats(w), actv, need, entry,
-                  float(cap), bool(fused), _B_PICK[b_pick], _F_PICK[f_pick], _W_MODE[w_mode], out)
-    if capped < 0:  # pragma: no cover - the reservations make every cap of one microbatch complete
+                  float(cap), bool(fused), _B_PICK[b_pick], _F_PICK[f_pick], _W_MODE[w_mode], bool(banker), int(seed), out)
+    if capped < 0:  # only with banker: the reservations make every cap of one microbatch complete
         return None
     return ListResult(out, bool(capped))
 

@@ -70,6 +70,9 @@ class Settings:
         last_stage_extra: the same for the last stage (LM head and loss).
         memory_limit: activation budget as a fraction of 1F1B's peak, or ``None``. Budgeted
             schedules are built for it; the others are checked against it.
+        optimize: seconds of :func:`ctrlmem.improve` for the first selected schedule (0: off, the
+            default); its improved schedule is shown right below it, within the memory limit (or
+            its own peak).
     """
 
     schedules: tuple[str, ...] = field(default_factory=default_schedules)
@@ -84,6 +87,7 @@ class Settings:
     memory_limit: float | None = None
     stage_weights: tuple[float, ...] = ()
     loaded: tuple[Schedule, ...] = ()
+    optimize: float = 0.0
 
     def costs(self, num_stages: int | None = None) -> Costs:
         """The costs for a schedule with ``num_stages`` stages: uniform, or per-stage lists
@@ -213,6 +217,30 @@ class BuildCache:
         return schedule
 
 
+def _with_improved(results: dict[str, SimResult], seconds: float, limit: float | None,
+                   messages: list[str]) -> dict[str, SimResult]:
+    """``results`` with the first schedule improved by :func:`ctrlmem.improve` for ``seconds``
+    inserted right after it (``NAME+improved``); a problem becomes a message."""
+    from .improve import improve
+
+    first, r = next(iter(results.items()))
+    p = r.schedule.num_devices
+    budget = limit if limit is not None and max(r.peak_memory) <= limit * p + 1e-9 else None
+    try:
+        res = improve(r.schedule, r.costs, budget, time_limit=seconds)
+    except (ValueError, TypeError) as exc:
+        messages.append(f"optimize {first}: {_reason(exc)}")
+        return results
+    messages.append(f"optimize {first} ({res.wall_s:.1f} s): makespan {res.seed[1]:g} -> {res.makespan:g}, "
+                    f"lower bound {res.lower_bound:.6g}, gap {100 * res.gap:.2f} % ({res.status})")
+    out = {}
+    for name, x in results.items():
+        out[name] = x
+        if name == first:
+            out[f"{first}+improved"] = simulate(res.schedule, r.costs)
+    return out
+
+
 def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache | None = None) -> View:
     """Build, simulate and draw every selected schedule. Never raises for bad input: problems
     become :attr:`View.messages` and the schedules that did build are still shown. ``cache``
@@ -271,6 +299,8 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
             reference = simulate(cache.build("1f1b", p, m, ref_costs, None), ref_costs)
     except (ValueError, ScheduleError) as exc:
         messages.append(f"1F1B reference: {_reason(exc)}")
+    if settings.optimize and results:
+        results = _with_improved(results, settings.optimize, limit, messages)
     stats = stats_table(results, reference, limit)
     if limit is not None and results and reference is not None:
         over = stats[~stats["fits limit"].astype(bool)]
@@ -426,6 +456,8 @@ def command_line(settings: Settings, output: str | None = None) -> str:
     cmd += f" -p {s.num_devices} -m {s.num_microbatches} --costs {costs}"
     if s.memory_limit is not None:
         cmd += f" --memory-limit {s.memory_limit:g}"
+    if s.optimize:
+        cmd += f" --optimize {s.optimize:g}"
     cmd += f" -o {out}"
     missing = []
     if s.stage_weights:
@@ -824,6 +856,10 @@ class Explorer:
         self.limit = W.FloatSlider(value=s.memory_limit if s.memory_limit is not None else 0.5,
                                    min=0.05, max=2.0, step=0.05, description="× 1F1B peak",
                                    continuous_update=False, readout_format=".2f", **label)
+        self.optimize = W.BoundedFloatText(value=s.optimize or 10.0, min=1.0, max=600.0, description="optimize s",
+                                           layout=W.Layout(width="150px"), **label)
+        self.optimize_on = W.Checkbox(value=bool(s.optimize), description="optimize (solver)", indent=False,
+                                      layout=W.Layout(width="140px"))
         self.load_path = W.Text(placeholder="torch / torchtitan CSV or ctrlmem text file (path)",
                                 description="load schedule", continuous_update=False,
                                 layout=W.Layout(width="420px"), **label)
@@ -864,14 +900,15 @@ class Explorer:
         for kind, button in self.buttons.items():
             button.on_click(lambda _b, kind=kind: self._export_clicked(kind))
         self._inputs = [self.schedules, self.devices, self.microbatches, self.f, self.b, self.w,
-                        self.comm, self.first_extra, self.last_extra, self.weights, self.limit_on, self.limit]
+                        self.comm, self.first_extra, self.last_extra, self.weights, self.limit_on, self.limit,
+                        self.optimize_on, self.optimize]
         for wdg in self._inputs:
             wdg.observe(self.update, names="value")
         busy = W.HTML("<span class='ctrlmem-busy-note'>updating…</span>")
         controls = W.VBox([
             W.HTML(_CSS + "<b>schedules</b> <small>(tick to compare; panels stack in the order ticked)</small>"),
             self.schedules,
-            W.HBox([self.devices, self.microbatches, self.limit_on, self.limit]),
+            W.HBox([self.devices, self.microbatches, self.limit_on, self.limit, self.optimize_on, self.optimize]),
             W.HBox([self.f, self.b, self.w, self.comm]),
             W.HBox([self.first_extra, self.last_extra, self.weights]),
             W.HBox([self.load_path, self.load_button, self.upload, self.clear_button]),
@@ -893,6 +930,7 @@ class Explorer:
             first_stage_extra=self.first_extra.value, last_stage_extra=self.last_extra.value,
             memory_limit=float(self.limit.value) if self.limit_on.value else None,
             stage_weights=_parse_weights(self.weights.value), loaded=tuple(self.loaded),
+            optimize=float(self.optimize.value) if self.optimize_on.value else 0.0,
         )
 
     def update(self, *_change) -> View:

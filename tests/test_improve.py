@@ -184,3 +184,19 @@ def test_cli_optimize(capsys):
     assert cap.out.startswith("schedule v-shape+improved") and "53 -> 46.5" in cap.err
     assert main(["simulate", "v-shape", "-p", "3", "-m", "3", "--optimize", "0"]) == 2
     assert "must be > 0" in capsys.readouterr().err
+
+
+def test_explorer_optimize_option():
+    """The explorer's optimize option (off by default) shows the first schedule improved right
+    below it, with the before/after line, and its command has --optimize."""
+    from ctrlmem.ui import Settings, command_line, compute
+
+    off = compute(Settings(schedules=("v-shape",), num_devices=3, num_microbatches=3, f=3, b=4, w=2, memory_limit=0.5))
+    assert list(off.results) == ["v-shape"] and Settings().optimize == 0
+    s = Settings(schedules=("v-shape", "1f1b"), num_devices=3, num_microbatches=3, f=3, b=4, w=2, memory_limit=0.5,
+                 optimize=5)
+    on = compute(s)
+    assert list(on.results) == ["v-shape", "v-shape+improved", "1f1b"]
+    assert on.results["v-shape+improved"].makespan == 46.5
+    assert any("makespan 50 -> 46.5" in msg for msg in on.messages)
+    assert "--optimize 5" in command_line(s)

@@ -105,6 +105,24 @@ def test_last_forward_is_the_papers_bound_at_equal_costs(p):
         assert got == want, (k, got, want)
 
 
+@settings(max_examples=15)
+@given(p=st.integers(2, 6), m=st.integers(2, 6), data=st.data(), comm=st.sampled_from([0.0, 0.5, 1.7]))
+def test_never_above_a_schedule_when_memory_cannot_bind(p, m, data, comm):
+    """Few microbatches and budgets up to 3× 1F1B's: the warm-up and last-forward bounds must not
+    assume the cap binds when a device can hold all its forwards (a regression: zb at p = 8, m = 8
+    with the profiled costs is 294.12, below what the unguarded last-forward term gave)."""
+    costs = _costs(data, 1, False, comm)
+    for limit in (0.5, 1.0, 1.5, 3.0):
+        for name, placement in (("zb", Placement.sequential(p)), ("v-shape", Placement.v_shape(p))):
+            s = cm.build(name, p, m, costs=costs, memory_limit=limit)
+            r = cm.simulate(s, costs)
+            for key, value in makespan_bounds(placement, m, costs, max(r.peak_memory)).items():
+                assert value <= r.makespan + 1e-6, (name, limit, key, value, r.makespan)
+    prof = cm.Costs(7.98, 9.32, 8.37, 1.68)
+    r = cm.simulate(cm.build("zb", 8, 8, costs=prof, memory_limit=1.0), prof)
+    assert makespan_bound(Placement.sequential(8), 8, prof, 8.0) <= r.makespan == 294.12
+
+
 def test_no_cap_and_tiny_cap():
     """Without a cap only the per-device bound is informative; a cap below one activation makes
     the memory bound infinite only through the division (no schedule exists there)."""

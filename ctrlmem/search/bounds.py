@@ -168,11 +168,13 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
             idle_start = max(head, first_b - before)
             out["warm-up"] = max(out["warm-up"], work + idle_start + max(0.0, last - after))
             # after the start of the device's last forward (of its highest stage) only that
-            # pass's F, B, W and the B, W of the k - 1 other activations still held can run
-            top = max(st)
-            late = f[top] + b[top] + w[top] + (k - 1) * max(b[s] + w[s] for s in st)
-            out["last forward"] = max(out["last forward"],
-                                      work + idle_start + max(0.0, f[top] + tail_f[top] - late))
+            # pass's F, B, W and the B, W of the k - 1 other activations still held can run; that
+            # forward starts after the first backward can (needs k below the device's forwards)
+            if n_act < len(st) * m:
+                top = max(st)
+                late = f[top] + b[top] + w[top] + (k - 1) * max(b[s] + w[s] for s in st)
+                out["last forward"] = max(out["last forward"],
+                                          work + idle_start + max(0.0, f[top] + tail_f[top] - late))
     return out
 
 

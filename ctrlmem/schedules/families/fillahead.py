@@ -26,8 +26,9 @@ __all__ = ["FillAheadFamily", "FILL_POLICIES", "FILL_MAX_PM"]
 
 FILL_MAX_PM = 64
 FILL_POLICIES = (("upper", "high", "lazy"), ("upper", "high", "fit"), ("upper", "ready", "fit"),
-                 ("upper", "high", "eager"), ("upper", "high", "mem"), ("ready", "high", "lazy"),
-                 ("ready", "high", "fit"), ("ready", "high", "eager"))
+                 ("upper", "high", "eager"), ("upper", "high", "mem"), ("upper", "high", "upper"),
+                 ("upper", "ready", "upper"), ("ready", "high", "lazy"), ("ready", "high", "fit"),
+                 ("ready", "high", "eager"), ("ready", "high", "upper"))
 
 
 class FillAheadFamily(Family):
@@ -63,14 +64,14 @@ class FillAheadFamily(Family):
         act = [p / S] * S
         keys, labels = [], []
         for pol in FILL_POLICIES:
-            for banker in (False, True):
-                if pol[0] != "upper" and not banker:
+            for banker in (0, 1, 2):
+                if pol[0] != "upper" and pol[2] != "upper" and not banker:
                     continue  # the list family's own
                 res = list_schedule(P, q.m, f, b, w, float(q.costs.comm), act, h * unit, fused=q.fused,
                                     policy=pol, banker=banker)
                 if res is None:
                     continue
                 keys.append(res.keys)
-                labels.append(f"fill-ahead cap {h * unit:g}a {policy_label(pol)}{' banker' if banker else ''}")
+                labels.append(f"fill-ahead cap {h * unit:g}a {policy_label(pol)}{('', ' banker', ' banker+keep')[banker]}")
         arr = np.stack(keys) if keys else np.zeros((0, p, passes_per_device(P, q.m, q.fused)), dtype=np.int64)
         return dedupe(CandidateSet(P, q.m, q.fused, arr, tuple(labels)))

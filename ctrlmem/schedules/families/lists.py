@@ -13,14 +13,14 @@ Rules on a free device (a *policy* picks among the variants):
 1. a backward (``B`` or fused ``BW``) whose input has arrived, first; between two ready
    backwards the one ready earlier (``"ready"``) or the one of the higher stage (``"high"``);
    ``"upper"`` (:mod:`.fillahead`) as ``"ready"``, except that a ready forward of a higher stage
-   of the device than the backward goes first; ``"random"`` (:mod:`.fillahead`): a ready
-   backward, a ready forward that fits, or a pending ``W``, drawn with equal chance (``seed``);
+   of the device than the backward goes first;
 2. else a forward whose input has arrived and that fits the cap; between two, the stage
    nearer the loss (``"high"``: finish microbatches in flight) or the earlier ready (``"ready"``);
 3. else a pending ``W`` — always (``"lazy"``: W only fills what would be idle time), only if it
    ends before the next known input arrives (``"fit"``; or when the cap blocks a forward), before
    any forward (``"eager"``: B > W > F, lowest memory), or only when the cap blocks a forward
-   (``"mem"``).
+   (``"mem"``); ``"upper"`` (:mod:`.fillahead`): a pending ``W`` of the device's highest stage
+   before anything else (it frees the memory that stage's next forward needs), the others lazy.
 
 Deadlock freedom under a cap: a microbatch *enters* a device at its first stage there only if
 the device can hold the activations of all its stages for every microbatch that has entered and
@@ -56,9 +56,9 @@ POLICIES: tuple[tuple[str, str, str], ...] = (
     ("high", "high", "mem"),
     ("ready", "ready", "mem"),
 )
-_B_PICK = {"ready": 0, "high": 1, "upper": 2, "random": 3}
+_B_PICK = {"ready": 0, "high": 1, "upper": 2}
 _F_PICK = {"high": 0, "ready": 1}
-_W_MODE = {"lazy": 0, "fit": 1, "eager": 2, "mem": 3}
+_W_MODE = {"lazy": 0, "fit": 1, "eager": 2, "mem": 3, "upper": 4}
 
 
 def policy_label(policy: tuple[str, str, str]) -> str:
@@ -88,16 +88,19 @@ _lt_k = kernel(_lt, inline=True)
 
 
 @kernel(inline=True)
-def _admit(d, e, k, stages, nf, nr, act, live, cap):  # pragma: no cover - compiled
+def _admit(d, e, k, stages, nf, nr, act, live, cap, keep):  # pragma: no cover - compiled
     """The banker's rule for microbatch ``k`` entering device ``d`` at its stage ``e``: after
     the entry, the microbatches in flight on ``d`` can finish oldest first, each allocating its
-    device's remaining stages from what the older ones have freed."""
+    device's remaining stages from what the older ones have freed. With ``keep``, also the oldest
+    earlier microbatch that still needs a stage here must fit at once (room kept for it)."""
     v = stages.shape[1]
     free = cap - live - act[e]
     lo = k
     for j in range(v):
         if nr[stages[d, j]] < lo:
             lo = nr[stages[d, j]]
+    first = True
+    now = free  # what is free right after the entry
     for i in range(lo, k + 1):
         needs = 0.0
         held = 0.0
@@ -108,6 +111,10 @@ def _admit(d, e, k, stages, nf, nr, act, live, cap):  # pragma: no cover - compi
                 needs += act[s]
             elif nr[s] <= i:
                 held += act[s]
+        if keep and first and i < k and needs > 0.0:
+            if needs > now + 1e-9:
+                return False
+            first = False
         if needs > free + 1e-9:
             return False
         free += held
@@ -116,7 +123,7 @@ def _admit(d, e, k, stages, nf, nr, act, live, cap):  # pragma: no cover - compi
 
 @kernel
 def _run(S, m, dev, stages, c_in_f, c_in_b, f, b, w, act, need, entry, cap, fused,
-         b_pick, f_pick, w_mode, banker, seed, out):  # pragma: no cover - compiled; py_func tested
+         b_pick, f_pick, w_mode, banker, out):  # pragma: no cover - compiled; py_func tested
     """The event loop (see the module docstring). ``out[d]`` receives device ``d``'s keys.
     Returns 1 if the cap held a forward back at least once, else 0 (-1: stuck).
 
@@ -144,7 +151,6 @@ def _run(S, m, dev, stages, c_in_f, c_in_b, f, b, w, act, need, entry, cap, fuse
     wake = np.zeros(p)  # when each device next looks for work (INF: when an input tells it)
     capped = 0
     back_kind = 1
-    state = 1 + seed % 2147483646  # MINSTD: products stay far inside int64 in both forms
     while remaining > 0:
         d = 0
         t = wake[0]
@@ -199,7 +205,7 @@ def _run(S, m, dev, stages, c_in_f, c_in_b, f, b, w, act, need, entry, cap, fuse
                 if tf < INF:
                     extra = need[d] if s == entry[d] else act[s]
                     if banker and s == entry[d]:
-                        extra = act[s] if _admit(d, s, k, stages, nf, nr, act, live[d], cap) else INF
+                        extra = act[s] if _admit(d, s, k, stages, nf, nr, act, live[d], cap, banker == 2) else INF
                     if live[d] + extra > cap + EPS:
                         blocked_f = True
                         capped = 1
@@ -216,20 +222,18 @@ def _run(S, m, dev, stages, c_in_f, c_in_b, f, b, w, act, need, entry, cap, fuse
                         next_arrival = tf
         has_w = wh[d] < wt[d]
         choice = 0  # 0 none, 1 B, 2 F, 3 W
-        if b_pick == 3 and (have_b or have_f or has_w):
-            # "random": any ready pass, each kind drawn with equal chance (a fixed seed)
-            state = (state * 48271) % 2147483647
-            r = state % ((1 if have_b else 0) + (1 if have_f else 0) + (1 if has_w else 0))
-            if have_b:
-                if r == 0:
-                    choice = 1
-                r -= 1
-            if have_f and choice == 0:
-                if r == 0:
-                    choice = 2
-                r -= 1
-            if choice == 0:
-                choice = 3
+        top_w = -1
+        if has_w and w_mode == 4:  # "upper": a pending W of the device's highest stage first
+            top = stages[d, v - 1]
+            for i in range(wh[d], wt[d]):
+                if wq[d, i] // m == top:
+                    top_w = i
+                    break
+        if top_w >= 0:
+            choice = 3
+            x = wq[d, top_w]  # to the head of the queue, which is taken below
+            wq[d, top_w] = wq[d, wh[d]]
+            wq[d, wh[d]] = x
         elif have_b and b_pick == 2 and have_f and best_f > best_b:
             choice = 2  # "upper": a forward of a higher stage of the device before a backward
         elif have_b:
@@ -307,15 +311,15 @@ def list_schedule(
     cap: float,
     fused: bool = False,
     policy: tuple[str, str, str] = POLICIES[0],
-    banker: bool = False,
-    seed: int = 0,
+    banker: int = 0,
 ) -> ListResult | None:
     """Device orders for ``placement`` and ``num_microbatches`` under per-stage pass times
     ``f``, ``b``, ``w``, hop latency ``comm``, per-stage activations ``act`` and a per-device cap
     ``cap`` (same unit as ``act``). ``fused``: one ``BW`` pass (``b + w``) per stage instead of
-    ``B`` and ``W``. ``banker``: a microbatch enters a device when the microbatches in flight
+    ``B`` and ``W``. ``banker`` (1): a microbatch enters a device when the microbatches in flight
     there can still finish oldest first (instead of only when the device can hold all its
-    stages at once); it may deadlock (``None``). Returns ``None`` if ``cap`` cannot hold one
+    stages at once); 2: also keeping room for the oldest one that still needs a stage there. It
+    may deadlock (``None``). Returns ``None`` if ``cap`` cannot hold one
     microbatch on some device."""
     P, m = placement, num_microbatches
     S, p = P.num_stages, P.num_devices
@@ -333,7 +337,7 @@ def list_schedule(
     out = np.empty((p, L), dtype=np.int64)
     b_pick, f_pick, w_mode = policy
     capped = _run(S, m, dev, stages, c_in_f, c_in_b, floats(f), floats(b), floats(w), actv, need, entry,
-                  float(cap), bool(fused), _B_PICK[b_pick], _F_PICK[f_pick], _W_MODE[w_mode], bool(banker), int(seed), out)
+                  float(cap), bool(fused), _B_PICK[b_pick], _F_PICK[f_pick], _W_MODE[w_mode], int(banker), out)
     if capped < 0:  # only with banker: the reservations make every cap of one microbatch complete
         return None
     return ListResult(out, bool(capped))

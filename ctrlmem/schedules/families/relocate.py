@@ -16,7 +16,8 @@ optima differ from the search's best in two ways, both a few passes moved on a d
 Both are moves of one pass to another position of its device's order. At each cap of the list
 family's grid up to the budget, the best candidate the other families give within that cap (the
 relocated ones of smaller caps included) is improved by first-improvement local search over
-such moves (every pass, up to :data:`REACH` positions either way; kept when the schedule runs,
+such moves, from each of the :data:`STARTS` best distinct candidates (every pass, up to
+:data:`REACH` positions either way; kept when the schedule runs,
 its peak stays within the cap and it gets shorter: longest span, then makespan, then the sum of
 the spans), restarted :data:`KICKS` times from the best after a few random moves (a fixed seed:
 the same inputs give the same schedule), within :data:`MAX_EVALS` timings per cap. For
@@ -28,15 +29,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...search.encoding import CandidateSet, tables
-from ...search.engine import LRU, Family, Progress, Query, search
+from ...search.encoding import CandidateSet, concat, tables
+from ...search.engine import LRU, Family, Progress, Query, timed
 from ...search.kernels import kernel
 from ...search.timing import _asap, durations
 from .lists import caps
 
-__all__ = ["RelocateFamily", "relocate_keys", "RELOCATE_MAX_PM", "REACH", "KICKS", "MAX_EVALS"]
+__all__ = ["RelocateFamily", "relocate_keys", "RELOCATE_MAX_PM", "STARTS", "REACH", "KICKS", "MAX_EVALS"]
 
 RELOCATE_MAX_PM = 64
+STARTS = 3
 REACH = 6
 KICKS = 12
 MAX_EVALS = 40_000
@@ -211,9 +213,34 @@ class RelocateFamily(Family):
             got = self._cache.get(key, False)
             if got is False:
                 sub = Query(P, q.m, q.costs, h / base, q.fused, q.bound)
-                found = search(sub, self.others, first=list(done))
-                got = relocate_keys(found.cs, found.index, q.costs, h / base) if found is not None else None
+                got = self._relocated(sub, done)
                 self._cache.put(key, got)
             if got is not None:
                 done.append(got)
                 yield got
+
+    def _relocated(self, sub: Query, done: list[CandidateSet]) -> CandidateSet | None:
+        """The :data:`STARTS` best distinct candidates within ``sub.cap`` (the earlier caps'
+        relocated ones included), each relocated; those that improved, as one set."""
+        pool = []
+        for cs in list(done) + [x for fam in self.others for x in fam.sets(sub, Progress())]:
+            if not len(cs):
+                continue
+            tm = timed(cs, sub.costs)
+            ok = np.nonzero((cs.peak <= sub.cap + 1e-9) & np.isfinite(tm.span))[0]
+            for i in ok:
+                pool.append((float(tm.span[i]), float(tm.makespan[i]), len(pool), cs, int(i)))
+        pool.sort(key=lambda x: x[:3])
+        seen: set[bytes] = set()
+        out = []
+        for _span, _make, _n, cs, i in pool:
+            sig = cs.keys[i].tobytes()
+            if sig in seen:
+                continue
+            seen.add(sig)
+            got = relocate_keys(cs, i, sub.costs, sub.cap)
+            if got is not None:
+                out.append(got)
+            if len(seen) >= STARTS:
+                break
+        return concat(out) if out else None

@@ -40,8 +40,8 @@ __all__ = ["RelocateFamily", "relocate_keys", "RELOCATE_MAX_PM", "STARTS", "REAC
 RELOCATE_MAX_PM = 64
 STARTS = 3
 REACH = 6
-KICKS = 12
-MAX_EVALS = 40_000
+KICKS = 2
+MAX_EVALS = 4_000
 
 
 @kernel(inline=True)

@@ -66,6 +66,7 @@ PROVEN = [
     (2, 4, cm.Costs(2, 2, 2), 1.0, "v-shape", 33.0),
     (3, 3, cm.Costs(3, 4, 2), 1.5, "v-shape", 46.5),
     (4, 8, cm.Costs(6, 8, 4), 2.0, "v-shape", 200.0),
+    (6, 12, cm.Costs(3, 4, 2), 1.0, "v-shape", 334.5),   # proven by cm.improve's whole model
 ]
 
 
@@ -121,6 +122,15 @@ def test_never_above_a_schedule_when_memory_cannot_bind(p, m, data, comm):
     prof = cm.Costs(7.98, 9.32, 8.37, 1.68)
     r = cm.simulate(cm.build("zb", 8, 8, costs=prof, memory_limit=1.0), prof)
     assert makespan_bound(Placement.sequential(8), 8, prof, 8.0) <= r.makespan == 294.12
+
+
+def test_one_at_a_time_meets_the_optimum_at_the_smallest_budget():
+    """One microbatch's activations per device (1/p of 1F1B's): the one-at-a-time bound is the
+    proven optimum at p = 6, m = 12, 3:4:2 (334.5), and what zb reaches with one stage per device."""
+    assert makespan_bounds(Placement.v_shape(6), 12, cm.Costs(3, 4, 2), 1.0)["one at a time"] == 334.5
+    unit = cm.Costs(1, 1, 1)
+    r = cm.simulate(cm.build("zb", 4, 8, costs=unit, memory_limit=0.25), unit)
+    assert makespan_bounds(Placement.sequential(4), 8, unit, 1.0)["one at a time"] == r.makespan == 72
 
 
 def test_no_cap_and_tiny_cap():

@@ -43,7 +43,7 @@ def test_measure_one_instance():
             assert h["makespan"] >= r["lower_bound"] - 1e-9
     assert 46.5 < r["heuristics"]["v-shape"]["makespan"] < 53
     assert not r["heuristics"]["v-zb"]["fits"]
-    assert set(r["bounds"]) == {"device", "memory", "warm-up", "last forward", "solver"}
+    assert set(r["bounds"]) == {"device", "memory", "warm-up", "last forward", "one at a time", "solver"}
 
 
 def test_measure_all_reads_its_cache(tmp_path, monkeypatch):

@@ -126,7 +126,10 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
       last backward (only pending ``W`` s can run then, one per activation still held);
     * ``"last forward"``: the same idle before the first backward, and the idle forced after the
       start of the device's last forward: its chain to the end of the schedule against what the
-      activations held then can still run.
+      activations held then can still run;
+    * ``"one at a time"``: when the cap holds just one microbatch's activations on a device, each
+      forward of its highest stage waits until the microbatch before has released everything
+      there, so the microbatches pass that point one release chain apart.
     """
     S, p = placement.num_stages, placement.num_devices
     head_f, head_b, tail_b, (f, b, w) = chains(placement, costs, fused)
@@ -139,7 +142,7 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
     act = p / S
     n_act = math.inf if cap is None else math.floor(cap / act + 1e-9)
     life = lifespans(placement, costs)
-    out = {"device": 0.0, "memory": 0.0, "warm-up": 0.0, "last forward": 0.0}
+    out = {"device": 0.0, "memory": 0.0, "warm-up": 0.0, "last forward": 0.0, "one at a time": 0.0}
     for d in range(p):
         st = placement.stages_of(d)
         classes = []  # (arrival, work of the m passes, chain after)
@@ -170,6 +173,13 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
             # after the start of the device's last forward (of its highest stage) only that
             # pass's F, B, W and the B, W of the k - 1 other activations still held can run; that
             # forward starts after the first backward can (needs k below the device's forwards)
+            if n_act == len(st) and m > 1:
+                # the cap holds one microbatch's activations: when the device's highest stage runs
+                # a forward, every other microbatch has released everything on it
+                top = max(st)
+                cycle = max(head_b[s] + b[s] + w[s] for s in st) - head_f[top]
+                out["one at a time"] = max(out["one at a time"],
+                                           head_f[top] + (m - 1) * cycle + f[top] + tail_f[top])
             if n_act < len(st) * m:
                 top = max(st)
                 late = f[top] + b[top] + w[top] + (k - 1) * max(b[s] + w[s] for s in st)

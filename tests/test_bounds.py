@@ -67,6 +67,9 @@ PROVEN = [
     (3, 3, cm.Costs(3, 4, 2), 1.5, "v-shape", 46.5),
     (4, 8, cm.Costs(6, 8, 4), 2.0, "v-shape", 200.0),
     (6, 12, cm.Costs(3, 4, 2), 1.0, "v-shape", 334.5),   # proven by cm.improve's whole model
+    (4, 8, cm.Costs(2, 1, 1, 0.3), 1.0, "v-shape", 91.7),
+    (4, 8, cm.Costs(2, 1, 1, 0.3), 1.0, "sequential", 118.4),
+    (3, 6, cm.Costs(1, 2, 2, 0.5), 1.0, "v-shape", 64.0),
 ]
 
 
@@ -131,6 +134,9 @@ def test_one_at_a_time_meets_the_optimum_at_the_smallest_budget():
     unit = cm.Costs(1, 1, 1)
     r = cm.simulate(cm.build("zb", 4, 8, costs=unit, memory_limit=0.25), unit)
     assert makespan_bounds(Placement.sequential(4), 8, unit, 1.0)["one at a time"] == r.makespan == 72
+    # F-heavy: the next microbatch's entry waits for the first release (CP-SAT optimum 91.7 here)
+    assert makespan_bounds(Placement.v_shape(4), 8, cm.Costs(2, 1, 1, 0.3), 1.0)["one at a time"] == \
+        pytest.approx(91.7)
 
 
 def test_no_cap_and_tiny_cap():

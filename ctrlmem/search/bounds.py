@@ -176,8 +176,12 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
             if n_act == len(st) and m > 1:
                 # the cap holds one microbatch's activations: when the device's highest stage runs
                 # a forward, every other microbatch has released everything on it
-                top = max(st)
-                cycle = max(head_b[s] + b[s] + w[s] for s in st) - head_f[top]
+                top, low = max(st), min(st)
+                # the next microbatch enters only after this one's first release here, and its
+                # highest-stage forward comes after its own entry; the one after that only when
+                # this one has released everything
+                cycle = max(max(head_b[s] + b[s] + w[s] for s in st) - head_f[top],
+                            min(head_b[s] + b[s] + w[s] for s in st) - head_f[low])
                 out["one at a time"] = max(out["one at a time"],
                                            head_f[top] + (m - 1) * cycle + f[top] + tail_f[top])
             if n_act < len(st) * m:

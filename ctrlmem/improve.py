@@ -619,6 +619,9 @@ def improve(
             size = min(_WINDOW_MAX, len(pb.keys), int(size * 1.25) + 1)
         else:
             size = max(_WINDOW_MIN, int(size * 0.8))
+    if deterministic and time.monotonic() - t0 > wall_cap - 0.5:
+        log.warning("improve: %s stopped by the wall-clock safety limit (%g s) before its deterministic budget of %g "
+                    "solver-seconds was spent; this result depends on the machine's speed", name, wall_cap, seconds)
     log.info("improve: %s %d windows, makespan %g -> %g (bound %g) in %.1f s", name, steps, sim.makespan,
              best[1][0], lower, time.monotonic() - t0)
     if not changed:

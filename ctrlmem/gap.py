@@ -11,7 +11,7 @@ A heuristic's *certified gap* is its makespan over that bound, minus one: the tr
 the optimum is at most that; where the solver proved the optimum, it is exact.
 
 Grids (:func:`instances`): ``"quick"`` (CI) p ∈ {2, 3}, m = p, mixes 1:1:1 and 3:4:2, budgets
-smallest feasible / 0.5 / 1.0, checkpoints 2 and 5 s; ``"full"`` (committed) the issue's grid —
+smallest feasible / 0.5 / 1.0, checkpoints 2 and 5 s; ``"full"`` (committed) —
 p ∈ {2, 3, 4, 6, 8, 16}, m ∈ {p, 2p, 4p}, budgets smallest feasible / 0.5 / 0.75 / 1.0 / 1.5,
 mixes 1:1:1, 3:4:2, 2:1:1, 1:2:2 and the profiled H200 mix with its hop — with ``cm.improve`` on
 every instance at p ≤ 4 and, at p ≥ 6, on m ∈ {2p, 4p}, mixes 3:4:2 and profiled, budgets

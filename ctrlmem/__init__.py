@@ -11,6 +11,7 @@ Public API (docs/architecture.md)::
     best = cm.optimal(4, 8, cm.Costs(6, 8, 4), memory_limit=0.5)   # CP-SAT, small pipelines
     best.schedule, best.makespan, best.lower_bound, best.status
     df = cm.plan("98.5b", gpus=40, gpu_memory_gb=80, global_batch=160)   # fastest config that fits, in GB
+    better = cm.improve(cm.build("v-shape", 8, 32, memory_limit=0.5), time_limit=30)  # any size
 
 Importing ctrlmem does not import torch; real execution lives in ``ctrlmem.runtime``.
 """
@@ -23,6 +24,7 @@ from .simulate import SimResult, TimedPass, simulate
 from .validate import ScheduleError, validate
 from .optimal import OptimalResult, optimal
 from .planner import plan
+from .improve import improve
 
 __version__ = "0.1.0"
 
@@ -49,4 +51,5 @@ __all__ = [
     "optimal",
     "OptimalResult",
     "plan",
+    "improve",
 ]

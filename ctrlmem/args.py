@@ -14,7 +14,8 @@ from .schedules import SCHEDULES, build
 
 __all__ = ["CliError", "Terminated", "Parser", "add_schedule_arguments", "add_memory_gb_arguments",
            "apply_memory_gb", "parse_params", "schedule_from_args", "is_schedule_file", "os_error_message",
-           "int_arg", "float_arg", "memory_limit_arg"]
+           "int_arg", "float_arg", "memory_limit_arg", "add_optimize_argument", "optimize_schedule",
+           "optimize_summary"]
 
 
 class CliError(Exception):
@@ -261,3 +262,35 @@ def _schedule_from_file(args: argparse.Namespace, path: str):
         raise CliError(f"-m {m} does not match {path}, which has m={schedule.num_microbatches}")
     validate(schedule)
     return schedule
+
+
+def add_optimize_argument(parser: argparse.ArgumentParser) -> None:
+    """``--optimize SECONDS``: improve the schedule with the solver (:func:`ctrlmem.improve`)."""
+    from .optimal import MAX_TIME_LIMIT
+
+    parser.add_argument(
+        "--optimize", type=float_arg(maximum=MAX_TIME_LIMIT, what="seconds"), default=None, metavar="SECONDS",
+        help="improve the schedule with the solver (cm.improve: CP-SAT over windows of the schedule) for this "
+             "many seconds, within --memory-limit (default: the schedule's own peak); prints the makespan "
+             "before and after, the proven lower bound and the gap")
+
+
+def optimize_schedule(args: argparse.Namespace, schedule, costs):
+    """``(schedule, result)``: ``schedule`` improved for ``args.optimize`` seconds (``result`` the
+    :class:`~ctrlmem.optimal.OptimalResult`), or as it is with ``None`` without ``--optimize``."""
+    seconds = getattr(args, "optimize", None)
+    if seconds is None:
+        return schedule, None
+    from .improve import improve
+
+    limit = getattr(args, "memory_limit", None)
+    res = improve(schedule, costs, memory_limit=limit, time_limit=seconds)
+    return res.schedule, res
+
+
+def optimize_summary(result) -> str:
+    """One line: the input's and the improved makespan, the bound and the gap."""
+    name, before = result.seed
+    change = 100 * (result.makespan / before - 1) if before else 0.0
+    return (f"optimize {result.wall_s:.1f} s: {name} makespan {before:g} -> {result.makespan:g} ({change:+.2f} %), "
+            f"lower bound {result.lower_bound:.6g}, gap {100 * result.gap:.2f} % ({result.status})")

@@ -47,7 +47,7 @@ from typing import Sequence
 from .costs import Costs
 from .ir import Schedule
 
-__all__ = ["Job", "Result", "Progress", "BackgroundBuilds"]
+__all__ = ["Job", "Result", "Progress", "BackgroundBuilds", "improved_name", "improve_built"]
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,12 @@ class Job:
     memory_limit=memory_limit)``. ``stage_costs`` (optional): a function of the schedule's
     number of stages giving the costs to build for, when the per-stage costs depend on it and
     the number of stages is not known yet (the worker then builds once with ``costs`` to learn
-    it, and again with ``stage_costs(num_stages)`` when those differ)."""
+    it, and again with ``stage_costs(num_stages)`` when those differ).
+
+    ``optimize`` (seconds, 0: off): then improve the built schedule with
+    :func:`ctrlmem.improve` for that long under ``costs`` (for a generator that takes no costs,
+    it is built without them and improved under ``costs``), within ``improve_limit`` (a fraction
+    of 1F1B's peak) when it fits that, else within its own peak."""
 
     name: str
     num_devices: int
@@ -66,19 +71,34 @@ class Job:
     costs: Costs
     memory_limit: float | None = None
     stage_costs: object = None
+    optimize: float = 0.0
+    improve_limit: float | None = None
+
+    @property
+    def cache_name(self) -> str:
+        """The name the explorer keeps the result under: ``name``, or for an optimize job
+        ``NAME+improved@SECONDSs`` (one entry per time limit)."""
+        return improved_name(self.name, self.optimize) if self.optimize else self.name
+
+
+def improved_name(name: str, seconds: float) -> str:
+    """The cache name of ``name`` improved by :func:`ctrlmem.improve` for ``seconds``."""
+    return f"{name}+improved@{seconds:g}s"
 
 
 
 @dataclass(frozen=True)
 class Result:
     """A finished job: its ``schedule`` and the ``costs`` it was built for, or ``error`` (one
-    readable line) when the generator refused; ``seconds`` of work in the worker."""
+    readable line) when the generator refused; ``seconds`` of work in the worker; ``note``: an
+    optimize job's one-line summary (makespan before and after, lower bound, gap)."""
 
     job: Job
     schedule: Schedule | None
     costs: Costs | None
     error: str | None
     seconds: float
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +137,22 @@ def _die_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="ctrlmem-parent-watch", daemon=True).start()
 
 
+def improve_built(schedule: Schedule, costs: Costs, limit: float | None, seconds: float) -> tuple[Schedule, str]:
+    """``schedule`` improved by :func:`ctrlmem.improve` for ``seconds`` under ``costs``, within
+    ``limit`` (fraction of 1F1B's peak) when the schedule fits it, else within its own peak;
+    with a one-line summary."""
+    from .improve import improve  # noqa: PLC0415  (the solver loads only when asked)
+    from .simulate import simulate  # noqa: PLC0415
+
+    p = schedule.num_devices
+    if limit is not None and max(simulate(schedule, costs).peak_memory) > limit * p + 1e-9:
+        limit = None
+    res = improve(schedule, costs, limit, time_limit=seconds)
+    note = (f"cm.improve {seconds:g} s: makespan {res.seed[1]:.6g} -> {res.makespan:.6g}, lower bound "
+            f"{res.lower_bound:.6g}, gap {100 * res.gap:.2f} % ({res.status})")
+    return res.schedule, note
+
+
 def _worker_main(conn_in, conn_out, parent: int) -> None:  # pragma: no cover  (runs in the worker)
     """The worker: receive ``(number, Job)``, build it, send back ``(number, schedule, costs,
     error, seconds)``; ``None`` ends it."""
@@ -125,7 +161,7 @@ def _worker_main(conn_in, conn_out, parent: int) -> None:  # pragma: no cover  (
         os.nice(5)  # the explorer's own answers come first on a busy machine
     except OSError:
         pass
-    from .schedules import build  # noqa: PLC0415  (imported in the worker, not at spawn)
+    from .schedules import SCHEDULES, build  # noqa: PLC0415  (imported in the worker, not at spawn)
 
     while True:
         try:
@@ -136,10 +172,11 @@ def _worker_main(conn_in, conn_out, parent: int) -> None:  # pragma: no cover  (
             return
         number, job = message
         t0 = time.perf_counter()
-        schedule = costs = error = None
+        schedule = costs = error = note = None
         try:
             costs = job.costs
-            schedule = build(job.name, job.num_devices, job.num_microbatches, costs=costs,
+            takes = job.name not in SCHEDULES or SCHEDULES[job.name].uses_costs or not job.optimize
+            schedule = build(job.name, job.num_devices, job.num_microbatches, costs=costs if takes else None,
                              memory_limit=job.memory_limit)
             if job.stage_costs is not None:
                 staged = job.stage_costs(schedule.num_stages)
@@ -147,10 +184,12 @@ def _worker_main(conn_in, conn_out, parent: int) -> None:  # pragma: no cover  (
                     costs = staged
                     schedule = build(job.name, job.num_devices, job.num_microbatches, costs=costs,
                                      memory_limit=job.memory_limit)
+            if job.optimize:
+                schedule, note = improve_built(schedule, costs, job.improve_limit, job.optimize)
         except Exception as exc:  # noqa: BLE001  (a generator's refusal is a result, not a crash)
             schedule, error = None, _reason(exc)
         try:
-            conn_out.send((number, schedule, costs, error, time.perf_counter() - t0))
+            conn_out.send((number, schedule, costs, error, time.perf_counter() - t0, note))
         except (BrokenPipeError, OSError):
             return
 
@@ -263,7 +302,7 @@ class BackgroundBuilds:
                         self._done.append(Result(job, None, None, "the build process ended unexpectedly "
                                                  f"(exit code {code})", 0.0))
                     break
-                number, schedule, costs, error, seconds = worker.conn.recv()
+                number, schedule, costs, error, seconds, note = worker.conn.recv()
             except (EOFError, OSError):
                 job = self._running
                 self._stop_worker()
@@ -273,7 +312,7 @@ class BackgroundBuilds:
             self._running = None
             if job is not None and number == self._number:
                 self._finished += 1
-                self._done.append(Result(job, schedule, costs, error, seconds))
+                self._done.append(Result(job, schedule, costs, error, seconds, note))
             self._next()
             worker = self._worker
         done, self._done = self._done, []

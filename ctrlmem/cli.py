@@ -21,7 +21,8 @@ from typing import Callable, Sequence
 
 from . import MemoryModel, ScheduleError, build, simulate
 from .fileio import atomic_write, check_output_path
-from .args import CliError, Parser, Terminated, add_schedule_arguments, os_error_message, schedule_from_args
+from .args import (CliError, Parser, Terminated, add_optimize_argument, add_schedule_arguments, optimize_schedule,
+                   optimize_summary, os_error_message, schedule_from_args)
 from .schedules import SCHEDULES
 
 __all__ = ["main", "make_parser", "COMMAND_MODULES"]
@@ -59,16 +60,27 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     schedule, costs = schedule_from_args(args)
+    if args.optimize is not None and args.release_at_b:
+        raise CliError("--optimize improves under the default memory model (activations released at W); "
+                       "drop --release-at-b")
+    schedule, opt = optimize_schedule(args, schedule, costs)
     memory = MemoryModel(release_at_b=args.release_at_b)
     result = simulate(schedule, costs, memory)
     if args.json:
-        print(json.dumps(result.to_dict(include_passes=args.passes)))
+        out = result.to_dict(include_passes=args.passes)
+        if opt is not None:
+            out["optimize"] = {"input": opt.seed[0], "input_makespan": opt.seed[1], "makespan": opt.makespan,
+                               "lower_bound": opt.lower_bound, "gap": opt.gap, "status": opt.status,
+                               "wall_s": round(opt.wall_s, 3), "bounds": dict(opt.bounds)}
+        print(json.dumps(out))
         return 0
     one = simulate(build("1f1b", schedule.num_devices, schedule.num_microbatches, allow_large=args.allow_large),
                    costs, memory)
     ref = max(one.peak_memory)
     print(f"{schedule.name}: p={schedule.num_devices} m={schedule.num_microbatches} "
           f"stages={schedule.num_stages} ({schedule.placement.kind}) costs={args.costs}")
+    if opt is not None:
+        print(f"  {optimize_summary(opt)}")
     print(f"  makespan      {result.makespan:g}   (1f1b: {one.makespan:g}, speed-up {one.makespan / result.makespan:.3f}x)")
     print(f"  bubble rate   {result.bubble_rate:.4f}   (1f1b: {one.bubble_rate:.4f})")
     print(f"  peak memory   {max(result.peak_memory):g} a = {max(result.peak_memory) / ref:.3f} of 1f1b's {ref:g} a")
@@ -116,9 +128,12 @@ def _torchtitan_line(schedule, csv: str) -> str:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     _check_outputs(args)
-    schedule, _ = schedule_from_args(args)
+    schedule, costs = schedule_from_args(args)
     if getattr(args, "memory_gb_text", None):
         print(args.memory_gb_text, file=sys.stderr)
+    schedule, opt = optimize_schedule(args, schedule, costs)
+    if opt is not None:
+        print(optimize_summary(opt), file=sys.stderr)
     if args.torch_csv == "-":
         sys.stdout.write(schedule.to_torch_csv())
         print(_torchtitan_line(schedule, "FILE.csv"), file=sys.stderr)
@@ -150,6 +165,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     p_sim = sub.add_parser("simulate", help="simulate a schedule and print its statistics")
     add_schedule_arguments(p_sim)
+    add_optimize_argument(p_sim)
     p_sim.add_argument("--release-at-b", type=float, default=0.0,
                        help="fraction of a stage's activation freed at B (default 0)")
     p_sim.add_argument("--json", action="store_true", help="print one JSON object (SimResult fields)")
@@ -158,6 +174,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     p_exp = sub.add_parser("export", help="write a schedule as torch CSV or ctrlmem text")
     add_schedule_arguments(p_exp)
+    add_optimize_argument(p_exp)
     p_exp.add_argument("--torch-csv", metavar="FILE",
                        help="torch.distributed.pipelining / torchtitan CSV ('-' prints it)")
     p_exp.add_argument("--text", metavar="FILE", help="ctrlmem's text form ('-' prints it)")

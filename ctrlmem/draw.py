@@ -21,7 +21,8 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .args import CliError, add_schedule_arguments, apply_memory_gb, float_arg, int_arg, is_schedule_file, schedule_from_args
+from .args import (CliError, add_optimize_argument, add_schedule_arguments, apply_memory_gb, float_arg, int_arg,
+                   is_schedule_file, optimize_schedule, optimize_summary, schedule_from_args)
 from .fileio import atomic_write, check_output_path
 from .costs import Costs
 from .ir import Schedule
@@ -67,6 +68,11 @@ def draw_figure(args: argparse.Namespace):
     names = [args.name] + [n.strip() for n in (args.compare or "").split(",") if n.strip()]
     style = {"width": args.width} if args.width else {}
     costs = Costs.parse(args.costs)
+    if args.view in ("bubble", "pareto") and getattr(args, "optimize", None) is not None:
+        raise CliError(f"--optimize improves one schedule; --view {args.view} sweeps memory limits: drop one of them")
+    if args.view == "blocks" and getattr(args, "optimize", None) is not None:
+        raise CliError("--view blocks shows how a registered schedule is built; an optimized schedule has no block: "
+                       "use --view schedule or memory")
     if args.view in ("bubble", "pareto"):
         for name in names:
             if name not in SCHEDULES:
@@ -81,11 +87,17 @@ def draw_figure(args: argparse.Namespace):
         title = args.title or f"{', '.join(names)}: {_plot().setting_label(args.devices, args.microbatches, costs)}"
         return make(points, title=title, **style)
     first, costs = schedule_from_args(args)
+    given = args  # the caller's namespace: it reads the optimize result back
     if is_schedule_file(args.name):  # compare at the file's own p and m
         args = argparse.Namespace(**vars(args))
         args.devices, args.microbatches = first.num_devices, first.num_microbatches
         args.explicit = set()
     results = [simulate(first, costs)]
+    improved, opt = optimize_schedule(args, first, costs)
+    given.optimize_result = opt
+    if opt is not None:  # the improved schedule on top, the input below it
+        if improved is not first:
+            results.insert(0, simulate(improved, costs))
     for name in names[1:]:
         schedule, _ = schedule_from_args(_compare_args(args, name), name)
         results.append(simulate(schedule, costs))
@@ -122,6 +134,8 @@ def _cmd_draw(args: argparse.Namespace) -> int:
         print(text, file=sys.stderr)
     fig = draw_figure(args)
     _plot().write_figure(fig, out, scale=args.scale)
+    if getattr(args, "optimize_result", None) is not None:
+        print(optimize_summary(args.optimize_result))
     print(f"wrote {out}")
     return 0
 
@@ -352,6 +366,7 @@ def add_commands(subparsers) -> None:
                    help="an explorer state file ('save state'): draw exactly what the explorer showed; .html "
                         "gives its report, .png/.svg/.pdf its diagram above its memory curves (--view schedule "
                         "or memory: one of them)")
+    add_optimize_argument(p)
     p.add_argument("--compare", metavar="NAME2,...", default="",
                    help="more schedules stacked on the same time axis (same p, m, costs)")
     p.add_argument("--view", choices=VIEWS + ("explorer",), default="schedule", action=_ViewGiven,

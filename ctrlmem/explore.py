@@ -41,7 +41,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from . import plot
-from .background import Job
+from .background import Job, improved_name
 from .costs import Costs
 from .fileio import atomic_write, make_output_folder
 from .ir import Schedule
@@ -69,6 +69,9 @@ ORIGIN_PATTERN = "not adapted yet: its unit-cost pattern, re-simulated"
 ORIGIN_REUSED = "not adapted yet: the order adapted for {costs}, re-simulated"
 ORIGIN_FILE = "from a file"
 ORIGIN_STATE = "as saved in the state file"
+ORIGIN_IMPROVED = "improved: {note}"
+#: The label of the first schedule's improved order (``optimize``), after its name.
+IMPROVED_SUFFIX = "+improved"
 
 
 def default_schedules() -> tuple[str, ...]:
@@ -98,6 +101,9 @@ class Settings:
         loaded: schedule files loaded into the comparison (simulated as they are).
         model: a paper model (``ctrlmem.planner.model``) whose activation bytes give the memory
             panel a GB axis, or ``None``; microbatch_size: its microbatch (``None``: the paper's).
+        optimize: seconds of :func:`ctrlmem.improve` for the first selected schedule (0: off,
+            the default): its improved order is shown right below it (``NAME+improved``), within
+            the memory limit when the schedule fits it, else within its own peak.
     """
 
     schedules: tuple[str, ...] = field(default_factory=default_schedules)
@@ -114,6 +120,7 @@ class Settings:
     loaded: tuple[Schedule, ...] = ()
     model: str | None = None
     microbatch_size: int | None = None
+    optimize: float = 0.0
 
     @property
     def per_stage(self) -> bool:
@@ -289,11 +296,14 @@ class BuildCache:
         self._items: dict[tuple, Schedule] = {}
         self._latest: dict[tuple, tuple[Schedule, Costs | None]] = {}
         self.failed: dict[tuple, str] = {}
+        self.notes: dict[tuple, str] = {}  # an improved order's summary (before/after, bound, gap)
         self.hits = self.misses = 0
 
     @staticmethod
     def key(name: str, p: int, m: int, costs: Costs | None, memory_limit: float | None) -> tuple:
-        return (name, p, m, memory_limit, costs if SCHEDULES[name].uses_costs else None)
+        # an improved order (not a registered name) always depends on the costs
+        takes = name not in SCHEDULES or SCHEDULES[name].uses_costs
+        return (name, p, m, memory_limit, costs if takes else None)
 
     def get(self, name: str, p: int, m: int, costs: Costs | None, memory_limit: float | None) -> Schedule | None:
         """The schedule built for exactly these arguments, or None (never builds)."""
@@ -436,6 +446,9 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
             origins[label] = ORIGIN_FILE
         except (ValueError, ScheduleError) as exc:
             messages.append(f"{label}: {_reason(exc)}")
+    if settings.optimize:
+        results, origins = _with_improved(settings, results, origins, jobs, waiting, messages, cache, adapt,
+                                          orders, order_origins or {})
     try:
         ref_costs = settings.costs(p)
         if "1f1b" in results and results["1f1b"].costs == ref_costs:
@@ -475,6 +488,69 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
                 origins=origins, jobs=jobs, waiting=waiting)
     view.seconds = time.perf_counter() - t0
     return view
+
+
+def _with_improved(settings: Settings, results: dict[str, SimResult], origins: dict[str, str], jobs: list[Job],
+                   waiting: list[str], messages: list[str], cache: BuildCache, adapt: bool,
+                   orders: Mapping[str, Schedule], order_origins: Mapping[str, str]):
+    """``results`` and ``origins`` with the first registered schedule's improved order
+    (``settings.optimize`` seconds of :func:`ctrlmem.improve`) right after it: from ``orders``
+    (a state file), the cache, at once (``adapt``) or as a background job (listed in ``waiting``
+    until it is done). The improvement starts from the schedule adapted for these costs."""
+    seconds = settings.optimize
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
+        messages.append(f"optimize: give the solver's seconds, a number in (0, 3600], got {seconds!r}")
+        return results, origins
+    first = next((n for n in results if n in SCHEDULES), None)
+    if first is None:
+        messages.append("optimize improves the first selected registered schedule; none is shown")
+        return results, origins
+    label = first + IMPROVED_SUFFIX
+    p, m = settings.num_devices, settings.num_microbatches
+    spec = SCHEDULES[first]
+    budget = settings.memory_limit if spec.memory_limit else None
+    costs = results[first].costs
+    name = improved_name(first, float(seconds))
+    sched, origin = None, None
+    if label in orders:
+        sched, origin = orders[label], order_origins.get(label, ORIGIN_STATE)
+    else:
+        key = cache.key(name, p, m, costs, budget)
+        if key in cache.failed:
+            messages.append(f"optimize {first}: {cache.failed[key]}")
+            return results, origins
+        sched = cache.get(name, p, m, costs, budget)
+        if sched is None and adapt:
+            from .background import improve_built
+
+            try:
+                base = cache.build(first, p, m, costs if spec.uses_costs else None, budget)
+                sched, note = improve_built(base, costs, settings.memory_limit, float(seconds))
+            except (ValueError, TypeError, ScheduleError) as exc:
+                cache.failed[key] = _reason(exc)
+                messages.append(f"optimize {first}: {_reason(exc)}")
+                return results, origins
+            cache.put(name, p, m, costs, budget, sched)
+            cache.notes[key] = note
+        if sched is not None:
+            origin = ORIGIN_IMPROVED.format(note=cache.notes.get(key, f"cm.improve {seconds:g} s"))
+        else:
+            jobs.append(Job(first, p, m, costs, budget, None, optimize=float(seconds),
+                            improve_limit=settings.memory_limit))
+            waiting.append(label)
+    if sched is None:
+        return results, origins
+    try:
+        improved = simulate(sched, costs)
+    except (ValueError, ScheduleError) as exc:
+        messages.append(f"optimize {first}: {_reason(exc)}")
+        return results, origins
+    out_results, out_origins = {}, {}
+    for n, r in results.items():
+        out_results[n], out_origins[n] = r, origins[n]
+        if n == first:
+            out_results[label], out_origins[label] = improved, origin
+    return out_results, out_origins
 
 
 def _add_gb_axis(memory_spec: dict, settings: Settings, messages: list[str]) -> None:
@@ -658,6 +734,8 @@ def command_line(settings: Settings, output: str | None = None) -> str:
     cmd += f" -p {s.num_devices} -m {s.num_microbatches} --costs {costs}"
     if s.memory_limit is not None:
         cmd += f" --memory-limit {s.memory_limit:g}"
+    if s.optimize:
+        cmd += f" --optimize {s.optimize:g}"
     cmd += f" -o {out}"
     missing = []
     if s.stage_weights:

@@ -62,6 +62,10 @@ class OptimalResult:
         wall_s: seconds spent in the solver (for a ``"timeout"`` before the solver started: in
             the whole call).
         scale: the integer factor the costs were multiplied by for the model.
+        trace: ``(seconds, makespan)`` at the start and at each improvement
+            (:func:`ctrlmem.improve`; empty from :func:`optimal`).
+        bounds: each lower bound by name, ``(name, value)`` (:func:`ctrlmem.improve`: the closed
+            forms of :func:`ctrlmem.search.bounds.makespan_bounds` and ``"solver"``).
     """
 
     schedule: Schedule
@@ -71,6 +75,8 @@ class OptimalResult:
     seed: tuple[str, float]
     wall_s: float
     scale: int
+    trace: tuple = ()
+    bounds: tuple = ()
 
     @property
     def gap(self) -> float:

@@ -21,6 +21,11 @@ Several edits queued in the kernel are answered once (the work runs on the kerne
 after the queued widget messages). Without an event loop (a script, the tests), every edit is
 answered at once and :meth:`Explorer.wait` applies the background builds.
 
+The "optimize (solver)" option improves the first selected schedule with
+:func:`ctrlmem.improve` for the seconds given, in the same background worker, and shows the
+improved order right below it (``NAME+improved``, its row naming the makespan before and after,
+the lower bound and the gap).
+
 Below the two main plots the explorer compares the shown schedules (peak memory over time
 overlaid, memory against speed-up with the Pareto frontier, the bubble-vs-budget steps of
 ``v-shape`` and ``zb``, building blocks, lifespans). Exports (PNG/SVG/PDF of the diagram above
@@ -164,6 +169,10 @@ class Explorer:
         self.limit = W.FloatSlider(value=s.memory_limit if s.memory_limit is not None else 0.5,
                                    min=0.05, max=2.0, step=0.05, description="× 1F1B peak",
                                    continuous_update=False, readout_format=".2f", **label)
+        self.optimize_on = W.Checkbox(value=bool(s.optimize), description="optimize (solver)", indent=False,
+                                      layout=W.Layout(width="140px"))
+        self.optimize = W.BoundedFloatText(value=s.optimize or 10.0, min=1.0, max=600.0, description="seconds",
+                                           layout=W.Layout(width="150px"), **label)
         from .planner.model import PRESET_NAMES
 
         self.model = W.Dropdown(options=[("none", "")] + [(n, n) for n in PRESET_NAMES.values()],
@@ -225,13 +234,13 @@ class Explorer:
         self.load_state_button.observe(self._state_uploaded, names="value")
         self._inputs = [self.schedules, self.devices, self.microbatches, self.f, self.b, self.w,
                         self.comm, self.first_extra, self.last_extra, self.weights, self.limit_on, self.limit,
-                        self.model, self.model_mb]
+                        self.model, self.model_mb, self.optimize_on, self.optimize]
         for wdg in self._inputs:
             wdg.observe(self._edited, names="value")
         controls = W.VBox([
             W.HTML(_CSS + "<b>schedules</b> <small>(tick to compare; panels stack in the order ticked)</small>"),
             self.schedules,
-            W.HBox([self.devices, self.microbatches, self.limit_on, self.limit]),
+            W.HBox([self.devices, self.microbatches, self.limit_on, self.limit, self.optimize_on, self.optimize]),
             W.HBox([self.f, self.b, self.w, self.comm]),
             W.HBox([self.first_extra, self.last_extra, self.weights]),
             W.HBox([self.model, self.model_mb, W.HTML("<small>a model adds a GB axis to the memory panel "
@@ -266,6 +275,7 @@ class Explorer:
             memory_limit=float(self.limit.value) if self.limit_on.value else None,
             stage_weights=_parse_weights(self.weights.value), loaded=tuple(self.loaded),
             model=self.model.value or None, microbatch_size=int(self.model_mb.value) or None,
+            optimize=float(self.optimize.value) if self.optimize_on.value else 0.0,
         )
 
     def _edited(self, change=None) -> None:
@@ -365,12 +375,15 @@ class Explorer:
             wanted = set(self.view.jobs) if self.view is not None else set()
             for res in self.background.poll():
                 job = res.job
+                key = self.builds.key(job.cache_name, job.num_devices, job.num_microbatches,
+                                      res.costs if res.schedule is not None else job.costs, job.memory_limit)
                 if res.schedule is not None:
-                    self.builds.put(job.name, job.num_devices, job.num_microbatches, res.costs, job.memory_limit,
+                    self.builds.put(job.cache_name, job.num_devices, job.num_microbatches, res.costs, job.memory_limit,
                                     res.schedule)
+                    if res.note:
+                        self.builds.notes[key] = res.note
                 else:
-                    self.builds.failed[self.builds.key(job.name, job.num_devices, job.num_microbatches, job.costs,
-                                                       job.memory_limit)] = res.error or "build failed"
+                    self.builds.failed[key] = res.error or "build failed"
                 log.info("background build of %s: %s in %.1f s", job.name, res.error or "done", res.seconds)
                 if job in wanted:
                     redraw = True  # a shown schedule, adapted: a new state
@@ -425,7 +438,8 @@ class Explorer:
         prog = self.background.progress() if self.background is not None else None
         if prog is not None and prog.job is not None:
             def named(job):
-                return job.name + (f" @ budget {job.memory_limit:g}" if job.memory_limit is not None else "")
+                text = job.name + (f" @ budget {job.memory_limit:g}" if job.memory_limit is not None else "")
+                return f"improving {text} with the solver ({job.optimize:g} s)" if job.optimize else text
 
             then = list(dict.fromkeys(named(j) for j in prog.waiting))
             parts.append(f"adapting to these costs in the background: <b>{html.escape(named(prog.job))}</b> "
@@ -661,10 +675,13 @@ class Explorer:
                               (self.last_extra, settings.last_stage_extra),
                               (self.weights, ",".join(f"{x:g}" for x in settings.stage_weights)),
                               (self.limit_on, settings.memory_limit is not None),
-                              (self.model, settings.model or ""), (self.model_mb, settings.microbatch_size or 0)):
+                              (self.model, settings.model or ""), (self.model_mb, settings.microbatch_size or 0),
+                              (self.optimize_on, bool(settings.optimize))):
             self._set_quietly(widget, value)
         if settings.memory_limit is not None:
             self._set_quietly(self.limit, settings.memory_limit)
+        if settings.optimize:
+            self._set_quietly(self.optimize, settings.optimize)
         self.loaded = list(settings.loaded)
         for part, values in style.items():
             self.style.setdefault(part, {}).update({k: v for k, v in values.items() if k != "label_width"})
@@ -1150,16 +1167,17 @@ def explorer(schedules: Sequence[str] | None = None, num_devices: int = 4, num_m
              f: float = 1.0, b: float = 1.0, w: float = 1.0, comm: float = 0.0,
              first_stage_extra: float = 0.0, last_stage_extra: float = 0.0,
              memory_limit: float | None = None, stage_weights: Sequence[float] = (),
-             load: Sequence[str] = (), state: str | None = None, **kwargs) -> Explorer:
+             load: Sequence[str] = (), state: str | None = None, optimize: float = 0.0, **kwargs) -> Explorer:
     """An :class:`Explorer` with these initial settings (display it in a notebook cell);
     ``load``: schedule files (torch / torchtitan CSV or text form) to compare as well;
+    ``optimize``: seconds of :func:`ctrlmem.improve` for the first schedule (0: off);
     ``state``: a state file to show instead (see :meth:`Explorer.apply_state`)."""
     settings = Settings(
         schedules=tuple(schedules) if schedules is not None else default_schedules(),
         num_devices=num_devices, num_microbatches=num_microbatches, f=f, b=b, w=w, comm=comm,
         first_stage_extra=first_stage_extra, last_stage_extra=last_stage_extra,
         memory_limit=memory_limit, stage_weights=tuple(stage_weights),
-        loaded=tuple(Schedule.load(x) for x in load),
+        loaded=tuple(Schedule.load(x) for x in load), optimize=optimize,
     )
     ex = Explorer(settings, **kwargs)
     if state:

@@ -105,6 +105,11 @@ class Table:
     each cell ``paper | ours``, each cell's "how" as a numbered label under its sub-table."""
     row_label: str = "row"
     """Header of the row-label column of a grid."""
+    paper_values: bool = True
+    """Whether a grid's cells show the paper's value (``paper | ours``); ``False`` for an
+    artifact the paper has no numbers for: the cells show ours alone, under :attr:`legend`."""
+    legend: str | None = None
+    """The grid's legend when :attr:`paper_values` is ``False``."""
 
     def agreement(self) -> str:
         if self.verdict is not None:
@@ -156,7 +161,8 @@ class Table:
                         texts.append("")
                         continue
                     mark = f" [{hows.index(c.how) + 1}]" if len(hows) > 1 else ""
-                    texts.append(f"{_fmt(c.paper)} | {_fmt(c.ours)}{mark}")
+                    texts.append(f"{_fmt(c.paper)} | {_fmt(c.ours)}{mark}" if self.paper_values
+                                 else f"{_fmt(c.ours)}{mark}")
                 body.append((r, texts))
             labels = ([f"[{i + 1}] {h}" for i, h in enumerate(hows)] if len(hows) > 1
                       else [f"every cell: {hows[0]}"])
@@ -170,7 +176,7 @@ class Table:
         out = [f"# {self.title}", "", f"*What was done:* {self.done}", "",
                f"*Agreement:* {self.agreement()}", ""]
         if self.grid:
-            out += [self.GRID_LEGEND, ""]
+            out += [self.GRID_LEGEND if self.paper_values else (self.legend or ""), ""]
             for group, cols, body, labels in self.grids():
                 if group:
                     out += [f"## {group}", ""]
@@ -196,7 +202,7 @@ class Table:
             body = "".join("<tr>" + "".join(f"<td>{esc(x)}</td>" for x in row) + "</tr>\n" for row in self.rows())
             return ("<table><thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in self.HEADER)
                     + f"</tr></thead><tbody>\n{body}</tbody></table>")
-        parts = [f"<p>{esc(self.GRID_LEGEND)}</p>"]
+        parts = [f"<p>{esc(self.GRID_LEGEND if self.paper_values else (self.legend or ''))}</p>"]
         for group, cols, body, labels in self.grids():
             if group:
                 parts.append(f"<h2>{esc(group)}</h2>")

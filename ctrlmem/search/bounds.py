@@ -29,7 +29,7 @@ from typing import Callable
 from ..costs import Costs
 from ..ir import Placement
 
-__all__ = ["span_bound", "lifespans"]
+__all__ = ["span_bound", "lifespans", "chains", "makespan_bounds", "makespan_bound"]
 
 
 def lifespans(placement: Placement, costs: Costs) -> list[float]:
@@ -76,3 +76,122 @@ def span_bound(placement: Placement, m: int, costs: Costs) -> Callable[[float], 
         return max(max(work, held / cap) for work, held in terms) * (1 - 1e-12)
 
     return bound
+
+
+# ---------------------------------------------------------------------------------------------
+# lower bounds on the makespan (docs/theory.md §6 "Bounds on the makespan")
+
+
+def chains(placement: Placement, costs: Costs, fused: bool = False):
+    """Per stage: ``head_F`` (earliest start of ``F(s)``), ``head_B`` (earliest start of its
+    backward) and ``tail_B`` (the longest chain after its backward ends: the backwards of the
+    stages below, the hop latency on each change of device, and the ``W`` at the end); with
+    ``fused`` the backward is ``BW`` (``b + w``, no ``W``). Times of one microbatch alone."""
+    S, p = placement.num_stages, placement.num_devices
+    f, b, w = costs.stage_times(S, p)
+    if fused:
+        b, w = [x + y for x, y in zip(b, w)], [0.0] * S
+    comm = float(costs.comm)
+    dev = placement.stage_device
+    hop = [comm if s + 1 < S and dev[s] != dev[s + 1] else 0.0 for s in range(S)]  # between s and s+1
+    head_f = [0.0] * S
+    for s in range(1, S):
+        head_f[s] = head_f[s - 1] + f[s - 1] + hop[s - 1]
+    head_b = [0.0] * S
+    head_b[S - 1] = head_f[S - 1] + f[S - 1]
+    for s in range(S - 2, -1, -1):
+        head_b[s] = head_b[s + 1] + b[s + 1] + hop[s]
+    tail_b = [0.0] * S
+    tail_b[0] = w[0]
+    for s in range(1, S):
+        tail_b[s] = max(w[s], hop[s - 1] + b[s - 1] + tail_b[s - 1])
+    return head_f, head_b, tail_b, (f, b, w)
+
+
+def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | None,
+                    fused: bool = False) -> dict[str, float]:
+    """Lower bounds on the makespan of every schedule of ``placement``, ``m`` microbatches and
+    ``costs`` whose devices peak at most at ``cap`` (``a``; ``None``: no limit), with the
+    default memory model (each stage's activation ``p/S``, released at its ``W``, or at its
+    fused ``BW`` with ``fused``). Each value holds for every such schedule (docs/theory.md §6,
+    where each is derived); the best is their maximum (:func:`makespan_bound`).
+
+    * ``"device"``: per device, the earliest arrival of a pass class, the work of the classes,
+      and the shortest chain after them (every subset of the device's pass classes: F, B, W of
+      each of its stages; all ``m`` microbatches of a class share its arrival and chain);
+    * ``"memory"``: per device, the first forward's arrival plus memory × time over the cap (the
+      lifespans of :func:`lifespans`);
+    * ``"warm-up"``: per device, work plus the idle forced before its first backward (at most
+      ``⌊cap / act⌋`` forwards can run before it: nothing is released earlier) and after its
+      last backward (only pending ``W`` s can run then, one per activation still held);
+    * ``"last forward"``: the same idle before the first backward, and the idle forced after the
+      start of the device's last forward: its chain to the end of the schedule against what the
+      activations held then can still run;
+    * ``"one at a time"``: when the cap holds just one microbatch's activations on a device, each
+      forward of its highest stage waits until the microbatch before has released everything
+      there, so the microbatches pass that point one release chain apart.
+    """
+    S, p = placement.num_stages, placement.num_devices
+    head_f, head_b, tail_b, (f, b, w) = chains(placement, costs, fused)
+    tail_f = [0.0] * S  # longest chain after F(s) ends (to the end of the schedule)
+    dev = placement.stage_device
+    comm = float(costs.comm)
+    tail_f[S - 1] = b[S - 1] + tail_b[S - 1]
+    for s in range(S - 2, -1, -1):
+        tail_f[s] = (comm if dev[s] != dev[s + 1] else 0.0) + f[s + 1] + tail_f[s + 1]
+    act = p / S
+    n_act = math.inf if cap is None else math.floor(cap / act + 1e-9)
+    life = lifespans(placement, costs)
+    out = {"device": 0.0, "memory": 0.0, "warm-up": 0.0, "last forward": 0.0, "one at a time": 0.0}
+    for d in range(p):
+        st = placement.stages_of(d)
+        classes = []  # (arrival, work of the m passes, chain after)
+        for s in st:
+            classes.append((head_f[s], m * f[s], tail_f[s]))
+            classes.append((head_b[s], m * b[s], tail_b[s]))
+            if not fused:
+                classes.append((head_b[s] + b[s], m * w[s], 0.0))
+        work = math.fsum(c[1] for c in classes)
+        head = min(c[0] for c in classes)
+        best = head + work
+        if len(classes) <= 12:
+            for mask in range(1, 1 << len(classes)):
+                sub = [c for i, c in enumerate(classes) if mask >> i & 1]
+                best = max(best, min(c[0] for c in sub) + math.fsum(c[1] for c in sub) + min(c[2] for c in sub))
+        out["device"] = max(out["device"], best)
+        if cap is not None and cap > 0:
+            held = m * math.fsum(act * life[s] for s in st)
+            out["memory"] = max(out["memory"], min(head_f[s] for s in st) + held / cap)
+        if n_act < math.inf:
+            k = min(n_act, len(st) * m)
+            first_b = min(head_b[s] for s in st)
+            before = k * max(f[s] for s in st)
+            after = 0.0 if fused else k * max(w[s] for s in st)
+            last = min(tail_b[s] for s in st)
+            idle_start = max(head, first_b - before)
+            out["warm-up"] = max(out["warm-up"], work + idle_start + max(0.0, last - after))
+            # after the start of the device's last forward (of its highest stage) only that
+            # pass's F, B, W and the B, W of the k - 1 other activations still held can run; that
+            # forward starts after the first backward can (needs k below the device's forwards)
+            if n_act == len(st) and m > 1:
+                # the cap holds one microbatch's activations: when the device's highest stage runs
+                # a forward, every other microbatch has released everything on it
+                top, low = max(st), min(st)
+                # the next microbatch enters only after this one's first release here, and its
+                # highest-stage forward comes after its own entry; the one after that only when
+                # this one has released everything
+                cycle = max(max(head_b[s] + b[s] + w[s] for s in st) - head_f[top],
+                            min(head_b[s] + b[s] + w[s] for s in st) - head_f[low])
+                out["one at a time"] = max(out["one at a time"],
+                                           head_f[top] + (m - 1) * cycle + f[top] + tail_f[top])
+            if n_act < len(st) * m:
+                top = max(st)
+                late = f[top] + b[top] + w[top] + (k - 1) * max(b[s] + w[s] for s in st)
+                out["last forward"] = max(out["last forward"],
+                                          work + idle_start + max(0.0, f[top] + tail_f[top] - late))
+    return out
+
+
+def makespan_bound(placement: Placement, m: int, costs: Costs, cap: float | None, fused: bool = False) -> float:
+    """The best of :func:`makespan_bounds` (a lower bound on every schedule's makespan within ``cap``)."""
+    return max(makespan_bounds(placement, m, costs, cap, fused).values()) * (1 - 1e-12)

@@ -10,27 +10,35 @@ below are what each search runs, in order (earlier candidates win ties).
 * :mod:`.zbv` — the Zero Bubble paper's cost-aware ZB-V greedy;
 * :mod:`.fused` — the paper's App. I construction of 1F1B-V (fused backward);
 * :mod:`.lists` — cost-aware list schedules under a memory cap (any placement, fused or split);
+* :mod:`.fillahead` — list schedules whose devices run a higher stage's forward before a lower
+  stage's backward (small V-shape pipelines; what the solver's optima at p ≤ 4 do);
 * :mod:`.polish` — neighbour-swap hill-climbing of the best at each cap (small pipelines);
+* :mod:`.relocate` — the best at each cap with single passes moved over several positions, with
+  kicks (small pipelines; what the solver's optima at p ≤ 4 do, docs/theory.md §12);
 * :mod:`.sequential` — ZB-H1/H2 and the ZB greedy on one stage per device (``zb``).
 """
 
 from .blocks import BlockFamily
 from .costblocks import CostBlockFamily
+from .fillahead import FillAheadFamily
 from .fused import FusedConstructionFamily
 from .grid import GridFamily
 from .lists import ListFamily
 from .polish import PolishFamily
+from .relocate import RelocateFamily
 from .sequential import ZBCapFamily, ZBFixedFamily
 from .zbv import ZBVFamily
 
 __all__ = ["V_SPLIT", "V_FUSED", "SEQUENTIAL"]
 
 _LISTS = ListFamily()
-_BASE = [BlockFamily(), CostBlockFamily(), GridFamily(), ZBVFamily(), _LISTS]
+_BASE = [BlockFamily(), CostBlockFamily(), GridFamily(), ZBVFamily(), _LISTS, FillAheadFamily()]
 
+_POLISH = PolishFamily(_BASE)
 #: the split-backward V-shape search (``v-shape``, ``v-min``, ``v-half``, ``v-zb``)
-V_SPLIT = _BASE + [PolishFamily(_BASE)]
+V_SPLIT = _BASE + [_POLISH, RelocateFamily(_BASE + [_POLISH])]
 #: the fused-backward V-shape search (``1f1b-v``)
 V_FUSED = [FusedConstructionFamily(), _LISTS]
 #: one stage per device (``zb``)
-SEQUENTIAL = [ZBFixedFamily(), ZBCapFamily()]
+_ZB = [ZBFixedFamily(), ZBCapFamily()]
+SEQUENTIAL = _ZB + [RelocateFamily(_ZB)]

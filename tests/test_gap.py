@@ -1,0 +1,79 @@
+"""The optimality gap at real sizes (ctrlmem.gap, the ``optimality-gap`` artifact): the grids,
+the profiled mix, one measurement, the cache, the artifact's files.
+
+Units: ``Costs`` are full-stage pass times (the profiled mix in ms); budgets fractions of 1F1B's
+``p·a``.
+"""
+
+import json
+
+import pytest
+
+import ctrlmem as cm
+from ctrlmem import gap
+
+pytest.importorskip("ortools")
+
+
+def test_grids():
+    quick, full = gap.instances("quick"), gap.instances("full")
+    assert len(quick) == 10 and all(i.improve and i.m == i.p for i in quick)
+    assert len(full) == 435 and {i.p for i in full} == {2, 3, 4, 6, 8, 16}
+    assert sum(i.improve for i in full) == 246
+    assert all(i.improve for i in full if i.p <= 4)
+    assert not any(i.budget == 0.5 for i in full if i.p == 2)  # the same as the smallest, listed once
+    with pytest.raises(ValueError, match="size must be"):
+        gap.instances("medium")
+
+
+def test_profiled_mix_from_the_shipped_replay():
+    assert gap.MIXES["profiled"] == cm.Costs(7.98, 9.32, 8.37, 1.68)
+
+
+def test_measure_one_instance():
+    """p = 3, m = 3, 3:4:2, budget 0.5: the proven optimum is 46.5; v-shape misses it (53 before
+    the learned families); cm.improve reaches it; every heuristic within the budget is at or
+    above the bound."""
+    inst = gap.Instance(3, 3, "3:4:2", 0.5, True)
+    r = gap.measure(inst, "v-shape", (2.0, 5.0))
+    assert r["status"] == "optimal" and r["optimum"] == r["lower_bound"] == 46.5
+    assert r["improve"] == {"2": 46.5, "5": 46.5}
+    for h in r["heuristics"].values():
+        if h["fits"]:
+            assert h["makespan"] >= r["lower_bound"] - 1e-9
+    assert 46.5 < r["heuristics"]["v-shape"]["makespan"] < 53
+    assert not r["heuristics"]["v-zb"]["fits"]
+    assert set(r["bounds"]) == {"device", "memory", "warm-up", "last forward", "one at a time", "solver"}
+
+
+def test_measure_all_reads_its_cache(tmp_path, monkeypatch):
+    cache = tmp_path / "runs.jsonl"
+    first = gap.measure_all("quick", cache=cache)
+    assert len(first) == 20 and len(cache.read_text().splitlines()) == 20
+
+    def no_solver(*a, **k):
+        raise AssertionError("solved again although cached")
+
+    monkeypatch.setattr(gap, "solve", no_solver)
+    assert gap.measure_all("quick", cache=cache) == first
+    s = gap.summary(first)
+    assert s["v-shape"]["small_proven"] == 10 and s["sequential"]["small_within_2pct"] == 10
+    assert all(g["never_worse"] for d in s.values() for g in d["improve"].values())
+
+
+def test_artifact_quick(tmp_path):
+    """The quick artifact: a grid per placement and p without paper values, the verdict line, the
+    JSON and the figure; regenerated, the same bytes."""
+    from ctrlmem.reproduce import build_table
+
+    t = build_table("optimality-gap", quick=True, out=tmp_path)
+    md = t.to_markdown()
+    assert "## V-shape, p = 3" in md and "## one stage per device, p = 2" in md
+    assert "not recovered" not in md.split("Notes:")[0]
+    assert "within 2 % of the proven optimum on" in t.agreement()
+    data = json.loads((tmp_path / "optimality-gap.json").read_text())
+    assert data["size"] == "quick" and len(data["rows"]) == 20
+    assert (tmp_path / "optimality-gap.html").exists()
+    again = build_table("optimality-gap", quick=True, out=tmp_path / "b")
+    assert again.to_markdown() == md
+    assert (tmp_path / "b" / "optimality-gap.json").read_bytes() == (tmp_path / "optimality-gap.json").read_bytes()

@@ -185,3 +185,27 @@ def test_list_caps_contain_every_whole_activation_budget():
         if p != 20:  # common budgets above 1F1B's memory, where they are whole steps of the grid
             for frac in (1.25, 1.5, 2.0):
                 assert int(frac * base * p) in lists.caps(p, 4 * p, base), (p, frac)
+
+
+@pytest.mark.parametrize("p,m,costs,budget", [(4, 8, (3, 4, 2, 0.1), 0.5), (4, 16, (3, 4, 2, 0), 0.5),
+                                              (3, 6, (1, 2, 2, 0), 0.75)])
+def test_polish_starts_from_every_familys_best(p, m, costs, budget):
+    """The hill-climb of the polish family starts from the best of each family alone, not only
+    from the best of all: a better start can climb to a worse end (at p = 4, m = 8, 3:4:2:0.1,
+    budget 0.5 the fill-ahead family's best climbed to 108 where the grid's climbs to 106), so the
+    search is never above any family's polished best."""
+    from ctrlmem.schedules.families import _BASE
+    from ctrlmem.schedules.families.polish import polish_keys
+    from ctrlmem.search.engine import Query, search, timed
+
+    costs = cm.Costs(*costs)
+    got = max(cm.simulate(cm.build("v-shape", p, m, costs=costs, memory_limit=budget), costs).device_spans)
+    for h in lists.caps(p, int(budget * 2 * p + 1e-9), 2):
+        q = Query(Placement.v_shape(p), m, costs, h / 2, False)
+        for fam in _BASE:
+            found = search(q, [fam])
+            if found is None:
+                continue
+            polished = polish_keys(found.cs, found.index, costs, h / 2)
+            span = found.span if polished is None else float(timed(polished, costs).span[0])
+            assert got <= span + 1e-9, (fam.name, h)

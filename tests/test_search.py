@@ -167,27 +167,39 @@ import ctrlmem as cm
 from ctrlmem.search import kernels
 out = {"jit": kernels.jit_enabled()}
 costs = cm.Costs(3, 4, 2, 0.1)
-for name, p, m, lim in [("v-shape", 3, 6, 0.5), ("v-shape", 3, 7, 1.0), ("v-shape", 4, 9, 2.0), ("zb", 4, 8, 1.5),
-                        ("v-min", 4, 9, None), ("v-half", 3, 8, None), ("v-zb", 3, 8, None), ("1f1b-v", 4, 9, None)]:
+for name, p, m, lim in json.loads(sys.argv[1]):
     s = cm.build(name, p, m, costs=costs, memory_limit=lim)
     out[f"{name} {p} {m} {lim}"] = [str(s.params), [[str(x) for x in o] for o in s.device_passes]]
 out["steps"] = cm.pipeline_steps(cm.blocks.v_cost_block(4, (2, 2, 1, 0), (1, 1, 1), (0, 0, 0)), 7)["squeeze"].to_text()
 print(json.dumps(out))
 """
 
+#: every search at least once, at sizes where plain Python takes seconds (the small-pipeline
+#: families run at p·m ≤ 64, the others above)
+_FAST_CASES = [("v-shape", 3, 6, 0.5), ("zb", 3, 6, 1.0), ("zb", 5, 16, 1.0), ("v-min", 5, 16, None),
+               ("1f1b-v", 4, 9, None)]
+#: more budgets, every named schedule, and the small-pipeline families at their largest (plain
+#: Python: about a minute)
+_SLOW_CASES = [("v-shape", 3, 7, 1.0), ("v-shape", 4, 9, 2.0), ("v-shape", 5, 16, 1.0), ("zb", 4, 8, 1.5),
+               ("v-half", 3, 8, None), ("v-zb", 3, 8, None), ("v-min", 4, 9, None)]
 
-def _run_check(jit: bool) -> dict:
+
+def _run_check(jit: bool, cases) -> dict:
     env = dict(os.environ, CTRLMEM_JIT="1" if jit else "0")
-    proc = subprocess.run([sys.executable, "-c", _PY_CHECK], capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run([sys.executable, "-c", _PY_CHECK, json.dumps(cases)], capture_output=True, text=True,
+                          timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
 
 
-def test_compiled_and_plain_python_kernels_agree():
+@pytest.mark.parametrize("cases", [pytest.param(_FAST_CASES, id="every-search"),
+                                   pytest.param(_SLOW_CASES, id="small-pipeline-families", marks=pytest.mark.slow)])
+def test_compiled_and_plain_python_kernels_agree(cases):
     """With numba and without (CTRLMEM_JIT=0), every search gives the same schedule: the kernels
     are one code run two ways."""
-    compiled, plain = _run_check(True), _run_check(False)
+    compiled, plain = _run_check(True, cases), _run_check(False, cases)
     assert compiled.pop("jit") is True and plain.pop("jit") is False
+    assert len(compiled) == len(cases) + 1
     assert compiled == plain
 
 

@@ -3,7 +3,8 @@ neighbouring passes of a device (the paper's reordering, App. C, with the real c
 
 For pipelines of at most :data:`POLISH_MAX_PM` passes per stage pair (``p·m``), at each cap of
 the list family's grid up to 1F1B's memory, the best candidate the other families give within
-that cap (the polished ones of smaller caps included) is hill-climbed: a swap of two
+that cap (the polished ones of smaller caps included), and the best of each family on its own, are
+hill-climbed: a swap of two
 neighbouring passes of a device is kept when the schedule still runs (no deadlock), its peak stays
 within the cap and it gets shorter (longest span, then makespan, then the sum of the spans), for at
 most :data:`POLISH_EVALS` timings per cap. Monotone: a cap's polished candidates include every
@@ -120,12 +121,30 @@ class PolishFamily(Family):
         done: list[CandidateSet] = []
         for h in caps(p, top, base):
             key = (P, q.m, q.costs, h)
-            got = self._cache.get(key, False)
-            if got is False:
-                sub = Query(P, q.m, q.costs, h / base, q.fused, q.bound)
-                found = search(sub, self.others, first=list(done))
-                got = polish_keys(found.cs, found.index, q.costs, h / base) if found is not None else None
+            got = self._cache.get(key)
+            if got is None:
+                got = self._polished(Query(P, q.m, q.costs, h / base, q.fused, q.bound), done, h / base)
                 self._cache.put(key, got)
+            for cs in got:
+                done.append(cs)
+                yield cs
+
+    def _polished(self, sub: Query, done: list[CandidateSet], cap: float) -> tuple[CandidateSet, ...]:
+        """The best of everything within ``cap`` polished, and the best of each family alone: a
+        hill-climb from the overall best can end above one from another family's best, so adding
+        a family never makes a polished result worse."""
+        seeds = [search(sub, self.others, first=list(done))]
+        seeds += [search(sub, [fam]) for fam in self.others]
+        out: list[CandidateSet] = []
+        seen: list[np.ndarray] = []
+        for found in seeds:
+            if found is None:
+                continue
+            row = found.cs.keys[found.index]
+            if any(np.array_equal(row, s) for s in seen):
+                continue
+            seen.append(row)
+            got = polish_keys(found.cs, found.index, sub.costs, cap)
             if got is not None:
-                done.append(got)
-                yield got
+                out.append(got)
+        return tuple(out)

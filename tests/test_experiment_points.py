@@ -42,3 +42,44 @@ def test_result_of_a_finished_slurm_job_is_collected_not_rerun(tmp_path, monkeyp
     r = points.real_run_point("1f1b", 2, 4, backend="gloo", launcher="local", quick=True, out_dir=tmp_path)
     assert r["status"] == "ok" and r["peak_saved_bytes_max"] == 5 and r["loss"] == 1.0
     assert r["how"] == "measured (CPU, gloo; launcher slurm, job 77)"
+
+
+def test_several_schedules_are_named_once_each_in_one_command():
+    """`schedules` "a, b" becomes one `ctrlmem run` with a --schedule per name, in order; an empty
+    name, a repeated one, or several schedules for the Slurm launcher are refused by name."""
+    assert points.schedule_names(" 1f1b, v-min ,zb-h1") == ["1f1b", "v-min", "zb-h1"]
+    cmd = points.run_command(["1f1b", "v-min"], 4, 8, "gloo", "out")
+    assert [cmd[i + 1] for i, x in enumerate(cmd) if x == "--schedule"] == ["1f1b", "v-min"]
+    with pytest.raises(ValueError, match="given twice"):
+        points.schedule_names("1f1b,v-min,1f1b")
+    with pytest.raises(ValueError, match="separated by commas"):
+        points.schedule_names("1f1b,,v-min")
+    pytest.importorskip("torch")
+    with pytest.raises(ValueError, match="one local launch"):
+        points.real_run_point(["1f1b", "v-min"], 2, 4, backend="gloo", launcher="slurm", quick=True, out_dir="unused")
+    with pytest.raises(ValueError, match="not registered"):
+        points.real_run_point(["1f1b", "no-such"], 2, 4, backend="gloo", launcher="local", quick=True,
+                              out_dir="unused")
+
+
+def test_run_ids_name_the_schedules_of_a_point():
+    """A point with `schedules` is labelled by them; points without keep their old ids."""
+    from ctrlmem.experiments.config import _run_id
+
+    assert _run_id({"schedules": "1f1b,v-min", "model": "cpu-tiny", "p": 4, "m": 8}).startswith("1f1b-v-min_cpu-tiny_4_8_")
+    assert _run_id({"schedule": "v-min", "model": "cpu-tiny", "p": 4, "m": 8}).startswith("v-min_cpu-tiny_4_8_")
+    assert _run_id({"schedule": "v-min", "schedules": "", "p": 4}).startswith("v-min_4_")
+
+
+def test_run_refuses_a_repeated_schedule_and_several_in_one_slurm_script(tmp_path, capsys):
+    """`ctrlmem run` with a --schedule given twice, or several with --emit-sbatch, stops before
+    launching with one line naming the problem."""
+    pytest.importorskip("torch")
+    from ctrlmem.cli import main
+
+    assert main(["run", "--schedule", "v-min", "--schedule", "v-min", "--out", str(tmp_path)]) == 2
+    assert "given twice for v-min" in capsys.readouterr().err
+    assert main(["run", "--schedule", "1f1b", "--schedule", "v-min", "--emit-sbatch", str(tmp_path / "x.sbatch"),
+                 "--out", str(tmp_path)]) == 2
+    assert "one --schedule" in capsys.readouterr().err
+    assert not (tmp_path / "x.sbatch").exists()

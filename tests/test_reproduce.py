@@ -214,3 +214,31 @@ def test_claim_16_percent_gets_a_predicted_verdict(tmp_path):
     (tmp_path / "table3.json").unlink()
     missing = claims_mod.claim_16_percent(tmp_path)
     assert "run `ctrlmem reproduce --only table3` first" in missing.ours
+
+
+@pytest.mark.slow
+def test_cpu_real_memory_runs_its_schedules_in_one_launch(tmp_path):
+    """The measured artifact end to end on a small copy of its config (p = 2, two schedules): one
+    sweep point through papermill, both schedules in one launch, one table row each with the ratio
+    to 1F1B; the whole record is kept with one result per schedule."""
+    pytest.importorskip("torch")
+    import shutil
+    from pathlib import Path
+
+    from ctrlmem.experiments import read_records
+    from ctrlmem.reproduce.measured import cpu_real_memory
+
+    repo = Path(__file__).resolve().parents[1]
+    (tmp_path / "experiments").mkdir()
+    shutil.copytree(repo / "notebooks", tmp_path / "notebooks")
+    text = (repo / "experiments" / "cpu_real_memory.yaml").read_text()
+    assert "schedules: 1f1b,zb-h1,zb-v,v-min,v-half,v-zb" in text and "p: 4" in text and "m: 8" in text
+    text = text.replace("schedules: 1f1b,zb-h1,zb-v,v-min,v-half,v-zb", "schedules: 1f1b,v-min")
+    (tmp_path / "experiments" / "cpu_real_memory.yaml").write_text(text.replace("p: 4", "p: 2").replace("m: 8", "m: 4"))
+    t = cpu_real_memory(quick=True, root=tmp_path)
+    got = {(c.row, c.column): c for c in t.cells}
+    assert got[("1f1b", "peak activation / 1F1B")].ours == 1
+    vmin = got[("v-min", "peak activation / 1F1B")]
+    assert abs(vmin.ours / vmin.paper - 1) < 0.1  # near the schedules' theory (equal peaks at p = 2)
+    records = read_records(tmp_path / "experiments" / "results" / "cpu-real-memory")
+    assert len(records) == 1 and set(records[0]["result"]["runs"]) == {"1f1b", "v-min"}

@@ -161,3 +161,22 @@ def test_v_schedules_at_p4_send_nothing_to_their_own_rank(tmp_path):
     for name, result in zip(V_AT_4, results):
         _check_exact(result)
         _check_no_self_send_no_inference(result)
+
+
+@pytest.mark.slow
+def test_several_schedules_in_one_launch_equal_separate_launches(tmp_path, capsys):
+    """`ctrlmem run --schedule 1f1b --schedule v-min` runs both in one launch, each into its own
+    folder, exact, with the same activation peaks as a launch of its own."""
+    from ctrlmem.cli import main
+
+    rc = main(["run", "--schedule", "1f1b", "--schedule", "v-min", "-p", "2", "-m", "4", "--steps", "0",
+               "--out", str(tmp_path / "both"), "--json"])
+    results = json.loads(capsys.readouterr().out)
+    assert rc == 0 and [r["schedule"]["name"] for r in results] == ["1f1b", "v-min"]
+    for r in results:
+        _check_exact(r)
+        name = r["schedule"]["name"]
+        assert json.loads((tmp_path / "both" / name / "result.json").read_text())["schedule"]["name"] == name
+    alone = run(RunConfig("v-min", 2, 4, steps=0, out=str(tmp_path / "alone"), timeout_s=240, hang_timeout_s=120))
+    assert alone["peak_saved_bytes"] == results[1]["peak_saved_bytes"]
+    assert alone["theory_peak_bytes"] == results[1]["theory_peak_bytes"]

@@ -53,7 +53,7 @@ from __future__ import annotations
 from .config import (CONFIRM_POINTS, DEFAULT_NOTEBOOK, MAX_POINTS, ConfigError, ExperimentConfig, Run, check_notebook,
                      check_parameters, config_from_dict, load_config, plan_runs, resolve_root)
 from .points import (measured_costs, real_run_available, real_run_point, resolve_costs, runtime_model_name,
-                     simulate_point)
+                     schedule_names, simulate_point)
 from .store import (SweepLock, SweepLocked, SweepSummary, check_layout, read_record, read_records, reap_stale_runs,
                     record_problem, write_json_atomic, write_table)
 from .sweep import RESULT_FILE, RunOutcome, execute_with_papermill, run_sweep
@@ -64,4 +64,5 @@ __all__ = [
     "record_problem", "reap_stale_runs", "config_from_dict", "load_config", "plan_runs", "check_parameters", "run_sweep",
     "execute_with_papermill", "read_records", "write_table", "write_json_atomic", "simulate_point",
     "resolve_costs", "measured_costs", "real_run_available", "real_run_point", "runtime_model_name", "check_layout",
+    "schedule_names",
 ]

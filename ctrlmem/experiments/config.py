@@ -409,7 +409,8 @@ def load_config(path: str | Path, root: str | Path | None = None) -> ExperimentC
 def _run_id(params: Mapping[str, Any]) -> str:
     canonical = json.dumps(dict(params), sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha1(canonical.encode()).hexdigest()[:8]
-    parts = [str(params[k]) for k in ("schedule", "model", "p", "m") if k in params]
+    parts = [str(params[k]) for k in ("schedule", "schedules", "model", "p", "m")
+             if k in params and (k != "schedules" or params[k])]
     label = "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", x) for x in parts) or "run"
     return f"{label}_{digest}"
 

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from .. import proctree
 from ..costs import Costs, MemoryModel
@@ -171,12 +171,28 @@ SLURM_MARKER = "slurm_job.json"
 ``{"job_id", "state"}``; :func:`real_run_point` then collects that job's ``result.json``."""
 
 
-def run_command(schedule: str, p: int, m: int, backend: str, run_dir: str | Path, model: str | None = None,
-                memory_limit: float | None = None, quick: bool = False, timeout_s: float = 1800,
-                dp: int = 1) -> list[str]:
-    """The ``ctrlmem run`` command line for one point (without ``--json`` / ``--emit-sbatch``)."""
-    cmd = [sys.executable, "-m", "ctrlmem.cli", "run", "--schedule", schedule, "-p", str(p), "-m", str(m),
-           "--backend", backend, "--out", str(run_dir), "--timeout", str(int(timeout_s))]
+def schedule_names(schedules: str | Sequence[str]) -> list[str]:
+    """``"a, b,c"`` or ``["a", "b"]`` -> ``["a", "b", "c"]``: the schedules of one launch, in
+    order; ``ValueError`` for an empty name or one given twice."""
+    names = [x.strip() for x in schedules.split(",")] if isinstance(schedules, str) else [str(x) for x in schedules]
+    if not names or any(not x for x in names):
+        raise ValueError(f"schedules: give names separated by commas, e.g. '1f1b,v-min'; got {schedules!r}")
+    dup = sorted({x for x in names if names.count(x) > 1})
+    if dup:
+        raise ValueError(f"schedules: {', '.join(dup)} given twice; give each schedule once")
+    return names
+
+
+def run_command(schedule: str | Sequence[str], p: int, m: int, backend: str, run_dir: str | Path,
+                model: str | None = None, memory_limit: float | None = None, quick: bool = False,
+                timeout_s: float = 1800, dp: int = 1) -> list[str]:
+    """The ``ctrlmem run`` command line for one point (without ``--json`` / ``--emit-sbatch``);
+    several schedules (a list) run one after the other in the same launch."""
+    names = [schedule] if isinstance(schedule, str) else list(schedule)
+    cmd = [sys.executable, "-m", "ctrlmem.cli", "run"]
+    for name in names:
+        cmd += ["--schedule", name]
+    cmd += ["-p", str(p), "-m", str(m), "--backend", backend, "--out", str(run_dir), "--timeout", str(int(timeout_s))]
     if dp != 1:
         cmd += ["--dp", str(dp)]
     if model:
@@ -188,7 +204,7 @@ def run_command(schedule: str, p: int, m: int, backend: str, run_dir: str | Path
     return cmd
 
 
-def real_run_point(schedule: str, p: int, m: int, backend: str, launcher: str, quick: bool,
+def real_run_point(schedule: str | Sequence[str], p: int, m: int, backend: str, launcher: str, quick: bool,
                    out_dir: str | Path, model: str | None = None, memory_limit: float | None = None,
                    timeout_s: float = 1800, dp: int = 1) -> dict[str, Any]:
     """Run one point for real through ``ctrlmem run --json`` in a subprocess and return its
@@ -197,25 +213,40 @@ def real_run_point(schedule: str, p: int, m: int, backend: str, launcher: str, q
     with ``sbatch --wait``. When the sweep's Slurm launcher (``ctrlmem sweep --launcher slurm``)
     has already run the point as a job, its result is collected instead (``out_dir/run`` holds
     the job's ``result.json`` and a :data:`SLURM_MARKER`). ``dp`` replicates the pipeline
-    (``ctrlmem run --dp``)."""
+    (``ctrlmem run --dp``).
+
+    ``schedule`` a list of several names (local launcher only): they run one after the other in
+    one launch (every process starts once); the result is ``{"schedules", "runs": {name: the
+    result one schedule would give}, "status"}``, ``ok`` when every run is."""
     from ..schedules import SCHEDULES
 
+    names = [schedule] if isinstance(schedule, str) else schedule_names(schedule)
     ok, why = real_run_available()
     if not ok:
         raise RuntimeError(f"real run not available: {why}; use backend='simulate'")
-    if schedule not in SCHEDULES:
+    if launcher not in ("local", "slurm"):
+        raise ValueError(f"launcher must be 'local' or 'slurm', got {launcher!r}")
+    many = not isinstance(schedule, str)
+    if many and launcher != "local":
+        raise ValueError("several schedules run in one local launch; with launcher='slurm' give one schedule per "
+                         "point (a grid over 'schedule')")
+    missing = [n for n in names if n not in SCHEDULES]
+    if missing and not many:
         return {"schedule": schedule, "p": p, "m": m, "status": "skipped",
                 "reason": f"schedule {schedule!r} is not registered in cm.SCHEDULES yet "
                           f"(registered: {', '.join(SCHEDULES)})"}
-    if launcher not in ("local", "slurm"):
-        raise ValueError(f"launcher must be 'local' or 'slurm', got {launcher!r}")
+    if missing:
+        raise ValueError(f"schedules {', '.join(map(repr, missing))} are not registered "
+                         f"(registered: {', '.join(SCHEDULES)})")
     run_dir = Path(out_dir) / "run"
     marker = run_dir / SLURM_MARKER
+    stderr = ""
     if marker.is_file() and (run_dir / "result.json").is_file():
         job = json.loads(marker.read_text())
         launcher = f"slurm, job {job.get('job_id')}"
     else:
-        cmd = run_command(schedule, p, m, backend, run_dir, model, memory_limit, quick, timeout_s, dp)
+        cmd = run_command(names if many else schedule, p, m, backend, run_dir, model, memory_limit, quick,
+                          timeout_s, dp)
         if launcher == "slurm":
             script = Path(out_dir) / "run.sbatch"
             cmd += ["--emit-sbatch", str(script)]
@@ -233,7 +264,7 @@ def real_run_point(schedule: str, p: int, m: int, backend: str, launcher: str, q
         finally:
             with proctree.no_interrupts():
                 proctree.kill_tree(proc, tag)
-        if proc.returncode != 0:
+        if proc.returncode != 0 and not many:
             err = (stderr or "").strip().splitlines()
             raise RuntimeError(f"`ctrlmem {' '.join(cmd[3:])}` failed (status {proc.returncode}): "
                                f"{err[-1] if err else 'no message'}")
@@ -244,10 +275,28 @@ def real_run_point(schedule: str, p: int, m: int, backend: str, launcher: str, q
             sub = subprocess.run(["sbatch", "--wait", str(script)], capture_output=True, text=True)
             if sub.returncode != 0:
                 raise RuntimeError(f"sbatch --wait {script} failed: {sub.stderr.strip()[-300:]}")
+    if many:
+        from ..runtime.cli import schedule_folder
+
+        runs = {}
+        for name in names:
+            path = run_dir / schedule_folder(name) / "result.json"
+            if not path.is_file():
+                err = (stderr or "").strip().splitlines()
+                raise RuntimeError(f"`ctrlmem run` wrote no {path}" + (f": {err[-1]}" if err else ""))
+            runs[name] = _run_summary(json.loads(path.read_text()), backend, launcher)
+        return {"schedules": names, "runs": runs, "p": p, "m": m,
+                "status": "ok" if all(r["status"] == "ok" for r in runs.values()) else "failed",
+                "reason": "; ".join(f"{n}: {r.get('failure')}" for n, r in runs.items() if r["status"] != "ok") or None,
+                "how": runs[names[0]]["how"]}
     result_path = run_dir / "result.json"
     if not result_path.is_file():
         raise RuntimeError(f"`ctrlmem run` finished but wrote no {result_path}")
-    result = json.loads(result_path.read_text())
+    return _run_summary(json.loads(result_path.read_text()), backend, launcher)
+
+
+def _run_summary(result: dict[str, Any], backend: str, launcher: str) -> dict[str, Any]:
+    """A run's ``result.json`` with the per-rank lists' maxima added (``peak_saved_bytes_max`` ...)."""
     summary = {k: (max(v) if isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v) else v)
                for k, v in result.items() if k in ("peak_saved_bytes", "peak_alloc_bytes", "theory_peak_bytes",
                                                    "grad_rel_diff", "loss_abs_diff", "predicted_step_s",

@@ -304,6 +304,10 @@ def _submit_point(config: ExperimentConfig, run: Run, build: Path, record_path: 
         if world % nodes:
             raise SlurmError(f"p x dp = {world} ranks cannot be spread evenly over {nodes} node(s); "
                              f"set slurm.nodes to a divisor of {world}")
+        if params.get("schedules"):
+            raise SlurmError(f"point {run.run_id} runs several schedules in one launch ('schedules': "
+                             f"{params['schedules']}); the Slurm launcher submits one schedule per job: move them to "
+                             f"grid: {{schedule: [...]}}")
         cmd = run_command(params["schedule"], p, int(params["m"]), params["backend"], run_dir.resolve(),
                           params.get("model") or None, params.get("memory_limit"), bool(params.get("quick")),
                           config.timeout_s, dp)

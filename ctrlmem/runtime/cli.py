@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+from pathlib import Path
 
 __all__ = ["add_commands"]
 
@@ -24,9 +26,11 @@ def add_commands(subparsers) -> None:
                     "write DIR/result.json: exactness vs a non-pipelined step, step and pass times, "
                     "measured and theoretical activation memory, the simulator's predicted step time.",
     )
-    p.add_argument("--schedule", required=True,
+    p.add_argument("--schedule", required=True, action="append",
                    help="schedule name (see `ctrlmem list`), or a schedule file: a torch / torchtitan CSV (e.g. the "
-                        "schedule.csv of `ctrlmem plan --emit`) or ctrlmem's text form")
+                        "schedule.csv of `ctrlmem plan --emit`) or ctrlmem's text form; repeat it to run several "
+                        "schedules one after the other in one launch (each process starts once): each result goes "
+                        "to OUT/<schedule>/result.json")
     p.add_argument("-p", "--devices", type=int_arg(), default=2, help="number of ranks p (default 2)")
     p.add_argument("-m", "--microbatches", type=int_arg(), default=4, help="number of microbatches m (default 4)")
     p.add_argument("--dp", type=int_arg(), default=1,
@@ -121,7 +125,33 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _config(args: argparse.Namespace):
+def schedule_folder(schedule: str) -> str:
+    """The sub-folder of ``--out`` that one of several ``--schedule`` s writes to: its name (a
+    schedule file: the file's name), with anything but letters, digits, ``.``, ``-``, ``_`` as ``-``."""
+    name = Path(schedule).name if any(sep in schedule for sep in ("/", "\\")) else schedule
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".") or "schedule"
+
+
+def _configs(args: argparse.Namespace) -> list:
+    """One run configuration per ``--schedule``; with several, each gets its own sub-folder of
+    ``--out`` (:func:`schedule_folder`)."""
+    from ..args import CliError
+
+    names = list(args.schedule)
+    if len(names) == 1:
+        return [_config(args, names[0], args.out)]
+    folders = [schedule_folder(n) for n in names]
+    dup = sorted({f for f in folders if folders.count(f) > 1})
+    if dup:
+        raise CliError(f"--schedule given twice for {', '.join(dup)}: each schedule of one launch writes to "
+                       f"OUT/<schedule>/; give each once")
+    if args.emit_sbatch:
+        raise CliError("--emit-sbatch writes one run per Slurm script; give one --schedule (a sweep grid over "
+                       "schedules submits one job each)")
+    return [_config(args, n, str(Path(args.out) / f)) for n, f in zip(names, folders)]
+
+
+def _config(args: argparse.Namespace, schedule: str, out: str):
     from ..args import parse_params
     from .launch import RunConfig
 
@@ -135,8 +165,8 @@ def _config(args: argparse.Namespace):
     if args.seq_len is not None:
         overrides["seq_len"] = args.seq_len
     return RunConfig(
-        schedule=args.schedule, num_devices=args.devices, num_microbatches=args.microbatches,
-        model=args.model, steps=args.steps, backend=args.backend, out=args.out,
+        schedule=schedule, num_devices=args.devices, num_microbatches=args.microbatches,
+        model=args.model, steps=args.steps, backend=args.backend, out=out,
         model_overrides=overrides, schedule_params=parse_params(args.param), seed=args.seed,
         threads_per_rank=args.threads, pin_cores=args.pin, timeout_s=args.timeout,
         comm_timeout_s=args.comm_timeout, hang_timeout_s=args.hang_timeout,
@@ -149,19 +179,27 @@ def _fmt_bytes(x: float) -> str:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .launch import emit_sbatch, run
+    from .launch import emit_sbatch, run_many
 
-    config = _config(args)
+    configs = _configs(args)
     if args.emit_sbatch:
+        config = configs[0]
         gpn = args.gpus_per_node or max(1, config.world_size // max(1, args.nodes))
         emit_sbatch(config, args.nodes, gpn, args.emit_sbatch, partition=args.partition, time_limit=args.time_limit)
         print(f"wrote {args.emit_sbatch}: sbatch it; the result lands in {config.out}/result.json")
         return 0
-    result = run(config)
+    results = run_many(configs)
     if args.json:
-        print(json.dumps(result, indent=2))
-    elif result["status"] != "ok":
-        print(f"run failed: {result['failure']}")
+        print(json.dumps(results[0] if len(results) == 1 else results, indent=2))
+    else:
+        for config, result in zip(configs, results):
+            _show(config, result)
+    return 0 if all(r["status"] == "ok" for r in results) else 1
+
+
+def _show(config, result: dict) -> None:
+    if result["status"] != "ok":
+        print(f"{config.schedule}: run failed: {result['failure']}")
         print(f"  log: {result['log']}")
     else:
         st = result["step_time_s"]
@@ -177,4 +215,3 @@ def _cmd_run(args: argparse.Namespace) -> int:
                                              result["theory_peak_bytes"])):
             print(f"  rank {r}: peak saved {_fmt_bytes(sv)}, allocator {_fmt_bytes(al)}, theory {_fmt_bytes(th)}"
                   f" (saved/theory {sv / th:.3f}, allocator/theory {al / th:.3f})")
-    return 0 if result["status"] == "ok" else 1

@@ -667,7 +667,7 @@ def _descendants_alive(token: str) -> list[int]:
 def fault_run_timeout(cwd: Path):
     token = f"t{os.getpid()}{time.time()}"
     env = {**os.environ, "CTRLMEM_PROBE": token}
-    rc, so, se = cli(["run", "--schedule", "1f1b", "-p", "2", "-m", "2", "--steps", "50", "--timeout", "6",
+    rc, so, se = cli(["run", "--schedule", "1f1b", "-p", "2", "-m", "2", "--steps", "5000", "--timeout", "6",
                       "--out", "o"], cwd, 120, env=env)
     time.sleep(1)
     left = _descendants_alive(token)
@@ -683,7 +683,7 @@ def fault_run_signal(cwd: Path, sig, want):
     token = f"s{os.getpid()}{time.time()}"
     env = {**os.environ, "CTRLMEM_PROBE": token}
     proc = subprocess.Popen([PY, "-m", "ctrlmem.cli", "run", "--schedule", "1f1b", "-p", "2", "-m", "2", "--steps",
-                             "50", "--out", "o"], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             "5000", "--out", "o"], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     time.sleep(6)
     proc.send_signal(sig)

@@ -240,7 +240,8 @@ class Explorer:
         controls = W.VBox([
             W.HTML(_CSS + "<b>schedules</b> <small>(tick to compare; panels stack in the order ticked)</small>"),
             self.schedules,
-            W.HBox([self.devices, self.microbatches, self.limit_on, self.limit, self.optimize_on, self.optimize]),
+            W.HBox([self.devices, self.microbatches, self.limit_on, self.limit, self.optimize_on, self.optimize],
+                   layout=W.Layout(flex_flow="row wrap")),  # wraps in a narrow notebook column
             W.HBox([self.f, self.b, self.w, self.comm]),
             W.HBox([self.first_extra, self.last_extra, self.weights]),
             W.HBox([self.model, self.model_mb, W.HTML("<small>a model adds a GB axis to the memory panel "

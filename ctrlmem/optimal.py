@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from . import checks
@@ -363,8 +364,26 @@ def optimal_schedule(
     """The exact optimum for small pipelines (:func:`ctrlmem.optimal`): shortest makespan within
     ``memory_limit`` (default: unlimited) under ``costs``, V-shape or sequential placement, B/W
     split; solved by OR-Tools CP-SAT within ``time_limit`` seconds (the schedule's params say
-    whether optimality was proven)."""
-    return optimal(num_devices, num_microbatches, costs, memory_limit, placement, time_limit).schedule
+    whether optimality was proven). A proven optimum is kept for the rest of the process (the
+    last :data:`_PROVEN_KEPT`): building the same instance again returns it at once."""
+    try:
+        key = (int(num_devices), int(num_microbatches), costs, memory_limit, placement)
+        hit = _PROVEN.get(key)
+    except TypeError:  # unhashable costs: solve every time
+        key, hit = None, None
+    if hit is not None:
+        _PROVEN.move_to_end(key)
+        return hit
+    res = optimal(num_devices, num_microbatches, costs, memory_limit, placement, time_limit)
+    if key is not None and res.status == "optimal":
+        _PROVEN[key] = res.schedule
+        while len(_PROVEN) > _PROVEN_KEPT:
+            _PROVEN.popitem(last=False)
+    return res.schedule
+
+
+_PROVEN_KEPT = 64
+_PROVEN: "OrderedDict[tuple, Schedule]" = OrderedDict()
 
 
 #: heuristics measured against the optimum, per placement (name, takes the budget?)

@@ -174,6 +174,7 @@ def test_allow_large_reads_a_file_above_the_pass_limit(tmp_path, monkeypatch):
     assert cm.Schedule.load(path, allow_large=True).num_passes == 16
 
 
+@pytest.mark.slow
 def test_optimal_answers_within_its_time_limit_at_p16_m64():
     """``cm.optimal(16, 64, time_limit=2)`` answers within 5 s (the limit covers the hint search,
     building the model and solving), with unit costs and with 3:4:2 costs, comm and a budget."""

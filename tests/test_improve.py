@@ -86,7 +86,7 @@ def test_memory_limit_default_keeps_the_inputs_peak():
     assert max(cm.simulate(res.schedule, C342).peak_memory) <= peak + 1e-9
 
 
-@pytest.mark.parametrize("seconds", [1.0, 3.0])
+@pytest.mark.parametrize("seconds", [1.0, pytest.param(3.0, marks=pytest.mark.slow)])
 def test_time_limit_kept(seconds):
     """The whole call (model building, windows, the final check) ends within a second of the
     limit, at p = 8, m = 32 (1,536 passes)."""

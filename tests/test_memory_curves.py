@@ -85,6 +85,7 @@ def test_fig09_artifact_draws_the_figure_and_matches_calc_with_equal_costs(small
     assert "F = B = W exact at all 6 limits" in t.agreement() and "paper: ≈ 0.5" in t.agreement()
 
 
+@pytest.mark.slow
 def test_fig10_artifact_v_is_not_above_zb_up_to_1f1b_memory(small, tmp_path):
     t = rp.build_table("fig10", quick=True, out=tmp_path)
     _files_ok(tmp_path, "fig10_v_vs_zb")

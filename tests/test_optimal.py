@@ -112,6 +112,7 @@ def test_cli_optimal(capsys):
     assert len(err) == 1 and "smallest feasible limit is 0.25" in err[0]
 
 
+@pytest.mark.slow
 def test_optimality_gap_artifact_quick(tmp_path):
     """The ``optimality-gap`` reproduce artifact (quick grid): every ratio over the best lower
     bound is at least 1 (no schedule beats a proven bound), and the verdict names the counts."""
@@ -123,3 +124,13 @@ def test_optimality_gap_artifact_quick(tmp_path):
     assert len(ratios) >= 20
     assert min(ratios) >= 1 - 1e-9
     assert "v-shape: at p ≤ 4 within 2 % of the proven optimum" in t.agreement()
+
+
+def test_a_proven_optimum_is_built_once_per_process():
+    """Building the same instance again returns the proven optimum kept from the first build (no
+    second solve); other costs or budgets solve again."""
+    costs = cm.Costs(3, 4, 2)
+    first = cm.build("optimal", 2, 3, costs=costs, memory_limit=1.0)
+    assert dict(first.params)["status"] == "optimal"
+    assert cm.build("optimal", 2, 3, costs=cm.Costs(3, 4, 2), memory_limit=1.0) is first
+    assert cm.build("optimal", 2, 3, costs=costs, memory_limit=0.75) is not first

@@ -206,6 +206,7 @@ def test_replay_costs_fill_unreplayed_stages_with_the_interior_mean():
 
 # -- claims ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_claims_give_a_verdict_per_claim(tmp_path, small_table4):
     """One line per claim with a valid verdict, a source in the paper, evidence and how; without the
     Fig. 7/9/10 curve data those lines say 'cannot be checked here' and name the artifact to run."""

@@ -15,10 +15,12 @@ below are what each search runs, in order (earlier candidates win ties).
 * :mod:`.polish` — neighbour-swap hill-climbing of the best at each cap (small pipelines);
 * :mod:`.relocate` — the best at each cap with single passes moved over several positions, with
   kicks (small pipelines; what the solver's optima at p ≤ 4 do, docs/theory.md §12);
-* :mod:`.fillahead` (``forward-first``) — list schedules whose devices run any ready forward that
-  fits before a ready backward (small V-shape pipelines; the optima's stable phase at p ≤ 4);
+* :mod:`.fillahead` (``forward-first``, the periodic family's seeds) — list schedules whose devices
+  run any ready forward that fits before a ready backward (small V-shape pipelines; the optima's
+  stable phase at p ≤ 4);
 * :mod:`.periodic` — the best at each cap with a pass of every later microbatch moved at once
-  (the same move in each period), then single relocations (small pipelines; docs/theory.md §12);
+  (the same move in each period), then single relocations; only what is no longer in makespan than
+  the others' best (small pipelines; last in the V-shape search; docs/theory.md §12);
 * :mod:`.sequential` — ZB-H1/H2 and the ZB greedy on one stage per device (``zb``).
 """
 
@@ -43,8 +45,8 @@ _POLISH = PolishFamily(_BASE)
 _RELOCATE = RelocateFamily(_BASE + [_POLISH])
 _FIRST = ForwardFirstFamily()
 #: the split-backward V-shape search (``v-shape``, ``v-min``, ``v-half``, ``v-zb``); the
-#: forward-first and periodic families come last, so the others' results are unchanged
-V_SPLIT = _BASE + [_POLISH, _RELOCATE, _FIRST, PeriodicFamily(_BASE + [_POLISH, _RELOCATE, _FIRST])]
+#: periodic family (seeded with the forward-first one) comes last, so the others' results are unchanged
+V_SPLIT = _BASE + [_POLISH, _RELOCATE, PeriodicFamily(_BASE + [_POLISH, _RELOCATE], seeds=[_FIRST])]
 #: the fused-backward V-shape search (``1f1b-v``)
 V_FUSED = [FusedConstructionFamily(), _LISTS]
 #: one stage per device (``zb``)

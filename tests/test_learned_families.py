@@ -152,6 +152,14 @@ def test_only_small_pipelines():
     assert not list(PeriodicFamily([], [ForwardFirstFamily()]).sets(q, Progress()))
 
 
+def test_periodic_in_the_zb_search():
+    """One stage per device, p = 4, m = 16, 1:2:2, budget 0.5: 128 before the periodic family,
+    124 with it — the optimum (proven by cm.optimal in the optimality-gap artifact)."""
+    costs = cm.Costs(1, 2, 2)
+    r = cm.simulate(cm.build("zb", 4, 16, costs=costs, memory_limit=0.5), costs)
+    assert r.makespan == 124.0 and max(r.peak_memory) <= 2.0 + 1e-9
+
+
 @settings(max_examples=6)
 @given(p=st.integers(2, 4), m=st.integers(2, 10), fbw=st.tuples(*(st.integers(1, 4),) * 3))
 def test_zb_monotone_with_relocate(p, m, fbw):

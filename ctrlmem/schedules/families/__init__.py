@@ -20,7 +20,7 @@ below are what each search runs, in order (earlier candidates win ties).
   stable phase at p ≤ 4);
 * :mod:`.periodic` — the best at each cap with a pass of every later microbatch moved at once
   (the same move in each period), then single relocations; only what is no longer in makespan than
-  the others' best (small pipelines; last in the V-shape search; docs/theory.md §12);
+  the others' best (small pipelines; last in the V-shape and ``zb`` searches; docs/theory.md §12);
 * :mod:`.sequential` — ZB-H1/H2 and the ZB greedy on one stage per device (``zb``).
 """
 
@@ -51,4 +51,5 @@ V_SPLIT = _BASE + [_POLISH, _RELOCATE, PeriodicFamily(_BASE + [_POLISH, _RELOCAT
 V_FUSED = [FusedConstructionFamily(), _LISTS]
 #: one stage per device (``zb``)
 _ZB = [ZBFixedFamily(), ZBCapFamily()]
-SEQUENTIAL = _ZB + [RelocateFamily(_ZB)]
+_ZB_RELOCATE = RelocateFamily(_ZB)
+SEQUENTIAL = _ZB + [_ZB_RELOCATE, PeriodicFamily(_ZB + [_ZB_RELOCATE])]

@@ -160,6 +160,16 @@ def test_periodic_in_the_zb_search():
     assert r.makespan == 124.0 and max(r.peak_memory) <= 2.0 + 1e-9
 
 
+@pytest.mark.parametrize("costs,before", [(cm.Costs(2, 1, 1), 27.0), (cm.Costs(1, 2, 2), 29.0)])
+def test_moves_on_every_device_reach_the_zb_optimum(costs, before):
+    """One stage per device, p = 4, m = 4, budget 0.75: the same move made on every device at once
+    reaches the optimum (cm.optimal, < 1 s), one above before the periodic family."""
+    optimum = cm.optimal(4, 4, costs=costs, memory_limit=0.75, placement="sequential", time_limit=30, workers=1)
+    assert optimum.status == "optimal"
+    r = cm.simulate(cm.build("zb", 4, 4, costs=costs, memory_limit=0.75), costs)
+    assert r.makespan == optimum.makespan < before
+
+
 @settings(max_examples=6)
 @given(p=st.integers(2, 4), m=st.integers(2, 10), fbw=st.tuples(*(st.integers(1, 4),) * 3))
 def test_zb_monotone_with_relocate(p, m, fbw):

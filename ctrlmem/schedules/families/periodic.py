@@ -19,7 +19,8 @@ cool-down differs) has that pass moved by the same offset, up to :data:`REACH` p
 way on its device (and single passes); kept when the schedule runs, its peak stays within the cap
 and it gets shorter (longest span, then makespan, then the sum of every pass's end time: a move
 that advances passes without shortening the schedule yet is kept, so the next can build on it),
-within :data:`MAX_EVALS` timings per start; then the single-pass relocations of :mod:`.relocate`
+within :data:`MAX_EVALS` timings per start; then the same moves made on every device at once (the
+pass of each device's stage of the same rank; :data:`EVERY_EVALS` timings); then the single-pass relocations of :mod:`.relocate`
 on the result (:data:`RELOCATE_EVALS` timings). The family yields those and the seeds' own
 candidates, only those no longer in makespan than the other families' best (span, then makespan)
 at that cap: the search ranks by span first, and a shorter span with a longer makespan must not
@@ -34,17 +35,20 @@ import numpy as np
 
 from ...search.encoding import CandidateSet, concat, tables
 from ...search.engine import LRU, Family, Progress, Query, timed
-from ...search.kernels import kernel
+from ...search.kernels import ints, kernel
 from ...search.timing import durations
 from .lists import caps
 from .relocate import _lt3, _move, _peak_ok, relocate_keys
 
-__all__ = ["PeriodicFamily", "periodic_keys", "PERIODIC_MAX_PM", "STARTS", "REACH", "MAX_EVALS", "RELOCATE_EVALS"]
+__all__ = ["PeriodicFamily", "periodic_keys", "PERIODIC_MAX_PM", "STARTS", "REACH", "MAX_EVALS", "EVERY_EVALS",
+           "RELOCATE_EVALS"]
 
 PERIODIC_MAX_PM = 64
 STARTS = 3
 REACH = 6
 MAX_EVALS = 4_000
+#: timings of the moves made on every device at once, after those on one device
+EVERY_EVALS = 2_000
 #: timings of the single relocations that follow (:func:`.relocate.relocate_keys`)
 RELOCATE_EVALS = 1_500
 
@@ -122,11 +126,13 @@ def _flow(keys, dep, cross, dur, comm, end, ptr, free, first, out):  # pragma: n
 
 
 @kernel
-def _periodic(keys, dep, cross, dur, comm, delta, m, cap, reach, max_evals):  # pragma: no cover - compiled
+def _periodic(keys, dep, cross, dur, comm, delta, m, S, stages, cap, reach, max_evals, every):  # pragma: no cover - compiled
     """Improve ``keys`` (one candidate, ``[1, p, L]``) in place by periodic moves; returns 1 if
-    it improved."""
+    it improved. ``stages[d]``: device ``d``'s stages in chain order. ``every``: each move is
+    made on every device at once (the pass of its stage of the same rank), else on one device."""
     p = keys.shape[1]
     L = keys.shape[2]
+    v = stages.shape[1]
     end = np.empty(dep.shape[0])
     ptr = np.zeros(p, np.int64)
     free = np.zeros(p)
@@ -134,42 +140,57 @@ def _periodic(keys, dep, cross, dur, comm, delta, m, cap, reach, max_evals):  # 
     res = np.empty(3)
     _flow(keys, dep, cross, dur, comm, end, ptr, free, first, res)
     c0, c1, c2 = res[0], res[1], res[2]
-    save = np.empty(L, np.int64)
+    save = np.empty((p, L), np.int64)
     evals = 0
     changed = 0
     improved = True
     while improved and evals < max_evals:
         improved = False
-        for d in range(p):
+        for d in range(1 if every else p):  # every device has each (kind, stage rank, microbatch)
             for i in range(L):
                 if evals >= max_evals:
                     break
                 k = keys[0, d, i]
                 x = k % m
-                head = k - x
+                kind = k // (S * m)
+                s = (k % (S * m)) // m
+                j = 0
+                for t in range(v):
+                    if stages[d, t] == s:
+                        j = t
                 done = False
                 for off in range(1, 2 * reach + 1):
                     if done:
                         break
                     shift = off if off <= reach else reach - off
-                    for r in range(3):
+                    for r in range(3):  # microbatches x .. last, x .. last but one, x alone
                         last = x + 1 if r == 2 else m - r
                         if r < 2 and last - x < 2:
                             continue
-                        for t in range(L):
-                            save[t] = keys[0, d, t]
+                        if every and p < 2:
+                            continue
+                        lo = 0 if every else d
+                        hi = p if every else d + 1
+                        for e in range(lo, hi):
+                            for t in range(L):
+                                save[e, t] = keys[0, e, t]
                         moved = 0
-                        for y in range(x, last):
-                            a = _find(keys[0, d], head + y)
-                            b = a + shift
-                            if b < 0:
-                                b = 0
-                            if b > L - 1:
-                                b = L - 1
-                            if b != a:
-                                _move(keys[0, d], a, b)
-                                moved += 1
-                        ok = moved > 0 and _peak_ok(keys[0, d], delta, cap)
+                        ok = True
+                        for e in range(lo, hi):
+                            head = (kind * S + stages[e, j]) * m
+                            for y in range(x, last):
+                                a = _find(keys[0, e], head + y)
+                                b = a + shift
+                                if b < 0:
+                                    b = 0
+                                if b > L - 1:
+                                    b = L - 1
+                                if b != a:
+                                    _move(keys[0, e], a, b)
+                                    moved += 1
+                            if not _peak_ok(keys[0, e], delta, cap):
+                                ok = False
+                        ok = ok and moved > 0
                         if ok:
                             _flow(keys, dep, cross, dur, comm, end, ptr, free, first, res)
                             evals += 1
@@ -180,8 +201,9 @@ def _periodic(keys, dep, cross, dur, comm, delta, m, cap, reach, max_evals):  # 
                             changed = 1
                             done = True
                             break
-                        for t in range(L):
-                            keys[0, d, t] = save[t]
+                        for e in range(lo, hi):
+                            for t in range(L):
+                                keys[0, e, t] = save[e, t]
     return changed
 
 
@@ -191,7 +213,13 @@ def periodic_keys(cs: CandidateSet, index: int, costs, cap: float, max_evals: in
     t = tables(cs.placement, cs.m, cs.fused)
     keys = cs.keys[index: index + 1].copy()
     dur = durations(cs.placement, cs.m, cs.fused, costs)
-    if not _periodic(keys, t.dep, t.cross, dur, float(costs.comm), t.delta, cs.m, float(cap), REACH, int(max_evals)):
+    P = cs.placement
+    stages = ints([sorted(P.stages_of(d)) for d in range(P.num_devices)])
+    one = _periodic(keys, t.dep, t.cross, dur, float(costs.comm), t.delta, cs.m, P.num_stages, stages, float(cap),
+                    REACH, int(max_evals), False)
+    every = _periodic(keys, t.dep, t.cross, dur, float(costs.comm), t.delta, cs.m, P.num_stages, stages, float(cap),
+                      REACH, EVERY_EVALS, True)
+    if not (one or every):
         return None
     out = CandidateSet(cs.placement, cs.m, cs.fused, keys, (cs.labels[index] + " periodic",))
     more = relocate_keys(out, 0, costs, cap, max_evals=RELOCATE_EVALS)

@@ -20,8 +20,8 @@ way on its device (and single passes); kept when the schedule runs, its peak sta
 and it gets shorter (longest span, then makespan, then the sum of every pass's end time: a move
 that advances passes without shortening the schedule yet is kept, so the next can build on it),
 within :data:`MAX_EVALS` timings per start; then the same moves made on every device at once (the
-pass of each device's stage of the same rank; :data:`EVERY_EVALS` timings); then the single-pass relocations of :mod:`.relocate`
-on the result (:data:`RELOCATE_EVALS` timings). The family yields those and the seeds' own
+pass of each device's stage of the same rank; :data:`EVERY_EVALS` timings); then the single-pass
+relocations of :mod:`.relocate` on the result (:data:`RELOCATE_EVALS` timings). The family yields those and the seeds' own
 candidates, only those no longer in makespan than the other families' best (span, then makespan)
 at that cap: the search ranks by span first, and a shorter span with a longer makespan must not
 replace what the others give. A cap whose best already meets the lower bound is left as it is.

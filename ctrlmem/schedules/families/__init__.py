@@ -15,14 +15,21 @@ below are what each search runs, in order (earlier candidates win ties).
 * :mod:`.polish` — neighbour-swap hill-climbing of the best at each cap (small pipelines);
 * :mod:`.relocate` — the best at each cap with single passes moved over several positions, with
   kicks (small pipelines; what the solver's optima at p ≤ 4 do, docs/theory.md §12);
+* :mod:`.fillahead` (``forward-first``, the periodic family's seeds) — list schedules whose devices
+  run any ready forward that fits before a ready backward (small V-shape pipelines; the optima's
+  stable phase at p ≤ 4);
+* :mod:`.periodic` — the best at each cap with a pass of every later microbatch moved at once
+  (the same move in each period), then single relocations; only what is no longer in makespan than
+  the others' best (small pipelines; last in the V-shape and ``zb`` searches; docs/theory.md §12);
 * :mod:`.sequential` — ZB-H1/H2 and the ZB greedy on one stage per device (``zb``).
 """
 
 from .blocks import BlockFamily
 from .costblocks import CostBlockFamily
-from .fillahead import FillAheadFamily
+from .fillahead import FillAheadFamily, ForwardFirstFamily
 from .fused import FusedConstructionFamily
 from .grid import GridFamily
+from .periodic import PeriodicFamily
 from .lists import ListFamily
 from .polish import PolishFamily
 from .relocate import RelocateFamily
@@ -35,10 +42,14 @@ _LISTS = ListFamily()
 _BASE = [BlockFamily(), CostBlockFamily(), GridFamily(), ZBVFamily(), _LISTS, FillAheadFamily()]
 
 _POLISH = PolishFamily(_BASE)
-#: the split-backward V-shape search (``v-shape``, ``v-min``, ``v-half``, ``v-zb``)
-V_SPLIT = _BASE + [_POLISH, RelocateFamily(_BASE + [_POLISH])]
+_RELOCATE = RelocateFamily(_BASE + [_POLISH])
+_FIRST = ForwardFirstFamily()
+#: the split-backward V-shape search (``v-shape``, ``v-min``, ``v-half``, ``v-zb``); the
+#: periodic family (seeded with the forward-first one) comes last, so the others' results are unchanged
+V_SPLIT = _BASE + [_POLISH, _RELOCATE, PeriodicFamily(_BASE + [_POLISH, _RELOCATE], seeds=[_FIRST])]
 #: the fused-backward V-shape search (``1f1b-v``)
 V_FUSED = [FusedConstructionFamily(), _LISTS]
 #: one stage per device (``zb``)
 _ZB = [ZBFixedFamily(), ZBCapFamily()]
-SEQUENTIAL = _ZB + [RelocateFamily(_ZB)]
+_ZB_RELOCATE = RelocateFamily(_ZB)
+SEQUENTIAL = _ZB + [_ZB_RELOCATE, PeriodicFamily(_ZB + [_ZB_RELOCATE])]

@@ -22,13 +22,16 @@ from ...search.encoding import CandidateSet, dedupe, passes_per_device
 from ...search.engine import LRU, Family, Progress, Query
 from .lists import caps, list_schedule, policy_label
 
-__all__ = ["FillAheadFamily", "FILL_POLICIES", "FILL_MAX_PM"]
+__all__ = ["FillAheadFamily", "ForwardFirstFamily", "FILL_POLICIES", "FIRST_POLICIES", "FILL_MAX_PM"]
 
 FILL_MAX_PM = 64
 FILL_POLICIES = (("upper", "high", "lazy"), ("upper", "high", "fit"), ("upper", "ready", "fit"),
                  ("upper", "high", "eager"), ("upper", "high", "mem"), ("upper", "high", "upper"),
                  ("upper", "ready", "upper"), ("ready", "high", "lazy"), ("ready", "high", "fit"),
                  ("ready", "high", "eager"), ("ready", "high", "upper"))
+#: the forward-first policies (:class:`ForwardFirstFamily`): any ready forward that fits runs
+#: before a ready backward, under every forward pick and W mode
+FIRST_POLICIES = tuple(("first", fp, wm) for fp in ("high", "ready") for wm in ("lazy", "fit", "eager", "mem", "upper"))
 
 
 class FillAheadFamily(Family):
@@ -57,21 +60,41 @@ class FillAheadFamily(Family):
             if len(got):
                 yield got
 
+    policies = FILL_POLICIES
+
+    def _skip(self, pol, banker) -> bool:
+        return pol[0] != "upper" and pol[2] != "upper" and not banker  # the list family's own
+
     def _build(self, q: Query, h: int, unit: float) -> CandidateSet:
         P = q.placement
         S, p = P.num_stages, P.num_devices
         f, b, w = q.costs.stage_times(S, p)
         act = [p / S] * S
         keys, labels = [], []
-        for pol in FILL_POLICIES:
+        for pol in self.policies:
             for banker in (0, 1, 2):
-                if pol[0] != "upper" and pol[2] != "upper" and not banker:
-                    continue  # the list family's own
+                if self._skip(pol, banker):
+                    continue
                 res = list_schedule(P, q.m, f, b, w, float(q.costs.comm), act, h * unit, fused=q.fused,
                                     policy=pol, banker=banker)
                 if res is None:
                     continue
                 keys.append(res.keys)
-                labels.append(f"fill-ahead cap {h * unit:g}a {policy_label(pol)}{('', ' banker', ' banker+keep')[banker]}")
+                labels.append(f"{self.name} cap {h * unit:g}a {policy_label(pol)}{('', ' banker', ' banker+keep')[banker]}")
         arr = np.stack(keys) if keys else np.zeros((0, p, passes_per_device(P, q.m, q.fused)), dtype=np.int64)
         return dedupe(CandidateSet(P, q.m, q.fused, arr, tuple(labels)))
+
+
+class ForwardFirstFamily(FillAheadFamily):
+    """As :class:`FillAheadFamily`, under the forward-first policies (:data:`FIRST_POLICIES`): a
+    device runs any ready forward that fits (the banker's admission or the reservation, every W
+    mode) before a ready backward, so that with a budget of an odd number of half-activations
+    the next microbatch's forwards fill the time the backward chain leaves idle (the stable
+    phase of the solver's optima at p ≤ 4, e.g. ``B₂ W₂ F₁ F₂ B₁ W₁`` on the last device at
+    p = 2, docs/theory.md §12). Its own cache; the same caps and size limit."""
+
+    name = "forward-first"
+    policies = FIRST_POLICIES
+
+    def _skip(self, pol, banker) -> bool:
+        return False

@@ -13,7 +13,8 @@ Rules on a free device (a *policy* picks among the variants):
 1. a backward (``B`` or fused ``BW``) whose input has arrived, first; between two ready
    backwards the one ready earlier (``"ready"``) or the one of the higher stage (``"high"``);
    ``"upper"`` (:mod:`.fillahead`) as ``"ready"``, except that a ready forward of a higher stage
-   of the device than the backward goes first;
+   of the device than the backward goes first; ``"first"`` (:mod:`.fillahead`'s forward-first
+   family): any ready forward that fits goes first;
 2. else a forward whose input has arrived and that fits the cap; between two, the stage
    nearer the loss (``"high"``: finish microbatches in flight) or the earlier ready (``"ready"``);
 3. else a pending ``W`` — always (``"lazy"``: W only fills what would be idle time), only if it
@@ -56,7 +57,7 @@ POLICIES: tuple[tuple[str, str, str], ...] = (
     ("high", "high", "mem"),
     ("ready", "ready", "mem"),
 )
-_B_PICK = {"ready": 0, "high": 1, "upper": 2}
+_B_PICK = {"ready": 0, "high": 1, "upper": 2, "first": 3}
 _F_PICK = {"high": 0, "ready": 1}
 _W_MODE = {"lazy": 0, "fit": 1, "eager": 2, "mem": 3, "upper": 4}
 
@@ -236,6 +237,8 @@ def _run(S, m, dev, stages, c_in_f, c_in_b, f, b, w, act, need, entry, cap, fuse
             wq[d, wh[d]] = x
         elif have_b and b_pick == 2 and have_f and best_f > best_b:
             choice = 2  # "upper": a forward of a higher stage of the device before a backward
+        elif have_b and b_pick == 3 and have_f:
+            choice = 2  # "first": any ready forward that fits before a backward
         elif have_b:
             choice = 1
         elif has_w and (w_mode == 2 or (w_mode == 3 and blocked_f)):

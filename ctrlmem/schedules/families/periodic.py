@@ -1,0 +1,302 @@
+"""Periodic relocations for small pipelines: the best schedule at each cap, improved by moving one
+pass *of every later microbatch* at once (what the solver's optima at p ≤ 4 do in their stable
+phase, docs/theory.md §12).
+
+The relocate family (:mod:`.relocate`) moves single passes. Where the optima beat it by a whole
+period length (under budgets of an odd number of half-activations with ``B`` heavier than ``F``),
+they run a different *stable phase*: each period of a device is reordered the same way (e.g. on
+the last device ``B₃ W₃ F₂ F₃ B₂ W₂`` instead of ``B₃ B₂ W₃ F₂ F₃ W₂``: the lower stage's backward
+waits for the next microbatch's forwards). Moving one pass of one period does not shorten a
+schedule whose length is set by the period, so single moves never find it; moving the same pass
+of microbatches ``x, x+1, …`` together by the same offset does.
+
+At each cap of the list family's grid up to the budget, the :data:`STARTS` best distinct
+candidates the other families and the *seeds* give within that cap (the improved ones of smaller
+caps included; the seeds: the forward-first list schedules, :class:`.fillahead.ForwardFirstFamily`)
+are improved by first-improvement local search over such moves: a pass (kind, stage) and a first
+microbatch ``x``; every microbatch from ``x`` to the last (or to the one before the last: the
+cool-down differs) has that pass moved by the same offset, up to :data:`REACH` positions either
+way on its device (and single passes); kept when the schedule runs, its peak stays within the cap
+and it gets shorter (longest span, then makespan, then the sum of every pass's end time: a move
+that advances passes without shortening the schedule yet is kept, so the next can build on it),
+within :data:`MAX_EVALS` timings per start; then the same moves made on every device at once (the
+pass of each device's stage of the same rank; :data:`EVERY_EVALS` timings); then the single-pass
+relocations of :mod:`.relocate` on the result (:data:`RELOCATE_EVALS` timings). The family yields those and the seeds' own
+candidates, only those no longer in makespan than the other families' best (span, then makespan)
+at that cap: the search ranks by span first, and a shorter span with a longer makespan must not
+replace what the others give. A cap whose best already meets the lower bound is left as it is.
+Deterministic. For pipelines of at most :data:`PERIODIC_MAX_PM` passes per stage pair (``p·m``)
+and ``m ≥ 3``. Monotone: a cap's candidates include every smaller cap's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...search.encoding import CandidateSet, concat, tables
+from ...search.engine import LRU, Family, Progress, Query, timed
+from ...search.kernels import ints, kernel
+from ...search.timing import durations
+from .lists import caps
+from .relocate import _lt3, _move, _peak_ok, relocate_keys
+
+__all__ = ["PeriodicFamily", "periodic_keys", "PERIODIC_MAX_PM", "STARTS", "REACH", "MAX_EVALS", "EVERY_EVALS",
+           "RELOCATE_EVALS"]
+
+PERIODIC_MAX_PM = 64
+STARTS = 3
+REACH = 6
+MAX_EVALS = 4_000
+#: timings of the moves made on every device at once, after those on one device
+EVERY_EVALS = 2_000
+#: timings of the single relocations that follow (:func:`.relocate.relocate_keys`)
+RELOCATE_EVALS = 1_500
+
+
+@kernel(inline=True)
+def _find(row, k):  # pragma: no cover - compiled
+    for t in range(row.shape[0]):
+        if row[t] == k:
+            return t
+    return -1
+
+
+@kernel
+def _flow(keys, dep, cross, dur, comm, end, ptr, free, first, out):  # pragma: no cover - compiled
+    """As :func:`ctrlmem.search.timing._asap` for one candidate (``[1, p, L]``): ``out`` gets the
+    longest span, the makespan and the sum of every pass's end time (inf: a deadlock)."""
+    p = keys.shape[1]
+    L = keys.shape[2]
+    n = dep.shape[0]
+    for i in range(n):
+        end[i] = -1.0
+    for d in range(p):
+        ptr[d] = 0
+        free[d] = 0.0
+        first[d] = 0.0
+    remaining = p * L
+    flow = 0.0
+    while remaining > 0:
+        moved = 0
+        for sweep in range(2 * p):
+            d = sweep if sweep < p else 2 * p - 1 - sweep
+            i = ptr[d]
+            t_free = free[d]
+            start_i = i
+            while i < L:
+                k = keys[0, d, i]
+                q = dep[k]
+                t = t_free
+                if q >= 0:
+                    e = end[q]
+                    if e < 0.0:
+                        break
+                    if cross[k] != 0:
+                        e = e + comm
+                    if e > t:
+                        t = e
+                if i == 0:
+                    first[d] = t
+                t_free = t + dur[k]
+                end[k] = t_free
+                flow += t_free
+                i += 1
+            moved += i - start_i
+            ptr[d] = i
+            free[d] = t_free
+        if moved == 0:
+            break
+        remaining -= moved
+    if remaining > 0:
+        out[0] = np.inf
+        out[1] = np.inf
+        out[2] = np.inf
+        return
+    s = 0.0
+    mk = 0.0
+    for d in range(p):
+        x = free[d] - first[d]
+        if x > s:
+            s = x
+        if free[d] > mk:
+            mk = free[d]
+    out[0] = s
+    out[1] = mk
+    out[2] = flow
+
+
+@kernel
+def _periodic(keys, dep, cross, dur, comm, delta, m, S, stages, cap, reach, max_evals, every):  # pragma: no cover - compiled
+    """Improve ``keys`` (one candidate, ``[1, p, L]``) in place by periodic moves; returns 1 if
+    it improved. ``stages[d]``: device ``d``'s stages in chain order. ``every``: each move is
+    made on every device at once (the pass of its stage of the same rank), else on one device."""
+    p = keys.shape[1]
+    L = keys.shape[2]
+    v = stages.shape[1]
+    end = np.empty(dep.shape[0])
+    ptr = np.zeros(p, np.int64)
+    free = np.zeros(p)
+    first = np.zeros(p)
+    res = np.empty(3)
+    _flow(keys, dep, cross, dur, comm, end, ptr, free, first, res)
+    c0, c1, c2 = res[0], res[1], res[2]
+    save = np.empty((p, L), np.int64)
+    evals = 0
+    changed = 0
+    improved = True
+    while improved and evals < max_evals:
+        improved = False
+        for d in range(1 if every else p):  # every device has each (kind, stage rank, microbatch)
+            for i in range(L):
+                if evals >= max_evals:
+                    break
+                k = keys[0, d, i]
+                x = k % m
+                kind = k // (S * m)
+                s = (k % (S * m)) // m
+                j = 0
+                for t in range(v):
+                    if stages[d, t] == s:
+                        j = t
+                done = False
+                for off in range(1, 2 * reach + 1):
+                    if done:
+                        break
+                    shift = off if off <= reach else reach - off
+                    for r in range(3):  # microbatches x .. last, x .. last but one, x alone
+                        last = x + 1 if r == 2 else m - r
+                        if r < 2 and last - x < 2:
+                            continue
+                        if every and p < 2:
+                            continue
+                        lo = 0 if every else d
+                        hi = p if every else d + 1
+                        for e in range(lo, hi):
+                            for t in range(L):
+                                save[e, t] = keys[0, e, t]
+                        moved = 0
+                        ok = True
+                        for e in range(lo, hi):
+                            head = (kind * S + stages[e, j]) * m
+                            for y in range(x, last):
+                                a = _find(keys[0, e], head + y)
+                                b = a + shift
+                                if b < 0:
+                                    b = 0
+                                if b > L - 1:
+                                    b = L - 1
+                                if b != a:
+                                    _move(keys[0, e], a, b)
+                                    moved += 1
+                            if not _peak_ok(keys[0, e], delta, cap):
+                                ok = False
+                        ok = ok and moved > 0
+                        if ok:
+                            _flow(keys, dep, cross, dur, comm, end, ptr, free, first, res)
+                            evals += 1
+                            ok = np.isfinite(res[0]) and _lt3(res[0], res[1], res[2], c0, c1, c2)
+                        if ok:
+                            c0, c1, c2 = res[0], res[1], res[2]
+                            improved = True
+                            changed = 1
+                            done = True
+                            break
+                        for e in range(lo, hi):
+                            for t in range(L):
+                                keys[0, e, t] = save[e, t]
+    return changed
+
+
+def periodic_keys(cs: CandidateSet, index: int, costs, cap: float, max_evals: int = MAX_EVALS) -> CandidateSet | None:
+    """Candidate ``index`` of ``cs`` improved by periodic moves, then single relocations, under
+    ``cap`` (``a``); ``None`` if nothing helped."""
+    t = tables(cs.placement, cs.m, cs.fused)
+    keys = cs.keys[index: index + 1].copy()
+    dur = durations(cs.placement, cs.m, cs.fused, costs)
+    P = cs.placement
+    stages = ints([sorted(P.stages_of(d)) for d in range(P.num_devices)])
+    one = _periodic(keys, t.dep, t.cross, dur, float(costs.comm), t.delta, cs.m, P.num_stages, stages, float(cap),
+                    REACH, int(max_evals), False)
+    every = _periodic(keys, t.dep, t.cross, dur, float(costs.comm), t.delta, cs.m, P.num_stages, stages, float(cap),
+                      REACH, EVERY_EVALS, True)
+    if not (one or every):
+        return None
+    out = CandidateSet(cs.placement, cs.m, cs.fused, keys, (cs.labels[index] + " periodic",))
+    more = relocate_keys(out, 0, costs, cap, max_evals=RELOCATE_EVALS)
+    return more if more is not None else out
+
+
+class PeriodicFamily(Family):
+    """See the module docstring; ``others`` are the families whose best is improved."""
+
+    name = "periodic"
+
+    def __init__(self, others: list[Family], seeds: list[Family] = ()) -> None:
+        self.others = others
+        self.seeds = list(seeds)
+        self._cache = LRU(1024)
+
+    def sets(self, q: Query, progress: Progress):
+        P = q.placement
+        p = P.num_devices
+        if p * q.m > PERIODIC_MAX_PM or q.m < 3:
+            return
+        base = P.num_stages // p
+        top = min(int(np.floor(q.cap * base + 1e-9)), base * q.m * 2)
+        done: list[CandidateSet] = []
+        for h in caps(p, top, base):
+            key = (P, q.m, q.fused, q.costs, h)
+            got = self._cache.get(key, False)
+            if got is False:
+                sub = Query(P, q.m, q.costs, h / base, q.fused, q.bound)
+                got = self._improved(sub, done)
+                self._cache.put(key, got)
+            if got is not None:
+                done.append(got)
+                yield got
+
+    def _improved(self, sub: Query, done: list[CandidateSet]) -> CandidateSet | None:
+        """The :data:`STARTS` best distinct candidates within ``sub.cap`` of the others, the
+        seeds and the earlier caps' results, improved; with the seeds' own candidates, those no
+        longer in makespan than the others' best (span, then makespan) at this cap, as one set."""
+        pool = []
+        best_old = (np.inf, np.inf)
+        seeded = [x for fam in self.seeds for x in fam.sets(sub, Progress())]
+        for origin, sets in ((0, list(done)), (1, [x for fam in self.others for x in fam.sets(sub, Progress())]),
+                             (2, seeded)):
+            for cs in sets:
+                if not len(cs):
+                    continue
+                tm = timed(cs, sub.costs)
+                ok = np.nonzero((cs.peak <= sub.cap + 1e-9) & np.isfinite(tm.span))[0]
+                for i in ok:
+                    key = (float(tm.span[i]), float(tm.makespan[i]))
+                    if origin == 1 and key < best_old:
+                        best_old = key
+                    pool.append((key[0], key[1], len(pool), cs, int(i)))
+        pool.sort(key=lambda x: x[:3])
+        seen: set[bytes] = set()
+        out = []
+        floor = sub.bound(sub.cap)  # no schedule within the cap has a shorter span (nor makespan)
+        for _span, _make, _n, cs, i in pool:
+            if _make <= floor + 1e-9:
+                break  # it meets the bound: nothing left to gain
+            sig = cs.keys[i].tobytes()
+            if sig in seen:
+                continue
+            seen.add(sig)
+            got = periodic_keys(cs, i, sub.costs, sub.cap)
+            if got is not None:
+                out.append(got)
+            if len(seen) >= STARTS:
+                break
+        out += [cs for cs in seeded if len(cs)]
+        # never longer in makespan than what the other families give at this cap (the engine
+        # ranks by span first: a shorter span with a longer makespan would otherwise win)
+        kept = []
+        for cs in out:
+            tm = timed(cs, sub.costs)
+            ok = np.nonzero((cs.peak <= sub.cap + 1e-9) & np.isfinite(tm.span) & (tm.makespan <= best_old[1] + 1e-9))[0]
+            if len(ok):
+                kept.append(cs.subset(ok))
+        return concat(kept) if kept else None

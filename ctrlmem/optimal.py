@@ -81,8 +81,9 @@ class OptimalResult:
 
     @property
     def gap(self) -> float:
-        """``makespan / lower_bound − 1`` (0 when proven optimal)."""
-        return self.makespan / self.lower_bound - 1 if self.lower_bound > 0 else 0.0
+        """``makespan / lower_bound − 1`` (0 when proven optimal; never negative: a bound met up to
+        rounding of inexact costs is a gap of 0)."""
+        return max(0.0, self.makespan / self.lower_bound - 1) if self.lower_bound > 0 else 0.0
 
 
 def _scale(values: list[float], most: int = 1000) -> tuple[int, bool]:

@@ -201,6 +201,7 @@ def test_zb_bad_limit():
         cm.build("zb", 4, 8, memory_limit=0.2)
 
 
+@pytest.mark.slow
 @settings(max_examples=8)
 @given(
     p=st.integers(3, 5),

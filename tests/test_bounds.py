@@ -26,6 +26,7 @@ def _costs(data, stages, per_stage, comm):
     return cm.Costs(f, b, w, comm)
 
 
+@pytest.mark.slow
 @settings(max_examples=15)
 @given(p=st.integers(2, 5), extra=st.integers(0, 5), data=st.data(), per_stage=st.booleans(),
        comm=st.sampled_from([0.0, 0.1, 0.7]))

@@ -90,6 +90,7 @@ def test_figures_command_writes_and_indexes(tmp_path):
     assert run("figures", "-o", tmp_path / "all", "--format", "html", "--only", "nothing-matches") == 0
 
 
+@pytest.mark.slow  # a Chromium start (~6 s); tests/test_plot.py keeps a fast PNG/SVG export check
 @pytest.mark.skipif(not shutil.which("chromium"), reason="static export needs Chromium for kaleido")
 def test_draw_svg(tmp_path):
     out = tmp_path / "s.svg"

@@ -61,6 +61,7 @@ def test_measure_all_reads_its_cache(tmp_path, monkeypatch):
     assert all(g["never_worse"] for d in s.values() for g in d["improve"].values())
 
 
+@pytest.mark.slow
 def test_artifact_quick(tmp_path):
     """The quick artifact: a grid per placement and p without paper values, the verdict line, the
     JSON and the figure; regenerated, the same bytes."""

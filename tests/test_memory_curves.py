@@ -72,6 +72,7 @@ def _files_ok(out, stem):
         assert (out / f"{stem}.png").stat().st_size > 10_000 and (out / f"{stem}.svg").is_file()
 
 
+@pytest.mark.slow
 def test_fig09_artifact_draws_the_figure_and_matches_calc_with_equal_costs(small, tmp_path):
     t = rp.build_table("fig09", quick=True, out=tmp_path)
     _files_ok(tmp_path, "fig09_bubble_vs_memory")

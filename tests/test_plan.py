@@ -284,6 +284,7 @@ def test_replay_without_the_model_says_what_it_has():
         cm.plan("custom", 8, 80, 32, layers=6, hidden=2048, heads=16, costs="h200", progress=False)
 
 
+@pytest.mark.slow
 def test_a_progress_bar_appears_only_when_the_search_takes_over_a_second(monkeypatch, capsys):
     """tqdm's bar (delay 1 s) is drawn on stderr when the search is slow, never when it is quick or
     progress=False."""

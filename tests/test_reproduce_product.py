@@ -67,6 +67,7 @@ def _run_reproduce(out: Path, *args: str) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 def test_table_a_regenerates_byte_identical(tmp_path):
     """`ctrlmem reproduce --only table-a --out A` twice gives identical bytes in every table file;
     dates and timings live only in reproduce-log.json."""
@@ -164,6 +165,7 @@ def test_gpu_replay_reads_a_users_file(tmp_path, small_table4):
     assert not [c for c in t.cells if c.group.startswith("Throughput")]
 
 
+@pytest.mark.slow
 def test_gpu_replay_reads_what_ctrlmem_replay_writes(tmp_path):
     """The file `ctrlmem replay` writes (here on the CPU, tiny model) is read as is: memory cells
     labelled "measured on CPU (rank replay)", none claiming a GPU."""

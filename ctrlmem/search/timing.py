@@ -32,73 +32,89 @@ def durations(placement: Placement, m: int, fused: bool, costs: Costs) -> np.nda
     return floats(np.concatenate([np.repeat(f, m), np.repeat(back, m), np.repeat(w, m)]))
 
 
+@kernel(inline=True)
+def _run_one(keys, c, dep, cross, dur, comm, end, ptr, free, first, out):  # pragma: no cover - compiled
+    """Candidate ``c``: as-soon-as-possible run of every device's order. Devices are swept
+    forwards and backwards, each advancing as far as its inputs allow, until all passes ran (or
+    none can: a deadlock, everything inf). ``out`` gets the longest span, the makespan, the sum
+    of the device spans and the sum of every pass's end time; ``end``, ``ptr``, ``free``,
+    ``first`` are work arrays (``n`` passes, ``p`` devices)."""
+    p = keys.shape[1]
+    L = keys.shape[2]
+    n = dep.shape[0]
+    for i in range(n):
+        end[i] = -1.0
+    for d in range(p):
+        ptr[d] = 0
+        free[d] = 0.0
+        first[d] = 0.0
+    remaining = p * L
+    flow = 0.0
+    while remaining > 0:
+        moved = 0
+        for sweep in range(2 * p):
+            d = sweep if sweep < p else 2 * p - 1 - sweep
+            i = ptr[d]
+            t_free = free[d]
+            start_i = i
+            while i < L:
+                k = keys[c, d, i]
+                q = dep[k]
+                t = t_free
+                if q >= 0:
+                    e = end[q]
+                    if e < 0.0:
+                        break
+                    if cross[k] != 0:
+                        e = e + comm
+                    if e > t:
+                        t = e
+                if i == 0:
+                    first[d] = t
+                t_free = t + dur[k]
+                end[k] = t_free
+                flow += t_free
+                i += 1
+            moved += i - start_i
+            ptr[d] = i
+            free[d] = t_free
+        if moved == 0:
+            break
+        remaining -= moved
+    if remaining > 0:
+        for j in range(4):
+            out[j] = np.inf
+        return
+    s = 0.0
+    mk = 0.0
+    tot = 0.0
+    for d in range(p):
+        x = free[d] - first[d]
+        tot += x
+        if x > s:
+            s = x
+        if free[d] > mk:
+            mk = free[d]
+    out[0] = s
+    out[1] = mk
+    out[2] = tot
+    out[3] = flow
+
+
 @kernel
 def _asap(keys, dep, cross, dur, comm, span, make, total):  # pragma: no cover - compiled; py_func tested
-    """For each candidate: as-soon-as-possible run of every device's order. Devices are swept
-    forwards and backwards, each advancing as far as its inputs allow, until all passes ran
-    (or none can: a deadlock, span = inf)."""
+    """For each candidate: :func:`_run_one` (longest span, makespan, sum of the device spans)."""
     K, p, L = keys.shape
-    n = dep.shape[0]
-    end = np.empty(n)
+    end = np.empty(dep.shape[0])
     ptr = np.zeros(p, np.int64)
     free = np.zeros(p)
     first = np.zeros(p)
+    out = np.empty(4)
     for c in range(K):
-        for i in range(n):
-            end[i] = -1.0
-        for d in range(p):
-            ptr[d] = 0
-            free[d] = 0.0
-            first[d] = 0.0
-        remaining = p * L
-        while remaining > 0:
-            moved = 0
-            for sweep in range(2 * p):
-                d = sweep if sweep < p else 2 * p - 1 - sweep
-                i = ptr[d]
-                t_free = free[d]
-                start_i = i
-                while i < L:
-                    k = keys[c, d, i]
-                    q = dep[k]
-                    t = t_free
-                    if q >= 0:
-                        e = end[q]
-                        if e < 0.0:
-                            break
-                        if cross[k] != 0:
-                            e = e + comm
-                        if e > t:
-                            t = e
-                    if i == 0:
-                        first[d] = t
-                    t_free = t + dur[k]
-                    end[k] = t_free
-                    i += 1
-                moved += i - start_i
-                ptr[d] = i
-                free[d] = t_free
-            if moved == 0:
-                break
-            remaining -= moved
-        if remaining > 0:
-            span[c] = np.inf
-            make[c] = np.inf
-            total[c] = np.inf
-            continue
-        s = 0.0
-        mk = 0.0
-        tot = 0.0
-        for d in range(p):
-            x = free[d] - first[d]
-            tot += x
-            if x > s:
-                s = x
-            if free[d] > mk:
-                mk = free[d]
-        span[c] = s
-        make[c] = mk
-        total[c] = tot
+        _run_one(keys, c, dep, cross, dur, comm, end, ptr, free, first, out)
+        span[c] = out[0]
+        make[c] = out[1]
+        total[c] = out[2]
 
 
 def _clean(x: np.ndarray) -> np.ndarray:

@@ -36,7 +36,7 @@ import numpy as np
 from ...search.encoding import CandidateSet, concat, tables
 from ...search.engine import LRU, Family, Progress, Query, timed
 from ...search.kernels import ints, kernel
-from ...search.timing import durations
+from ...search.timing import _run_one, durations
 from .lists import caps
 from .relocate import _lt3, _move, _peak_ok, relocate_keys
 
@@ -62,70 +62,6 @@ def _find(row, k):  # pragma: no cover - compiled
 
 
 @kernel
-def _flow(keys, dep, cross, dur, comm, end, ptr, free, first, out):  # pragma: no cover - compiled
-    """As :func:`ctrlmem.search.timing._asap` for one candidate (``[1, p, L]``): ``out`` gets the
-    longest span, the makespan and the sum of every pass's end time (inf: a deadlock)."""
-    p = keys.shape[1]
-    L = keys.shape[2]
-    n = dep.shape[0]
-    for i in range(n):
-        end[i] = -1.0
-    for d in range(p):
-        ptr[d] = 0
-        free[d] = 0.0
-        first[d] = 0.0
-    remaining = p * L
-    flow = 0.0
-    while remaining > 0:
-        moved = 0
-        for sweep in range(2 * p):
-            d = sweep if sweep < p else 2 * p - 1 - sweep
-            i = ptr[d]
-            t_free = free[d]
-            start_i = i
-            while i < L:
-                k = keys[0, d, i]
-                q = dep[k]
-                t = t_free
-                if q >= 0:
-                    e = end[q]
-                    if e < 0.0:
-                        break
-                    if cross[k] != 0:
-                        e = e + comm
-                    if e > t:
-                        t = e
-                if i == 0:
-                    first[d] = t
-                t_free = t + dur[k]
-                end[k] = t_free
-                flow += t_free
-                i += 1
-            moved += i - start_i
-            ptr[d] = i
-            free[d] = t_free
-        if moved == 0:
-            break
-        remaining -= moved
-    if remaining > 0:
-        out[0] = np.inf
-        out[1] = np.inf
-        out[2] = np.inf
-        return
-    s = 0.0
-    mk = 0.0
-    for d in range(p):
-        x = free[d] - first[d]
-        if x > s:
-            s = x
-        if free[d] > mk:
-            mk = free[d]
-    out[0] = s
-    out[1] = mk
-    out[2] = flow
-
-
-@kernel
 def _periodic(keys, dep, cross, dur, comm, delta, m, S, stages, cap, reach, max_evals, every):  # pragma: no cover - compiled
     """Improve ``keys`` (one candidate, ``[1, p, L]``) in place by periodic moves; returns 1 if
     it improved. ``stages[d]``: device ``d``'s stages in chain order. ``every``: each move is
@@ -137,9 +73,9 @@ def _periodic(keys, dep, cross, dur, comm, delta, m, S, stages, cap, reach, max_
     ptr = np.zeros(p, np.int64)
     free = np.zeros(p)
     first = np.zeros(p)
-    res = np.empty(3)
-    _flow(keys, dep, cross, dur, comm, end, ptr, free, first, res)
-    c0, c1, c2 = res[0], res[1], res[2]
+    res = np.empty(4)  # span, makespan, sum of spans, sum of pass ends (_run_one)
+    _run_one(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
+    c0, c1, c2 = res[0], res[1], res[3]
     save = np.empty((p, L), np.int64)
     evals = 0
     changed = 0
@@ -192,11 +128,11 @@ def _periodic(keys, dep, cross, dur, comm, delta, m, S, stages, cap, reach, max_
                                 ok = False
                         ok = ok and moved > 0
                         if ok:
-                            _flow(keys, dep, cross, dur, comm, end, ptr, free, first, res)
+                            _run_one(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
                             evals += 1
-                            ok = np.isfinite(res[0]) and _lt3(res[0], res[1], res[2], c0, c1, c2)
+                            ok = np.isfinite(res[0]) and _lt3(res[0], res[1], res[3], c0, c1, c2)
                         if ok:
-                            c0, c1, c2 = res[0], res[1], res[2]
+                            c0, c1, c2 = res[0], res[1], res[3]
                             improved = True
                             changed = 1
                             done = True

@@ -45,7 +45,7 @@ from ...search.encoding import CandidateSet, dedupe, passes_per_device
 from ...search.engine import LRU, Family, Progress, Query
 from ...search.kernels import floats, ints, kernel
 
-__all__ = ["POLICIES", "ListResult", "list_schedule", "policy_label", "ListFamily", "caps"]
+__all__ = ["POLICIES", "ListResult", "list_schedule", "policy_label", "ListFamily", "PerCapFamily", "caps"]
 
 #: (backward pick, forward pick, W mode) variants the searches try.
 POLICIES: tuple[tuple[str, str, str], ...] = (
@@ -366,6 +366,43 @@ def caps(p: int, top: int, base: int) -> list[int]:
     one = base * p
     return [h for h in range(base, top + 1)
             if ((h - base) % step == 0 if h <= one else (h - one) % (2 * step) == 0)]
+
+
+class PerCapFamily(Family):
+    """A family that improves other families' candidates at each cap of :func:`caps` up to the
+    query's budget, smallest cap first: :meth:`at_cap` gets the sub-query of one cap and what the
+    smaller caps gave (so a cap's candidates include every smaller cap's: monotone in the
+    budget), and its result is cached per (placement, m, fused, costs, cap)."""
+
+    def __init__(self) -> None:
+        self._cache = LRU(1024)
+
+    def applies(self, q: Query) -> bool:
+        """Whether the family runs for ``q`` at all (the small-pipeline families: ``p·m`` small)."""
+        raise NotImplementedError
+
+    def top(self, q: Query, base: int) -> int:
+        """The largest cap tried, in activation units (``base`` per microbatch and device)."""
+        return min(int(np.floor(q.cap * base + 1e-9)), base * q.m * 2)
+
+    def at_cap(self, sub: Query, done: list[CandidateSet]) -> tuple[CandidateSet, ...]:
+        raise NotImplementedError
+
+    def sets(self, q: Query, progress: Progress):
+        if not self.applies(q):
+            return
+        P = q.placement
+        base = P.num_stages // P.num_devices
+        done: list[CandidateSet] = []
+        for h in caps(P.num_devices, self.top(q, base), base):
+            key = (P, q.m, q.fused, q.costs, h)
+            got = self._cache.get(key)
+            if got is None:
+                got = self.at_cap(Query(P, q.m, q.costs, h / base, q.fused, q.bound), done)
+                self._cache.put(key, got)
+            for cs in got:
+                done.append(cs)
+                yield cs
 
 
 def policies(p: int, fused: bool) -> tuple[tuple[str, str, str], ...]:

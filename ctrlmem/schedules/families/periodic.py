@@ -34,10 +34,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...search.encoding import CandidateSet, concat, tables
-from ...search.engine import LRU, Family, Progress, Query, timed
+from ...search.engine import Family, Progress, Query, timed
 from ...search.kernels import ints, kernel
 from ...search.timing import _run_one, durations
-from .lists import caps
+from .lists import PerCapFamily
 from .relocate import _lt3, _move, _peak_ok, relocate_keys
 
 __all__ = ["PeriodicFamily", "periodic_keys", "PERIODIC_MAX_PM", "STARTS", "REACH", "MAX_EVALS", "EVERY_EVALS",
@@ -162,34 +162,22 @@ def periodic_keys(cs: CandidateSet, index: int, costs, cap: float, max_evals: in
     return more if more is not None else out
 
 
-class PeriodicFamily(Family):
+class PeriodicFamily(PerCapFamily):
     """See the module docstring; ``others`` are the families whose best is improved."""
 
     name = "periodic"
 
     def __init__(self, others: list[Family], seeds: list[Family] = ()) -> None:
+        super().__init__()
         self.others = others
         self.seeds = list(seeds)
-        self._cache = LRU(1024)
 
-    def sets(self, q: Query, progress: Progress):
-        P = q.placement
-        p = P.num_devices
-        if p * q.m > PERIODIC_MAX_PM or q.m < 3:
-            return
-        base = P.num_stages // p
-        top = min(int(np.floor(q.cap * base + 1e-9)), base * q.m * 2)
-        done: list[CandidateSet] = []
-        for h in caps(p, top, base):
-            key = (P, q.m, q.fused, q.costs, h)
-            got = self._cache.get(key, False)
-            if got is False:
-                sub = Query(P, q.m, q.costs, h / base, q.fused, q.bound)
-                got = self._improved(sub, done)
-                self._cache.put(key, got)
-            if got is not None:
-                done.append(got)
-                yield got
+    def applies(self, q: Query) -> bool:
+        return q.placement.num_devices * q.m <= PERIODIC_MAX_PM and q.m >= 3
+
+    def at_cap(self, sub: Query, done: list[CandidateSet]) -> tuple[CandidateSet, ...]:
+        got = self._improved(sub, done)
+        return () if got is None else (got,)
 
     def _improved(self, sub: Query, done: list[CandidateSet]) -> CandidateSet | None:
         """The :data:`STARTS` best distinct candidates within ``sub.cap`` of the others, the

@@ -16,10 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...search.encoding import CandidateSet, tables
-from ...search.engine import LRU, Family, Progress, Query, search
+from ...search.engine import Family, Query, search
 from ...search.kernels import kernel
 from ...search.timing import _asap, durations
-from .lists import caps
+from .lists import PerCapFamily
 
 __all__ = ["PolishFamily", "POLISH_MAX_PM", "POLISH_EVALS", "polish_keys"]
 
@@ -102,32 +102,23 @@ def polish_keys(cs: CandidateSet, index: int, costs, cap: float, max_evals: int 
     return CandidateSet(cs.placement, cs.m, cs.fused, keys, (cs.labels[index] + " polished",))
 
 
-class PolishFamily(Family):
+class PolishFamily(PerCapFamily):
     """See the module docstring; ``others`` are the families whose best is polished."""
 
     name = "polish"
 
     def __init__(self, others: list[Family]) -> None:
+        super().__init__()
         self.others = others
-        self._cache = LRU(1024)
 
-    def sets(self, q: Query, progress: Progress):
-        P = q.placement
-        p = P.num_devices
-        if q.fused or p * q.m > POLISH_MAX_PM:
-            return
-        base = P.num_stages // p
-        top = min(int(np.floor(q.cap * base + 1e-9)), base * p, base * q.m)
-        done: list[CandidateSet] = []
-        for h in caps(p, top, base):
-            key = (P, q.m, q.costs, h)
-            got = self._cache.get(key)
-            if got is None:
-                got = self._polished(Query(P, q.m, q.costs, h / base, q.fused, q.bound), done, h / base)
-                self._cache.put(key, got)
-            for cs in got:
-                done.append(cs)
-                yield cs
+    def applies(self, q: Query) -> bool:
+        return not q.fused and q.placement.num_devices * q.m <= POLISH_MAX_PM
+
+    def top(self, q: Query, base: int) -> int:
+        return min(int(np.floor(q.cap * base + 1e-9)), base * q.placement.num_devices, base * q.m)
+
+    def at_cap(self, sub: Query, done: list[CandidateSet]) -> tuple[CandidateSet, ...]:
+        return self._polished(sub, done, sub.cap)
 
     def _polished(self, sub: Query, done: list[CandidateSet], cap: float) -> tuple[CandidateSet, ...]:
         """The best of everything within ``cap`` polished, and the best of each family alone: a

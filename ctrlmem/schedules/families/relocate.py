@@ -30,10 +30,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...search.encoding import CandidateSet, concat, tables
-from ...search.engine import LRU, Family, Progress, Query, timed
+from ...search.engine import Family, Progress, Query, timed
 from ...search.kernels import kernel
 from ...search.timing import _asap, durations
-from .lists import caps
+from .lists import PerCapFamily
 
 __all__ = ["RelocateFamily", "relocate_keys", "RELOCATE_MAX_PM", "STARTS", "REACH", "KICKS", "MAX_EVALS"]
 
@@ -191,33 +191,21 @@ def relocate_keys(cs: CandidateSet, index: int, costs, cap: float, max_evals: in
     return CandidateSet(cs.placement, cs.m, cs.fused, keys, (cs.labels[index] + " relocated",))
 
 
-class RelocateFamily(Family):
+class RelocateFamily(PerCapFamily):
     """See the module docstring; ``others`` are the families whose best is relocated."""
 
     name = "relocate"
 
     def __init__(self, others: list[Family]) -> None:
+        super().__init__()
         self.others = others
-        self._cache = LRU(1024)
 
-    def sets(self, q: Query, progress: Progress):
-        P = q.placement
-        p = P.num_devices
-        if p * q.m > RELOCATE_MAX_PM:
-            return
-        base = P.num_stages // p
-        top = min(int(np.floor(q.cap * base + 1e-9)), base * q.m * 2)
-        done: list[CandidateSet] = []
-        for h in caps(p, top, base):
-            key = (P, q.m, q.fused, q.costs, h)
-            got = self._cache.get(key, False)
-            if got is False:
-                sub = Query(P, q.m, q.costs, h / base, q.fused, q.bound)
-                got = self._relocated(sub, done)
-                self._cache.put(key, got)
-            if got is not None:
-                done.append(got)
-                yield got
+    def applies(self, q: Query) -> bool:
+        return q.placement.num_devices * q.m <= RELOCATE_MAX_PM
+
+    def at_cap(self, sub: Query, done: list[CandidateSet]) -> tuple[CandidateSet, ...]:
+        got = self._relocated(sub, done)
+        return () if got is None else (got,)
 
     def _relocated(self, sub: Query, done: list[CandidateSet]) -> CandidateSet | None:
         """The :data:`STARTS` best distinct candidates within ``sub.cap`` (the earlier caps'

@@ -215,6 +215,25 @@ def _squeeze(n, st, ln, op, sg, mb, S, m):  # pragma: no cover - compiled
     return 1
 
 
+@kernel(inline=True)
+def _cell_step(x, c, pe):  # pragma: no cover - compiled
+    """One slot of a device's memory timeline: ``x`` is the slot's cell (0 idle, 1 a forward's
+    first slot, 2 the last slot of a ``B`` whose ``W`` is pending, 3 any other busy slot, 4 a
+    ``W``'s last slot); ``c`` the activations held, ``pe`` the ``W`` s pending (an idle slot runs
+    one implicitly). Returns the new ``(c, pe)``."""
+    if x == 0:
+        if pe > 0:
+            pe -= 1
+            c -= 1
+    elif x == 1:
+        c += 1
+    elif x == 2:
+        pe += 1
+    elif x == 4:
+        c -= 1
+    return c, pe
+
+
 @kernel
 def _reorder(n, st, ln, op, sg, mb, S, m, warmup, cooldown, cap_in, stable):  # pragma: no cover - compiled
     """Move warm-up and cool-down passes earlier without raising the peak, in place (see
@@ -344,17 +363,7 @@ def _reorder(n, st, ln, op, sg, mb, S, m, warmup, cooldown, cap_in, stable):  # 
             c = 0
             pe = 0
             for t in range(end_slot):
-                x = cell[d, t]
-                if x == 0:
-                    if pe > 0:
-                        pe -= 1
-                        c -= 1
-                elif x == 1:
-                    c += 1
-                elif x == 2:
-                    pe += 1
-                elif x == 4:
-                    c -= 1
+                c, pe = _cell_step(cell[d, t], c, pe)
                 cur[d, t] = c
                 pend[d, t] = pe
                 if c > top:
@@ -515,17 +524,7 @@ def _try_implicit(cell, cur, pend, d, t0, t, L, cap, n):  # pragma: no cover - c
     u = t
     ok = True
     while u < n:
-        x = cell[d, u]
-        if x == 0:
-            if pe > 0:
-                pe -= 1
-                c -= 1
-        elif x == 1:
-            c += 1
-        elif x == 2:
-            pe += 1
-        elif x == 4:
-            c -= 1
+        c, pe = _cell_step(cell[d, u], c, pe)
         if c > cap:
             ok = False
             break

@@ -369,12 +369,13 @@ def caps(p: int, top: int, base: int) -> list[int]:
 
 
 class PerCapFamily(Family):
-    """A family that improves other families' candidates at each cap of :func:`caps` up to the
-    query's budget, smallest cap first: :meth:`at_cap` gets the sub-query of one cap and what the
+    """A family that improves other families' candidates (``others``) at each cap of
+    :func:`caps` up to the query's budget, smallest cap first: :meth:`at_cap` gets the sub-query of one cap and what the
     smaller caps gave (so a cap's candidates include every smaller cap's: monotone in the
     budget), and its result is cached per (placement, m, fused, costs, cap)."""
 
-    def __init__(self) -> None:
+    def __init__(self, others: list[Family]) -> None:
+        self.others = others
         self._cache = LRU(1024)
 
     def applies(self, q: Query) -> bool:

@@ -38,7 +38,7 @@ from ...search.engine import Family, Progress, Query, timed
 from ...search.kernels import ints, kernel
 from ...search.timing import _run_one, durations
 from .lists import PerCapFamily
-from .relocate import _lt3, _move, _peak_ok, relocate_keys
+from .relocate import _lt3, _move, _peak_ok, distinct, ranked, relocate_keys
 
 __all__ = ["PeriodicFamily", "periodic_keys", "PERIODIC_MAX_PM", "STARTS", "REACH", "MAX_EVALS", "EVERY_EVALS",
            "RELOCATE_EVALS"]
@@ -168,8 +168,7 @@ class PeriodicFamily(PerCapFamily):
     name = "periodic"
 
     def __init__(self, others: list[Family], seeds: list[Family] = ()) -> None:
-        super().__init__()
-        self.others = others
+        super().__init__(others)
         self.seeds = list(seeds)
 
     def applies(self, q: Query) -> bool:
@@ -183,37 +182,19 @@ class PeriodicFamily(PerCapFamily):
         """The :data:`STARTS` best distinct candidates within ``sub.cap`` of the others, the
         seeds and the earlier caps' results, improved; with the seeds' own candidates, those no
         longer in makespan than the others' best (span, then makespan) at this cap, as one set."""
-        pool = []
-        best_old = (np.inf, np.inf)
         seeded = [x for fam in self.seeds for x in fam.sets(sub, Progress())]
-        for origin, sets in ((0, list(done)), (1, [x for fam in self.others for x in fam.sets(sub, Progress())]),
-                             (2, seeded)):
-            for cs in sets:
-                if not len(cs):
-                    continue
-                tm = timed(cs, sub.costs)
-                ok = np.nonzero((cs.peak <= sub.cap + 1e-9) & np.isfinite(tm.span))[0]
-                for i in ok:
-                    key = (float(tm.span[i]), float(tm.makespan[i]))
-                    if origin == 1 and key < best_old:
-                        best_old = key
-                    pool.append((key[0], key[1], len(pool), cs, int(i)))
-        pool.sort(key=lambda x: x[:3])
-        seen: set[bytes] = set()
+        others = [x for fam in self.others for x in fam.sets(sub, Progress())]
+        pool = ranked(list(done) + others + seeded, sub.costs, sub.cap)
+        ids = {id(cs) for cs in others}
+        best_old = min(((span, make) for span, make, _n, cs, _i in pool if id(cs) in ids), default=(np.inf, np.inf))
         out = []
         floor = sub.bound(sub.cap)  # no schedule within the cap has a shorter span (nor makespan)
-        for _span, _make, _n, cs, i in pool:
-            if _make <= floor + 1e-9:
+        for _span, make, cs, i in distinct(pool, STARTS):
+            if make <= floor + 1e-9:
                 break  # it meets the bound: nothing left to gain
-            sig = cs.keys[i].tobytes()
-            if sig in seen:
-                continue
-            seen.add(sig)
             got = periodic_keys(cs, i, sub.costs, sub.cap)
             if got is not None:
                 out.append(got)
-            if len(seen) >= STARTS:
-                break
         out += [cs for cs in seeded if len(cs)]
         # never longer in makespan than what the other families give at this cap (the engine
         # ranks by span first: a shorter span with a longer makespan would otherwise win)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...search.encoding import CandidateSet, tables
-from ...search.engine import Family, Query, search
+from ...search.engine import Query, search
 from ...search.kernels import kernel
 from ...search.timing import _asap, durations
 from .lists import PerCapFamily
@@ -106,10 +106,6 @@ class PolishFamily(PerCapFamily):
     """See the module docstring; ``others`` are the families whose best is polished."""
 
     name = "polish"
-
-    def __init__(self, others: list[Family]) -> None:
-        super().__init__()
-        self.others = others
 
     def applies(self, q: Query) -> bool:
         return not q.fused and q.placement.num_devices * q.m <= POLISH_MAX_PM

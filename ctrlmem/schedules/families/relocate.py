@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...search.encoding import CandidateSet, concat, tables
-from ...search.engine import Family, Progress, Query, timed
+from ...search.engine import Progress, Query, timed
 from ...search.kernels import kernel
 from ...search.timing import _asap, durations
 from .lists import PerCapFamily
@@ -196,10 +196,6 @@ class RelocateFamily(PerCapFamily):
 
     name = "relocate"
 
-    def __init__(self, others: list[Family]) -> None:
-        super().__init__()
-        self.others = others
-
     def applies(self, q: Query) -> bool:
         return q.placement.num_devices * q.m <= RELOCATE_MAX_PM
 
@@ -210,25 +206,35 @@ class RelocateFamily(PerCapFamily):
     def _relocated(self, sub: Query, done: list[CandidateSet]) -> CandidateSet | None:
         """The :data:`STARTS` best distinct candidates within ``sub.cap`` (the earlier caps'
         relocated ones included), each relocated; those that improved, as one set."""
-        pool = []
-        for cs in list(done) + [x for fam in self.others for x in fam.sets(sub, Progress())]:
-            if not len(cs):
-                continue
-            tm = timed(cs, sub.costs)
-            ok = np.nonzero((cs.peak <= sub.cap + 1e-9) & np.isfinite(tm.span))[0]
-            for i in ok:
-                pool.append((float(tm.span[i]), float(tm.makespan[i]), len(pool), cs, int(i)))
-        pool.sort(key=lambda x: x[:3])
-        seen: set[bytes] = set()
-        out = []
-        for _span, _make, _n, cs, i in pool:
-            sig = cs.keys[i].tobytes()
-            if sig in seen:
-                continue
-            seen.add(sig)
-            got = relocate_keys(cs, i, sub.costs, sub.cap)
-            if got is not None:
-                out.append(got)
-            if len(seen) >= STARTS:
-                break
+        pool = ranked(list(done) + [x for fam in self.others for x in fam.sets(sub, Progress())], sub.costs, sub.cap)
+        out = [got for _span, _make, cs, i in distinct(pool, STARTS)
+               if (got := relocate_keys(cs, i, sub.costs, sub.cap)) is not None]
         return concat(out) if out else None
+
+
+def ranked(sets, costs, cap: float) -> list[tuple[float, float, int, CandidateSet, int]]:
+    """Every candidate of ``sets`` that runs within ``cap`` (``a``) as ``(span, makespan, n, set,
+    index)``, shortest first (ties: in the order given, ``n``)."""
+    pool = []
+    for cs in sets:
+        if not len(cs):
+            continue
+        tm = timed(cs, costs)
+        for i in np.nonzero((cs.peak <= cap + 1e-9) & np.isfinite(tm.span))[0]:
+            pool.append((float(tm.span[i]), float(tm.makespan[i]), len(pool), cs, int(i)))
+    pool.sort(key=lambda x: x[:3])
+    return pool
+
+
+def distinct(pool, most: int):
+    """``(span, makespan, set, index)`` of the first ``most`` entries of :func:`ranked`'s ``pool``
+    with distinct orders."""
+    seen: set[bytes] = set()
+    for span, make, _n, cs, i in pool:
+        sig = cs.keys[i].tobytes()
+        if sig in seen:
+            continue
+        seen.add(sig)
+        yield span, make, cs, i
+        if len(seen) >= most:
+            return

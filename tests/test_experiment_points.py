@@ -83,3 +83,22 @@ def test_run_refuses_a_repeated_schedule_and_several_in_one_slurm_script(tmp_pat
                  "--out", str(tmp_path)]) == 2
     assert "one --schedule" in capsys.readouterr().err
     assert not (tmp_path / "x.sbatch").exists()
+
+
+@pytest.mark.slow
+def test_notebook_simulates_several_schedules_in_one_point(tmp_path):
+    """The experiment notebook with `schedules`: one result per schedule under `runs`; an
+    unregistered name fails the point with that name and the reason."""
+    import papermill as pm
+    from pathlib import Path
+
+    nb = Path(__file__).resolve().parents[1] / "notebooks" / "10_experiment.ipynb"
+    pm.execute_notebook(str(nb), str(tmp_path / "a.ipynb"), parameters={"schedules": "1f1b,v-min",
+                        "out_dir": str(tmp_path / "a")}, progress_bar=False)
+    got = json.loads((tmp_path / "a" / "result.json").read_text())
+    assert got["status"] == "ok" and list(got["runs"]) == ["1f1b", "v-min"]
+    assert got["runs"]["v-min"]["bubble_rate"] < got["runs"]["1f1b"]["bubble_rate"]
+    pm.execute_notebook(str(nb), str(tmp_path / "b.ipynb"), parameters={"schedules": "1f1b,no-such",
+                        "out_dir": str(tmp_path / "b")}, progress_bar=False)
+    bad = json.loads((tmp_path / "b" / "result.json").read_text())
+    assert bad["status"] == "failed" and bad["reason"].startswith("no-such: schedule 'no-such' is not registered")

@@ -146,7 +146,7 @@ def heuristics(inst: Instance, placement: str) -> tuple[dict, str | None]:
     seed = None
     for name, budgeted in HEURISTICS[placement]:
         try:
-            s = build(name, p, m, costs=costs, **({"memory_limit": limit} if budgeted else {}))
+            s = build(name, p, m, costs=costs, **({"memory_limit": limit, "objective": "makespan"} if budgeted else {}))
         except ValueError:
             heur[name] = {"makespan": None, "span": None, "peak": None, "fits": False}
             continue

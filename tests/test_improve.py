@@ -58,12 +58,19 @@ def test_valid_within_budget_never_longer(name, p, m, costs, limit, kw):
 
 
 def test_finds_and_proves_the_optimum_the_heuristic_misses():
-    """p = 3, m = 3, F = B = W, budget 0.5: the whole model finds the optimum 14 and proves it."""
+    """p = 3, m = 3, F = B = W, budget 0.5: from the search's best without its late-acceptance
+    family (14.5), the whole model finds the optimum 14 and proves it."""
+    from ctrlmem.ir import Placement
+    from ctrlmem.schedules.families import V_SPLIT
+    from ctrlmem.schedules.families.lahc import LateAcceptanceFamily
+    from ctrlmem.search import Query, search
+
     costs = cm.Costs(1, 1, 1)
-    s = cm.build("v-shape", 3, 3, costs=costs, memory_limit=0.5)
+    at = next(i for i, fam in enumerate(V_SPLIT) if isinstance(fam, LateAcceptanceFamily))
+    s = search(Query(Placement.v_shape(3), 3, costs, 1.5), V_SPLIT[:at]).schedule("v-shape")
     res = cm.improve(s, costs, memory_limit=0.5, time_limit=20)
     before, _ = _check(res, s, costs, 0.5)
-    assert before.makespan > 14  # the heuristic misses it (14.5)
+    assert before.makespan > 14  # the start misses it (14.5)
     assert res.status == "optimal" and res.makespan == 14 and res.lower_bound == 14
     assert res.schedule.name == "v-shape+improved"
     assert dict(res.bounds)["solver"] == 14
@@ -168,29 +175,29 @@ def test_cli_optimize(capsys, tmp_path):
     gap; with --json they are an ``optimize`` object; export writes the improved schedule."""
     from ctrlmem.cli import main
 
-    costs = cm.Costs(1, 1, 1)
-    h = cm.simulate(cm.build("v-shape", 3, 3, costs=costs, memory_limit=0.5), costs).makespan
-    assert h > 14
-    assert main(["simulate", "v-shape", "-p", "3", "-m", "3", "--costs", "1,1,1", "--memory-limit", "0.5",
+    costs = cm.Costs(3, 4, 2)  # p = 3, m = 6, budget 1.5: the search gives 57.5, the optimum is 57
+    h = cm.simulate(cm.build("v-shape", 3, 6, costs=costs, memory_limit=1.5), costs).makespan
+    assert h > 57
+    assert main(["simulate", "v-shape", "-p", "3", "-m", "6", "--costs", "3,4,2", "--memory-limit", "1.5",
                  "--optimize", "10"]) == 0
     out = capsys.readouterr().out
-    assert "v-shape+improved" in out and f"makespan {h:g} -> 14" in out and "lower bound 14" in out
+    assert "v-shape+improved" in out and f"makespan {h:g} -> 57" in out and "lower bound 57" in out
     assert "gap 0.00 %" in out
-    assert main(["simulate", "v-shape", "-p", "3", "-m", "3", "--costs", "1,1,1", "--memory-limit", "0.5",
+    assert main(["simulate", "v-shape", "-p", "3", "-m", "6", "--costs", "3,4,2", "--memory-limit", "1.5",
                  "--optimize", "10", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
-    assert got["makespan"] == 14 and got["optimize"]["input_makespan"] == h
+    assert got["makespan"] == 57 and got["optimize"]["input_makespan"] == h
     assert got["optimize"]["status"] == "optimal"
-    assert main(["export", "v-shape", "-p", "3", "-m", "3", "--costs", "1,1,1", "--memory-limit", "0.5",
+    assert main(["export", "v-shape", "-p", "3", "-m", "6", "--costs", "3,4,2", "--memory-limit", "1.5",
                  "--optimize", "10", "--text", "-"]) == 0
     cap = capsys.readouterr()
-    assert cap.out.startswith("schedule v-shape+improved") and f"{h:g} -> 14" in cap.err
+    assert cap.out.startswith("schedule v-shape+improved") and f"{h:g} -> 57" in cap.err
     assert main(["simulate", "v-shape", "-p", "3", "-m", "3", "--optimize", "0"]) == 2
     assert "must be > 0" in capsys.readouterr().err
     out_file = tmp_path / "d.html"
-    assert main(["draw", "v-shape", "-p", "3", "-m", "3", "--costs", "1,1,1", "--memory-limit", "0.5",
+    assert main(["draw", "v-shape", "-p", "3", "-m", "6", "--costs", "3,4,2", "--memory-limit", "1.5",
                  "--optimize", "10", "-o", str(out_file)]) == 0
-    assert "-> 14" in capsys.readouterr().out and out_file.stat().st_size > 0
+    assert "-> 57" in capsys.readouterr().out and out_file.stat().st_size > 0
     assert main(["draw", "v-shape", "-p", "3", "-m", "3", "--view", "bubble", "--optimize", "5",
                  "-o", str(tmp_path / "b.html")]) == 2
     assert "--optimize improves one schedule" in capsys.readouterr().err
@@ -201,16 +208,16 @@ def test_explorer_optimize_option():
     below it, with the before/after line, and its command has --optimize."""
     from ctrlmem.ui import Settings, command_line, compute
 
-    off = compute(Settings(schedules=("v-shape",), num_devices=3, num_microbatches=3, f=1, b=1, w=1, memory_limit=0.5))
+    off = compute(Settings(schedules=("v-shape",), num_devices=3, num_microbatches=6, f=3, b=4, w=2, memory_limit=1.5))
     assert list(off.results) == ["v-shape"] and Settings().optimize == 0
-    s = Settings(schedules=("v-shape", "1f1b"), num_devices=3, num_microbatches=3, f=1, b=1, w=1, memory_limit=0.5,
+    s = Settings(schedules=("v-shape", "1f1b"), num_devices=3, num_microbatches=6, f=3, b=4, w=2, memory_limit=1.5,
                  optimize=5)
     on = compute(s)
     assert list(on.results) == ["v-shape", "v-shape+improved", "1f1b"]
-    assert on.results["v-shape+improved"].makespan == 14
+    assert on.results["v-shape+improved"].makespan == 57
     h = off.results["v-shape"].makespan
-    assert h > 14 and f"makespan {h:g} -> 14" in on.origins["v-shape+improved"]
-    assert "lower bound 14" in on.stats.set_index("schedule").loc["v-shape+improved", "order"]
+    assert h > 57 and f"makespan {h:g} -> 57" in on.origins["v-shape+improved"]
+    assert "lower bound 57" in on.stats.set_index("schedule").loc["v-shape+improved", "order"]
     assert "--optimize 5" in command_line(s)
 
 
@@ -220,8 +227,8 @@ def test_explorer_optimizes_in_the_background_and_saves_the_order(tmp_path):
     improved order and redraws it without the solver; unticking the option drops it."""
     from ctrlmem import explore, ui
 
-    e = ui.explorer(schedules=["v-shape", "1f1b"], num_devices=3, num_microbatches=3, f=1, b=1, w=1,
-                    memory_limit=0.5, export_dir=None)
+    e = ui.explorer(schedules=["v-shape", "1f1b"], num_devices=3, num_microbatches=6, f=3, b=4, w=2,
+                    memory_limit=1.5, export_dir=None)
     try:
         e.wait()
         assert "v-shape+improved" not in e.view.results
@@ -231,8 +238,8 @@ def test_explorer_optimizes_in_the_background_and_saves_the_order(tmp_path):
         assert any(job.optimize == 5.0 and job.name == "v-shape" for job in e.view.jobs)
         view = e.wait(120)
         assert list(view.results) == ["v-shape", "v-shape+improved", "1f1b"]
-        assert view.results["v-shape+improved"].makespan == 14
-        assert "lower bound 14" in view.origins["v-shape+improved"]
+        assert view.results["v-shape+improved"].makespan == 57
+        assert "lower bound 57" in view.origins["v-shape+improved"]
         path = explore.write_state(view, tmp_path / "s.json")
         again, _style = explore.state_view(path)
         assert again.results["v-shape+improved"].schedule.device_passes == \

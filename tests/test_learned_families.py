@@ -1,8 +1,9 @@
 """The families learned from cm.improve's optima at p ≤ 4 (docs/theory.md §12): fill-ahead (list
 schedules running a higher stage's forward first, banker's admission), relocate (single-pass
-moves with kicks), forward-first (list schedules running any ready forward before a backward) and
-periodic (the same move for every later microbatch). They only add candidates, stay monotone in
-the budget, and close the gaps the solver showed.
+moves with kicks), forward-first (list schedules running any ready forward before a backward),
+periodic (the same move for every later microbatch) and late-acceptance (hill climbing that
+crosses schedules that are not yet shorter). They only add candidates, stay monotone in the
+budget, and close the gaps the solver showed.
 
 Units: ``Costs`` are full-stage pass times; budgets fractions of 1F1B's ``p·a``.
 """
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 import ctrlmem as cm
 from ctrlmem.ir import Placement
 from ctrlmem.schedules.families.fillahead import FILL_MAX_PM, FillAheadFamily, ForwardFirstFamily
+from ctrlmem.schedules.families.lahc import LateAcceptanceFamily, lahc_keys
 from ctrlmem.schedules.families.lists import list_schedule
 from ctrlmem.schedules.families.periodic import PeriodicFamily, periodic_keys
 from ctrlmem.schedules.families.relocate import RelocateFamily, relocate_keys
@@ -76,10 +78,10 @@ def test_periodic_moves_reach_what_single_moves_cannot(p, m, costs, limit):
     short, within 2 % of the optimum."""
     from ctrlmem.schedules.families import V_SPLIT
 
-    assert isinstance(V_SPLIT[-1], PeriodicFamily)
+    at = next(i for i, fam in enumerate(V_SPLIT) if isinstance(fam, PeriodicFamily))
     optimum = cm.optimal(p, m, costs=costs, memory_limit=limit, time_limit=30, workers=1)
     assert optimum.status == "optimal"
-    found = search(Query(Placement.v_shape(p), m, costs, limit * p), V_SPLIT[:-1])
+    found = search(Query(Placement.v_shape(p), m, costs, limit * p), V_SPLIT[:at])
     assert found.makespan > optimum.makespan
     assert relocate_keys(found.cs, found.index, costs, limit * p) is None
     got = periodic_keys(found.cs, found.index, costs, limit * p)
@@ -133,7 +135,9 @@ def test_families_monotone_in_the_cap(p, extra, fbw, comm):
     from ctrlmem.schedules.families import V_SPLIT
 
     relocate = next(f for f in V_SPLIT if isinstance(f, RelocateFamily))
-    for fam in (FillAheadFamily(), ForwardFirstFamily(), relocate, V_SPLIT[-1]):
+    periodic = next(f for f in V_SPLIT if isinstance(f, PeriodicFamily))
+    late = next(f for f in V_SPLIT if isinstance(f, LateAcceptanceFamily))
+    for fam in (FillAheadFamily(), ForwardFirstFamily(), relocate, periodic, late):
         prev: set = set()
         for cap in (1.0, 1.5, 2.0, p, 1.5 * p):
             labels = {lab for cs in fam.sets(Query(P, m, costs, cap), Progress()) for lab in cs.labels}
@@ -150,6 +154,7 @@ def test_only_small_pipelines():
     assert not list(RelocateFamily([]).sets(q, Progress()))
     assert not list(ForwardFirstFamily().sets(q, Progress()))
     assert not list(PeriodicFamily([], [ForwardFirstFamily()]).sets(q, Progress()))
+    assert not list(LateAcceptanceFamily([]).sets(q, Progress()))
 
 
 def test_periodic_in_the_zb_search():
@@ -180,3 +185,54 @@ def test_zb_monotone_with_relocate(p, m, fbw):
         assert max(r.peak_memory) <= limit * p + 1e-9
         assert prev is None or max(r.device_spans) <= prev + 1e-9
         prev = max(r.device_spans)
+
+
+# -- late acceptance: across schedules that are not yet shorter --------------------------------
+
+
+@pytest.mark.parametrize("costs", [cm.Costs(1, 1, 1), cm.Costs(2, 1, 1)])
+def test_late_acceptance_reaches_what_strict_descents_cannot(costs):
+    """p = 3, m = 3, half of 1F1B's memory: every family before late acceptance (strict descents
+    included) stops half a pass above the optimum (cm.optimal, < 1 s); the optimum reorders the
+    cool-down on every device (the last microbatch's forwards before the backwards of the one
+    ahead), through schedules that are not shorter. Late acceptance reaches it, and the search
+    with it gives it."""
+    from ctrlmem.schedules.families import V_SPLIT
+
+    p, m, limit = 3, 3, 0.5
+    optimum = cm.optimal(p, m, costs=costs, memory_limit=limit, time_limit=30, workers=1)
+    assert optimum.status == "optimal"
+    at = next(i for i, fam in enumerate(V_SPLIT) if isinstance(fam, LateAcceptanceFamily))
+    q = Query(Placement.v_shape(p), m, costs, limit * p, objective="makespan")
+    before = search(q, V_SPLIT[:at])
+    assert before.makespan == optimum.makespan + 0.5
+    got = [lahc_keys(before.cs, before.index, costs, limit * p, True, seed) for seed in (1, 2)]
+    best = min(float(timed(g, costs).makespan[0]) for g in got if g is not None)
+    assert best == optimum.makespan
+    r = cm.simulate(cm.build("v-shape", p, m, costs=costs, memory_limit=limit, objective="makespan"), costs)
+    assert r.makespan == optimum.makespan and max(r.peak_memory) <= limit * p + 1e-9
+
+
+@settings(max_examples=8)
+@given(p=st.integers(2, 4), extra=st.integers(0, 6), fbw=st.tuples(*(st.integers(1, 4),) * 3),
+       comm=st.sampled_from([0.0, 0.25]), by_makespan=st.booleans(), seed=st.integers(1, 5),
+       frac=st.sampled_from([0.5, 0.75, 1.0]))
+def test_late_acceptance_never_worse_valid_and_deterministic(p, extra, fbw, comm, by_makespan, seed, frac):
+    """From any schedule: a result that runs every pass once on its device, within the cap, never
+    worse than the start in the objective climbed (then the sum of the device spans or ends), and
+    the same result every time (a fixed seed)."""
+    m = p + extra
+    costs = cm.Costs(*fbw, comm)
+    s = cm.build("v-shape", p, m, costs=costs, memory_limit=frac)
+    cs = from_schedules([("start", s)])
+    cap = float(cs.peak[0])
+    start = timed(cs, costs)
+    got = lahc_keys(cs, 0, costs, cap, by_makespan, seed)
+    if got is None:
+        return
+    assert problem(got, 0) is None and got.peak[0] <= cap + 1e-9
+    tm = timed(got, costs)
+    key = (lambda t: t.makespan[0]) if by_makespan else (lambda t: t.span[0])
+    assert key(tm) <= key(start) + 1e-9
+    again = lahc_keys(cs, 0, costs, cap, by_makespan, seed)
+    assert np.array_equal(again.keys, got.keys)

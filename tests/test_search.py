@@ -168,17 +168,18 @@ import ctrlmem as cm
 from ctrlmem.search import kernels
 out = {"jit": kernels.jit_enabled()}
 costs = cm.Costs(3, 4, 2, 0.1)
-for name, p, m, lim in json.loads(sys.argv[1]):
-    s = cm.build(name, p, m, costs=costs, memory_limit=lim)
-    out[f"{name} {p} {m} {lim}"] = [str(s.params), [[str(x) for x in o] for o in s.device_passes]]
+for name, p, m, lim, *more in json.loads(sys.argv[1]):
+    s = cm.build(name, p, m, costs=costs, memory_limit=lim, **({"objective": more[0]} if more else {}))
+    out[f"{name} {p} {m} {lim} {more}"] = [str(s.params), [[str(x) for x in o] for o in s.device_passes]]
 out["steps"] = cm.pipeline_steps(cm.blocks.v_cost_block(4, (2, 2, 1, 0), (1, 1, 1), (0, 0, 0)), 7)["squeeze"].to_text()
 print(json.dumps(out))
 """
 
 #: every search at least once, at sizes where plain Python takes seconds: the small-pipeline
-#: families (fill-ahead, polish, relocate, periodic) run at p·m ≤ 64 and m ≥ 3, the others above
-_CASES = [("v-shape", 2, 4, 0.75), ("zb", 3, 4, 1.0), ("zb", 5, 16, 1.0), ("v-min", 5, 16, None),
-          ("1f1b-v", 4, 9, None)]
+#: families (fill-ahead, polish, relocate, periodic, late-acceptance) run at p·m ≤ 64 and m ≥ 3,
+#: the others above; both objectives
+_CASES = [("v-shape", 2, 4, 0.75), ("v-shape", 2, 3, 0.75, "makespan"), ("zb", 3, 4, 1.0), ("zb", 5, 16, 1.0),
+          ("v-min", 5, 16, None), ("1f1b-v", 4, 9, None)]
 
 
 def _run_check(jit: bool, cases) -> dict:
@@ -242,3 +243,57 @@ def test_families_every_candidate_is_a_valid_schedule():
                         assert problem(cs, i) is None, (fam.name, cs.labels[i])
                         if math.isfinite(time_set(cs, costs).span[i]):
                             cm.validate(cs.schedule(i, "x"))
+
+
+# -- the objective: span (the default) or makespan ------------------------------------------------
+
+
+def test_search_ranks_by_the_query_objective():
+    """p = 4, m = 4, a hop latency of a fifth of a pass, 1F1B's memory: over the same candidates
+    (families that do not climb by the objective), the span search returns the candidate of the
+    shortest longest span (then makespan) and the makespan search the one of the shortest
+    makespan (then span), and here they differ."""
+    from ctrlmem.schedules.families import _BASE
+    from ctrlmem.search.engine import Progress, timed
+
+    costs = cm.Costs(8.0, 9.3, 8.4, 1.7)
+    P, m, cap = Placement.v_shape(4), 4, 4.0
+    pool = []
+    for fam in _BASE:
+        for cs in fam.sets(Query(P, m, costs, cap), Progress()):
+            tm = timed(cs, costs)
+            pool += [(float(tm.span[i]), float(tm.makespan[i])) for i in range(len(cs))
+                     if cs.peak[i] <= cap + 1e-9 and math.isfinite(tm.span[i])]
+    by_span = search(Query(P, m, costs, cap), _BASE)
+    by_make = search(Query(P, m, costs, cap, objective="makespan"), _BASE)
+    assert (by_span.span, by_span.makespan) == min(pool)
+    assert (by_make.makespan, by_make.span) == min((mk, sp) for sp, mk in pool)
+    assert by_make.makespan < by_span.makespan and by_span.span < by_make.span
+
+
+@pytest.mark.slow
+@settings(max_examples=10)
+@given(p=st.integers(2, 6), extra=st.integers(0, 6), data=st.data(), per_stage=st.booleans(),
+       comm=st.sampled_from([0.0, 0.1, 0.4]), limit=st.sampled_from([None, 0.5, 0.75, 1.0, 1.5]))
+def test_makespan_objective_never_longer_in_makespan(p, extra, data, per_stage, comm, limit):
+    """``objective="makespan"`` (v-shape and zb) gives a schedule within the budget whose makespan
+    is never longer than the default's (ranked by span), and records the objective."""
+    m = p + extra
+    for name, S in (("v-shape", 2 * p), ("zb", p)):
+        costs = _costs(data, S, per_stage, comm)
+        lim = limit if limit is None or limit >= 1 / p else 1 / p
+        default = cm.simulate(cm.build(name, p, m, costs=costs, memory_limit=lim), costs)
+        s = cm.build(name, p, m, costs=costs, memory_limit=lim, objective="makespan")
+        got = cm.simulate(s, costs)
+        assert got.makespan <= default.makespan + 1e-9, name
+        assert max(got.peak_memory) <= (1.0 if lim is None else lim) * p + 1e-9
+        assert dict(s.params)["objective"] == "makespan"
+        assert "objective" not in dict(default.schedule.params)
+
+
+def test_unknown_objective_names_both():
+    for name in ("v-shape", "zb"):
+        with pytest.raises(ValueError, match="'span'.*'makespan'"):
+            cm.build(name, 4, 8, memory_limit=0.5, objective="throughput")
+    with pytest.raises(ValueError, match="objective"):
+        Query(Placement.v_shape(2), 4, cm.Costs(), 2.0, objective="bubble")

@@ -32,6 +32,7 @@ never gets slower as the budget grows (monotone by construction). The named sche
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 
@@ -40,7 +41,7 @@ from ..ir import Placement, Schedule
 from ..search import Query, search
 from ..search.bounds import span_bound
 from ..search.encoding import CandidateSet
-from ..search.engine import Found, timed
+from ..search.engine import OBJECTIVES, Found, timed
 from .families import SEQUENTIAL, V_FUSED, V_SPLIT
 from .registry import register
 
@@ -72,16 +73,38 @@ def _check_v(p: int, m: int) -> None:
         )
 
 
-def _query(placement: Placement, m: int, costs: Costs, cap: float, fused: bool) -> Query:
-    return Query(placement, m, costs, cap, fused, span_bound(placement, m, costs))
+def _objective(objective: object) -> str:
+    if objective not in OBJECTIVES:
+        raise ValueError(
+            f"objective={objective!r} is not an objective of the search; use 'span' (the longest device "
+            "span, the paper's bubble-rate basis: the default) or 'makespan' (the end of the last pass, all "
+            "devices starting together: the iteration time when the optimizer step synchronises them)"
+        )
+    return str(objective)
+
+
+def _query(placement: Placement, m: int, costs: Costs, cap: float, fused: bool, objective: str = "span") -> Query:
+    return Query(placement, m, costs, cap, fused, span_bound(placement, m, costs), objective)
+
+
+def _search(q: Query, families, first: list[CandidateSet]) -> Found | None:
+    """:func:`~ctrlmem.search.search`; with the makespan objective the span search's winner is
+    tried first too (the small-pipeline families climb by the query's objective, so the two
+    searches can see different candidates): asking for the makespan never gives a longer one
+    than the default."""
+    if q.by_makespan:
+        by_span = search(dataclasses.replace(q, objective="span"), families, first=first)
+        if by_span is not None:
+            first = [*first, by_span.cs.subset([by_span.index])]
+    return search(q, families, first=first)
 
 
 def search_v(p: int, m: int, costs: Costs, cap: float, fused: bool = False,
-             first: CandidateSet | None = None) -> Found | None:
+             first: CandidateSet | None = None, objective: str = "span") -> Found | None:
     """The V-shape search within ``cap`` (``a``) under ``costs``: the split-backward families
-    (or the fused ones), ``first`` tried first (it wins ties)."""
-    q = _query(Placement.v_shape(p), m, costs, cap, fused)
-    return search(q, V_FUSED if fused else V_SPLIT, first=[first] if first is not None else [])
+    (or the fused ones), ``first`` tried first (it wins ties); ranked by ``objective``."""
+    q = _query(Placement.v_shape(p), m, costs, cap, fused, objective)
+    return _search(q, V_FUSED if fused else V_SPLIT, [first] if first is not None else [])
 
 
 @register("v-shape", source="Qi et al. 2024 (this paper) App. A/B, Fig. 9–10; docs/theory.md §10 (adaptive V-Shape scheduler)")
@@ -90,6 +113,7 @@ def v_shape(
     num_microbatches: int,
     costs: Costs | None = None,
     memory_limit: float | None = None,
+    objective: str = "span",
 ) -> Schedule:
     """Adaptive V-shape schedule: the shortest longest-span schedule within ``memory_limit``.
 
@@ -104,13 +128,19 @@ def v_shape(
     at most ``memory_limit · p · a`` (default 1.0). Any limit from ``1/p`` (one microbatch per
     device) up works, 2.0 and beyond included; a larger limit never gives a slower schedule.
 
+    ``objective="makespan"`` ranks by makespan first instead (the end of the last pass with
+    every device starting together: the iteration time when the optimizer step synchronises the
+    devices; ties: the longest span). The two differ only where devices start or end at
+    different times by more than the bubbles inside, as with a hop latency (``comm``).
+
     Raises ``ValueError`` below ``1/p``, naming the smallest feasible limit.
     """
     p, m = num_devices, num_microbatches
     _check_v(p, m)
     limit = 1.0 if memory_limit is None else float(memory_limit)
     costs = costs if costs is not None else Costs()
-    found = search_v(p, m, costs, limit * p)
+    objective = _objective(objective)
+    found = search_v(p, m, costs, limit * p, objective=objective)
     if found is None:
         raise ValueError(
             f"memory_limit={limit:g} is below what any V-shape schedule reaches for p={p}, m={m}: the "
@@ -118,7 +148,10 @@ def v_shape(
             f"1F1B's p·a); raise memory_limit to at least {1 / p:.6g}"
         )
     log.debug("v-shape p=%d m=%d limit=%g: %s (span %g, peak %g a)", p, m, limit, found.label, found.span, found.peak)
-    return found.schedule("v-shape", {"memory_limit": limit, "block": found.label})
+    params = {"memory_limit": limit, "block": found.label}
+    if objective != "span":
+        params["objective"] = objective
+    return found.schedule("v-shape", params)
 
 
 class VShapeCandidate:
@@ -172,6 +205,7 @@ def zb(
     num_microbatches: int,
     costs: Costs | None = None,
     memory_limit: float | None = None,
+    objective: str = "span",
 ) -> Schedule:
     """Memory-limited automatic zero-bubble schedule, one stage per device (ZB-1P at
     ``memory_limit=1.0``, ZB-2P at ``2.0``; docs/theory.md §8, Table 4, Fig. 7).
@@ -184,7 +218,8 @@ def zb(
     activation up to ``⌊memory_limit · p⌋`` (on a grid for ``p > 12``), next to the handcrafted
     ZB-H1 (peak p·a) and ZB-H2 (peak (2p−1)·a) orders; each is timed under ``costs`` and the
     shortest longest span (then makespan) within the limit wins, so a larger limit never gives a
-    slower schedule. Default limit 1.0 (ZB-1P).
+    slower schedule. Default limit 1.0 (ZB-1P). ``objective="makespan"``: ranked by makespan
+    first, as :func:`v_shape`.
     """
     p, m = num_devices, num_microbatches
     limit = 1.0 if memory_limit is None else float(memory_limit)
@@ -195,6 +230,10 @@ def zb(
             f"feasible limit is {1 / p:.6g} (one microbatch in flight); ZB-1P is 1.0 and ZB-2P 2.0"
         )
     costs = costs if costs is not None else Costs()
-    q = _query(Placement.sequential(p), m, costs, limit * p, False)
-    found = search(q, SEQUENTIAL)
-    return found.schedule("zb", {"memory_limit": limit, "policy": found.label})
+    objective = _objective(objective)
+    q = _query(Placement.sequential(p), m, costs, limit * p, False, objective)
+    found = _search(q, SEQUENTIAL, [])
+    params = {"memory_limit": limit, "policy": found.label}
+    if objective != "span":
+        params["objective"] = objective
+    return found.schedule("zb", params)

@@ -2,7 +2,8 @@
 
 A search is asked for the schedule with the shortest longest device span (ties: the shorter
 makespan, then the lower peak, then the earlier candidate) among what some *families* produce,
-within a memory cap, under given costs. A :class:`Family` is a producer of
+within a memory cap, under given costs; or, with ``objective="makespan"``, the shortest makespan
+(ties: the shorter longest span, then the lower peak, then the earlier candidate). A :class:`Family` is a producer of
 :class:`~ctrlmem.search.encoding.CandidateSet` s for a :class:`Query`; it keeps whatever does not
 depend on the costs in its own caches (per ``p`` and ``m``), so budgets and cost edits reuse it.
 The engine times each set once per costs (:mod:`ctrlmem.search.timing`; cached), checks the
@@ -11,9 +12,10 @@ and makes a ``Schedule`` only for it.
 
 **Bounds.** A family may skip work that cannot win: :attr:`Query.bound` gives a lower bound on
 the longest span of any schedule with a given peak (:mod:`ctrlmem.search.bounds`), and
-:attr:`Progress.span` the best span found so far; a producer whose candidates all peak at ``c``
-or more skips them when ``bound(c) > span`` (strictly: a candidate of equal span could still
-win on makespan, so results never depend on what was skipped).
+:attr:`Progress.best` the best value of the objective found so far; a producer whose candidates
+all peak at ``c`` or more skips them when ``bound(c) > best`` (a makespan is never shorter than
+the longest span, so the span bound serves both objectives; strictly: a candidate of equal value
+could still win the tie, so results never depend on what was skipped).
 
 **Monotone by construction.** Each family's candidates for a cap contain those for every smaller
 cap (the families document how), so a larger budget never gives a slower schedule.
@@ -34,7 +36,7 @@ from ..ir import Placement, Schedule
 from .encoding import CandidateSet, problem, tables
 from .timing import Timed, durations, time_set
 
-__all__ = ["Query", "Progress", "Family", "Found", "search", "timed", "clear_caches", "LRU"]
+__all__ = ["Query", "OBJECTIVES", "Progress", "Family", "Found", "search", "timed", "clear_caches", "LRU"]
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +109,10 @@ class Query:
         fused: fused backward (``BW``) instead of ``B`` + ``W``.
         bound: ``bound(peak)`` — a lower bound on the longest span of any schedule of this
             placement, costs and ``m`` whose peak is at most ``peak`` (``a``).
+        objective: what the search minimises first: ``"span"`` (the longest device span, the
+            paper's bubble-rate basis; ties: makespan) or ``"makespan"`` (the end of the last
+            pass, all devices starting together: the iteration time when a global step
+            synchronises the devices; ties: span).
     """
 
     placement: Placement
@@ -115,21 +121,40 @@ class Query:
     cap: float
     fused: bool = False
     bound: Callable[[float], float] = field(default=lambda peak: 0.0, compare=False, hash=False)
+    objective: str = "span"
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective={self.objective!r} is not one of {', '.join(map(repr, OBJECTIVES))}")
 
     @property
     def p(self) -> int:
         return self.placement.num_devices
 
+    @property
+    def by_makespan(self) -> bool:
+        return self.objective == "makespan"
+
+    def key(self, span: float, makespan: float, peak: float) -> tuple[float, float, float]:
+        """The ranking key of a candidate under :attr:`objective` (smaller is better)."""
+        return (makespan, span, peak) if self.by_makespan else (span, makespan, peak)
+
+
+#: what a search may minimise first (:attr:`Query.objective`)
+OBJECTIVES = ("span", "makespan")
+
 
 @dataclass
 class Progress:
-    """The best longest span found so far in a running search (``inf`` before the first)."""
+    """The best value of the query's objective (longest span or makespan) found so far in a
+    running search (``inf`` before the first)."""
 
-    span: float = float("inf")
+    best: float = float("inf")
 
     def hopeless(self, q: Query, peak: float) -> bool:
-        """Whether no candidate peaking at ``peak`` or more can beat what was found."""
-        return q.bound(peak) > self.span + _EPS
+        """Whether no candidate peaking at ``peak`` or more can beat what was found (the bound
+        is on the longest span, which no makespan is shorter than)."""
+        return q.bound(peak) > self.best + _EPS
 
 
 class Family:
@@ -171,10 +196,6 @@ class Found:
     def label(self) -> str:
         return self.cs.labels[self.index]
 
-    @property
-    def key(self) -> tuple[float, float, float]:
-        return (self.span, self.makespan, self.peak)
-
     def schedule(self, name: str, params: dict | None = None) -> Schedule:
         """The winner as a :class:`~ctrlmem.ir.Schedule` named ``name``."""
         return self.cs.schedule(self.index, name, params)
@@ -204,7 +225,8 @@ def search(q: Query, producers: Sequence[Family], first: Iterable[CandidateSet] 
         ok = (cs.peak <= q.cap + _EPS) & np.isfinite(tm.span)
         if ok.any():
             pool.append((tm, ok))
-            progress.span = min(progress.span, float(tm.span[ok].min()))
+            primary = tm.makespan if q.by_makespan else tm.span
+            progress.best = min(progress.best, float(primary[ok].min()))
 
     for cs in first:
         consider(cs)
@@ -217,10 +239,11 @@ def search(q: Query, producers: Sequence[Family], first: Iterable[CandidateSet] 
             idx = np.nonzero(ok)[0]
             if not len(idx):
                 continue
-            order = np.lexsort((idx, tm.cs.peak[idx], tm.makespan[idx], tm.span[idx]))
+            first_, second = (tm.makespan, tm.span) if q.by_makespan else (tm.span, tm.makespan)
+            order = np.lexsort((idx, tm.cs.peak[idx], second[idx], first_[idx]))
             i = int(idx[order[0]])
             cand = Found(tm.cs, i, float(tm.span[i]), float(tm.makespan[i]), float(tm.cs.peak[i]))
-            if best is None or cand.key < best.key:
+            if best is None or q.key(cand.span, cand.makespan, cand.peak) < q.key(best.span, best.makespan, best.peak):
                 best = cand
         if best is None:
             return None

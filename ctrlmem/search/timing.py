@@ -38,7 +38,8 @@ def _run_one(keys, c, dep, cross, dur, comm, end, ptr, free, first, out):  # pra
     forwards and backwards, each advancing as far as its inputs allow, until all passes ran (or
     none can: a deadlock, everything inf). ``out`` gets the longest span, the makespan, the sum
     of the device spans and the sum of every pass's end time; ``end``, ``ptr``, ``free``,
-    ``first`` are work arrays (``n`` passes, ``p`` devices)."""
+    ``first`` are work arrays (``n`` passes, ``p`` devices); ``out`` has room for five: the
+    fifth is the sum of the devices' end times."""
     p = keys.shape[1]
     L = keys.shape[2]
     n = dep.shape[0]
@@ -82,15 +83,17 @@ def _run_one(keys, c, dep, cross, dur, comm, end, ptr, free, first, out):  # pra
             break
         remaining -= moved
     if remaining > 0:
-        for j in range(4):
+        for j in range(5):
             out[j] = np.inf
         return
     s = 0.0
     mk = 0.0
     tot = 0.0
+    ends = 0.0
     for d in range(p):
         x = free[d] - first[d]
         tot += x
+        ends += free[d]
         if x > s:
             s = x
         if free[d] > mk:
@@ -99,6 +102,7 @@ def _run_one(keys, c, dep, cross, dur, comm, end, ptr, free, first, out):  # pra
     out[1] = mk
     out[2] = tot
     out[3] = flow
+    out[4] = ends
 
 
 @kernel
@@ -109,7 +113,7 @@ def _asap(keys, dep, cross, dur, comm, span, make, total):  # pragma: no cover -
     ptr = np.zeros(p, np.int64)
     free = np.zeros(p)
     first = np.zeros(p)
-    out = np.empty(4)
+    out = np.empty(5)
     for c in range(K):
         _run_one(keys, c, dep, cross, dur, comm, end, ptr, free, first, out)
         span[c] = out[0]

@@ -21,6 +21,9 @@ below are what each search runs, in order (earlier candidates win ties).
 * :mod:`.periodic` — the best at each cap with a pass of every later microbatch moved at once
   (the same move in each period), then single relocations; only what is no longer in makespan than
   the others' best (small pipelines; last in the V-shape and ``zb`` searches; docs/theory.md §12);
+* :mod:`.lahc` — late-acceptance hill climbing from the best at each cap: moves through
+  schedules that are not yet shorter (small pipelines; last in the V-shape and ``zb`` searches;
+  docs/theory.md §12);
 * :mod:`.sequential` — ZB-H1/H2 and the ZB greedy on one stage per device (``zb``).
 """
 
@@ -30,6 +33,7 @@ from .fillahead import FillAheadFamily, ForwardFirstFamily
 from .fused import FusedConstructionFamily
 from .grid import GridFamily
 from .periodic import PeriodicFamily
+from .lahc import LateAcceptanceFamily
 from .lists import ListFamily
 from .polish import PolishFamily
 from .relocate import RelocateFamily
@@ -45,11 +49,14 @@ _POLISH = PolishFamily(_BASE)
 _RELOCATE = RelocateFamily(_BASE + [_POLISH])
 _FIRST = ForwardFirstFamily()
 #: the split-backward V-shape search (``v-shape``, ``v-min``, ``v-half``, ``v-zb``); the
-#: periodic family (seeded with the forward-first one) comes last, so the others' results are unchanged
-V_SPLIT = _BASE + [_POLISH, _RELOCATE, PeriodicFamily(_BASE + [_POLISH, _RELOCATE], seeds=[_FIRST])]
+#: periodic family (seeded with the forward-first one) and the late-acceptance one come last, so
+#: the others' results are unchanged
+_PERIODIC = PeriodicFamily(_BASE + [_POLISH, _RELOCATE], seeds=[_FIRST])
+V_SPLIT = _BASE + [_POLISH, _RELOCATE, _PERIODIC, LateAcceptanceFamily(_BASE + [_POLISH, _RELOCATE, _PERIODIC])]
 #: the fused-backward V-shape search (``1f1b-v``)
 V_FUSED = [FusedConstructionFamily(), _LISTS]
 #: one stage per device (``zb``)
 _ZB = [ZBFixedFamily(), ZBCapFamily()]
 _ZB_RELOCATE = RelocateFamily(_ZB)
-SEQUENTIAL = _ZB + [_ZB_RELOCATE, PeriodicFamily(_ZB + [_ZB_RELOCATE])]
+_ZB_PERIODIC = PeriodicFamily(_ZB + [_ZB_RELOCATE])
+SEQUENTIAL = _ZB + [_ZB_RELOCATE, _ZB_PERIODIC, LateAcceptanceFamily(_ZB + [_ZB_RELOCATE, _ZB_PERIODIC])]

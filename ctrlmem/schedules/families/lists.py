@@ -372,7 +372,7 @@ class PerCapFamily(Family):
     """A family that improves other families' candidates (``others``) at each cap of
     :func:`caps` up to the query's budget, smallest cap first: :meth:`at_cap` gets the sub-query of one cap and what the
     smaller caps gave (so a cap's candidates include every smaller cap's: monotone in the
-    budget), and its result is cached per (placement, m, fused, costs, cap)."""
+    budget), and its result is cached per (placement, m, fused, costs, cap, objective)."""
 
     def __init__(self, others: list[Family]) -> None:
         self.others = others
@@ -396,10 +396,10 @@ class PerCapFamily(Family):
         base = P.num_stages // P.num_devices
         done: list[CandidateSet] = []
         for h in caps(P.num_devices, self.top(q, base), base):
-            key = (P, q.m, q.fused, q.costs, h)
+            key = (P, q.m, q.fused, q.costs, h, q.objective)
             got = self._cache.get(key)
             if got is None:
-                got = self.at_cap(Query(P, q.m, q.costs, h / base, q.fused, q.bound), done)
+                got = self.at_cap(Query(P, q.m, q.costs, h / base, q.fused, q.bound, q.objective), done)
                 self._cache.put(key, got)
             for cs in got:
                 done.append(cs)

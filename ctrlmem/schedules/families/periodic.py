@@ -73,7 +73,7 @@ def _periodic(keys, dep, cross, dur, comm, delta, m, S, stages, cap, reach, max_
     ptr = np.zeros(p, np.int64)
     free = np.zeros(p)
     first = np.zeros(p)
-    res = np.empty(4)  # span, makespan, sum of spans, sum of pass ends (_run_one)
+    res = np.empty(5)  # span, makespan, sum of spans, sum of pass ends, sum of device ends (_run_one)
     _run_one(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
     c0, c1, c2 = res[0], res[1], res[3]
     save = np.empty((p, L), np.int64)
@@ -184,9 +184,11 @@ class PeriodicFamily(PerCapFamily):
         longer in makespan than the others' best (span, then makespan) at this cap, as one set."""
         seeded = [x for fam in self.seeds for x in fam.sets(sub, Progress())]
         others = [x for fam in self.others for x in fam.sets(sub, Progress())]
-        pool = ranked(list(done) + others + seeded, sub.costs, sub.cap)
+        pool = ranked(list(done) + others + seeded, sub.costs, sub.cap, sub.by_makespan)
         ids = {id(cs) for cs in others}
-        best_old = min(((span, make) for span, make, _n, cs, _i in pool if id(cs) in ids), default=(np.inf, np.inf))
+        best_old = min((sub.key(span, make, 0.0) for span, make, _n, cs, _i in pool if id(cs) in ids),
+                       default=(np.inf, np.inf, 0.0))
+        best_make = best_old[0] if sub.by_makespan else best_old[1]
         out = []
         floor = sub.bound(sub.cap)  # no schedule within the cap has a shorter span (nor makespan)
         for _span, make, cs, i in distinct(pool, STARTS):
@@ -201,7 +203,7 @@ class PeriodicFamily(PerCapFamily):
         kept = []
         for cs in out:
             tm = timed(cs, sub.costs)
-            ok = np.nonzero((cs.peak <= sub.cap + 1e-9) & np.isfinite(tm.span) & (tm.makespan <= best_old[1] + 1e-9))[0]
+            ok = np.nonzero((cs.peak <= sub.cap + 1e-9) & np.isfinite(tm.span) & (tm.makespan <= best_make + 1e-9))[0]
             if len(ok):
                 kept.append(cs.subset(ok))
         return concat(kept) if kept else None

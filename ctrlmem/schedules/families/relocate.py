@@ -206,15 +206,17 @@ class RelocateFamily(PerCapFamily):
     def _relocated(self, sub: Query, done: list[CandidateSet]) -> CandidateSet | None:
         """The :data:`STARTS` best distinct candidates within ``sub.cap`` (the earlier caps'
         relocated ones included), each relocated; those that improved, as one set."""
-        pool = ranked(list(done) + [x for fam in self.others for x in fam.sets(sub, Progress())], sub.costs, sub.cap)
+        pool = ranked(list(done) + [x for fam in self.others for x in fam.sets(sub, Progress())], sub.costs, sub.cap,
+                      sub.by_makespan)
         out = [got for _span, _make, cs, i in distinct(pool, STARTS)
                if (got := relocate_keys(cs, i, sub.costs, sub.cap)) is not None]
         return concat(out) if out else None
 
 
-def ranked(sets, costs, cap: float) -> list[tuple[float, float, int, CandidateSet, int]]:
+def ranked(sets, costs, cap: float, by_makespan: bool = False) -> list[tuple[float, float, int, CandidateSet, int]]:
     """Every candidate of ``sets`` that runs within ``cap`` (``a``) as ``(span, makespan, n, set,
-    index)``, shortest first (ties: in the order given, ``n``)."""
+    index)``, shortest first: by span, then makespan (``by_makespan``: the other way round);
+    ties in the order given (``n``)."""
     pool = []
     for cs in sets:
         if not len(cs):
@@ -222,7 +224,7 @@ def ranked(sets, costs, cap: float) -> list[tuple[float, float, int, CandidateSe
         tm = timed(cs, costs)
         for i in np.nonzero((cs.peak <= cap + 1e-9) & np.isfinite(tm.span))[0]:
             pool.append((float(tm.span[i]), float(tm.makespan[i]), len(pool), cs, int(i)))
-    pool.sort(key=lambda x: x[:3])
+    pool.sort(key=(lambda x: (x[1], x[0], x[2])) if by_makespan else (lambda x: x[:3]))
     return pool
 
 

@@ -3,8 +3,9 @@ lower bound (the ``optimality-gap`` artifact, ``benchmarks/bench_optimality_gap.
 
 For each instance (``p``, ``m``, costs, budget) and placement (V-shape: ``v-shape``, ``v-min``,
 ``v-half``, ``v-zb``; one stage per device: ``zb``, ``zb-h1``, ``1f1b``), :func:`measure`
-simulates every heuristic, runs :func:`ctrlmem.improve` from the budgeted one (``v-shape`` /
-``zb``) with a deterministic budget and reads its best makespan at each checkpoint (10 and 60
+simulates every heuristic (the budgeted searches ``v-shape`` / ``zb`` built with
+``objective="makespan"``: the bound and the solver measure makespans), runs
+:func:`ctrlmem.improve` from the budgeted one with a deterministic budget and reads its best makespan at each checkpoint (10 and 60
 solver-seconds), and takes the best lower bound (the closed forms of
 :func:`ctrlmem.search.bounds.makespan_bounds`, and on small instances the whole CP-SAT model's).
 A heuristic's *certified gap* is its makespan over that bound, minus one: the true distance to

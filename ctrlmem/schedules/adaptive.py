@@ -22,7 +22,10 @@ The V-shape families (:mod:`ctrlmem.schedules.families`), searched in this order
   one microbatch (``a``, the smallest feasible budget: ``1/p``) up to the budget (every
   ``⌈p/12⌉``-th above p = 12), under several tie-breaking policies; they fill the budgets
   above 1F1B's (up to 2× and beyond) and the costs the unit-slot blocks do not suit;
-* for small pipelines (``p·m <= 64``), the best schedule at each cap polished by neighbour swaps.
+* for small pipelines (``p·m <= 64``), the best schedule at each cap polished by neighbour swaps,
+  relocated passes, periodic moves and late-acceptance hill climbing (docs/theory.md §11–§12).
+
+``objective="makespan"`` ranks by makespan first instead of the longest span (docs/theory.md §11).
 
 Each family's candidates for a budget contain those of every smaller budget, so the result
 never gets slower as the budget grows (monotone by construction). The named schedules

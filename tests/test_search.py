@@ -297,3 +297,21 @@ def test_unknown_objective_names_both():
             cm.build(name, 4, 8, memory_limit=0.5, objective="throughput")
     with pytest.raises(ValueError, match="objective"):
         Query(Placement.v_shape(2), 4, cm.Costs(), 2.0, objective="bubble")
+
+
+@pytest.mark.slow
+@settings(max_examples=6)
+@given(p=st.integers(2, 4), extra=st.integers(0, 8), fbw=st.tuples(*(st.integers(1, 4),) * 3),
+       comm=st.sampled_from([0.0, 0.3, 1.0]))
+def test_makespan_objective_monotone_in_the_budget(p, extra, fbw, comm):
+    """With ``objective="makespan"`` a larger budget never gives a longer makespan (v-shape and zb;
+    the small-pipeline families climb by the objective at every cap)."""
+    m = p + extra
+    costs = cm.Costs(*fbw, comm)
+    for name in ("v-shape", "zb"):
+        prev = math.inf
+        for limit in (1 / p, 0.5, 0.75, 1.0, 1.5):
+            r = cm.simulate(cm.build(name, p, m, costs=costs, memory_limit=max(limit, 1 / p), objective="makespan"),
+                            costs)
+            assert r.makespan <= prev + 1e-9, (name, limit)
+            prev = r.makespan

@@ -44,7 +44,7 @@ from ..ir import Placement, Schedule
 from ..search import Query, search
 from ..search.bounds import span_bound
 from ..search.encoding import CandidateSet
-from ..search.engine import OBJECTIVES, Found, timed
+from ..search.engine import OBJECTIVES, Found, Progress, timed
 from .families import SEQUENTIAL, V_FUSED, V_SPLIT
 from .registry import register
 
@@ -91,14 +91,13 @@ def _query(placement: Placement, m: int, costs: Costs, cap: float, fused: bool, 
 
 
 def _search(q: Query, families, first: list[CandidateSet]) -> Found | None:
-    """:func:`~ctrlmem.search.search`; with the makespan objective the span search's winner is
-    tried first too (the small-pipeline families climb by the query's objective, so the two
-    searches can see different candidates): asking for the makespan never gives a longer one
-    than the default."""
+    """:func:`~ctrlmem.search.search`; with the makespan objective, what the families whose
+    candidates follow the objective (the small-pipeline climbs) give for the span is tried too:
+    so asking for the makespan never gives a longer one than the default, and stays monotone in
+    the budget (each family's span candidates for a cap include every smaller cap's)."""
     if q.by_makespan:
-        by_span = search(dataclasses.replace(q, objective="span"), families, first=first)
-        if by_span is not None:
-            first = [*first, by_span.cs.subset([by_span.index])]
+        span_q = dataclasses.replace(q, objective="span")
+        first = [*first, *(cs for fam in families if fam.by_objective for cs in fam.sets(span_q, Progress()))]
     return search(q, families, first=first)
 
 

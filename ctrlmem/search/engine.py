@@ -165,6 +165,8 @@ class Family:
     (see the module docstring)."""
 
     name = "family"
+    #: whether the candidates depend on the query's objective (families that climb from the best)
+    by_objective = False
 
     def sets(self, q: Query, progress: Progress) -> Iterator[CandidateSet]:  # pragma: no cover - interface
         raise NotImplementedError

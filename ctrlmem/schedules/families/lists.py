@@ -374,6 +374,8 @@ class PerCapFamily(Family):
     smaller caps gave (so a cap's candidates include every smaller cap's: monotone in the
     budget), and its result is cached per (placement, m, fused, costs, cap, objective)."""
 
+    by_objective = True  # the starts (and late acceptance's climbs) follow the query's objective
+
     def __init__(self, others: list[Family]) -> None:
         self.others = others
         self._cache = LRU(1024)

@@ -3,9 +3,16 @@
 #   bash scripts/test.sh           # everything, slow tests included (what CI runs)
 #   bash scripts/test.sh --fast    # skip tests marked slow (real multi-process runs, browser)
 #   bash scripts/test.sh -k sim    # extra arguments go to pytest
+# The tests run in 2 pytest-xdist worker processes (a CI machine's 2 cores; much of the slow tier
+# waits on subprocesses, servers and timeouts). Each test file stays on one worker (--dist loadfile),
+# so a module-scoped fixture (the local Slurm, a shared multi-process launch) starts once and a
+# file's tests never run beside each other; files are handed out in tests/conftest.py's order (the
+# files with most slow tests first; --no-loadscope-reorder keeps xdist from putting the files with
+# most tests first). CTRLMEM_TEST_WORKERS=0 runs everything in this process (needed for --pdb);
+# another number sets the workers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 marker="slow or not slow"
 if [ "${1:-}" = "--fast" ]; then marker="not slow"; shift; fi
-exec .venv/bin/python -m pytest -m "$marker" "$@"
+exec .venv/bin/python -m pytest -m "$marker" -n "${CTRLMEM_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"

@@ -7,6 +7,7 @@ would place the stages differently and fail here (torch rejects the CSV or the r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -31,47 +32,54 @@ WORKER = textwrap.dedent('''
     from torch.distributed.pipelining.schedules import (PipelineScheduleSingle, ScheduleDualPipeV,
         ScheduleZBVZeroBubble, _PipelineScheduleRuntime, get_schedule_class)
 
-    toml_path, out_dir, rank, world = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    WIDTH = int(sys.argv[5])
+    rank, world, WIDTH = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     torch.set_num_threads(1)
-    cfg = tomllib.loads(open(toml_path).read())["parallelism"]
-    train = tomllib.loads(open(toml_path).read())["training"]
-    dist.init_process_group("gloo", init_method="file://" + os.path.join(out_dir, "store"), rank=rank,
-                            world_size=world)
-    pp = cfg["pipeline_parallel_degree"]
-    assert pp == world
-    mb = cfg["pipeline_parallel_microbatch_size"]
-    m = train["local_batch_size"] // mb
-    # torchtitan's pipeline_module_split: which stages this rank builds, from the schedule's name
-    cls = get_schedule_class(cfg["pipeline_parallel_schedule"])
-    per_rank = 1 if issubclass(cls, PipelineScheduleSingle) else 2
-    S = pp * per_rank
-    if cls in (ScheduleZBVZeroBubble, ScheduleDualPipeV):
-        mine = [rank, S - 1 - rank]
-    else:
-        mine = [rank + k * pp for k in range(per_rank)]
 
-    def stage_module(s):
-        torch.manual_seed(1000 + s)
-        return torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh()).double()
+    def run_one(toml_path, out_dir):
+        cfg = tomllib.loads(open(toml_path).read())["parallelism"]
+        train = tomllib.loads(open(toml_path).read())["training"]
+        dist.init_process_group("gloo", init_method="file://" + os.path.join(out_dir, "store"), rank=rank,
+                                world_size=world)
+        pp = cfg["pipeline_parallel_degree"]
+        assert pp == world
+        mb = cfg["pipeline_parallel_microbatch_size"]
+        m = train["local_batch_size"] // mb
+        # torchtitan's pipeline_module_split: which stages this rank builds, from the schedule's name
+        cls = get_schedule_class(cfg["pipeline_parallel_schedule"])
+        per_rank = 1 if issubclass(cls, PipelineScheduleSingle) else 2
+        S = pp * per_rank
+        if cls in (ScheduleZBVZeroBubble, ScheduleDualPipeV):
+            mine = [rank, S - 1 - rank]
+        else:
+            mine = [rank + k * pp for k in range(per_rank)]
 
-    def example(grad):  # shapes given up front; activations (not the model's input) carry gradients
-        return torch.zeros(mb, WIDTH, dtype=torch.float64, requires_grad=grad)
+        def stage_module(s):
+            torch.manual_seed(1000 + s)
+            return torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh()).double()
 
-    stages = [PipelineStage(stage_module(s), s, S, torch.device("cpu"), input_args=(example(s > 0),),
-                            output_args=example(True)) for s in sorted(mine)]
-    sched = _PipelineScheduleRuntime(stages, n_microbatches=m, loss_fn=lambda y, t: ((y - t) ** 2).mean())
-    sched._load_csv(cfg["pipeline_parallel_schedule_csv"])  # torchtitan's call
-    g = torch.Generator().manual_seed(7)
-    x = torch.randn(m * mb, WIDTH, generator=g, dtype=torch.float64)
-    y = torch.randn(m * mb, WIDTH, generator=g, dtype=torch.float64)
-    first = any(st.is_first for st in stages)
-    last = any(st.is_last for st in stages)
-    losses = []
-    sched.step(*((x,) if first else ()), target=y if last else None, losses=losses if last else None)
-    grads = {st.stage_index: [p.grad.clone() for p in st.submod.parameters()] for st in stages}
-    torch.save({"grads": grads, "losses": [l.detach() for l in losses]}, os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.destroy_process_group()
+        def example(grad):  # shapes given up front; activations (not the model's input) carry gradients
+            return torch.zeros(mb, WIDTH, dtype=torch.float64, requires_grad=grad)
+
+        stages = [PipelineStage(stage_module(s), s, S, torch.device("cpu"), input_args=(example(s > 0),),
+                                output_args=example(True)) for s in sorted(mine)]
+        sched = _PipelineScheduleRuntime(stages, n_microbatches=m, loss_fn=lambda y, t: ((y - t) ** 2).mean())
+        sched._load_csv(cfg["pipeline_parallel_schedule_csv"])  # torchtitan's call
+        g = torch.Generator().manual_seed(7)
+        x = torch.randn(m * mb, WIDTH, generator=g, dtype=torch.float64)
+        y = torch.randn(m * mb, WIDTH, generator=g, dtype=torch.float64)
+        first = any(st.is_first for st in stages)
+        last = any(st.is_last for st in stages)
+        losses = []
+        sched.step(*((x,) if first else ()), target=y if last else None, losses=losses if last else None)
+        grads = {st.stage_index: [p.grad.clone() for p in st.submod.parameters()] for st in stages}
+        torch.save({"grads": grads, "losses": [l.detach() for l in losses]}, os.path.join(out_dir, f"rank{rank}.pt"))
+        dist.destroy_process_group()
+
+    # one process per rank for every schedule of this p (each on its own process group): the
+    # start-up (torch's import) is most of a schedule's time here
+    for i in range(4, len(sys.argv), 2):
+        print(f"rank {rank}: {sys.argv[i]}", flush=True)
+        run_one(sys.argv[i], sys.argv[i + 1])
 ''')
 
 
@@ -96,31 +104,70 @@ def _reference(S: int, m: int, mb: int):
     return [l.detach() for l in losses], {s: [p.grad for p in mods[s].parameters()] for s in range(S)}
 
 
-def _run(schedule: str, p: int, tmp_path: Path) -> None:
-    df = cm.plan("custom", p, 80.0, 4 * p, layers=2 * p, hidden=256, heads=4, seq_len=64, vocab=512,
-                 schedules=[schedule], tp=[1], pp=[p], microbatch_sizes=[2], progress=False)
-    assert df.iloc[0]["status"] == "ok" and df.iloc[0]["schedule"] == schedule
-    os.chdir(tmp_path)  # the TOML names the CSV relative to where torchtitan starts
-    paths = emit(df, "emitted")
-    cfg = tomllib.loads(Path(paths["toml"]).read_text())
-    (tmp_path / "worker.py").write_text(WORKER)
-    procs = [subprocess.Popen([sys.executable, "worker.py", paths["toml"], str(tmp_path), str(r), str(p), str(WIDTH)],
+P2_SCHEDULES = ["zb-h1", "v-half"]
+P4_SCHEDULES = ["zb-h1", "v-zb", "interleaved-1f1b"]
+
+
+def _launch(schedules: list[str], p: int, base: Path) -> dict[str, tuple[dict, Path]]:
+    """Plan and emit each schedule (into ``base/<name>/emitted``), then one step of each on the
+    same ``p`` worker processes, one after the other (each on a process group of its own).
+    ``{name: (emitted paths, folder of its rank*.pt)}``; raises with the workers' output if any
+    failed."""
+    runs = {}
+    with contextlib.chdir(base):  # the TOML names the CSV relative to where torchtitan starts
+        for schedule in schedules:
+            df = cm.plan("custom", p, 80.0, 4 * p, layers=2 * p, hidden=256, heads=4, seq_len=64, vocab=512,
+                         schedules=[schedule], tp=[1], pp=[p], microbatch_sizes=[2], progress=False)
+            assert df.iloc[0]["status"] == "ok" and df.iloc[0]["schedule"] == schedule
+            (base / schedule).mkdir()
+            runs[schedule] = (emit(df, os.path.join(schedule, "emitted")), base / schedule)
+    (base / "worker.py").write_text(WORKER)
+    jobs = [arg for paths, out in runs.values() for arg in (paths["toml"], str(out))]
+    procs = [subprocess.Popen([sys.executable, "worker.py", str(r), str(p), str(WIDTH), *jobs], cwd=base,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(p)]
     try:
-        outs = [proc.communicate(timeout=240)[0] for proc in procs]
+        outs = [proc.communicate(timeout=240 * len(schedules))[0] for proc in procs]
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
     assert all(proc.returncode == 0 for proc in procs), "\n".join(o[-2000:] for o in outs)
+    return runs
+
+
+@pytest.fixture(scope="module")
+def emitted_runs(tmp_path_factory):
+    """``emitted_runs(p)``: every schedule of this file at ``p``, launched once (torch's start-up
+    in every process is most of a run's time here); the workers' output names the schedule each
+    was on when one failed."""
+    launches = {}
+
+    def get(p: int) -> dict[str, tuple[dict, Path]]:
+        if p not in launches:
+            try:
+                launches[p] = _launch(P2_SCHEDULES if p == 2 else P4_SCHEDULES, p,
+                                      tmp_path_factory.mktemp(f"emit-p{p}"))
+            except Exception as exc:  # a failed launch fails each test of this p, without launching again
+                launches[p] = exc
+        if isinstance(launches[p], Exception):
+            raise launches[p]
+        return launches[p]
+
+    return get
+
+
+def _check(schedule: str, p: int, paths: dict, out: Path) -> None:
+    """The step's gradients (and the last stage's losses) equal the non-pipelined reference's,
+    and every stage was built on some rank."""
+    cfg = tomllib.loads((out.parent / paths["toml"]).read_text())  # paths relative to the launch's folder
     par, train = cfg["parallelism"], cfg["training"]
     mb = par["pipeline_parallel_microbatch_size"]
     m = train["local_batch_size"] // mb
-    S = cm.Schedule.load(paths["csv"]).num_stages
+    S = cm.Schedule.load(out.parent / paths["csv"]).num_stages
     ref_losses, ref_grads = _reference(S, m, mb)
     seen = set()
     for r in range(p):
-        got = torch.load(tmp_path / f"rank{r}.pt")
+        got = torch.load(out / f"rank{r}.pt")
         for s, grads in got["grads"].items():
             seen.add(s)
             for a, b in zip(grads, ref_grads[s]):
@@ -131,17 +178,15 @@ def _run(schedule: str, p: int, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("schedule", ["zb-h1", "v-half"])
-def test_emitted_csv_runs_in_torch_runtime_with_exact_gradients_p2(schedule, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    _run(schedule, 2, tmp_path)
+@pytest.mark.parametrize("schedule", P2_SCHEDULES)
+def test_emitted_csv_runs_in_torch_runtime_with_exact_gradients_p2(schedule, emitted_runs):
+    _check(schedule, 2, *emitted_runs(2)[schedule])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("schedule", ["zb-h1", "v-zb", "interleaved-1f1b"])
-def test_emitted_csv_runs_in_torch_runtime_with_exact_gradients_p4(schedule, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    _run(schedule, 4, tmp_path)
+@pytest.mark.parametrize("schedule", P4_SCHEDULES)
+def test_emitted_csv_runs_in_torch_runtime_with_exact_gradients_p4(schedule, emitted_runs):
+    _check(schedule, 4, *emitted_runs(4)[schedule])
 
 
 @pytest.mark.slow

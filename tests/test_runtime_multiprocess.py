@@ -52,18 +52,43 @@ def test_one_small_run_is_exact_and_complete(tmp_path):
 # The issue's list; at 2 processes every registered schedule runs, at 4 these (to keep the slow
 # suite under 5 minutes on 2 cores).
 FOUR_PROCESS_SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "v-min", "v-half", "v-zb")
+V_AT_2 = [n for n in ("v-half",) if n in cm.SCHEDULES] or ["zb-v"]
+V_AT_4 = [n for n in ("v-half", "v-min", "v-zb", "zb-v") if n in cm.SCHEDULES]
+
+
+@pytest.fixture(scope="module")
+def every_schedule(tmp_path_factory):
+    """``every_schedule(p)``: ``{name: result}`` of one launch of every registered schedule at 2
+    processes, of the issue's list at 4 (V-shapes as soon as they are registered), gloo, m = 2p,
+    with the P2P audit on; shared by the exactness / memory test and the V schedules' no-self-send
+    test at the same p (each launch once: its start-up is most of its time). The V schedules run
+    first: the audit counts over the whole launch, so theirs covers V runs only."""
+    launches: dict[int, dict[str, dict]] = {}
+
+    def get(p: int) -> dict[str, dict]:
+        if p not in launches:
+            names = list(cm.SCHEDULES) if p == 2 else [n for n in FOUR_PROCESS_SCHEDULES if n in cm.SCHEDULES]
+            v = V_AT_2 if p == 2 else V_AT_4
+            names = [n for n in v if n in names] + [n for n in names if n not in v]
+            out = tmp_path_factory.mktemp(f"every-p{p}")
+            results = run_many([RunConfig(n, p, 2 * p, steps=0, out=str(out / n), timeout_s=280, hang_timeout_s=120,
+                                          audit_p2p=True) for n in names])
+            launches[p] = dict(zip(names, results))
+        return launches[p]
+
+    return get
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("p", [2, 4])
-def test_every_schedule_is_exact_and_follows_its_memory_theory(tmp_path, p):
+def test_every_schedule_is_exact_and_follows_its_memory_theory(every_schedule, p):
     """Every registered schedule at 2 processes, the issue's list at 4 (V-shapes as soon as they
     are registered), gloo, m = 2p: gradients within 1e-5 of the reference's scale; saved-tensor
     peak within 5 % of theory on every rank."""
-    names = list(cm.SCHEDULES) if p == 2 else [n for n in FOUR_PROCESS_SCHEDULES if n in cm.SCHEDULES]
-    results = run_many([RunConfig(n, p, 2 * p, steps=0, out=str(tmp_path / n), timeout_s=280, hang_timeout_s=120)
-                        for n in names])
-    for name, result in zip(names, results):
+    results = every_schedule(p)
+    want = list(cm.SCHEDULES) if p == 2 else [n for n in FOUR_PROCESS_SCHEDULES if n in cm.SCHEDULES]
+    assert sorted(results) == sorted(want)
+    for name, result in results.items():
         _check_exact(result)
         _check_memory_follows_theory(result)
         assert result["schedule"]["name"] == name
@@ -135,32 +160,27 @@ def _check_no_self_send_no_inference(result: dict) -> None:
         assert a["object_exchanges"] == 0, (rank, a)  # shapes given up front: no metadata exchange
 
 
-V_AT_2 = [n for n in ("v-half",) if n in cm.SCHEDULES] or ["zb-v"]
-V_AT_4 = [n for n in ("v-half", "v-min", "v-zb", "zb-v") if n in cm.SCHEDULES]
-
-
 @pytest.mark.slow
-def test_v_schedules_at_p2_send_nothing_to_their_own_rank(tmp_path):
+def test_v_schedules_at_p2_send_nothing_to_their_own_rank(every_schedule):
     """V placement at p = 2 puts stages 1 and 2 on rank 1 (torch 2.11 sent a warm-up tensor from
     rank 1 to itself there, which gloo rejects). With every stage's shapes given up front, the run
     is exact, and an audit of every P2P operation on every rank finds none addressed to its own
-    rank and no shape/metadata exchange."""
-    results = run_many([RunConfig(n, 2, 4, steps=0, out=str(tmp_path / n), timeout_s=240, hang_timeout_s=120,
-                                  audit_p2p=True) for n in V_AT_2])
-    for name, result in zip(V_AT_2, results):
+    rank and no shape/metadata exchange (the runs of the every-schedule launch at p = 2, m = 4)."""
+    results = every_schedule(2)
+    for name in V_AT_2:
+        result = results[name]
         _check_exact(result)
         _check_no_self_send_no_inference(result)
         assert result["schedule"]["placement"] == "v-shape", name
 
 
 @pytest.mark.slow
-def test_v_schedules_at_p4_send_nothing_to_their_own_rank(tmp_path):
-    """The same at p = 4 (stages 3 and 4 share rank 3) for every V schedule."""
-    results = run_many([RunConfig(n, 4, 8, steps=0, out=str(tmp_path / n), timeout_s=280, hang_timeout_s=120,
-                                  audit_p2p=True) for n in V_AT_4])
-    for name, result in zip(V_AT_4, results):
-        _check_exact(result)
-        _check_no_self_send_no_inference(result)
+def test_v_schedules_at_p4_send_nothing_to_their_own_rank(every_schedule):
+    """The same at p = 4 (stages 3 and 4 share rank 3) for every V schedule (m = 8)."""
+    results = every_schedule(4)
+    for name in V_AT_4:
+        _check_exact(results[name])
+        _check_no_self_send_no_inference(results[name])
 
 
 @pytest.mark.slow

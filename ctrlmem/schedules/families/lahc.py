@@ -147,8 +147,8 @@ def _lahc(keys, dep, cross, dur, comm, delta, cap, reach, max_evals, history, pa
 def lahc_keys(cs: CandidateSet, index: int, costs, cap: float, by_makespan: bool = False, seed: int = 1,
               max_evals: int | None = None) -> CandidateSet | None:
     """Candidate ``index`` of ``cs`` improved by late-acceptance hill climbing under ``cap``
-    (``a``), scored by longest span (``by_makespan``: makespan) and then the sum of pass ends;
-    ``None`` if it found nothing better. ``max_evals``: timings (default :data:`EVALS`)."""
+    (``a``), scored by the longest span, then the sum of the device spans (``by_makespan``: the
+    makespan, then the sum of the devices' end times); ``None`` if it found nothing better. ``max_evals``: timings (default :data:`EVALS`)."""
     max_evals = EVALS if max_evals is None else max_evals
     t = tables(cs.placement, cs.m, cs.fused)
     keys = cs.keys[index: index + 1].copy()

@@ -116,17 +116,24 @@ def test_ctrl_c_stops_the_solver_thread():
     """A KeyboardInterrupt during the search propagates within a second, and no solver thread
     (Python's, or CP-SAT's own) is left running."""
     import _thread
+    import signal
 
     s = cm.build("v-min", 8, 32)
     cm.improve(s, C342, time_limit=0.5)  # warm the imports
     base = _threads()
+    # Python's own SIGINT handler (interrupt_main does nothing where SIGINT is ignored, as a test
+    # process may have left it: in a pytest-xdist worker it depends on the files run before)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(1.5, _thread.interrupt_main)
-    timer.start()
-    t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        cm.improve(s, C342, time_limit=30)
-    assert time.monotonic() - t0 < 3.0
-    timer.join()
+    try:
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            cm.improve(s, C342, time_limit=30)
+        assert time.monotonic() - t0 < 3.0
+        timer.join()
+    finally:
+        signal.signal(signal.SIGINT, old)
     assert not [t for t in threading.enumerate() if t.name == "ctrlmem-cp-sat"]
     for _ in range(50):  # CP-SAT's worker threads end with its Solve
         if _threads() <= base:

@@ -145,11 +145,15 @@ def test_ctrl_c_stops_the_solver_thread():
 @pytest.mark.slow
 def test_sigint_on_the_command_line(tmp_path):
     """``ctrlmem simulate ... --optimize 60`` interrupted: exit status 130 within seconds, one line."""
+    import signal
+
+    # the default SIGINT disposition in the child (a test run started in the background of a
+    # non-interactive shell ignores SIGINT, and an ignored signal stays ignored across exec)
     proc = subprocess.Popen([sys.executable, "-m", "ctrlmem.cli", "simulate", "v-min", "-p", "8", "-m", "32",
                              "--costs", "3,4,2,0.1", "--optimize", "60"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(4)
-    import signal
 
     proc.send_signal(signal.SIGINT)
     t0 = time.monotonic()

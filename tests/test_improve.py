@@ -121,8 +121,8 @@ def test_ctrl_c_stops_the_solver_thread():
     s = cm.build("v-min", 8, 32)
     cm.improve(s, C342, time_limit=0.5)  # warm the imports
     base = _threads()
-    # Python's own SIGINT handler (interrupt_main does nothing where SIGINT is ignored, as a test
-    # process may have left it: in a pytest-xdist worker it depends on the files run before)
+    # Python's own SIGINT handler (interrupt_main does nothing where SIGINT is ignored, as it is in
+    # a test run started in the background of a non-interactive shell)
     old = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(1.5, _thread.interrupt_main)
     try:

@@ -41,7 +41,7 @@ from ...search.engine import Progress, Query
 from ...search.kernels import kernel
 from ...search.timing import _run_one, durations
 from .lists import PerCapFamily
-from .relocate import _move, _peak_ok, distinct, ranked
+from .relocate import _keeps_order, _move, _peak_ok, _random_move, distinct, ranked
 
 __all__ = ["LateAcceptanceFamily", "lahc_keys", "LAHC_MAX_PM", "STARTS", "SEEDS", "EVALS", "HISTORY", "PATIENCE",
            "REACH"]
@@ -86,36 +86,16 @@ def _lahc(keys, dep, cross, dur, comm, delta, cap, reach, max_evals, history, pa
     best = keys.copy()
     h0 = np.full(history, c0)
     h1 = np.full(history, c1)
-    state = 1 + seed % 2147483646  # MINSTD: products stay far inside int64 in both forms
+    state = 1 + seed % 2147483646  # MINSTD (_random_move)
     evals = 0
     tries = 0
     changed = 0
     last = 0  # the timing that last found a new best
     while evals < max_evals and tries < 20 * max_evals and evals - last < patience:
         tries += 1
-        state = (state * 48271) % 2147483647
-        d = state % p
-        state = (state * 48271) % 2147483647
-        i = state % L
-        state = (state * 48271) % 2147483647
-        j = i + (state % (2 * reach + 1)) - reach
-        if j < 0 or j >= L or j == i:
-            continue
+        state, d, i, j = _random_move(state, p, L, reach)
         row = keys[0, d]
-        k = row[i]
-        q = dep[k]
-        bad = False  # never before its own input on this device, nor after its own output
-        if j < i:
-            for t in range(j, i):
-                if row[t] == q:
-                    bad = True
-                    break
-        else:
-            for t in range(i + 1, j + 1):
-                if dep[row[t]] == k:
-                    bad = True
-                    break
-        if bad:
+        if j < 0 or j >= L or j == i or not _keeps_order(row, i, j, dep):
             continue
         _move(row, i, j)
         ok = _peak_ok(row, delta, cap)

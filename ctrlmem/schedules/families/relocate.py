@@ -72,6 +72,37 @@ def _move(row, i, j):  # pragma: no cover - compiled
 
 
 @kernel(inline=True)
+def _random_move(state, p, L, reach):  # pragma: no cover - compiled
+    """The next draw of the MINSTD generator ``state`` (products stay far inside int64 in both
+    forms): a device ``d``, a position ``i`` and a target ``j`` up to ``reach`` either way (``j``
+    may fall outside the order: the caller skips it). Returns ``(state, d, i, j)``."""
+    state = (state * 48271) % 2147483647
+    d = state % p
+    state = (state * 48271) % 2147483647
+    i = state % L
+    state = (state * 48271) % 2147483647
+    j = i + (state % (2 * reach + 1)) - reach
+    return state, d, i, j
+
+
+@kernel(inline=True)
+def _keeps_order(row, i, j, dep):  # pragma: no cover - compiled
+    """Whether moving ``row[i]`` to position ``j`` keeps it after its own input on this device
+    and before its own output (a move that breaks either cannot run)."""
+    k = row[i]
+    if j < i:
+        q = dep[k]
+        for t in range(j, i):
+            if row[t] == q:
+                return False
+    else:
+        for t in range(i + 1, j + 1):
+            if dep[row[t]] == k:
+                return False
+    return True
+
+
+@kernel(inline=True)
 def _peak_ok(row, delta, cap):  # pragma: no cover - compiled
     level = 0.0
     for k in row:
@@ -94,7 +125,7 @@ def _relocate(keys, dep, cross, dur, comm, delta, m, cap, reach, max_evals, kick
     best = keys.copy()
     cur = keys.copy()
     c0, c1, c2 = b0, b1, b2
-    state = 1 + seed % 2147483646  # MINSTD: products stay far inside int64 in both forms
+    state = 1 + seed % 2147483646  # MINSTD (_random_move)
     evals = 0
     changed = 0
     for kick in range(kicks + 1):
@@ -107,12 +138,7 @@ def _relocate(keys, dep, cross, dur, comm, delta, m, cap, reach, max_evals, kick
             tries = 0
             while done < 3 and tries < 50 and evals < max_evals:
                 tries += 1
-                state = (state * 48271) % 2147483647
-                d = state % p
-                state = (state * 48271) % 2147483647
-                i = state % L
-                state = (state * 48271) % 2147483647
-                j = i + (state % (2 * reach + 1)) - reach
+                state, d, i, j = _random_move(state, p, L, reach)
                 if j < 0 or j >= L or j == i:
                     continue
                 _move(cur[0, d], i, j)
@@ -137,23 +163,7 @@ def _relocate(keys, dep, cross, dur, comm, delta, m, cap, reach, max_evals, kick
                         break
                     for off in range(1, 2 * reach + 1):
                         j = i + (off if off <= reach else reach - off)
-                        if j < 0 or j >= L:
-                            continue
-                        k = cur[0, d, i]
-                        q = dep[k]
-                        # never before its own input on this device, nor after its own output
-                        bad = False
-                        if j < i:
-                            for t in range(j, i):
-                                if cur[0, d, t] == q:
-                                    bad = True
-                                    break
-                        else:
-                            for t in range(i + 1, j + 1):
-                                if dep[cur[0, d, t]] == k:
-                                    bad = True
-                                    break
-                        if bad:
+                        if j < 0 or j >= L or not _keeps_order(cur[0, d], i, j, dep):
                             continue
                         _move(cur[0, d], i, j)
                         ok = _peak_ok(cur[0, d], delta, cap)

@@ -105,15 +105,19 @@ def _run_one(keys, c, dep, cross, dur, comm, end, ptr, free, first, out):  # pra
     out[4] = ends
 
 
+@kernel(inline=True)
+def _work(n, p):  # pragma: no cover - compiled
+    """The work arrays of :func:`_run_one` for ``n`` passes on ``p`` devices: ``(end, ptr, free,
+    first, out)``; ``out`` gets the longest span, the makespan, the sum of the device spans, the
+    sum of every pass's end time and the sum of the devices' end times."""
+    return np.empty(n), np.zeros(p, np.int64), np.zeros(p), np.zeros(p), np.empty(5)
+
+
 @kernel
 def _asap(keys, dep, cross, dur, comm, span, make, total):  # pragma: no cover - compiled; py_func tested
     """For each candidate: :func:`_run_one` (longest span, makespan, sum of the device spans)."""
     K, p, L = keys.shape
-    end = np.empty(dep.shape[0])
-    ptr = np.zeros(p, np.int64)
-    free = np.zeros(p)
-    first = np.zeros(p)
-    out = np.empty(5)
+    end, ptr, free, first, out = _work(dep.shape[0], p)
     for c in range(K):
         _run_one(keys, c, dep, cross, dur, comm, end, ptr, free, first, out)
         span[c] = out[0]

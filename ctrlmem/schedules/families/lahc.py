@@ -39,7 +39,7 @@ import numpy as np
 from ...search.encoding import CandidateSet, concat, tables
 from ...search.engine import Progress, Query
 from ...search.kernels import kernel
-from ...search.timing import _run_one, durations
+from ...search.timing import _run_one, _work, durations
 from .lists import PerCapFamily
 from .relocate import _keeps_order, _move, _peak_ok, _random_move, distinct, ranked
 
@@ -73,11 +73,7 @@ def _lahc(keys, dep, cross, dur, comm, delta, cap, reach, max_evals, history, pa
     ``patience`` timings after the last new best."""
     p = keys.shape[1]
     L = keys.shape[2]
-    end = np.empty(dep.shape[0])
-    ptr = np.zeros(p, np.int64)
-    free = np.zeros(p)
-    first = np.zeros(p)
-    res = np.empty(5)  # span, makespan, sum of spans, sum of pass ends, sum of device ends (_run_one)
+    end, ptr, free, first, res = _work(dep.shape[0], p)  # res: span, makespan, sums (_run_one)
     _run_one(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
     # the score: the objective, then the sum of the device ends (makespan) or of the spans (span)
     c0 = res[1] if by_makespan else res[0]

@@ -36,7 +36,7 @@ import numpy as np
 from ...search.encoding import CandidateSet, concat, tables
 from ...search.engine import Family, Progress, Query, timed
 from ...search.kernels import ints, kernel
-from ...search.timing import _run_one, durations
+from ...search.timing import _run_one, _work, durations
 from .lists import PerCapFamily
 from .relocate import _lt3, _move, _peak_ok, distinct, ranked, relocate_keys
 
@@ -69,11 +69,7 @@ def _periodic(keys, dep, cross, dur, comm, delta, m, S, stages, cap, reach, max_
     p = keys.shape[1]
     L = keys.shape[2]
     v = stages.shape[1]
-    end = np.empty(dep.shape[0])
-    ptr = np.zeros(p, np.int64)
-    free = np.zeros(p)
-    first = np.zeros(p)
-    res = np.empty(5)  # span, makespan, sum of spans, sum of pass ends, sum of device ends (_run_one)
+    end, ptr, free, first, res = _work(dep.shape[0], p)  # res: span, makespan, sums (_run_one)
     _run_one(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
     c0, c1, c2 = res[0], res[1], res[3]
     save = np.empty((p, L), np.int64)

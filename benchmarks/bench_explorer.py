@@ -36,7 +36,8 @@ import sys
 import threading
 import time
 
-from ctrlmem import SCHEDULES, Costs, build, ui
+from ctrlmem import SCHEDULES, Costs, build
+from ctrlmem.explorer import ui
 
 SIZES = ((8, 32), (16, 64), (32, 256))
 SEARCHES = 8  # v-min searches queued next to the edits of --gil (each for new costs)
@@ -87,7 +88,7 @@ def python_side(names, repeats: int) -> None:
 def gil(repeats: int, rounds: int = 3) -> None:
     """Edits answered next to a cost-adapted build in a thread, in the worker process, or alone;
     the three interleaved for ``rounds`` rounds so that the machine's load drifts alike."""
-    from ctrlmem.background import BackgroundBuilds, Job
+    from ctrlmem.explorer.background import BackgroundBuilds, Job
 
     p, m = BIG
     # cost-free schedules: an edit is the instant answer alone, nothing of the explorer's own is searched

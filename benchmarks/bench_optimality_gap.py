@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_optimality_gap.py [--quick] [--jobs 2] [--cache FILE]
 
-Grid (:func:`ctrlmem.gap.instances`): full — p ∈ {2, 3, 4, 6, 8, 16}, m ∈ {p, 2p, 4p}, budgets
+Grid (:func:`ctrlmem.solver.gap.instances`): full — p ∈ {2, 3, 4, 6, 8, 16}, m ∈ {p, 2p, 4p}, budgets
 smallest feasible / 0.5 / 0.75 / 1.0 / 1.5 of 1F1B's memory, F:B:W:comm mixes 1:1:1, 3:4:2,
 2:1:1, 1:2:2 and the profiled H200 mix (7.98:9.32:8.37 ms, hop 1.68 ms); ``--quick`` — p ∈ {2, 3},
 m = p, two mixes, three budgets. Per instance and placement (V-shape, one stage per device): each
@@ -23,7 +23,7 @@ import logging
 import os
 import time
 
-from ctrlmem.gap import HEURISTICS, default_jobs, measure_all, summary
+from ctrlmem.solver.gap import HEURISTICS, default_jobs, measure_all, summary
 
 
 def _cell(mk, ref, fits=True) -> str:
@@ -42,7 +42,7 @@ def main() -> None:
     ap.add_argument("-v", "--verbose", action="store_true", help="log each solver run")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(message)s")
-    logging.getLogger("ctrlmem.gap").setLevel(logging.INFO if args.verbose else logging.WARNING)
+    logging.getLogger("ctrlmem.solver.gap").setLevel(logging.INFO if args.verbose else logging.WARNING)
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
     t0 = time.perf_counter()
     size = "quick" if args.quick else "full"

@@ -29,7 +29,7 @@ import argparse
 import time
 
 import ctrlmem as cm
-from ctrlmem.ir import Placement
+from ctrlmem.model.ir import Placement
 from ctrlmem.search.bounds import span_bound
 
 MIXES = {"1:1:1": (1, 1, 1), "3:4:2": (3, 4, 2), "2:1:1": (2, 1, 1), "1:2:2": (1, 2, 2),

@@ -16,15 +16,15 @@ Public API (docs/architecture.md)::
 Importing ctrlmem does not import torch; real execution lives in ``ctrlmem.runtime``.
 """
 
-from .blocks import BuildingBlock, Timeline, build_from_block, pipeline_steps
-from .costs import Costs, MemoryModel
-from .ir import Op, Pass, Placement, Schedule
-from .schedules import SCHEDULES, ScheduleSpec, build, register
-from .simulate import SimResult, TimedPass, simulate
-from .validate import ScheduleError, validate
-from .optimal import OptimalResult, optimal
-from .planner import plan
-from .improve import improve
+from ctrlmem.search.buildingblock import BuildingBlock, Timeline, build_from_block, pipeline_steps
+from ctrlmem.model.costs import Costs, MemoryModel
+from ctrlmem.model.ir import Op, Pass, Placement, Schedule
+from ctrlmem.schedules import SCHEDULES, ScheduleSpec, build, register
+from ctrlmem.model.simulate import SimResult, TimedPass, simulate
+from ctrlmem.model.validate import ScheduleError, validate
+from ctrlmem.solver.optimal import OptimalResult, optimal
+from ctrlmem.planner import plan
+from ctrlmem.solver.improve import improve
 
 __version__ = "0.1.0"
 

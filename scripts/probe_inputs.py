@@ -421,7 +421,7 @@ def copied_folder(cwd: Path):
     import socket
 
     from ctrlmem import experiments as ex
-    from ctrlmem import proctree
+    from ctrlmem.util import proctree
     from ctrlmem.experiments.store import folder_identity, process_started
 
     cfg = ex.config_from_dict({"name": "copy", "description": "d", "scale": "cpu", "notebook": str(NOTEBOOK),
@@ -492,7 +492,7 @@ def bounded_probes(d, add) -> None:
     import numpy as np
 
     import ctrlmem as cm
-    from ctrlmem import plot
+    from ctrlmem.plots import figures as plot
     from ctrlmem.runtime import launch
 
     def c(args, cwd, needle, files=None, want_rc=2, **kw):

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ctrlmem as cm
-from ctrlmem.schedules.adaptive import min_v_shape_limit, v_shape_candidates
+from ctrlmem.schedules.budgeted import min_v_shape_limit, v_shape_candidates
 
 UNIT = cm.Costs(1, 1, 1, 0)
 UNEQUAL = cm.Costs(3, 4, 2, 0.1)
@@ -108,7 +108,7 @@ def test_v_shape_never_beats_lower_bound(p):
     bubble is the longest span minus the work)."""
     from ctrlmem.search.engine import Progress, Query
     from ctrlmem.search.timing import time_set
-    from ctrlmem.schedules.families import V_SPLIT
+    from ctrlmem.search.families import V_SPLIT
 
     m = 2 * p + 2
     q = Query(cm.Placement.v_shape(p), m, UNIT, 2.0 * p)

@@ -12,8 +12,8 @@ import time
 import pytest
 
 import ctrlmem as cm
-from ctrlmem.background import BackgroundBuilds, Job
-from ctrlmem.explore import Settings, StageCosts
+from ctrlmem.explorer.background import BackgroundBuilds, Job
+from ctrlmem.explorer.views import Settings, StageCosts
 
 
 def alive(pid: int) -> bool:
@@ -95,7 +95,7 @@ def test_the_worker_dies_with_its_owner():
     owner = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
         import sys, time
         import ctrlmem as cm
-        from ctrlmem.background import BackgroundBuilds, Job
+        from ctrlmem.explorer.background import BackgroundBuilds, Job
         b = BackgroundBuilds()
         b.submit([Job("v-min", 32, 256, cm.Costs(2, 1, 1, 0))])
         print(b._worker.process.pid, flush=True)

@@ -6,9 +6,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ctrlmem as cm
-from ctrlmem import blocks as B
-from ctrlmem.blocks import SlotPass
-from ctrlmem.ir import Op, Placement
+from ctrlmem.search import buildingblock as B
+from ctrlmem.search.buildingblock import SlotPass
+from ctrlmem.model.ir import Op, Placement
 
 
 def _block(name, p, m=10):

@@ -31,7 +31,8 @@ import pytest
 
 import ctrlmem as cm
 from ctrlmem import experiments as ex
-from ctrlmem import fileio, plot
+from ctrlmem.util import fileio
+from ctrlmem.plots import figures as plot
 from ctrlmem.cli import main
 from ctrlmem.runtime import launch
 
@@ -355,7 +356,7 @@ def test_sweep_on_a_full_disk_keeps_finished_records_and_no_temporary_file(tmp_p
             ex.run_sweep(cfg, results_dir=results, build_dir=os.path.join(DISK, "b"), check=False, executor=executor)
             error = None
         except OSError as exc:
-            from ctrlmem.fileio import describe_os_error
+            from ctrlmem.util.fileio import describe_os_error
             error = describe_os_error(exc)
         tmp = [os.path.join(d, f) for d, _, fs in os.walk(DISK) for f in fs if ".tmp" in f]
         records = {{r["run_id"]: r["status"] for r in ex.read_records(results)}}
@@ -597,16 +598,16 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_the_library_does_not_depend_on_the_command_line_layer():
-    """`cm.optimal` raises the library's own errors: ctrlmem/optimal.py's library part imports
-    neither ctrlmem.args nor ctrlmem.cli (its `add_commands` may use the argument types)."""
-    tree = ast.parse((ROOT / "ctrlmem" / "optimal.py").read_text())
+    """`cm.optimal` raises the library's own errors: ctrlmem/solver/optimal.py's library part imports
+    neither ctrlmem.cli.args nor ctrlmem.cli (its `add_commands` may use the argument types)."""
+    tree = ast.parse((ROOT / "ctrlmem" / "solver" / "optimal.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == "add_commands":
             continue
         for sub in ast.walk(node):
             if isinstance(sub, ast.ImportFrom) and sub.module in ("args", "cli") and sub.level == 1:
                 raise AssertionError(f"optimal.py line {sub.lineno} imports the CLI layer (.{sub.module})")
-    assert "CliError" not in (ROOT / "ctrlmem" / "optimal.py").read_text()
+    assert "CliError" not in (ROOT / "ctrlmem" / "solver" / "optimal.py").read_text()
 
 
 def test_the_sweep_modules_import_each_other_in_one_direction():

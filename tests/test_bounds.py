@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ctrlmem as cm
-from ctrlmem.ir import Placement
+from ctrlmem.model.ir import Placement
 from ctrlmem.search.bounds import makespan_bound, makespan_bounds
 
 
@@ -33,7 +33,7 @@ def _costs(data, stages, per_stage, comm):
 def test_never_above_a_candidate_within_its_cap(p, extra, data, per_stage, comm):
     """Random costs: every V-shape candidate of the searches (split and fused backward), and the
     ``zb`` schedules, take at least the bound at their own peak."""
-    from ctrlmem.schedules.adaptive import v_shape_candidates
+    from ctrlmem.schedules.budgeted import v_shape_candidates
 
     m = p + extra + 1
     costs = _costs(data, 2 * p, per_stage, comm)

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 import ctrlmem as cm
-from ctrlmem import draw
+from ctrlmem.cli import draw
 from ctrlmem.cli import main, make_parser
 
 

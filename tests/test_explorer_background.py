@@ -8,7 +8,8 @@ import re
 import pytest
 
 import ctrlmem as cm
-from ctrlmem import explore, plot, ui
+from ctrlmem.explorer import views as explore, ui
+from ctrlmem.plots import figures as plot
 
 STATE = re.compile(r"data-ctrlmem-state='(\d+)'")
 

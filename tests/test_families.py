@@ -1,4 +1,4 @@
-"""The search's candidate families (ctrlmem.schedules.families): the properties that hold whatever
+"""The search's candidate families (ctrlmem.search.families): the properties that hold whatever
 the reference data. Their agreement with the authors' own scheduler outputs is checked in
 test_authors_dev.py; the engine that times them in test_search.py."""
 
@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 import ctrlmem as cm
-from ctrlmem.ir import Placement
-from ctrlmem.schedules.families import fused, grid, lists, sequential, zbv
+from ctrlmem.search import buildingblock
+from ctrlmem.model.ir import Placement
+from ctrlmem.search.families import fused, grid, lists, sequential, zbv
 from ctrlmem.search.encoding import CandidateSet, problem
 
 UNIT = cm.Costs(1, 1, 1, 0)
@@ -143,7 +144,7 @@ def test_fused_construction_valid_and_as_good_as_the_block_pipeline(p):
         s = cs.schedule(0, "c")
         cm.validate(s)
         r = cm.simulate(s, U)
-        other = cm.simulate(cm.build_from_block(cm.blocks.v_1f1b_block(p), m), U)
+        other = cm.simulate(cm.build_from_block(buildingblock.v_1f1b_block(p), m), U)
         assert max(r.peak_memory) == max(other.peak_memory), (p, m)
         if m >= 2 * p:
             assert max(r.device_spans) <= max(other.device_spans), (p, m)
@@ -194,8 +195,8 @@ def test_polish_starts_from_every_familys_best(p, m, costs, budget):
     from the best of all: a better start can climb to a worse end (at p = 4, m = 8, 3:4:2:0.1,
     budget 0.5 the fill-ahead family's best climbed to 108 where the grid's climbs to 106), so the
     search is never above any family's polished best."""
-    from ctrlmem.schedules.families import _BASE
-    from ctrlmem.schedules.families.polish import polish_keys
+    from ctrlmem.search.families import _BASE
+    from ctrlmem.search.families.polish import polish_keys
     from ctrlmem.search.engine import Query, search, timed
 
     costs = cm.Costs(*costs)

@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from ctrlmem import experiments as ex
-from ctrlmem import proctree
+from ctrlmem.util import proctree
 from ctrlmem.runtime.launch import culprit, torchrun_failures
 
 PY = sys.executable

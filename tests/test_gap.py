@@ -1,4 +1,4 @@
-"""The optimality gap at real sizes (ctrlmem.gap, the ``optimality-gap`` artifact): the grids,
+"""The optimality gap at real sizes (ctrlmem.solver.gap, the ``optimality-gap`` artifact): the grids,
 the profiled mix, one measurement, the cache, the artifact's files.
 
 Units: ``Costs`` are full-stage pass times (the profiled mix in ms); budgets fractions of 1F1B's
@@ -10,7 +10,7 @@ import json
 import pytest
 
 import ctrlmem as cm
-from ctrlmem import gap
+from ctrlmem.solver import gap
 
 pytest.importorskip("ortools")
 

@@ -15,7 +15,7 @@ import time
 import pytest
 
 import ctrlmem as cm
-from ctrlmem.optimal import OptimalResult
+from ctrlmem.solver.optimal import OptimalResult
 
 pytest.importorskip("ortools")
 
@@ -60,9 +60,9 @@ def test_valid_within_budget_never_longer(name, p, m, costs, limit, kw):
 def test_finds_and_proves_the_optimum_the_heuristic_misses():
     """p = 3, m = 3, F = B = W, budget 0.5: from the search's best without its late-acceptance
     family (14.5), the whole model finds the optimum 14 and proves it."""
-    from ctrlmem.ir import Placement
-    from ctrlmem.schedules.families import V_SPLIT
-    from ctrlmem.schedules.families.lahc import LateAcceptanceFamily
+    from ctrlmem.model.ir import Placement
+    from ctrlmem.search.families import V_SPLIT
+    from ctrlmem.search.families.lahc import LateAcceptanceFamily
     from ctrlmem.search import Query, search
 
     costs = cm.Costs(1, 1, 1)
@@ -217,7 +217,7 @@ def test_cli_optimize(capsys, tmp_path):
 def test_explorer_optimize_option():
     """The explorer's optimize option (off by default) shows the first schedule improved right
     below it, with the before/after line, and its command has --optimize."""
-    from ctrlmem.ui import Settings, command_line, compute
+    from ctrlmem.explorer.ui import Settings, command_line, compute
 
     off = compute(Settings(schedules=("v-shape",), num_devices=3, num_microbatches=6, f=3, b=4, w=2, memory_limit=1.5))
     assert list(off.results) == ["v-shape"] and Settings().optimize == 0
@@ -236,7 +236,7 @@ def test_explorer_optimizes_in_the_background_and_saves_the_order(tmp_path):
     """In the widget explorer the improvement is a background job (the edit is answered at once,
     the improved row waits), then it shows up below the first schedule; the state file keeps the
     improved order and redraws it without the solver; unticking the option drops it."""
-    from ctrlmem import explore, ui
+    from ctrlmem.explorer import views as explore, ui
 
     e = ui.explorer(schedules=["v-shape", "1f1b"], num_devices=3, num_microbatches=6, f=3, b=4, w=2,
                     memory_limit=1.5, export_dir=None)

@@ -1,4 +1,4 @@
-"""Fig. 9–10 curves (ctrlmem.memory_curves) and their `ctrlmem reproduce` artifacts.
+"""Fig. 9–10 curves (ctrlmem.reproduce.memory_curves) and their `ctrlmem reproduce` artifacts.
 
 The real --quick Fig. 7, 9 and 10 artifacts are built (once) and checked by the papermill runs of
 notebooks 21 and 23 in tests/test_notebooks.py."""
@@ -10,8 +10,9 @@ import shutil
 
 import pytest
 
-from ctrlmem import Costs, build, paper, simulate
-from ctrlmem import memory_curves as mc
+from ctrlmem import Costs, build, simulate
+from ctrlmem.model import paper
+from ctrlmem.reproduce import memory_curves as mc
 from ctrlmem import reproduce as rp
 
 

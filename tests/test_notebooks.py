@@ -122,7 +122,7 @@ def check_21_fig09_fig10(out_dir: Path) -> None:
         assert (out_dir / f"{stem}.html").is_file()
     assert (out_dir / "fig09.md").is_file() and (out_dir / "fig10.md").is_file()
     # the real --quick artifacts: every model on QUICK_P devices, not comparable with the paper's sizes
-    from ctrlmem.memory_curves import QUICK_P
+    from ctrlmem.reproduce.memory_curves import QUICK_P
 
     assert all("not comparable" in numbers["agreement"][name] for name in ("fig09", "fig10")), numbers["agreement"]
     assert {pn["p"] for pn in json.loads((out_dir / "fig09.json").read_text())["panels"]} == {QUICK_P}

@@ -1,11 +1,11 @@
-"""The paper's numbers as data and the A100 cost model (ctrlmem.paper)."""
+"""The paper's numbers as data and the A100 cost model (ctrlmem.model.paper)."""
 
 from __future__ import annotations
 
 import pytest
 
 import ctrlmem as cm
-from ctrlmem import paper
+from ctrlmem.model import paper
 
 
 @pytest.mark.parametrize("mb, ms", [(4, 12.96), (8, 26.30), (12, 39.45)])

@@ -11,7 +11,7 @@ import math
 import pytest
 
 import ctrlmem as cm
-from ctrlmem import paper
+from ctrlmem.model import paper
 from ctrlmem.planner import core
 from ctrlmem.planner.model import model_spec, runtime_stage_layers, stage_layers
 from ctrlmem.planner.sources import AllocatorMargin, ReplayCosts
@@ -238,7 +238,7 @@ def test_stage_split_is_the_papers_rule_and_the_runtimes(L, S):
 
 
 def test_a100_costs_equal_the_paper_cost_model():
-    """Per-stage costs of the A100 source sum to the paper's (ctrlmem.paper.paper_costs × p) for an
+    """Per-stage costs of the A100 source sum to the paper's (ctrlmem.model.paper.paper_costs × p) for an
     even model."""
     from ctrlmem.planner.sources import A100Costs
 

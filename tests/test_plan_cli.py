@@ -205,7 +205,7 @@ def test_draw_takes_memory_gb(tmp_path, capsys):
 
 
 def test_explorer_memory_panel_gets_a_gb_axis():
-    from ctrlmem import ui
+    from ctrlmem.explorer import ui
     from ctrlmem.planner.gb import bytes_per_a
 
     view = ui.compute(ui.Settings(schedules=("1f1b", "v-half"), num_devices=8, num_microbatches=16, model="21B"))

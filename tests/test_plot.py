@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import ctrlmem as cm
-from ctrlmem import Op, plot
+from ctrlmem import Op
+from ctrlmem.plots import figures as plot
 
 COSTS = [cm.Costs(1, 1, 1, 0), cm.Costs(3, 4, 2, 0.5)]
 CASES = [(name, p, m) for name in cm.SCHEDULES for p, m in ((2, 4), (4, 8), (3, 7))]
@@ -301,7 +302,7 @@ def test_overview_switches_on_by_size_and_bounds_the_explorer_update():
     per pass. The hover template names kind, stage, chunk, microbatch, start and end."""
     import json
 
-    from ctrlmem import ui
+    from ctrlmem.explorer import ui
 
     small = plot.schedule_spec(cm.simulate(cm.build("v-half", 4, 8)))
     assert {t["meta"]["kind"] for t in small["data"]} == {"idle", "pass"}

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import ctrlmem as cm
-from ctrlmem import plot, ui
+from ctrlmem.plots import figures as plot
+from ctrlmem.explorer import ui
 
 
 def test_per_stage_costs_are_shown_as_their_range_not_first_and_last():

@@ -10,7 +10,7 @@ import ctrlmem as cm
 from ctrlmem import reproduce as rp
 import ctrlmem.reproduce.throughput  # noqa: F401  (monkeypatched below)
 import ctrlmem
-from ctrlmem.paper import NOT_RECOVERED
+from ctrlmem.model.paper import NOT_RECOVERED
 
 
 def test_cell_deviation_and_ratio():
@@ -67,7 +67,7 @@ def test_v_shape_tables_fill_in_when_registered(artifact):
         elif artifact == "table1":
             assert isinstance(cell.ours, float) and cell.how.startswith("simulated"), cell
             assert cell.deviation == 0, cell
-        else:  # Tables 8 and 9 are read off ctrlmem.blocks' building blocks
+        else:  # Tables 8 and 9 are read off ctrlmem.search.buildingblock' building blocks
             assert cell.deviation == 0, cell
 
 
@@ -131,7 +131,8 @@ def test_table4_marks_unregistered_methods_pending(monkeypatch):
 
 def test_table4_known_mfu_cell_is_predicted():
     """The paper's 38.5B, m = 512 1F1B MFU cell (47.1 %) sits next to a plausible prediction."""
-    from ctrlmem import experiments, paper
+    from ctrlmem import experiments
+    from ctrlmem.model import paper
 
     r = experiments.simulate_point("1f1b", 32, 512, costs="paper", model="38.5B", microbatch_size=1)
     assert paper.TABLE4_CELLS[("38.5B", 512, "1F1B", "mfu_percent")] == 47.1

@@ -1,5 +1,5 @@
 """The reproduction as a product: self-contained (no team notes cited), deterministic files, the
-GPU rank-replay artifact and the verdict per claim (ctrlmem.reproduce, ctrlmem.figio)."""
+GPU rank-replay artifact and the verdict per claim (ctrlmem.reproduce, ctrlmem.plots.figio)."""
 
 from __future__ import annotations
 
@@ -89,10 +89,10 @@ def test_table_a_regenerates_byte_identical(tmp_path):
 
 @pytest.mark.slow
 def test_svg_and_html_figures_regenerate_byte_identical(tmp_path):
-    """A schedule figure written twice by ctrlmem.figio gives identical SVG and HTML bytes (plotly's
+    """A schedule figure written twice by ctrlmem.plots.figio gives identical SVG and HTML bytes (plotly's
     random div id, trace uids and kaleido's SVG ids are replaced by content-derived ones)."""
     import ctrlmem as cm
-    from ctrlmem import figio, plot
+    from ctrlmem.plots import figio, figures as plot
 
     fig = plot.schedule_figure(cm.simulate(cm.build("v-half", 4, 8), cm.Costs(1, 1, 1, 0)))
     figio.write_figures([(fig, tmp_path / "a.html")], include_plotlyjs="cdn")
@@ -109,7 +109,7 @@ def test_svg_and_html_figures_regenerate_byte_identical(tmp_path):
 def test_figio_rejects_unknown_extension(tmp_path):
     import plotly.graph_objects as go
 
-    from ctrlmem import figio
+    from ctrlmem.plots import figio
 
     with pytest.raises(ValueError, match=r"\.html, \.png, \.svg or \.pdf"):
         figio.write_figure(go.Figure(), tmp_path / "x.jpg")

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import ctrlmem as cm  # noqa: E402
-from ctrlmem.ir import Op  # noqa: E402
+from ctrlmem.model.ir import Op  # noqa: E402
 from ctrlmem.runtime import adapter, launch, measure, models  # noqa: E402
 
 GRID = [(name, p, m) for name in cm.SCHEDULES for p in (2, 4) for m in (p, 2 * p)]

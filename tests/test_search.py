@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ctrlmem as cm
-from ctrlmem.ir import Placement
-from ctrlmem.schedules.families import V_FUSED, V_SPLIT
+from ctrlmem.model.ir import Placement
+from ctrlmem.search.families import V_FUSED, V_SPLIT
 from ctrlmem.search import Family, Query, clear_caches, search
 from ctrlmem.search.bounds import span_bound
 from ctrlmem.search.encoding import CandidateSet, extend, from_schedules, problem
@@ -123,7 +123,7 @@ def test_bound_never_exceeds_a_schedule_within_the_cap(p, extra, data, per_stage
     costs = _costs(data, 2 * p, per_stage, comm)
     P = Placement.v_shape(p)
     bound = span_bound(P, m, costs)
-    from ctrlmem.schedules.adaptive import v_shape_candidates
+    from ctrlmem.schedules.budgeted import v_shape_candidates
 
     for c in v_shape_candidates(p, m, costs, 2.0):
         assert bound(c.peak) <= c.max_span + 1e-9, (c.label, bound(c.peak), c.max_span)
@@ -165,13 +165,13 @@ def test_results_do_not_depend_on_what_is_cached():
 _PY_CHECK = r"""
 import json, sys
 import ctrlmem as cm
-from ctrlmem.search import kernels
+from ctrlmem.search import buildingblock, kernels
 out = {"jit": kernels.jit_enabled()}
 costs = cm.Costs(3, 4, 2, 0.1)
 for name, p, m, lim, *more in json.loads(sys.argv[1]):
     s = cm.build(name, p, m, costs=costs, memory_limit=lim, **({"objective": more[0]} if more else {}))
     out[f"{name} {p} {m} {lim} {more}"] = [str(s.params), [[str(x) for x in o] for o in s.device_passes]]
-out["steps"] = cm.pipeline_steps(cm.blocks.v_cost_block(4, (2, 2, 1, 0), (1, 1, 1), (0, 0, 0)), 7)["squeeze"].to_text()
+out["steps"] = cm.pipeline_steps(buildingblock.v_cost_block(4, (2, 2, 1, 0), (1, 1, 1), (0, 0, 0)), 7)["squeeze"].to_text()
 print(json.dumps(out))
 """
 
@@ -218,7 +218,7 @@ def test_named_schedules_never_slower_than_the_search_at_their_peak(p, extra, da
         assert max(adapted.peak_memory) <= level + 1e-9, name
         assert max(adapted.device_spans) <= max(cm.simulate(pattern, costs).device_spans) + 1e-9, name
         if name == "1f1b-v":
-            from ctrlmem.schedules.adaptive import search_v
+            from ctrlmem.schedules.budgeted import search_v
 
             best = search_v(p, m, costs, level, fused=True)
             assert max(adapted.device_spans) <= best.span + 1e-9
@@ -253,7 +253,7 @@ def test_search_ranks_by_the_query_objective():
     (families that do not climb by the objective), the span search returns the candidate of the
     shortest longest span (then makespan) and the makespan search the one of the shortest
     makespan (then span), and here they differ."""
-    from ctrlmem.schedules.families import _BASE
+    from ctrlmem.search.families import _BASE
     from ctrlmem.search.engine import Progress, timed
 
     costs = cm.Costs(8.0, 9.3, 8.4, 1.7)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import ctrlmem as cm
-from ctrlmem import plot, ui
+from ctrlmem.plots import figures as plot
+from ctrlmem.explorer import ui
 
 
 def decode(arr):
@@ -229,7 +230,7 @@ def test_typed_arrays_round_trip():
 
 
 def test_explorer_notebook_is_thin_and_clean():
-    """The notebook only calls ctrlmem.ui, its first code cell is a tagged `parameters` cell of
+    """The notebook only calls ctrlmem.explorer.ui, its first code cell is a tagged `parameters` cell of
     literals, and it is committed without outputs."""
     import ast
     import json
@@ -245,7 +246,7 @@ def test_explorer_notebook_is_thin_and_clean():
         assert cell["outputs"] == [] and cell["execution_count"] is None
     imports = [n for c in code[1:] for n in ast.walk(ast.parse("".join(c["source"])))
                if isinstance(n, (ast.Import, ast.ImportFrom))]
-    assert [(i.module, [a.name for a in i.names]) for i in imports] == [("ctrlmem", ["ui"])]
+    assert [(i.module, [a.name for a in i.names]) for i in imports] == [("ctrlmem.explorer", ["ui"])]
 
 
 def test_cost_edits_reuse_built_schedules_and_still_match(explorer):
@@ -347,7 +348,7 @@ def test_copy_as_command_draws_the_same_schedules(explorer, tmp_path):
     import shlex
 
     from ctrlmem.cli import make_parser
-    from ctrlmem.draw import draw_figure
+    from ctrlmem.cli.draw import draw_figure
 
     explorer.f.value, explorer.comm.value = 2.0, 0.25
     cmd = explorer.command.value

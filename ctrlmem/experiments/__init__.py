@@ -50,13 +50,10 @@ calls for one point), :mod:`.command` (``ctrlmem sweep``). Imports go one way: `
 
 from __future__ import annotations
 
-from .config import (CONFIRM_POINTS, DEFAULT_NOTEBOOK, MAX_POINTS, ConfigError, ExperimentConfig, Run, check_notebook,
-                     check_parameters, config_from_dict, load_config, plan_runs, resolve_root)
-from .points import (measured_costs, real_run_available, real_run_point, resolve_costs, runtime_model_name,
-                     schedule_names, simulate_point)
-from .store import (SweepLock, SweepLocked, SweepSummary, check_layout, read_record, read_records, reap_stale_runs,
-                    record_problem, write_json_atomic, write_table)
-from .sweep import RESULT_FILE, RunOutcome, execute_with_papermill, run_sweep
+from ctrlmem.experiments.config import CONFIRM_POINTS, DEFAULT_NOTEBOOK, MAX_POINTS, ConfigError, ExperimentConfig, Run, check_notebook, check_parameters, config_from_dict, load_config, plan_runs, resolve_root
+from ctrlmem.experiments.points import measured_costs, real_run_available, real_run_point, resolve_costs, runtime_model_name, schedule_names, simulate_point
+from ctrlmem.experiments.store import SweepLock, SweepLocked, SweepSummary, check_layout, read_record, read_records, reap_stale_runs, record_problem, write_json_atomic, write_table
+from ctrlmem.experiments.sweep import RESULT_FILE, RunOutcome, execute_with_papermill, run_sweep
 
 __all__ = [
     "ConfigError", "ExperimentConfig", "Run", "RunOutcome", "SweepSummary", "SweepLock", "SweepLocked",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..checks import short_repr
+from ctrlmem.util.checks import short_repr
 
 
 DEFAULT_NOTEBOOK = "notebooks/10_experiment.ipynb"

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import proctree
-from ..costs import Costs, MemoryModel
+from ctrlmem.util import proctree
+from ctrlmem.model.costs import Costs, MemoryModel
 
 
 
@@ -21,15 +21,15 @@ def resolve_costs(costs: str, model: str | None, p: int, microbatch_size: int, s
     """``costs`` as given to the notebook -> ``(Costs, description)``.
 
     ``"F,B,W[,COMM]"`` are full device-stage times; ``"paper"`` uses the A100 cost model of
-    :mod:`ctrlmem.paper` for ``model``; ``"result:PATH"`` uses the pass costs a real run measured
+    :mod:`ctrlmem.model.paper` for ``model``; ``"result:PATH"`` uses the pass costs a real run measured
     (:func:`measured_costs`); ``"measure"`` needs a real run (not this function)."""
-    from .. import paper
+    from ctrlmem.model import paper
 
     if costs == "paper":
         if not model or model not in paper.MODELS:
             raise ValueError(f"costs='paper' needs a model preset ({', '.join(paper.MODELS)}), got model={model!r}")
         c = paper.paper_costs(model, p, microbatch_size, seq_len, tp=tp)
-        return c, (f"A100 cost model (ctrlmem.paper: {paper.tp_efficiency(tp):.1%} of peak, seq {seq_len}, "
+        return c, (f"A100 cost model (ctrlmem.model.paper: {paper.tp_efficiency(tp):.1%} of peak, seq {seq_len}, "
                    f"mb {microbatch_size}, tp {tp}; ms)")
     if costs.startswith("result:"):
         return measured_costs(costs[len("result:"):], p)
@@ -61,8 +61,8 @@ def measured_costs(path: str | Path, num_devices: int) -> tuple[Costs, str]:
 @functools.lru_cache(maxsize=64)
 def _reference_1f1b(p: int, m: int, costs: Costs):
     """1F1B simulated under ``costs`` (the baseline of every point; cached across points)."""
-    from ..schedules import build
-    from ..simulate import simulate
+    from ctrlmem.schedules import build
+    from ctrlmem.model.simulate import simulate
 
     return simulate(build("1f1b", p, m), costs, MemoryModel())
 
@@ -89,9 +89,9 @@ def simulate_point(
     and token, docs/theory.md §10), total GB with weights and optimizer state, whether it fits an
     A100 80 GB (the paper's models only, not the CPU-scale stand-ins), and the predicted MFU
     (model FLOPs / (makespan · GPUs · peak))."""
-    from .. import paper
-    from ..schedules import SCHEDULES, build
-    from ..simulate import simulate
+    from ctrlmem.model import paper
+    from ctrlmem.schedules import SCHEDULES, build
+    from ctrlmem.model.simulate import simulate
 
     if global_batch:
         if global_batch % (dp * microbatch_size):
@@ -150,9 +150,9 @@ def real_run_available() -> tuple[bool, str]:
     import importlib.util
 
     try:
-        importlib.import_module("ctrlmem.runtime.cli")
+        importlib.import_module("ctrlmem.cli.run")
     except ImportError as exc:
-        return False, f"`ctrlmem run` is not available: ctrlmem.runtime.cli does not import ({exc})"
+        return False, f"`ctrlmem run` is not available: ctrlmem.cli.run does not import ({exc})"
     if importlib.util.find_spec("torch") is None:
         return False, "`ctrlmem run` needs torch; install the pinned requirements (bash scripts/setup.sh)"
     return True, "ctrlmem run is available"
@@ -218,7 +218,7 @@ def real_run_point(schedule: str | Sequence[str], p: int, m: int, backend: str, 
     ``schedule`` a list of several names (local launcher only): they run one after the other in
     one launch (every process starts once); the result is ``{"schedules", "runs": {name: the
     result one schedule would give}, "status"}``, ``ok`` when every run is."""
-    from ..schedules import SCHEDULES
+    from ctrlmem.schedules import SCHEDULES
 
     names = [schedule] if isinstance(schedule, str) else schedule_names(schedule)
     ok, why = real_run_available()
@@ -276,7 +276,7 @@ def real_run_point(schedule: str | Sequence[str], p: int, m: int, backend: str, 
             if sub.returncode != 0:
                 raise RuntimeError(f"sbatch --wait {script} failed: {sub.stderr.strip()[-300:]}")
     if many:
-        from ..runtime.cli import schedule_folder
+        from ctrlmem.cli.run import schedule_folder
 
         runs = {}
         for name in names:

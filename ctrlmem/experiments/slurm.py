@@ -50,10 +50,10 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .. import checks
-from .config import ExperimentConfig, Run
-from .points import SLURM_MARKER, run_command
-from .store import SweepSummary, keep_history, write_json_atomic, write_table
+from ctrlmem.util import checks
+from ctrlmem.experiments.config import ExperimentConfig, Run
+from ctrlmem.experiments.points import SLURM_MARKER, run_command
+from ctrlmem.experiments.store import SweepSummary, keep_history, write_json_atomic, write_table
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .. import proctree
-from ..fileio import atomic_path, atomic_write, make_output_folder
-from .config import ConfigError, ExperimentConfig, resolve_root
+from ctrlmem.util import proctree
+from ctrlmem.util.fileio import atomic_path, atomic_write, make_output_folder
+from ctrlmem.experiments.config import ConfigError, ExperimentConfig, resolve_root
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ INFLIGHT = ".inflight"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` atomically (:func:`ctrlmem.fileio.atomic_write`): a
+    """Write ``data`` as JSON to ``path`` atomically (:func:`ctrlmem.util.fileio.atomic_write`): a
     reader sees the old record or the whole new one; a failure (a full disk) keeps the old one
     and raises ``OSError`` naming ``path``."""
     path = Path(path)

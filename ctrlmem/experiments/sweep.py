@@ -17,13 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .. import proctree
-from ..fileio import make_output_folder
-from .config import (CONFIRM_POINTS, ConfigError, ExperimentConfig, Run, _run_id, check_parameters, check_points,
-                     load_config, plan_runs, resolve_root)
-from .store import (STATUSES, SweepLock, SweepLocked, SweepSummary, check_layout, default_results_dir,
-                    keep_history, read_record, read_records, reap_stale_runs, record_problem, write_json_atomic,
-                    write_marker, write_table)
+from ctrlmem.util import proctree
+from ctrlmem.util.fileio import make_output_folder
+from ctrlmem.experiments.config import CONFIRM_POINTS, ConfigError, ExperimentConfig, Run, _run_id, check_parameters, check_points, load_config, plan_runs, resolve_root
+from ctrlmem.experiments.store import STATUSES, SweepLock, SweepLocked, SweepSummary, check_layout, default_results_dir, keep_history, read_record, read_records, reap_stale_runs, record_problem, write_json_atomic, write_marker, write_table
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +68,7 @@ def execute_with_papermill(notebook: Path, executed: Path, params: Mapping[str, 
                            timeout_s: float, tag: str | None = None, cwd: str | Path | None = None) -> RunOutcome:
     """Run ``notebook`` with papermill in its own session; after ``timeout_s``, or when this
     process is interrupted, end papermill, its kernel and everything they started (the process
-    tree and every process carrying ``tag``, :mod:`ctrlmem.proctree`) before returning.
+    tree and every process carrying ``tag``, :mod:`ctrlmem.util.proctree`) before returning.
 
     The notebook runs in ``cwd`` (default: the current directory) and must write
     ``out_dir/result.json``; a ``status`` key in it (``"skipped"``) is passed on."""
@@ -200,7 +197,7 @@ def run_sweep(
     if slurm_options and kind != "slurm":
         raise TypeError(f"run_sweep got Slurm options {sorted(slurm_options)} without launcher='slurm'")
     if kind == "slurm":
-        from .slurm import check_slurm
+        from ctrlmem.experiments.slurm import check_slurm
 
         check_slurm(**slurm_options)  # Slurm missing, or a bad option: refused before the lock is taken
     runs = select_runs(config, extra_params=extra_params, only=only, check=check)
@@ -217,7 +214,7 @@ def run_sweep(
         local = functools.partial(_run_local, config, results=results, build=build, executor=executor, base=base,
                                   say=say)
         if kind == "slurm":
-            from .slurm import run_slurm
+            from ctrlmem.experiments.slurm import run_slurm
 
             return run_slurm(config, runs, results, build, run_local=local, force=force, progress=progress,
                              **slurm_options)

@@ -36,13 +36,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from .. import paper
-from ..costs import Costs, MemoryModel
-from ..schedules import SCHEDULES, build
-from ..simulate import simulate
-from .model import (BYTES_GRAD, BYTES_OPTIMIZER, BYTES_WEIGHT, ModelSpec, StageBytes, default_global_batch,
-                    model_spec, stage_bytes)
-from .sources import AllocatorMargin, CostSource, cost_source
+from ctrlmem.model import paper
+from ctrlmem.model.costs import Costs, MemoryModel
+from ctrlmem.schedules import SCHEDULES, build
+from ctrlmem.model.simulate import simulate
+from ctrlmem.planner.model import BYTES_GRAD, BYTES_OPTIMIZER, BYTES_WEIGHT, ModelSpec, StageBytes, default_global_batch, model_spec, stage_bytes
+from ctrlmem.planner.sources import AllocatorMargin, CostSource, cost_source
 
 __all__ = ["plan", "DEFAULT_SCHEDULES", "METHOD_LABELS", "ScheduleChoice", "parse_schedules", "Planner",
            "row_schedule", "cache_info", "clear_cache", "ESTIMATE_TOLERANCE", "COLUMNS", "insights"]
@@ -835,7 +834,7 @@ def insights(df) -> list[str]:
 def row_schedule(df, index: int = 0):
     """The :class:`ctrlmem.Schedule` of row ``index`` of a plan (its cost-adapted build, from the
     cache or built again), and the per-stage ``Costs`` (ms) it was simulated with."""
-    from .sources import cost_source as _cs
+    from ctrlmem.planner.sources import cost_source as _cs
 
     s = df.attrs["settings"]
     row = df.iloc[index]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from .. import paper
+from ctrlmem.model import paper
 
 __all__ = ["ModelSpec", "model_spec", "stage_layers", "runtime_stage_layers", "default_global_batch",
            "StageBytes", "stage_bytes", "BYTES_WEIGHT", "BYTES_GRAD", "BYTES_OPTIMIZER", "PRESET_NAMES"]
@@ -51,7 +51,7 @@ class ModelSpec:
         num_layers: transformer layers ``L``.
         hidden: hidden size ``h``.
         heads: attention heads.
-        vocab: vocabulary ``V`` (the paper's presets: :data:`ctrlmem.paper.ASSUMED_VOCAB`).
+        vocab: vocabulary ``V`` (the paper's presets: :data:`ctrlmem.model.paper.ASSUMED_VOCAB`).
         seq_len: tokens per sequence ``s``.
         source: where the numbers come from.
     """
@@ -75,7 +75,7 @@ class ModelSpec:
 
     @property
     def preset(self) -> paper.ModelPreset:
-        """The :class:`ctrlmem.paper.ModelPreset` the cost-model functions take."""
+        """The :class:`ctrlmem.model.paper.ModelPreset` the cost-model functions take."""
         return paper.ModelPreset(self.name, self.num_layers, self.heads, self.hidden, 0, None, self.source)
 
     def parameters(self) -> float:
@@ -83,7 +83,7 @@ class ModelSpec:
         return 12.0 * self.num_layers * self.hidden ** 2 + 2.0 * self.vocab * self.hidden
 
     def flops_per_sample(self) -> float:
-        """F + B + W FLOPs of one sequence (the MFU numerator, :func:`ctrlmem.paper.model_flops`)."""
+        """F + B + W FLOPs of one sequence (the MFU numerator, :func:`ctrlmem.model.paper.model_flops`)."""
         return paper.model_flops(self.preset, 1, self.seq_len, vocab=self.vocab)
 
     def describe(self) -> str:

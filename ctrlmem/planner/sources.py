@@ -4,7 +4,7 @@ Three cost sources, each pricing one transformer layer's ``F``, ``B`` and ``W`` 
 microbatch on one GPU, the LM head on the last stage, the embedding on the first, and one
 pipeline hop; each says what it assumed (:meth:`CostSource.assumptions`):
 
-* :class:`A100Costs` — the A100 cost model of :mod:`ctrlmem.paper` (FLOPs at 65 % of the A100's
+* :class:`A100Costs` — the A100 cost model of :mod:`ctrlmem.model.paper` (FLOPs at 65 % of the A100's
   peak, Fig. 12's efficiency for tensor parallelism).
 * :class:`ReplayCosts` — the pass times a ``ctrlmem replay`` measured (the shipped H200 file by
   default): per-layer ``F``, ``B``, ``W`` of the replayed interior stages at each replayed
@@ -25,15 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import paper
-from .model import ModelSpec, layer_activation_formula, runtime_stage_layers, stage_layers
+from ctrlmem.model import paper
+from ctrlmem.planner.model import ModelSpec, layer_activation_formula, runtime_stage_layers, stage_layers
 
 __all__ = ["CostSource", "A100Costs", "ReplayCosts", "LayerCosts", "AllocatorMargin", "cost_source",
            "GPU_PEAK_FLOPS", "REPLAY_VOCAB", "DEFAULT_P2P_BYTES_PER_S"]
 
 GPU_PEAK_FLOPS = {"A100": 312e12, "H100": 989e12, "H200": 989e12}
 """Dense bf16 tensor-core peak per GPU, FLOP/s (NVIDIA's data sheets; A100 as in
-:data:`ctrlmem.paper.A100_PEAK_FLOPS`): the MFU denominator."""
+:data:`ctrlmem.model.paper.A100_PEAK_FLOPS`): the MFU denominator."""
 
 REPLAY_VOCAB = 50304
 """Vocabulary of the models ``ctrlmem replay`` runs (``ctrlmem.runtime.models.PRESETS``; a test
@@ -122,7 +122,7 @@ def _tp_factor(tp: int) -> float:
 
 @dataclass
 class A100Costs(CostSource):
-    """The A100 cost model of :mod:`ctrlmem.paper` (:func:`ctrlmem.paper.pass_times`)."""
+    """The A100 cost model of :mod:`ctrlmem.model.paper` (:func:`ctrlmem.model.paper.pass_times`)."""
 
     p2p_bytes_per_s: float = DEFAULT_P2P_BYTES_PER_S
     label = "A100 cost model"
@@ -139,12 +139,12 @@ class A100Costs(CostSource):
         return f / tp, b / tp, w / tp
 
     def describe(self):
-        return (f"A100 cost model (ctrlmem.paper: FLOPs at {paper.DEFAULT_EFFICIENCY:.0%} of the A100's "
+        return (f"A100 cost model (ctrlmem.model.paper: FLOPs at {paper.DEFAULT_EFFICIENCY:.0%} of the A100's "
                 f"{paper.A100_PEAK_FLOPS / 1e12:.0f} TFLOP/s)")
 
     def assumptions(self, spec):
         return [
-            f"pass times: the A100 cost model of ctrlmem.paper — per layer and token F = 24h² + 4sh, B = 24h² + 8sh, "
+            f"pass times: the A100 cost model of ctrlmem.model.paper — per layer and token F = 24h² + 4sh, B = 24h² + 8sh, "
             f"W = 24h² FLOPs, the LM head 2hV each, at {paper.DEFAULT_EFFICIENCY:.0%} of the A100's "
             f"{paper.A100_PEAK_FLOPS / 1e12:.0f} TFLOP/s (Table 5's FBW MFU); tensor parallelism divides a pass by tp "
             f"at Fig. 12(a)'s single-pass MFU ratio (TP 2/4/8: "
@@ -217,7 +217,7 @@ def _parse(pattern: str, text: str, default=None):
 
 def _chunks(schedule: str) -> int:
     """Stages per device of a registered schedule (from a small build)."""
-    from ..schedules import SCHEDULES, build
+    from ctrlmem.schedules import SCHEDULES, build
 
     if schedule not in SCHEDULES:
         raise ValueError(f"replay row names schedule {schedule!r}, which is not registered here")
@@ -250,7 +250,7 @@ class ReplayCosts(CostSource):
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        from ..reproduce.gpu_replay import default_replay_path, gpu_label, load_replay
+        from ctrlmem.reproduce.gpu_replay import default_replay_path, gpu_label, load_replay
 
         path = Path(self.path) if self.path is not None else default_replay_path()
         self.data = load_replay(path)
@@ -453,7 +453,7 @@ class AllocatorMargin:
         allocator peak to theory on devices holding neither the embedding nor the head; then the
         bytes per logit left over on devices holding the head but not the embedding; then the
         bytes per embedding parameter left over on devices holding the embedding."""
-        from ..reproduce.gpu_replay import default_replay_path, gpu_label, load_replay
+        from ctrlmem.reproduce.gpu_replay import default_replay_path, gpu_label, load_replay
 
         p = Path(path) if path is not None else default_replay_path()
         data = load_replay(p)

@@ -60,9 +60,9 @@ def throughput_memory_figure(df, title: str | None = None):
 def winner_figure(df, index: int | None = None):
     """The schedule diagram of row ``index`` (default: the fastest that fits), simulated with its
     own per-stage costs (ms)."""
-    from .. import plot
-    from ..simulate import simulate
-    from .core import row_schedule
+    from ctrlmem.plots import figures as plot
+    from ctrlmem.model.simulate import simulate
+    from ctrlmem.planner.core import row_schedule
 
     if index is None:
         ok = df.index[df["status"] == "ok"]
@@ -99,7 +99,7 @@ class PlanForm:
                  costs: str = "h200", **plan_kwargs) -> None:
         import ipywidgets as W
 
-        from .model import PRESET_NAMES
+        from ctrlmem.planner.model import PRESET_NAMES
 
         style = {"description_width": "initial"}
         self.model = W.Dropdown(options=list(PRESET_NAMES), value=model.lower(), description="model", style=style)
@@ -125,7 +125,7 @@ class PlanForm:
         """Plan with the widgets' values; a bad value shows a message instead of a traceback."""
         from IPython.display import HTML
 
-        from .core import plan
+        from ctrlmem.planner.core import plan
 
         self.message.value = "<i>planning…</i>"
         try:

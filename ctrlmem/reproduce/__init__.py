@@ -1,7 +1,7 @@
 """The reproduction: tables next to the paper's numbers, and ``ctrlmem reproduce``.
 
 Every artifact is a function returning a :class:`Table` of :class:`Cell` s. A cell holds the
-paper's value (a number, a ``(low, high)`` range, or :data:`ctrlmem.paper.NOT_RECOVERED`), ours,
+paper's value (a number, a ``(low, high)`` range, or :data:`ctrlmem.model.paper.NOT_RECOVERED`), ours,
 and **how ours was obtained** (closed form; simulated, with which cost model; measured on CPU or
 GPU, predicted from GPU pass costs). A cell of a schedule with no generator here (e.g. 1F1B-R)
 says ``pending: schedule '1f1b-r' not registered``.
@@ -24,11 +24,10 @@ optimum), :mod:`.claims` (verdict per claim) — and
 
 from __future__ import annotations
 
-from .. import paper
-from .report import (ARTIFACTS, WRITES_FILES, build_table, notebook_out_dir, progress, reproduce, summary_markdown,
-                     write_report)
-from .table import Cell, Table, pending
-from .throughput import TABLE4_METHODS
+from ctrlmem.model import paper
+from ctrlmem.reproduce.report import ARTIFACTS, WRITES_FILES, build_table, notebook_out_dir, progress, reproduce, summary_markdown, write_report
+from ctrlmem.reproduce.table import Cell, Table, pending
+from ctrlmem.reproduce.throughput import TABLE4_METHODS
 
 __all__ = ["Cell", "Table", "ARTIFACTS", "WRITES_FILES", "TABLE4_METHODS", "build_table", "write_report", "notebook_out_dir",
            "progress", "summary_markdown",

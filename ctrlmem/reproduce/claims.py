@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import paper
-from ..costs import Costs
-from .common import UNIT_TAU, _registered, _sim
-from .table import Table
+from ctrlmem.model import paper
+from ctrlmem.model.costs import Costs
+from ctrlmem.reproduce.common import UNIT_TAU, _registered, _sim
+from ctrlmem.reproduce.table import Table
 
 __all__ = ["Claim", "ClaimsTable", "claims", "VERDICTS"]
 
@@ -98,7 +98,7 @@ def _size(data: dict) -> str:
 
 
 def _replay_tables(replay) -> Table | None:
-    from .gpu_replay import gpu_replay
+    from ctrlmem.reproduce.gpu_replay import gpu_replay
 
     try:
         return gpu_replay(quick=False, replay=replay)
@@ -312,7 +312,7 @@ def claim_lower_bound() -> Claim:
 
 
 def claim_eq1_and_reorder() -> Claim:
-    from .. import blocks
+    from ctrlmem.search import buildingblock as blocks
 
     rows = []
     for builder in ("v_min_block", "v_half_block", "v_zb_block"):
@@ -333,11 +333,11 @@ def claim_eq1_and_reorder() -> Claim:
                  f"{len(rows)} blocks (V-Min, V-Half, V-ZB at p = 4, 6, 8): repeated-block peak ≤ Eq. 1 "
                  f"{'everywhere' if ok_bound else 'NOT everywhere'}; final peak ≤ repeated peak "
                  f"{'everywhere' if ok_reorder else 'NOT everywhere'}",
-                 "[fig11_reorder.svg](fig11_reorder.svg)", "computed on the building blocks (ctrlmem.blocks)")
+                 "[fig11_reorder.svg](fig11_reorder.svg)", "computed on the building blocks (ctrlmem.search.buildingblock)")
 
 
 def claim_comm_volume() -> Claim:
-    from ..schedules import build
+    from ctrlmem.schedules import build
 
     rows = []
     for p in (4, 8, 16):

@@ -7,11 +7,11 @@ import logging
 from pathlib import Path
 from typing import Sequence
 
-from .. import paper
-from ..costs import Costs
-from ..paper import NOT_RECOVERED
-from .common import HOW_UNIT, UNIT_TAU, _registered, _sim
-from .table import Cell, Table, _write_json, pending
+from ctrlmem.model import paper
+from ctrlmem.model.costs import Costs
+from ctrlmem.model.paper import NOT_RECOVERED
+from ctrlmem.reproduce.common import HOW_UNIT, UNIT_TAU, _registered, _sim
+from ctrlmem.reproduce.table import Cell, Table, _write_json, pending
 
 log = logging.getLogger(__name__)
 
@@ -54,30 +54,30 @@ def fig9_10(quick: bool) -> Table:
 def _write_curve_figure(t: Table, fig, out: str | Path, stem: str) -> None:
     """Write ``out/stem.{png,svg,html}`` and record which files were drawn as a cell of ``t``;
     without kaleido's Chromium the HTML alone is written and the cell says why."""
-    from .. import memory_curves as mc
+    from ctrlmem.reproduce import memory_curves as mc
 
     try:
         mc.write(fig, out, stem)
         t.cells.append(Cell(stem, "figure files", "figure in the paper", f"drawn: {stem}.png / .svg / .html",
-                            "plotly (ctrlmem.memory_curves) from the simulated curves above"))
+                            "plotly (ctrlmem.reproduce.memory_curves) from the simulated curves above"))
     except Exception as exc:  # kaleido / Chromium missing: keep the interactive HTML
         log.warning("%s: static export failed (%s); writing HTML only", stem, exc)
         mc.write(fig, out, stem, formats=("html",))
         t.cells.append(Cell(stem, "figure files", "figure in the paper", f"drawn: {stem}.html only "
-                            f"(PNG/SVG export failed: {type(exc).__name__})", "plotly (ctrlmem.memory_curves)"))
+                            f"(PNG/SVG export failed: {type(exc).__name__})", "plotly (ctrlmem.reproduce.memory_curves)"))
 
 
 FIG910_NOTES = [
     "The paper's curves use per-model profiled costs that were not recovered (docs/theory.md §9.6), so the bubble "
-    "rates themselves are not comparable; ours come from the A100 cost model of ctrlmem.paper. What compares: "
+    "rates themselves are not comparable; ours come from the A100 cost model of ctrlmem.model.paper. What compares: "
     "the position of the drop (the paper: a near-vertical drop at a memory limit ≈ 0.5, read from the plot), "
     "and, in Fig. 9's check panel, docs/theory.md §9.6's readings of the authors' scheduler at p = 16, m = 64.",
     "'Steepest drop at' is the midpoint of the two neighbouring evaluated limits between which the bubble rate "
     "falls most, from a limit of 0.25 on (where the paper's x axis starts; below it every curve falls steeply for "
-    "want of memory); limits are steps of 1/16 from 0.25 to 0.75 (ctrlmem.memory_curves.LIMITS), so a drop can "
+    "want of memory); limits are steps of 1/16 from 0.25 to 0.75 (ctrlmem.reproduce.memory_curves.LIMITS), so a drop can "
     "only be located to ±1/32.",
     "Every curve runs from its scheduler's smallest feasible limit (one microbatch per device, 1/p of 1F1B's "
-    "memory) to 2.0: the searches (ctrlmem.schedules.adaptive) combine building blocks with cost-aware list "
+    "memory) to 2.0: the searches (ctrlmem.schedules.budgeted) combine building blocks with cost-aware list "
     "schedules under every activation cap up to the limit, so extra memory above 1F1B's buys extra warm-up, "
     "and a larger limit never gives a slower schedule.",
 ]
@@ -118,7 +118,7 @@ NOT_COMPARABLE_RATES = "the bubble rates themselves: not comparable (the paper's
 
 def fig09(quick: bool, out: str | Path = "figures") -> Table:
     """Fig. 9 as a figure (``out/fig09_bubble_vs_memory.{png,svg,html}``) and its comparable readings."""
-    from .. import memory_curves as mc
+    from ctrlmem.reproduce import memory_curves as mc
 
     scale = f"p = {mc.QUICK_P} for every model (quick)" if quick else "each model's own p (16, 24, 32)"
     t = Table("fig09", "Fig. 9 — V scheduler: bubble rate vs memory limit (simulated, A100 cost model)",
@@ -153,7 +153,7 @@ def fig09(quick: bool, out: str | Path = "figures") -> Table:
 
 def fig10(quick: bool, out: str | Path = "figures") -> Table:
     """Fig. 10 as a figure (``out/fig10_v_vs_zb.{png,svg,html}``) and its comparable readings."""
-    from .. import memory_curves as mc
+    from ctrlmem.reproduce import memory_curves as mc
 
     scale = f"p = {mc.QUICK_P} for every model (quick)" if quick else "each model's own p (16, 24, 32)"
     t = Table("fig10", "Fig. 10 — V vs ZB scheduler vs 1F1B: bubble rate vs memory limit (simulated, A100 cost model)",
@@ -207,7 +207,7 @@ def fig10(quick: bool, out: str | Path = "figures") -> Table:
 def fig07(quick: bool, out: str | Path = "figures") -> Table:
     """Fig. 7 as a figure (``out/fig07_pareto.{png,svg,html}``): MFU against activation memory
     for every method at docs/theory.md §9.3's three settings (the same at ``quick``: one point each)."""
-    from .. import memory_curves as mc
+    from ctrlmem.reproduce import memory_curves as mc
 
     t = Table("fig07", "Fig. 7 — MFU vs activation memory, Pareto frontier (simulated, A100 cost model)",
               "Simulated every method of Fig. 7 (1F1B, 1F1B-R, ZB-1P, ZB-2P, interleaved 1F1B, V-Min, V-Half, V-ZB) at "

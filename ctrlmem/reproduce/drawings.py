@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..paper import NOT_RECOVERED
-from .table import Cell, Table
+from ctrlmem.model.paper import NOT_RECOVERED
+from ctrlmem.reproduce.table import Cell, Table
 
 def schedule_figures(quick: bool, out: str | Path = "figures") -> Table:
     """Fig. 2, 4, 5 and the Fig. 18 gallery, drawn by ``ctrlmem figures`` (another module) into

@@ -32,9 +32,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .. import paper
-from ..paper import NOT_RECOVERED
-from .table import Cell, Table
+from ctrlmem.model import paper
+from ctrlmem.model.paper import NOT_RECOVERED
+from ctrlmem.reproduce.table import Cell, Table
 
 __all__ = ["DEFAULT_REPLAY", "load_replay", "replay_costs", "gpu_replay", "gpu_label", "METHODS"]
 
@@ -164,7 +164,7 @@ def replay_costs(rows: list[dict], num_stages: int):
     """Per-stage :class:`ctrlmem.Costs` (seconds, comm 0) from one schedule's replayed rows, or
     ``None`` when the first or the last stage was not replayed. A fused ``BW`` is given as ``b``
     with ``w = 0`` (the simulator charges ``b + w`` for it)."""
-    from ..costs import Costs
+    from ctrlmem.model.costs import Costs
 
     per: dict[int, tuple[float, float, float]] = {}
     for row in rows:
@@ -186,8 +186,8 @@ def replay_costs(rows: list[dict], num_stages: int):
 @functools.lru_cache(maxsize=512)
 def _makespan(name: str, p: int, m: int, costs) -> float:
     """Makespan of ``name`` simulated with ``costs`` (cached: gpu-replay and claims share runs)."""
-    from ..schedules import build
-    from ..simulate import simulate
+    from ctrlmem.schedules import build
+    from ctrlmem.model.simulate import simulate
 
     return simulate(build(name, p, m, costs=costs), costs).makespan
 

@@ -1,5 +1,5 @@
 """The optimality-gap artifact: every heuristic against ``cm.improve`` and the best proven lower
-bound, at real sizes (:mod:`ctrlmem.gap`). Nobody publishes this limit, so no cell has a paper
+bound, at real sizes (:mod:`ctrlmem.solver.gap`). Nobody publishes this limit, so no cell has a paper
 value; the table is what a reader needs to judge how far each scheduler is from the best
 possible schedule, with certificates (the lower bounds), and what the solver buys."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ..paper import NOT_RECOVERED
-from .table import Cell, Table, _write_json
+from ctrlmem.model.paper import NOT_RECOVERED
+from ctrlmem.reproduce.table import Cell, Table, _write_json
 
 __all__ = ["optimality_gap", "CACHE"]
 
@@ -26,8 +26,8 @@ def _ratio(mk, lb) -> str:
 
 
 def optimality_gap(quick: bool, out: str | Path = "figures") -> Table:
-    from .. import gap
-    from ..improve import DET_SECONDS
+    from ctrlmem.solver import gap
+    from ctrlmem.solver.improve import DET_SECONDS
 
     size = "quick" if quick else "full"
     marks = (2.0, 5.0) if quick else (10.0, 60.0)
@@ -102,7 +102,7 @@ def optimality_gap(quick: bool, out: str | Path = "figures") -> Table:
     t.verdict = "not comparable (the paper publishes no optimum); " + "; ".join(parts)
     data = {"size": size, "checkpoints": list(marks), "summary": s, "rows": rows}
     _write_json(Path(out) / "optimality-gap.json", data)
-    from .. import memory_curves as mc
+    from ctrlmem.reproduce import memory_curves as mc
 
     stem = "optimality-gap"
     try:

@@ -12,15 +12,15 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .claims import claims
-from .curves import fig07, fig09, fig10, fig9_10
-from .drawings import schedule_figures
-from .gpu_replay import gpu_replay
-from .measured import cpu_real_memory
-from .optimality import optimality_gap
-from .table import Table, _write
-from .theory import closed_forms, table1, table2, table8, table9, table_a
-from .throughput import table3, table4
+from ctrlmem.reproduce.claims import claims
+from ctrlmem.reproduce.curves import fig07, fig09, fig10, fig9_10
+from ctrlmem.reproduce.drawings import schedule_figures
+from ctrlmem.reproduce.gpu_replay import gpu_replay
+from ctrlmem.reproduce.measured import cpu_real_memory
+from ctrlmem.reproduce.optimality import optimality_gap
+from ctrlmem.reproduce.table import Table, _write
+from ctrlmem.reproduce.theory import closed_forms, table1, table2, table8, table9, table_a
+from ctrlmem.reproduce.throughput import table3, table4
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ def reproduce(out: str | Path = "figures", quick: bool = False, only: Sequence[s
         if n not in ARTIFACTS:
             raise ValueError(f"unknown artifact {n!r}; valid: {', '.join(ARTIFACTS)}")
     if replay is not None:
-        from .gpu_replay import load_replay
+        from ctrlmem.reproduce.gpu_replay import load_replay
 
         load_replay(replay)  # a bad file fails before anything runs
     return write_report(out, [build_table(n, quick, out, replay=replay, root=root) for n in names], quick,

@@ -248,6 +248,6 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _write(path: Path, text: str) -> None:
-    from ..fileio import atomic_write  # a failure keeps the old file and names this path
+    from ctrlmem.util.fileio import atomic_write  # a failure keeps the old file and names this path
 
     atomic_write(path, text)

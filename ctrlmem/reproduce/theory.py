@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import paper
-from ..costs import Costs
-from ..paper import NOT_RECOVERED
-from .common import HOW_UNIT, UNIT_TAU, _registered, _sim
-from .table import Cell, Table, pending
+from ctrlmem.model import paper
+from ctrlmem.model.costs import Costs
+from ctrlmem.model.paper import NOT_RECOVERED
+from ctrlmem.reproduce.common import HOW_UNIT, UNIT_TAU, _registered, _sim
+from ctrlmem.reproduce.table import Cell, Table, pending
 
 TABLE1_FORMULAS = {"1f1b": "p", "v-min": "⌊(p+4)/3⌋", "v-half": "⌊(p+2)/2⌋", "v-zb": "p"}
 
@@ -57,7 +57,7 @@ def table2(quick: bool) -> Table:
         mb = m.microbatch_size or 1
         c = paper.paper_costs(m, m.num_gpus, mb)
         t.cells.append(Cell(name, f"F / B / W per device-stage, ms (mb {mb})", NOT_RECOVERED,
-                            f"{c.f:.2f} / {c.b:.2f} / {c.w:.2f}", "A100 cost model (ctrlmem.paper)"))
+                            f"{c.f:.2f} / {c.b:.2f} / {c.w:.2f}", "A100 cost model (ctrlmem.model.paper)"))
         if m.microbatch_size:
             gb = m.num_gpus * paper.activation_bytes(m, m.num_layers / m.num_gpus, mb) / 1e9
             t.cells.append(Cell(name, "1F1B activation GB (Table 4 range)", paper.TABLE4_RANGES[("1F1B", "activation_gb")],
@@ -125,7 +125,7 @@ def closed_forms(quick: bool) -> Table:
 
 def _block_offsets(block) -> dict[str, int]:
     """The Table 8/9 offsets (start-slot differences) of a V-shape building block."""
-    from ..ir import Op
+    from ctrlmem.model.ir import Op
 
     start = {(sp.op, sp.stage): sp.start for sp in block.passes}
     p = block.placement.num_devices
@@ -148,12 +148,12 @@ def _block_offsets(block) -> dict[str, int]:
 
 def _offset_table(artifact: str, title: str, builders: dict, data: dict, modulus: int) -> Table:
     t = Table(artifact, title,
-              f"Built the building block for one p per residue class of d mod {modulus} with ctrlmem.blocks and "
+              f"Built the building block for one p per residue class of d mod {modulus} with ctrlmem.search.buildingblock and "
               "read its offsets (start-slot differences of microbatch 0, unit passes).")
     ps = {0: 6, 1: 4, 2: 5} if modulus == 3 else {0: 6, 1: 5}
     for label, builder_name, kwargs in builders:
         try:
-            from .. import blocks
+            from ctrlmem.search import buildingblock as blocks
 
             builder = getattr(blocks, builder_name)
         except (ImportError, AttributeError):
@@ -163,11 +163,11 @@ def _offset_table(artifact: str, title: str, builders: dict, data: dict, modulus
             row = f"d mod {modulus} = {residue} (p = {p}) {label}"
             if builder is None:
                 for key, val in expected.items():
-                    t.cells.append(Cell(row, key, val, f"pending: ctrlmem.blocks.{builder_name} not available", "–"))
+                    t.cells.append(Cell(row, key, val, f"pending: ctrlmem.search.buildingblock.{builder_name} not available", "–"))
                 continue
             got = _block_offsets(builder(p, **kwargs))
             for key, val in expected.items():
-                t.cells.append(Cell(row, key, val, got[key], f"ctrlmem.blocks.{builder_name}({p}"
+                t.cells.append(Cell(row, key, val, got[key], f"ctrlmem.search.buildingblock.{builder_name}({p}"
                                     + "".join(f", {k}={v!r}" for k, v in kwargs.items()) + ")"))
     t.notes.append("Keys: dF0, dF1, dB1, dB0 = the four uniform offsets [δ_F^0, δ_F^1, δ_B^1, δ_B^0]; "
                    "turn_F = δ(F_d^0, F_d^1); loss_F1_B1 = δ(F_0^1, B_0^1); turn_B = δ(B_d^1, B_d^0).")

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import paper
-from ..paper import NOT_RECOVERED
-from .common import _registered
-from .table import Cell, Table, _write_json, pending
+from ctrlmem.model import paper
+from ctrlmem.model.paper import NOT_RECOVERED
+from ctrlmem.reproduce.common import _registered
+from ctrlmem.reproduce.table import Cell, Table, _write_json, pending
 
 TABLE4_METHODS = {
     # paper method -> (schedule, build kwargs)
@@ -24,7 +24,7 @@ TABLE4_METHODS = {
 
 
 def _point(name: str, model: str, p: int, m: int, mb: int, **kw) -> dict:
-    from ..experiments import simulate_point
+    from ctrlmem.experiments import simulate_point
 
     return simulate_point(name, p, m, costs="paper", model=model, microbatch_size=mb, **kw)
 
@@ -42,7 +42,7 @@ def table4(quick: bool) -> Table:
     """Table 4 in the paper's layout: one grid per metric, rows model × m, methods as columns."""
     t = Table("table4", "Table 4 — pure pipeline parallelism (predicted on the A100 cost model)",
               "Simulated each registered method on the Table 4 grid (p = #GPUs, m = p … 16p, microbatch 4/2/1) "
-              "with the A100 cost model of ctrlmem.paper; compared bubble rate, activation memory, total memory "
+              "with the A100 cost model of ctrlmem.model.paper; compared bubble rate, activation memory, total memory "
               "and MFU with the paper's known cells and per-method ranges (ranges span all models and m). "
               "GPU-measured activation memory and throughput predicted from GPU pass costs: gpu-replay.md.",
               grid=True, row_label="model, m")
@@ -121,7 +121,7 @@ def table3(quick: bool, out: str | Path = "figures", replay: str | Path | None =
     replay's pass costs (``replay``: another replay file); writes ``out/table3.json`` (the best
     configuration per method and setting, read by the ``claims`` artifact)."""
     import ctrlmem as cm
-    from .gpu_replay import default_replay_path, gpu_label, load_replay
+    from ctrlmem.reproduce.gpu_replay import default_replay_path, gpu_label, load_replay
 
     replay_path = Path(replay) if replay is not None else default_replay_path()
     gpu = gpu_label(load_replay(replay_path))

@@ -67,7 +67,7 @@ from torch.distributed.pipelining.schedules import (
     _validate_schedule,
 )
 
-from ..ir import Op, Pass, Schedule
+from ctrlmem.model.ir import Op, Pass, Schedule
 
 __all__ = ["SUPPORTED_TORCH", "UnsupportedTorch", "check_torch_version", "to_torch_actions", "torch_stage_to_rank",
            "torch_inferred_placement", "cpu_allocation_deltas", "P2PAudit", "PassRecord", "TrackedStage", "Pipeline"]

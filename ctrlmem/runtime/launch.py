@@ -5,7 +5,7 @@ launching (schedule name and size, model preset, layers divisible among the stag
 then runs ``python -m torch.distributed.run --nproc-per-node P -m ctrlmem.runtime.worker``
 with a wall-clock timeout. Rank 0 writes ``result.json`` (:func:`assemble`); if the run fails,
 times out or is stopped (SIGTERM, Ctrl-C), the launcher ends torchrun and every worker (the whole
-process tree, :mod:`ctrlmem.proctree`), waits until all of them exited, and only then writes a
+process tree, :mod:`ctrlmem.util.proctree`), waits until all of them exited, and only then writes a
 ``result.json`` with ``status: "failed"`` naming the culprit rank (a rank killed by a signal, from
 torchrun's own failure summary; else the rank that failed inside a pass, and where). A success
 record rank 0 wrote before a launch that did not end cleanly is moved to
@@ -27,13 +27,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import proctree
-from ..costs import Costs
-from ..fileio import atomic_write, describe_os_error, make_output_folder
-from ..ir import Schedule
-from ..schedules import build
-from ..simulate import simulate
-from ..validate import validate
+from ctrlmem.util import proctree
+from ctrlmem.model.costs import Costs
+from ctrlmem.util.fileio import atomic_write, describe_os_error, make_output_folder
+from ctrlmem.model.ir import Schedule
+from ctrlmem.schedules import build
+from ctrlmem.model.simulate import simulate
+from ctrlmem.model.validate import validate
 
 __all__ = ["RunConfig", "RunError", "prepare", "run", "run_many", "assemble", "emit_sbatch", "check_config",
            "cpu_memory_estimate", "available_memory"]
@@ -124,8 +124,8 @@ def prepare(config: RunConfig, local: bool = True) -> tuple[Schedule, dict]:
     check_config(config)  # plain numbers first: nothing is imported or launched for a bad one
     import torch
 
-    from .adapter import UnsupportedTorch, check_torch_version
-    from .models import get_preset, layers_per_stage
+    from ctrlmem.runtime.adapter import UnsupportedTorch, check_torch_version
+    from ctrlmem.runtime.models import get_preset, layers_per_stage
 
     try:
         torch_version = check_torch_version()
@@ -193,7 +193,7 @@ def _schedule_of(config: RunConfig) -> Schedule:
     """The registered schedule ``config.schedule`` built at p and m, or the schedule file it
     names (a torch / torchtitan CSV, e.g. one ``ctrlmem plan --emit`` wrote, or ctrlmem's text
     form), which must have ``p`` ranks."""
-    from ..args import is_schedule_file
+    from ctrlmem.cli.args import is_schedule_file
 
     if not is_schedule_file(config.schedule):
         return build(config.schedule, config.num_devices, config.num_microbatches, **config.schedule_params)
@@ -216,7 +216,7 @@ def check_config(config: RunConfig) -> None:
     """:class:`RunError` naming the field, what it must be and the value, for every field of
     ``config`` that is not a sensible value (checked before torch is imported or anything is
     launched)."""
-    from .. import checks
+    from ctrlmem.util import checks
 
     if not isinstance(config, RunConfig):
         raise TypeError(f"config must be a ctrlmem.runtime.launch.RunConfig, got {type(config).__name__}")
@@ -523,7 +523,7 @@ def culprit(errors: list[dict], failures: list[dict]) -> str | None:
 
 def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
     """``result.json`` from every rank's measurements (called on rank 0)."""
-    from .measure import costs_from_records, stage_pass_times, summarize, theory_peak_bytes
+    from ctrlmem.runtime.measure import costs_from_records, stage_pass_times, summarize, theory_peak_bytes
 
     ranks = sorted(ranks, key=lambda r: r["rank"])
     model = worker["model"]
@@ -622,7 +622,7 @@ def emit_sbatch(config: RunConfig, nodes: int, gpus_per_node: int, path: str | o
     written into the script is shell-quoted, and a value with a control character is refused, so
     an output folder like ``$(...)`` or a partition with a newline cannot run anything.
     """
-    from .. import checks
+    from ctrlmem.util import checks
 
     try:
         nodes = checks.integer("nodes", nodes, maximum=100_000)

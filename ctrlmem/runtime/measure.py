@@ -21,8 +21,8 @@ from typing import Iterable, Sequence
 
 import torch
 
-from ..costs import Costs
-from ..ir import Op, Schedule
+from ctrlmem.model.costs import Costs
+from ctrlmem.model.ir import Op, Schedule
 
 __all__ = ["SavedTensorMeter", "AllocatorPeak", "theory_peak_bytes", "costs_from_records", "costs_from_result",
            "summarize"]
@@ -130,7 +130,7 @@ class AllocatorPeak:
             self.peak = torch.cuda.max_memory_allocated(self.device) - self._base
             return
         self._prof.__exit__(*exc)
-        from .adapter import cpu_allocation_deltas  # the profiler's raw events are private API
+        from ctrlmem.runtime.adapter import cpu_allocation_deltas  # the profiler's raw events are private API
 
         deltas = cpu_allocation_deltas(self._prof)
         level = peak = 0

@@ -32,10 +32,10 @@ from pathlib import Path
 
 import torch
 
-from ..fileio import atomic_write, make_output_folder
-from ..ir import Op, Schedule
-from .measure import AllocatorPeak, SavedTensorMeter, summarize, theory_peak_bytes
-from .models import ModelConfig, build_stages, loss_fn
+from ctrlmem.util.fileio import atomic_write, make_output_folder
+from ctrlmem.model.ir import Op, Schedule
+from ctrlmem.runtime.measure import AllocatorPeak, SavedTensorMeter, summarize, theory_peak_bytes
+from ctrlmem.runtime.models import ModelConfig, build_stages, loss_fn
 
 __all__ = ["ReplayResult", "replay_device", "probe_stages", "theory_per_device", "run_replay", "REPLAY_FILE"]
 
@@ -217,8 +217,8 @@ def run_replay(model: str, p: int, m: int, schedules, devices, device: str = "cu
     """Replay ``devices`` of every schedule in ``schedules`` for ``model`` at ``p`` devices and
     ``m`` microbatches on ``device``; merge the rows into ``out/replay.json`` (see module doc)
     and return the whole file's content. ``ValueError`` names a bad argument and its fix."""
-    from ..schedules import SCHEDULES, build
-    from .models import get_preset, layers_per_stage
+    from ctrlmem.schedules import SCHEDULES, build
+    from ctrlmem.runtime.models import get_preset, layers_per_stage
 
     schedules = _parse_list("schedules", schedules)
     devices = _parse_list("devices", devices, int)

@@ -30,11 +30,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..fileio import atomic_write
-from ..ir import Schedule
-from .adapter import P2PAudit, Pipeline, check_torch_version
-from .measure import AllocatorPeak, SavedTensorMeter
-from .models import FullModel, ModelConfig, build_stages, loss_fn, make_batch
+from ctrlmem.util.fileio import atomic_write
+from ctrlmem.model.ir import Schedule
+from ctrlmem.runtime.adapter import P2PAudit, Pipeline, check_torch_version
+from ctrlmem.runtime.measure import AllocatorPeak, SavedTensorMeter
+from ctrlmem.runtime.models import FullModel, ModelConfig, build_stages, loss_fn, make_batch
 
 log = logging.getLogger("ctrlmem.runtime.worker")
 
@@ -319,7 +319,7 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, dev
     gathered: list = [None] * world
     dist.all_gather_object(gathered, mine_result)
     if rank == 0:
-        from .launch import assemble
+        from ctrlmem.runtime.launch import assemble
 
         result = assemble(config, schedule, gathered)
         atomic_write(out / "result.json", json.dumps(result, indent=2))

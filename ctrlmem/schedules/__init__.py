@@ -4,8 +4,8 @@ Modules: :mod:`.classic` (GPipe, 1F1B, interleaved 1F1B) and :mod:`.zero_bubble`
 ZB-V). Importing this package registers them all.
 """
 
-from . import classic, zero_bubble  # noqa: F401  (registration side effect)
-from . import adaptive, v_shape  # noqa: F401  (registration side effect)
-from .registry import SCHEDULES, ScheduleSpec, build, register
+from ctrlmem.schedules import classic, zero_bubble  # noqa: F401  (registration side effect)
+from ctrlmem.schedules import budgeted as adaptive, v_shape  # noqa: F401  (registration side effect)
+from ctrlmem.schedules.registry import SCHEDULES, ScheduleSpec, build, register
 
 __all__ = ["SCHEDULES", "ScheduleSpec", "build", "register"]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..ir import Op, Pass, Placement, Schedule
-from .registry import register
+from ctrlmem.model.ir import Op, Pass, Placement, Schedule
+from ctrlmem.schedules.registry import register
 
 __all__ = ["gpipe", "one_f_one_b", "interleaved_1f1b"]
 

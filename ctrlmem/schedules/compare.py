@@ -18,9 +18,9 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from ..costs import Costs
-from ..simulate import simulate
-from .registry import build
+from ctrlmem.model.costs import Costs
+from ctrlmem.model.simulate import simulate
+from ctrlmem.schedules.registry import build
 
 __all__ = ["OURS", "Comparison", "compare_record", "summarize"]
 

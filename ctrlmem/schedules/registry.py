@@ -11,8 +11,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 
-from ..costs import Costs
-from ..ir import Schedule
+from ctrlmem.model.costs import Costs
+from ctrlmem.model.ir import Schedule
 
 __all__ = ["ScheduleSpec", "SCHEDULES", "register", "build", "MAX_PASSES"]
 
@@ -122,9 +122,9 @@ def _positive_int(field: str, value: object) -> int:
 
 
 def _fraction(field: str, value: object) -> float:
-    """A memory budget, checked as everywhere else (:func:`ctrlmem.checks.memory_fraction`:
+    """A memory budget, checked as everywhere else (:func:`ctrlmem.util.checks.memory_fraction`:
     finite, > 0, and no larger than any schedule can use)."""
-    from ..checks import memory_fraction
+    from ctrlmem.util.checks import memory_fraction
 
     return memory_fraction(field, value)
 

@@ -1,9 +1,9 @@
 """The V-shape schedules with controllable memory built from their blocks: V-Min, V-Half, V-ZB
 (docs/theory.md §4, §2.1) and 1F1B-V (App. I).
 
-Each generator takes the block of :mod:`ctrlmem.blocks`, repeats it for ``m`` microbatches,
+Each generator takes the block of :mod:`ctrlmem.search.buildingblock`, repeats it for ``m`` microbatches,
 places the weight passes, reorders the warm-up and cool-down without raising the peak and
-squeezes (:func:`ctrlmem.blocks.build_from_block`). With F = B = W and no communication cost the
+squeezes (:func:`ctrlmem.search.buildingblock.build_from_block`). With F = B = W and no communication cost the
 results are the exact values of docs/theory.md §7 exactly: peak ⌊(p+4)/3⌋·a, ⌊(p+2)/2⌋·a and p·a; bubble per device
 4p−5 τ (4p−7 when 3 | p), 3p−7 τ (even p) or 3p−4 τ (odd p), and 0 τ, for m ≥ 2p (τ is a
 chunk pass: with ``Costs(1, 1, 1)`` one τ is 0.5 time units). The orders are those of the
@@ -21,11 +21,11 @@ and ``comm`` included). Without ``costs`` they are the exact unit-cost patterns.
 
 from __future__ import annotations
 
-from ..blocks import block_set, v_1f1b_block, v_half_block, v_min_block, v_zb_block
-from ..costs import Costs
-from ..ir import Placement, Schedule
-from ..search.encoding import CandidateSet
-from .registry import register
+from ctrlmem.search.buildingblock import block_set, v_1f1b_block, v_half_block, v_min_block, v_zb_block
+from ctrlmem.model.costs import Costs
+from ctrlmem.model.ir import Placement, Schedule
+from ctrlmem.search.encoding import CandidateSet
+from ctrlmem.schedules.registry import register
 
 __all__ = ["v_min", "v_half", "v_zb", "one_f_one_b_v"]
 
@@ -42,9 +42,9 @@ def _check(p: int, m: int, name: str) -> None:
 
 def _pattern(block, m: int, name: str) -> CandidateSet:
     """The unit-cost pattern of ``block`` for ``m`` microbatches as a one-candidate set (the
-    block's pipeline, :func:`ctrlmem.blocks.build_from_block`, without making a Schedule; shared
+    block's pipeline, :func:`ctrlmem.search.buildingblock.build_from_block`, without making a Schedule; shared
     with the search's block family, which has the same block)."""
-    from .families.blocks import block_candidate
+    from ctrlmem.search.families.paperblocks import block_candidate
 
     cs = block_candidate(block.num_devices, m, name, block)
     if cs is None:  # pragma: no cover - a paper block always builds
@@ -58,7 +58,7 @@ def _adapt(name: str, pattern: CandidateSet, costs: Costs | None) -> Schedule:
     wins ties). Only the result is made a ``Schedule``."""
     if costs is None or pattern.m < 2:
         return pattern.schedule(0, name)
-    from .adaptive import search_v
+    from ctrlmem.schedules.budgeted import search_v
 
     found = search_v(pattern.num_devices, pattern.m, costs, float(pattern.peak[0]), fused=pattern.fused,
                      first=pattern)
@@ -71,7 +71,7 @@ def _adapt(name: str, pattern: CandidateSet, costs: Costs | None) -> Schedule:
 def v_min(num_devices: int, num_microbatches: int, costs: Costs | None = None) -> Schedule:
     """V-Min: V-shape block with all offsets 1 (δ0 = δ1 = 1), about 1/3 of 1F1B's memory.
 
-    Block of :func:`ctrlmem.blocks.v_min_block` (an extra gap of 2 at the loss when 3 | p).
+    Block of :func:`ctrlmem.search.buildingblock.v_min_block` (an extra gap of 2 at the loss when 3 | p).
     Peak ⌊(p+4)/3⌋·a; bubble 4p−5 τ, or 4p−7 τ when 3 | p, with F = B = W (docs/theory.md §7);
     when F, B and W differ the stable phase itself has a bubble, so it grows with m (§1.5).
     """
@@ -86,7 +86,7 @@ def v_half(num_devices: int, num_microbatches: int, costs: Costs | None = None) 
     Uses the authors' code variant of the block (F turn gap 1, B turn gap 2; the paper's
     Table 9 prints the mirror, F turn 2 and B turn 1): both are collision-free with the same
     peak, and the code's is the one whose bubbles the exact values of docs/theory.md §7 records, so the results
-    can be checked against it. ``ctrlmem.blocks.v_half_block(p, variant="paper")`` gives the
+    can be checked against it. ``ctrlmem.search.buildingblock.v_half_block(p, variant="paper")`` gives the
     other. Peak ⌊(p+2)/2⌋·a; bubble 3p−7 τ (even p ≥ 4) or 3p−4 τ (odd p); no repeating
     bubble whenever W + 2B ≥ 2F and W + 2F ≥ 2B (§1.5).
     """
@@ -109,14 +109,14 @@ def one_f_one_b_v(num_devices: int, num_microbatches: int, costs: Costs | None =
     """1F1B-V: V-shape placement with the fused backward (no B/W split), about 2/3–3/4 of
     1F1B's memory.
 
-    Block of :func:`ctrlmem.blocks.v_1f1b_block` (App. I, Fig. 16(a)), repeated, trimmed to ``m``
+    Block of :func:`ctrlmem.search.buildingblock.v_1f1b_block` (App. I, Fig. 16(a)), repeated, trimmed to ``m``
     microbatches along the dependency chain and its warm-up moved earlier under the peak
-    (:mod:`ctrlmem.schedules.families.fused`, the construction the authors publish; it
+    (:mod:`ctrlmem.search.families.fused`, the construction the authors publish; it
     reproduces their 1F1B-V spans and peaks). With F = B = W: peak 0.75 / 0.75 / 0.6875 of 1F1B
     at p = 4 / 8 / 16, bubble 33 τ at p = 8 and 75 τ at p = 16 (docs/theory.md §8).
     """
     _check(num_devices, num_microbatches, "1f1b-v")
-    from .families.fused import construction_keys
+    from ctrlmem.search.families.fused import construction_keys
 
     p, m = num_devices, num_microbatches
     keys = construction_keys(p, m)

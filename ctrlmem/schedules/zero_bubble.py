@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..ir import Op, Pass, Placement, Schedule
-from .registry import register
+from ctrlmem.model.ir import Op, Pass, Placement, Schedule
+from ctrlmem.schedules.registry import register
 
 __all__ = ["zb_h1", "zb_h2", "zb_v"]
 

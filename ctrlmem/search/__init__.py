@@ -9,14 +9,14 @@ Every search in ctrlmem (``v-shape``, ``zb``, the cost-adapted ``v-min`` / ``v-h
 * :mod:`.bounds` — lower bounds on the longest span under a memory cap (what lets a search skip
   caps and families that cannot win);
 * :mod:`.engine` — :class:`Family` (a producer of candidates, one small module each, in
-  :mod:`ctrlmem.schedules.families`), :func:`search` (time, keep the best, check the winner on
+  :mod:`ctrlmem.search.families`), :func:`search` (time, keep the best, check the winner on
   the arrays and make a ``Schedule`` only for it) and the caches;
 * :mod:`.kernels` — the compiled loops: numba when installed, the same code as Python otherwise.
 
 Nothing here imports the schedule generators: families plug in from :mod:`ctrlmem.schedules`.
 """
 
-from .encoding import CandidateSet
-from .engine import Family, Found, Progress, Query, clear_caches, search
+from ctrlmem.search.encoding import CandidateSet
+from ctrlmem.search.engine import Family, Found, Progress, Query, clear_caches, search
 
 __all__ = ["CandidateSet", "Family", "Found", "Progress", "Query", "clear_caches", "search"]

@@ -26,8 +26,8 @@ import math
 from functools import lru_cache
 from typing import Callable
 
-from ..costs import Costs
-from ..ir import Placement
+from ctrlmem.model.costs import Costs
+from ctrlmem.model.ir import Placement
 
 __all__ = ["span_bound", "lifespans", "chains", "makespan_bounds", "makespan_bound"]
 

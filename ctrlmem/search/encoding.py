@@ -2,7 +2,7 @@
 
 A :class:`CandidateSet` holds ``K`` schedules of one kind (placement, ``m``, fused or split
 backward) as one ``int64`` array ``keys[K, p, L]``: ``keys[c, d, i]`` is the ``i``-th pass of
-device ``d`` in candidate ``c``, written as the key of :class:`ctrlmem.validate.ScheduleIndex`,
+device ``d`` in candidate ``c``, written as the key of :class:`ctrlmem.model.validate.ScheduleIndex`,
 
     ``key = (kind · S + stage) · m + microbatch``,  kind 0 = F, 1 = B (or a fused BW), 2 = W,
 
@@ -26,8 +26,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..ir import Op, Pass, Placement, Schedule
-from .kernels import ints, kernel
+from ctrlmem.model.ir import Op, Pass, Placement, Schedule
+from ctrlmem.search.kernels import ints, kernel
 
 __all__ = ["CandidateSet", "tables", "Tables", "extend", "from_orders", "concat", "passes_per_device", "problem"]
 
@@ -125,7 +125,7 @@ class CandidateSet:
                             tuple(self.labels[i] for i in idx), self.peak[idx])
 
     def orders(self, c: int) -> list[list[Pass]]:
-        """Candidate ``c``'s device orders as :class:`~ctrlmem.ir.Pass` lists."""
+        """Candidate ``c``'s device orders as :class:`~ctrlmem.model.ir.Pass` lists."""
         S, m = self.placement.num_stages, self.m
         sm = S * m
         ops = (Op.F, Op.BW if self.fused else Op.B, Op.W)
@@ -135,7 +135,7 @@ class CandidateSet:
         return out
 
     def schedule(self, c: int, name: str, params: dict | None = None) -> Schedule:
-        """Candidate ``c`` as a :class:`~ctrlmem.ir.Schedule` (not validated here)."""
+        """Candidate ``c`` as a :class:`~ctrlmem.model.ir.Schedule` (not validated here)."""
         orders = self.orders(c)
         return Schedule(name, self.placement.num_devices, self.m, self.placement,
                         tuple(tuple(o) for o in orders), tuple(sorted((params or {}).items())))

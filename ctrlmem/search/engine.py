@@ -31,10 +31,10 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..costs import Costs
-from ..ir import Placement, Schedule
-from .encoding import CandidateSet, problem, tables
-from .timing import Timed, durations, time_set
+from ctrlmem.model.costs import Costs
+from ctrlmem.model.ir import Placement, Schedule
+from ctrlmem.search.encoding import CandidateSet, problem, tables
+from ctrlmem.search.timing import Timed, durations, time_set
 
 __all__ = ["Query", "OBJECTIVES", "Progress", "Family", "Found", "search", "timed", "clear_caches", "LRU"]
 
@@ -78,7 +78,7 @@ _CACHES: list[LRU] = []
 
 def clear_caches() -> None:
     """Forget every cached candidate, timing and table (for cold-start measurements)."""
-    from . import bounds
+    from ctrlmem.search import bounds
 
     for c in _CACHES:
         c.clear()
@@ -199,7 +199,7 @@ class Found:
         return self.cs.labels[self.index]
 
     def schedule(self, name: str, params: dict | None = None) -> Schedule:
-        """The winner as a :class:`~ctrlmem.ir.Schedule` named ``name``."""
+        """The winner as a :class:`~ctrlmem.model.ir.Schedule` named ``name``."""
         return self.cs.schedule(self.index, name, params)
 
 

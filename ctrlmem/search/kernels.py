@@ -136,7 +136,7 @@ def compile_all() -> float:
 
     t0 = time.perf_counter()
     _prepare()
-    from . import warmup  # noqa: F401  (runs every kernel once on a tiny input)
+    from ctrlmem.search import warmup  # noqa: F401  (runs every kernel once on a tiny input)
 
     warmup.run()
     return time.perf_counter() - t0

@@ -14,10 +14,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..costs import Costs
-from ..ir import Placement
-from .encoding import CandidateSet, tables
-from .kernels import floats, kernel
+from ctrlmem.model.costs import Costs
+from ctrlmem.model.ir import Placement
+from ctrlmem.search.encoding import CandidateSet, tables
+from ctrlmem.search.kernels import floats, kernel
 
 __all__ = ["durations", "time_set", "Timed"]
 

@@ -10,10 +10,10 @@ __all__ = ["run"]
 def run() -> None:
     """Build one small instance of every search and pipeline step (a few seconds the first time
     numba compiles them; milliseconds once cached)."""
-    from .. import blocks
-    from ..costs import Costs
-    from ..schedules import build
-    from .engine import clear_caches
+    from ctrlmem.search import buildingblock as blocks
+    from ctrlmem.model.costs import Costs
+    from ctrlmem.schedules import build
+    from ctrlmem.search.engine import clear_caches
 
     costs = Costs(3, 4, 2, 0.1)
     for name, p, m, limit in (("v-shape", 3, 4, 2.0), ("v-shape", 4, 8, 0.5), ("zb", 3, 5, 2.0)):

@@ -1,0 +1,5 @@
+"""``python -m ctrlmem.cli``: the ``ctrlmem`` command."""
+
+from ctrlmem.cli.app import main
+
+raise SystemExit(main())

@@ -1,0 +1,202 @@
+"""``ctrlmem plan``: the fastest configuration that fits, printed, written as CSV/JSON, and
+(``--emit DIR``) turned into a torch CSV, a torchtitan TOML fragment and a ``ctrlmem run`` line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+from ctrlmem.planner.core import DEFAULT_SCHEDULES
+
+__all__ = ["add_commands", "format_table", "write_plan"]
+
+SHOW = [("rank", "rank", "{:>4.0f}"), ("schedule", "schedule", "{:<12}"), ("dp", "DP", "{:>3}"),
+        ("tp", "TP", "{:>3}"), ("pp", "PP", "{:>3}"), ("microbatch_size", "mb", "{:>3}"), ("m", "m", "{:>4}"),
+        ("samples_per_s", "samples/s", "{:>9.4g}"), ("mfu", "MFU %", "{:>6.1%}"), ("bubble_rate", "bubble", "{:>6.3f}"),
+        ("step_s", "step s", "{:>7.3f}"), ("total_gb", "GB/GPU", "{:>6.1f}"), ("activation_gb", "act GB", "{:>6.1f}"),
+        ("status", "status", "{:<12}")]
+
+
+def _cell(fmt: str, value) -> str:
+    width = int("".join(c for c in fmt.split(":")[1] if c.isdigit()).split(".")[0] or 0) if ":" in fmt else 0
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–".rjust(width)
+    try:
+        return fmt.format(value)
+    except (ValueError, TypeError):
+        return str(value).rjust(width)
+
+
+def format_table(df, rows: int = 15) -> str:
+    """The first ``rows`` rows of a plan as aligned text."""
+    head = df.head(rows)
+    widths = [len(_cell(fmt, head.iloc[0][col])) if len(head) else len(title) for col, title, fmt in SHOW]
+    titles = "  ".join(title.rjust(w) if not fmt.startswith("{:<") else title.ljust(w)
+                       for (col, title, fmt), w in zip(SHOW, widths))
+    lines = [titles]
+    for _, r in head.iterrows():
+        cells = [_cell(fmt, r[col]) for col, _, fmt in SHOW]
+        cells = [c.rjust(w) if not fmt.startswith("{:<") else c.ljust(w) for c, (_, _, fmt), w in zip(cells, SHOW, widths)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def best_per_schedule(df):
+    ok = df[df["status"] == "ok"]
+    return ok.groupby("schedule", sort=False).head(1)
+
+
+def write_plan(df, out_dir: str) -> tuple[str, str]:
+    """``out_dir/plan.csv`` (every row) and ``out_dir/plan.json`` (settings, assumptions, notes
+    and every row)."""
+    os.makedirs(out_dir, exist_ok=True)
+    csv_path, json_path = os.path.join(out_dir, "plan.csv"), os.path.join(out_dir, "plan.json")
+    df.to_csv(csv_path, index=False)
+    payload = {k: df.attrs.get(k) for k in ("settings", "assumptions", "notes", "skipped", "seconds", "builds",
+                                           "build_hits", "build_s")}
+    payload["rows"] = json.loads(df.to_json(orient="records"))
+    with open(json_path, "w") as fh:
+        json.dump(payload, fh, indent=1)
+        fh.write("\n")
+    return csv_path, json_path
+
+
+def _yes_no_both(text: str):
+    from ctrlmem.cli.args import CliError
+
+    t = str(text).lower()
+    if t in ("yes", "true", "1", "on"):
+        return True
+    if t in ("no", "false", "0", "off"):
+        return False
+    if t == "both":
+        return "both"
+    raise CliError(f"--distributed-optimizer takes yes, no or both, got {text!r}")
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from ctrlmem.cli.args import CliError
+    from ctrlmem.planner.core import plan
+    from ctrlmem.planner.emit import emit
+    from ctrlmem.planner.sources import LayerCosts, cost_source
+
+    source = cost_source(args.costs_from, p2p_gbs=args.p2p_gbs)
+    if args.peak_tflops is not None:
+        if not isinstance(source, LayerCosts):
+            raise CliError("--peak-tflops goes with per-layer costs (--costs-from F,B,W[,HOP]); the A100 model and "
+                           "replays know their GPU's peak")
+        source = LayerCosts(source.f, source.b, source.w, source.hop_s, args.peak_tflops)
+    allocator = {"replay": "replay", "none": None}.get(args.allocator_margin, args.allocator_margin)
+    if allocator not in ("replay", None) and not os.path.isfile(allocator):
+        raise CliError(f"--allocator-margin {allocator!r}: give replay (the shipped H200 measurement), none, or a "
+                       "replay.json that `ctrlmem replay` wrote")
+    if args.top < 1:
+        raise CliError(f"--top must be >= 1, got {args.top}")
+    df = plan(args.model, args.gpus, args.gpu_memory_gb, args.global_batch, costs=source, seq_len=args.seq_len,
+              layers=args.layers, hidden=args.hidden, heads=args.heads, vocab=args.vocab, schedules=args.schedules,
+              microbatch_sizes=args.microbatch_sizes, tp=args.tp, pp=args.pp, min_pp=args.min_pp,
+              distributed_optimizer=_yes_no_both(args.distributed_optimizer),
+              flash_attention=not args.no_flash_attention,
+              allocator=allocator, reserve_gb=args.reserve_gb, dp_gbs=args.dp_gbs, gpus_per_node=args.gpus_per_node,
+              exhaustive=args.exhaustive, top=args.per_schedule,
+              progress=not args.no_progress and sys.stderr.isatty())
+    a = df.attrs
+    s = a["settings"]
+    counts = df["status"].value_counts()
+    words = {"ok": "simulated and fit", "bounded": "bounded (fit, not simulated)", "does not fit": "do not fit",
+             "m < pp": "with m < pp", "too many stages": "with too many stages"}
+    status = ", ".join(f"{int(counts[k])} {w}" for k, w in words.items() if k in counts)
+    if args.json:
+        payload = {k: a.get(k) for k in ("settings", "assumptions", "notes", "skipped", "seconds", "builds")}
+        payload["rows"] = json.loads(df.to_json(orient="records"))
+        print(json.dumps(payload, indent=1))
+    else:
+        m = s["model"]
+        print(f"ctrlmem plan: {m['name']} ({m['num_layers']} layers, h {m['hidden']}, seq {m['seq_len']}) on "
+              f"{s['gpus']} GPUs × {s['gpu_memory_gb']:g} GB, global batch {s['global_batch']}; "
+              f"{s['costs_description']}")
+        print(f"searched {len(df)} configurations in {a['seconds']:.1f} s ({a['builds']} schedule builds, "
+              f"{a['build_hits']} reused; {status}); ranked by predicted samples/s")
+        print()
+        print(format_table(df, args.top))
+        best = best_per_schedule(df)
+        if len(best):
+            print()
+            print("best per schedule:")
+            print(format_table(best, len(best)))
+        print()
+        for note in a["notes"]:
+            print(f"* {note}")
+        print()
+        print("assumed:")
+        for line in a["assumptions"]:
+            print(f"  - {line}")
+        if a["skipped"]:
+            print("not planned: " + "; ".join(a["skipped"]))
+    csv_path, json_path = write_plan(df, args.out)
+    print(f"wrote {csv_path} and {json_path}", file=sys.stderr if args.json else sys.stdout)
+    if args.emit:
+        paths = emit(df, args.emit)
+        print(f"wrote {paths['csv']}, {paths['toml']}, {paths['run']} (the fastest configuration that fits)",
+              file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def add_commands(subparsers) -> None:
+    """Add ``plan`` to the ``ctrlmem`` command line."""
+    p = subparsers.add_parser(
+        "plan", help="the fastest DP × TP × PP, microbatch and schedule that fits N GPUs of G GB",
+        description="Rank every DP × TP × PP factorization, microbatch size and schedule by predicted throughput "
+                    "(simulated per-stage pass costs) with the memory per GPU in GB; rows that do not fit are kept "
+                    "and marked. Writes OUT/plan.csv and OUT/plan.json; --emit DIR writes the winner's torch CSV, a "
+                    "torchtitan TOML fragment and its `ctrlmem run` line. See docs/plan.md.")
+    p.add_argument("--model", default="98.5b",
+                   help="a paper preset (9.6b, 21b, 38.5b, 98.5b) or 'custom' with --layers/--hidden/--heads "
+                        "(default 98.5b)")
+    p.add_argument("--layers", type=int, default=None, help="transformer layers (custom model, or override)")
+    p.add_argument("--hidden", type=int, default=None, help="hidden size (custom model, or override)")
+    p.add_argument("--heads", type=int, default=None, help="attention heads (custom model, or override)")
+    p.add_argument("--vocab", type=int, default=None, help="vocabulary (default 50257)")
+    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default 1024)")
+    p.add_argument("--gpus", type=int, required=True, help="number of GPUs N (DP × TP × PP = N)")
+    p.add_argument("--gpu-memory-gb", type=float, required=True, help="memory of one GPU, GB (1e9 bytes)")
+    p.add_argument("--global-batch", type=int, default=None,
+                   help="sequences per step (default: the paper's for its presets)")
+    p.add_argument("--costs-from", default="a100",
+                   help="a100 (the paper's A100 cost model, default), h200 (the shipped H200 rank replay), a "
+                        "replay.json of `ctrlmem replay`, or F,B,W[,HOP]: seconds per layer and sequence, hop seconds")
+    p.add_argument("--peak-tflops", type=float, default=None, help="GPU peak for MFU with per-layer costs")
+    p.add_argument("--schedules", default=",".join(DEFAULT_SCHEDULES),
+                   help="comma-separated schedules; NAME@X fixes a budgeted one's limit (zb@1.0 = ZB-1P); "
+                        "v-shape / zb alone take the budget the remaining memory allows")
+    p.add_argument("--microbatch-sizes", default=None, help="comma-separated candidates (default 1,2,4,8, or the "
+                                                            "replayed ones)")
+    p.add_argument("--tp", default=None, help="comma-separated TP candidates (default 1,2,4,8 within a node)")
+    p.add_argument("--pp", default=None, help="comma-separated PP candidates (default every divisor >= --min-pp)")
+    p.add_argument("--min-pp", type=int, default=2, help="smallest pipeline (default 2)")
+    p.add_argument("--distributed-optimizer", default="yes",
+                   help="yes (default: optimizer states sharded over DP), no, or both")
+    p.add_argument("--no-flash-attention", action="store_true",
+                   help="activation 34·h + 5·heads·s bytes per layer and token (default 34·h, FlashAttention)")
+    p.add_argument("--allocator-margin", default="replay",
+                   help="replay (measured on the shipped H200 replay, default), none, or a replay.json")
+    p.add_argument("--reserve-gb", type=float, default=0.0,
+                   help="GB per GPU for the CUDA context, NCCL buffers, fragmentation (default 0)")
+    p.add_argument("--dp-gbs", type=float, default=25.0, help="data-parallel gradient bandwidth, GB/s (default 25)")
+    p.add_argument("--p2p-gbs", type=float, default=None, help="pipeline hop bandwidth, GB/s (default 25)")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (TP stays within one; default 8)")
+    p.add_argument("--exhaustive", action="store_true",
+                   help="simulate every configuration that fits (default: skip those whose no-bubble bound cannot "
+                        "beat their schedule's best, marked bounded)")
+    p.add_argument("--per-schedule", type=int, default=1,
+                   help="configurations per schedule guaranteed simulated and ranked exactly (default 1: its best)")
+    p.add_argument("--top", type=int, default=15, help="rows to print (default 15)")
+    p.add_argument("--out", default="build/plan", help="folder for plan.csv and plan.json (default build/plan)")
+    p.add_argument("--emit", metavar="DIR", default=None,
+                   help="write the winner's schedule.csv, torchtitan.toml and run.sh into DIR")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON instead of the table")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_plan)

@@ -1,0 +1,217 @@
+"""``ctrlmem run``: execute a schedule for real (see :mod:`ctrlmem.runtime.launch`);
+``ctrlmem replay``: one pipeline device's passes at full size on one device (:mod:`ctrlmem.runtime.replay`).
+
+Imports torch only when the command runs, so ``ctrlmem --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+__all__ = ["add_commands"]
+
+
+def add_commands(subparsers) -> None:
+    from ctrlmem.cli.args import float_arg, int_arg
+
+    from ctrlmem.runtime.launch import MAX_TIMEOUT_S
+
+    seconds = float_arg(maximum=MAX_TIMEOUT_S, what="seconds")
+    p = subparsers.add_parser(
+        "run", help="run a schedule for real on torch.distributed.pipelining (gloo/CPU or NCCL/GPU)",
+        description="Launch `python -m torch.distributed.run` locally (or write a Slurm script) and "
+                    "write DIR/result.json: exactness vs a non-pipelined step, step and pass times, "
+                    "measured and theoretical activation memory, the simulator's predicted step time.",
+    )
+    p.add_argument("--schedule", required=True, action="append",
+                   help="schedule name (see `ctrlmem list`), or a schedule file: a torch / torchtitan CSV (e.g. the "
+                        "schedule.csv of `ctrlmem plan --emit`) or ctrlmem's text form; repeat it to run several "
+                        "schedules one after the other in one launch (each process starts once): each result goes "
+                        "to OUT/<schedule>/result.json")
+    p.add_argument("-p", "--devices", type=int_arg(), default=2, help="number of ranks p (default 2)")
+    p.add_argument("-m", "--microbatches", type=int_arg(), default=4, help="number of microbatches m (default 4)")
+    p.add_argument("--dp", type=int_arg(), default=1,
+                   help="data-parallel replicas of the pipeline (dp x p ranks; batch split, gradients averaged)")
+    p.add_argument("--model", default="tiny", help="model preset: tiny, small, medium, 9.6b, 21b, 38.5b, 98.5b")
+    p.add_argument("--layers", type=int_arg(), default=None, help="override the preset's number of layers")
+    p.add_argument("--dtype", default=None, help="override the preset's dtype (float32, bfloat16, float16)")
+    p.add_argument("--microbatch-size", type=int_arg(), default=None, help="override the preset's microbatch size")
+    p.add_argument("--seq-len", type=int_arg(), default=None, help="override the preset's sequence length")
+    p.add_argument("--steps", type=int_arg(0), default=3, help="timed steps after the check and memory steps (default 3)")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="gloo on CPU (default), nccl on GPUs")
+    p.add_argument("--out", default="build/runs/latest",
+                   help="output folder for result.json (default build/runs/latest, git-ignored)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra schedule generator parameter, e.g. --param num_chunks=2 (repeatable)")
+    p.add_argument("--seed", type=int_arg(0), default=0)
+    p.add_argument("--threads", type=int_arg(1, 1024), default=1, help="intra-op threads per rank on CPU (default 1)")
+    p.add_argument("--pin", action="store_true", help="pin each rank to its own core(s) (timing runs)")
+    p.add_argument("--timeout", type=seconds, default=600.0, help="wall-clock limit of the run in s (default 600)")
+    p.add_argument("--comm-timeout", type=seconds, default=120.0, help="init_process_group timeout in s (default 120)")
+    p.add_argument("--hang-timeout", type=seconds, default=60.0,
+                   help="a rank that starts no pass for this long reports where it is and exits (default 60)")
+    p.add_argument("--torch-memory", action="store_true",
+                   help="keep torch's own memory behaviour (no early release at B, sends kept to the end) "
+                        "to compare with the default, which follows the schedule")
+    p.add_argument("--audit-p2p", action="store_true",
+                   help="count every point-to-point operation per rank (result.json p2p_audit: operations, "
+                        "ones addressed to the rank itself, shape/metadata exchanges)")
+    p.add_argument("--emit-sbatch", metavar="FILE", default=None,
+                   help="write a Slurm script (srun + torchrun, c10d rendezvous) instead of running")
+    p.add_argument("--nodes", type=int_arg(), default=1, help="with --emit-sbatch: number of nodes")
+    p.add_argument("--gpus-per-node", type=int_arg(), default=None,
+                   help="with --emit-sbatch: ranks per node (default p/nodes)")
+    p.add_argument("--partition", default=None, help="with --emit-sbatch: Slurm partition")
+    p.add_argument("--time-limit", default="00:30:00", help="with --emit-sbatch: Slurm time limit")
+    p.add_argument("--allow-large", action="store_true",
+                   help="launch on CPU even when the memory preflight finds the run needs more memory than is "
+                        "available here (the model, the reference check and the schedule's activations)")
+    p.add_argument("--json", action="store_true", help="print the whole result.json")
+    p.set_defaults(func=_cmd_run)
+    _add_replay(subparsers)
+
+
+def _add_replay(subparsers) -> None:
+    from ctrlmem.cli.args import int_arg
+
+    p = subparsers.add_parser(
+        "replay", help="replay single pipeline devices' passes at full size on one GPU (or CPU)",
+        description="For each schedule and each pipeline device in --devices, run that device's passes in "
+                    "one process on its real stage shapes (weights made on the target device, stand-in "
+                    "tensors for its neighbours) and write DIR/replay.json: per-stage pass times and the "
+                    "saved-tensor / allocator / theory activation peaks. Rows merge into an existing file.",
+    )
+    p.add_argument("--model", required=True, help="model preset: tiny, small, medium, 9.6b, 21b, 38.5b, 98.5b")
+    p.add_argument("-p", "--pipeline", type=int_arg(), required=True, help="pipeline size p")
+    p.add_argument("-m", "--microbatches", type=int_arg(), default=None, help="microbatches m (default 2p)")
+    p.add_argument("--schedules", default="1f1b,v-half,v-min,v-zb", help="comma-separated schedule names")
+    p.add_argument("--devices", default="0,1", help="comma-separated pipeline devices to replay (default 0,1)")
+    p.add_argument("--device", default=None, help="torch device to run on (default cuda if available, else cpu)")
+    p.add_argument("--layers", type=int_arg(), default=None, help="override the preset's number of layers")
+    p.add_argument("--microbatch-size", type=int_arg(), default=None, help="override the preset's microbatch size")
+    p.add_argument("--dtype", default=None, help="override the preset's dtype (float32, bfloat16, float16)")
+    p.add_argument("--tag", default="", help="free label stored in every row")
+    p.add_argument("--out", default="build/replay", help="output folder for replay.json (default build/replay)")
+    p.set_defaults(func=_cmd_replay)
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    import torch
+
+    from ctrlmem.runtime.adapter import UnsupportedTorch, check_torch_version
+    from ctrlmem.runtime.replay import REPLAY_FILE, run_replay
+
+    try:
+        check_torch_version()
+    except UnsupportedTorch as exc:
+        raise ValueError(str(exc)) from None
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    m = args.microbatches if args.microbatches is not None else 2 * args.pipeline
+
+    def show(row: dict) -> None:
+        times = " ".join(f"{st}{op} {v['median'] * 1e3:.2f}" for st, kinds in row["pass_times_s"].items()
+                         for op, v in kinds.items())
+        print(f"{row['model']} {row['schedule']:9s} device {row['device']:>3}: saved {row['peak_saved_bytes'] / 2**30:.3f} GiB, "
+              f"allocator {row['peak_alloc_bytes'] / 2**30:.3f} GiB, theory {row['theory_peak_bytes'] / 2**30:.3f} GiB; "
+              f"pass ms {times}", flush=True)
+
+    run_replay(args.model, args.pipeline, m, args.schedules, args.devices, device=device, out=args.out,
+               num_layers=args.layers, microbatch_size=args.microbatch_size, dtype=args.dtype, tag=args.tag,
+               progress=show)
+    print(f"wrote {args.out}/{REPLAY_FILE}")
+    return 0
+
+
+def schedule_folder(schedule: str) -> str:
+    """The sub-folder of ``--out`` that one of several ``--schedule`` s writes to: its name (a
+    schedule file: the file's name), with anything but letters, digits, ``.``, ``-``, ``_`` as ``-``."""
+    name = Path(schedule).name if any(sep in schedule for sep in ("/", "\\")) else schedule
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".") or "schedule"
+
+
+def _configs(args: argparse.Namespace) -> list:
+    """One run configuration per ``--schedule``; with several, each gets its own sub-folder of
+    ``--out`` (:func:`schedule_folder`)."""
+    from ctrlmem.cli.args import CliError
+
+    names = list(args.schedule)
+    if len(names) == 1:
+        return [_config(args, names[0], args.out)]
+    folders = [schedule_folder(n) for n in names]
+    dup = sorted({f for f in folders if folders.count(f) > 1})
+    if dup:
+        raise CliError(f"--schedule given twice for {', '.join(dup)}: each schedule of one launch writes to "
+                       f"OUT/<schedule>/; give each once")
+    if args.emit_sbatch:
+        raise CliError("--emit-sbatch writes one run per Slurm script; give one --schedule (a sweep grid over "
+                       "schedules submits one job each)")
+    return [_config(args, n, str(Path(args.out) / f)) for n, f in zip(names, folders)]
+
+
+def _config(args: argparse.Namespace, schedule: str, out: str):
+    from ctrlmem.cli.args import parse_params
+    from ctrlmem.runtime.launch import RunConfig
+
+    overrides = {}
+    if args.layers is not None:
+        overrides["num_layers"] = args.layers
+    if args.dtype is not None:
+        overrides["dtype"] = args.dtype
+    if args.microbatch_size is not None:
+        overrides["microbatch_size"] = args.microbatch_size
+    if args.seq_len is not None:
+        overrides["seq_len"] = args.seq_len
+    return RunConfig(
+        schedule=schedule, num_devices=args.devices, num_microbatches=args.microbatches,
+        model=args.model, steps=args.steps, backend=args.backend, out=out,
+        model_overrides=overrides, schedule_params=parse_params(args.param), seed=args.seed,
+        threads_per_rank=args.threads, pin_cores=args.pin, timeout_s=args.timeout,
+        comm_timeout_s=args.comm_timeout, hang_timeout_s=args.hang_timeout,
+        memory_fidelity=not args.torch_memory, dp=args.dp, audit_p2p=args.audit_p2p, allow_large=args.allow_large,
+    )
+
+
+def _fmt_bytes(x: float) -> str:
+    return f"{x / 2**20:.2f} MiB"
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from ctrlmem.runtime.launch import emit_sbatch, run_many
+
+    configs = _configs(args)
+    if args.emit_sbatch:
+        config = configs[0]
+        gpn = args.gpus_per_node or max(1, config.world_size // max(1, args.nodes))
+        emit_sbatch(config, args.nodes, gpn, args.emit_sbatch, partition=args.partition, time_limit=args.time_limit)
+        print(f"wrote {args.emit_sbatch}: sbatch it; the result lands in {config.out}/result.json")
+        return 0
+    results = run_many(configs)
+    if args.json:
+        print(json.dumps(results[0] if len(results) == 1 else results, indent=2))
+    else:
+        for config, result in zip(configs, results):
+            _show(config, result)
+    return 0 if all(r["status"] == "ok" for r in results) else 1
+
+
+def _show(config, result: dict) -> None:
+    if result["status"] != "ok":
+        print(f"{config.schedule}: run failed: {result['failure']}")
+        print(f"  log: {result['log']}")
+    else:
+        st = result["step_time_s"]
+        print(f"{config.schedule}: p={config.num_devices} m={config.num_microbatches} model={config.model} "
+              f"backend={config.backend} -> {config.out}/result.json")
+        print(f"  loss {result['loss']:.6f}  |loss - ref| {result['loss_abs_diff']:.2e}  "
+              f"max|grad - ref| {result['grad_max_abs_diff']:.2e} ({result['grad_rel_diff']:.2e} of grad scale)")
+        if st["n"]:
+            print(f"  step time median {st['median'] * 1e3:.1f} ms (min {st['min'] * 1e3:.1f}, max {st['max'] * 1e3:.1f}); "
+                  f"simulated from measured pass costs {result['predicted_step_s'] * 1e3:.1f} ms; "
+                  f"{result['tokens_per_s']:.0f} tokens/s")
+        for r, (sv, al, th) in enumerate(zip(result["peak_saved_bytes"], result["peak_alloc_bytes"],
+                                             result["theory_peak_bytes"])):
+            print(f"  rank {r}: peak saved {_fmt_bytes(sv)}, allocator {_fmt_bytes(al)}, theory {_fmt_bytes(th)}"
+                  f" (saved/theory {sv / th:.3f}, allocator/theory {al / th:.3f})")

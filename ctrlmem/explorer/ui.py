@@ -1,0 +1,1183 @@
+"""The schedule explorer: ipywidgets around :mod:`ctrlmem.explorer.views` (``ui.explorer()`` in a notebook).
+
+How an edit is answered:
+
+1. At once, everything on screen is marked pending (the explorer carries the CSS class
+   ``ctrlmem-pending``: the message, verdict, table, closed forms, timer and plots dim, an
+   "updating…" note names the new settings).
+2. :func:`ctrlmem.explorer.views.compute` with ``adapt=False`` re-simulates what the explorer already
+   has under the new settings: cost-free generators are cached, and a cost-adapted schedule
+   (V-Min, V-Half, V-ZB, 1F1B-V, the budgeted ``v-shape`` / ``zb``) not yet built for these
+   costs is shown with its latest order, re-simulated, its table row saying so. This takes a
+   few hundred milliseconds at p = 32, m = 256, and is drawn as one new *state*: every element
+   carries ``data-ctrlmem-state`` with its number, and the pending mark goes when the browser
+   reports the plots of that state drawn.
+3. The builds for the new costs run in the background, in one worker process, one at a time
+   (:mod:`ctrlmem.explorer.background`; a newer edit replaces what an older one asked for and stops a
+   build it no longer needs), with a progress line; each finished build is swapped in as a
+   new state, its row marked "adapted for these costs".
+
+Several edits queued in the kernel are answered once (the work runs on the kernel's event loop
+after the queued widget messages). Without an event loop (a script, the tests), every edit is
+answered at once and :meth:`Explorer.wait` applies the background builds.
+
+The "optimize (solver)" option improves the first selected schedule with
+:func:`ctrlmem.improve` for the seconds given, in the same background worker, and shows the
+improved order right below it (``NAME+improved``, its row naming the makespan before and after,
+the lower bound and the gap).
+
+Below the two main plots the explorer compares the shown schedules (peak memory over time
+overlaid, memory against speed-up with the Pareto frontier, the bubble-vs-budget steps of
+``v-shape`` and ``zb``, building blocks, lifespans). Exports (PNG/SVG/PDF of the diagram above
+the memory curves, the HTML report, torch CSV, the state file) are offered as downloads in the
+browser and written into ``export_dir`` (default ``build/explorer`` under the kernel's working
+directory, the notebook's folder in JupyterLab; ``None`` writes nothing); static images come
+from one Chromium kept open in a thread (:mod:`ctrlmem.plots.render`), so the widgets stay live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import html
+import io
+import json
+import logging
+import os
+import tempfile
+import time
+import zipfile
+from dataclasses import replace
+from typing import Sequence
+
+import plotly.graph_objects as go
+
+from ctrlmem.plots import figures as plot
+from ctrlmem.explorer.background import BackgroundBuilds, Job
+from ctrlmem.explorer.views import EXPORT_KINDS, ORIGIN_STATE, PLOTLY_MIME, BuildCache, Settings, StageCosts, View, command_line, comparison_specs, compute, default_schedules, export_view, formula_html, jsonable, messages_html, mime_bundle, read_state, report_html, save_view, slug, state_dict, static_figure, stats_html, stats_table, verdict
+from ctrlmem.model.ir import Schedule
+from ctrlmem.schedules import SCHEDULES
+from ctrlmem.model.simulate import simulate
+from ctrlmem.model.validate import ScheduleError
+
+__all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "export_view", "save_view", "Explorer",
+           "explorer", "default_schedules", "COMPARISONS"]
+
+log = logging.getLogger(__name__)
+
+#: The comparison views under the main plots.
+COMPARISONS = ("peak memory & speed-up", "bubble vs budget", "building blocks", "lifespans", "none")
+#: Microbatches the building-block view draws (the construction repeats after a few).
+BLOCK_MICROBATCHES = 8
+#: Seconds between two looks at the background builds (progress line, finished builds).
+TICK_SECONDS = 0.4
+#: Seconds an edit waits for the next ones already queued in the kernel (answered together).
+COALESCE_SECONDS = 0.02
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, ScheduleError):
+        return exc.reason
+    msg = exc.args[0] if exc.args else str(exc)
+    return str(msg).splitlines()[0] if str(msg) else type(exc).__name__
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _tagged(state: int, body: str) -> str:
+    """``body`` in a block that names the state it belongs to."""
+    return f"<div class='ctrlmem-state' data-ctrlmem-state='{state}'>{body}</div>"
+
+
+def _settings_summary(s: Settings) -> str:
+    costs = plot.costs_label(s.costs(s.num_devices) if s.per_stage else s.costs())
+    out = f"p={s.num_devices}, m={s.num_microbatches}, {costs}"
+    if s.memory_limit is not None:
+        out += f", budget {s.memory_limit:g} × 1F1B"
+    return out
+
+
+class Explorer:
+    """The ipywidgets explorer. ``explorer.widget`` is the layout; ``explorer.view`` the
+    :class:`View` on screen; every widget change calls :meth:`update` (deferred to the kernel's
+    event loop when there is one, so queued edits are answered once).
+
+    Args:
+        settings: initial settings.
+        export_dir: where exports are written besides the browser download (``None``: nowhere).
+        max_devices, max_microbatches: slider ranges.
+        style: ``{"diagram": {...}, "memory": {...}}`` keyword arguments for
+            :func:`ctrlmem.plots.figures.schedule_spec` and :func:`ctrlmem.plots.figures.memory_spec`.
+        background: adapt schedules to the costs in a background process (default); ``False``
+            searches inside :meth:`update` (every edit then waits for it).
+    """
+
+    def __init__(self, settings: Settings | None = None, *, export_dir: str | None = "build/explorer",
+                 max_devices: int = 32, max_microbatches: int = 256, style: dict | None = None,
+                 background: bool = True):
+        import ipywidgets as W  # noqa: PLC0415  (optional dependency, only for the widgets)
+
+        s = settings or Settings()
+        self.style = style or {}
+        self.export_dir = export_dir
+        self.builds = BuildCache()
+        self.background = BackgroundBuilds() if background else None
+        self._renderer = None
+        self.loaded: list[Schedule] = list(s.loaded)
+        self._pinned: dict[str, Schedule] = {}
+        self._pinned_origins: dict[str, str] = {}
+        self._state = 0
+        self._flush_scheduled = False
+        self._tick_handle = None
+        self._loop = _running_loop()
+        self._exports: list[tuple] = []
+        self._block_cache: dict[tuple, dict] = {}
+        self._closed = False
+        self.view: View | None = None
+        names = list(SCHEDULES)
+        self._unknown = [n for n in s.schedules if n not in SCHEDULES]
+        label = {"style": {"description_width": "initial"}}
+        self.schedules = _checklist_class()(names, [n for n in s.schedules if n in SCHEDULES])
+        self.devices = W.IntSlider(value=s.num_devices, min=1, max=max(max_devices, s.num_devices),
+                                   description="p (devices)", continuous_update=False, **label)
+        self.microbatches = W.IntSlider(value=s.num_microbatches, min=1,
+                                        max=max(max_microbatches, s.num_microbatches),
+                                        description="m (microbatches)", continuous_update=False, **label)
+        box = W.Layout(width="150px")
+        self.f = W.FloatText(value=s.f, description="F", layout=box, **label)
+        self.b = W.FloatText(value=s.b, description="B", layout=box, **label)
+        self.w = W.FloatText(value=s.w, description="W", layout=box, **label)
+        self.comm = W.FloatText(value=s.comm, description="comm", layout=box, **label)
+        wide = W.Layout(width="230px")
+        self.first_extra = W.FloatText(value=s.first_stage_extra, description="first-stage extra",
+                                       layout=wide, **label)
+        self.last_extra = W.FloatText(value=s.last_stage_extra, description="last-stage extra",
+                                      layout=wide, **label)
+        self.weights = W.Text(value=",".join(f"{x:g}" for x in s.stage_weights), description="per-stage weights",
+                              placeholder="p numbers, model order, e.g. 1.3,1,1,1.6", continuous_update=False,
+                              layout=W.Layout(width="420px"), **label)
+        self.limit_on = W.Checkbox(value=s.memory_limit is not None, description="memory limit",
+                                   indent=False, layout=W.Layout(width="110px"))
+        self.limit = W.FloatSlider(value=s.memory_limit if s.memory_limit is not None else 0.5,
+                                   min=0.05, max=2.0, step=0.05, description="× 1F1B peak",
+                                   continuous_update=False, readout_format=".2f", **label)
+        self.optimize_on = W.Checkbox(value=bool(s.optimize), description="optimize (solver)", indent=False,
+                                      layout=W.Layout(width="140px"))
+        self.optimize = W.BoundedFloatText(value=s.optimize or 10.0, min=1.0, max=600.0, description="seconds",
+                                           layout=W.Layout(width="150px"), **label)
+        from ctrlmem.planner.model import PRESET_NAMES
+
+        self.model = W.Dropdown(options=[("none", "")] + [(n, n) for n in PRESET_NAMES.values()],
+                                value=s.model or "", description="model (GB axis)", layout=W.Layout(width="230px"),
+                                **label)
+        self.model_mb = W.BoundedIntText(value=s.microbatch_size or 0, min=0, max=4096, description="microbatch",
+                                         layout=W.Layout(width="160px"), **label)
+        self.load_path = W.Text(placeholder="torch / torchtitan CSV or ctrlmem text file (path)",
+                                description="load schedule", continuous_update=False,
+                                layout=W.Layout(width="420px"), **label)
+        self.load_button = W.Button(description="load", layout=W.Layout(width="70px"))
+        self.upload = W.FileUpload(accept=".csv,.txt", multiple=False, description="upload",
+                                   layout=W.Layout(width="110px"))
+        self.clear_button = W.Button(description="clear loaded", layout=W.Layout(width="110px"))
+        self.load_button.on_click(lambda _b: self.load(self.load_path.value))
+        self.clear_button.on_click(lambda _b: self.clear_loaded())
+        self.upload.observe(self._uploaded, names="value")
+        self.message = W.HTML()
+        self.verdict = W.HTML()
+        self.verdict.add_class("ctrlmem-verdict")
+        self.stats_out = W.HTML()
+        self.formulas = W.HTML()
+        self.command = W.Text(description="as a command", layout=W.Layout(width="90%"), **label)
+        self.command.add_class("ctrlmem-command")
+        self.copy_command = _copy_button(self.command)
+        self.timing = W.HTML()
+        self.timing.add_class("ctrlmem-timing")
+        self.pending_note = W.HTML()
+        self.pending_note.add_class("ctrlmem-busy-note")
+        self.progress = W.HTML()
+        self.progress.add_class("ctrlmem-progress")
+        self.stop_button = W.Button(description="stop adapting", layout=W.Layout(width="120px", display="none"))
+        self.stop_button.on_click(lambda _b: self.stop_background())
+        self.compare = W.ToggleButtons(options=COMPARISONS, value=COMPARISONS[0], description="compare",
+                                       style={"button_width": "auto", "description_width": "initial"})
+        self.compare.add_class("ctrlmem-compare")
+        self.compare_schedule = W.Dropdown(options=[], description="of", layout=W.Layout(width="220px"),
+                                           style={"description_width": "initial"})
+        self.compare.observe(self._compare_changed, names="value")
+        self.compare_schedule.observe(self._compare_changed, names="value")
+        self.plots = _plot_view_class()(names=["ctrlmem-diagram", "ctrlmem-memory", "ctrlmem-compare-a",
+                                               "ctrlmem-compare-b"], plotly_js=_plotly_js())
+        self.plots.observe(self._drawn, names="drawn")
+        self.plots.observe(self._width_changed, names="width")
+        self._sent: list[dict | None] = [None, None, None, None]
+        self.downloads = _downloads_class()()
+        self.export_note = W.HTML()
+        self.export_note.add_class("ctrlmem-export-note")
+        labels = {"png": "PNG", "svg": "SVG", "pdf": "PDF", "html": "HTML report", "csv": "torch CSV",
+                  "state": "save state"}
+        self.buttons = {kind: W.Button(description=labels[kind], tooltip=f"download {labels[kind]}",
+                                       layout=W.Layout(width="110px" if kind in ("png", "svg", "pdf") else "130px"))
+                        for kind in EXPORT_KINDS}
+        for kind, button in self.buttons.items():
+            button.add_class(f"ctrlmem-export-{kind}")
+            button.on_click(lambda _b, kind=kind: self._export_clicked(kind))
+        self.load_state_button = W.FileUpload(accept=".json,.html", multiple=False, description="load state",
+                                              layout=W.Layout(width="130px"))
+        self.load_state_button.observe(self._state_uploaded, names="value")
+        self._inputs = [self.schedules, self.devices, self.microbatches, self.f, self.b, self.w,
+                        self.comm, self.first_extra, self.last_extra, self.weights, self.limit_on, self.limit,
+                        self.model, self.model_mb, self.optimize_on, self.optimize]
+        for wdg in self._inputs:
+            wdg.observe(self._edited, names="value")
+        controls = W.VBox([
+            W.HTML(_CSS + "<b>schedules</b> <small>(tick to compare; panels stack in the order ticked)</small>"),
+            self.schedules,
+            W.HBox([self.devices, self.microbatches, self.limit_on, self.limit, self.optimize_on, self.optimize],
+                   layout=W.Layout(flex_flow="row wrap")),  # wraps in a narrow notebook column
+            W.HBox([self.f, self.b, self.w, self.comm]),
+            W.HBox([self.first_extra, self.last_extra, self.weights]),
+            W.HBox([self.model, self.model_mb, W.HTML("<small>a model adds a GB axis to the memory panel "
+                                                      "(microbatch 0: the paper's)</small>")]),
+            W.HBox([self.load_path, self.load_button, self.upload, self.clear_button]),
+            W.HBox([W.HTML("<b style='margin-right:6px'>export</b>"), *self.buttons.values(),
+                    self.load_state_button]),
+            W.HBox([self.downloads, self.export_note]),
+        ])
+        results = W.VBox([
+            W.HBox([self.pending_note, self.timing]),
+            W.HBox([self.progress, self.stop_button]),
+            self.message, self.verdict, self.stats_out, self.formulas,
+            W.HBox([self.command] + ([self.copy_command] if self.copy_command else [])),
+            W.HBox([self.compare, self.compare_schedule]),
+            self.plots,
+        ])
+        results.add_class("ctrlmem-results")
+        self.widget = W.VBox([controls, results])
+        self.widget.add_class("ctrlmem-explorer")
+        self.update()
+
+    # -- settings and updates -------------------------------------------------------------------
+
+    def settings(self) -> Settings:
+        """The settings the widgets show now (bad per-stage weights raise ``ValueError``)."""
+        return Settings(
+            schedules=tuple(self.schedules.value) + tuple(self._unknown),
+            num_devices=int(self.devices.value), num_microbatches=int(self.microbatches.value),
+            f=self.f.value, b=self.b.value, w=self.w.value, comm=self.comm.value,
+            first_stage_extra=self.first_extra.value, last_stage_extra=self.last_extra.value,
+            memory_limit=float(self.limit.value) if self.limit_on.value else None,
+            stage_weights=_parse_weights(self.weights.value), loaded=tuple(self.loaded),
+            model=self.model.value or None, microbatch_size=int(self.model_mb.value) or None,
+            optimize=float(self.optimize.value) if self.optimize_on.value else 0.0,
+        )
+
+    def _edited(self, change=None) -> None:
+        """A widget changed: mark everything pending now, answer once the queued edits are in."""
+        if change is not None and change.get("owner") is self.schedules:
+            self._unknown = []  # names from the initial settings that are not registered: reported until the user picks
+        self._pinned = {}  # a loaded state's orders are shown until the first edit
+        self._request()
+
+    def _request(self) -> None:
+        self._mark_pending()
+        loop = _running_loop()
+        if loop is None:
+            self.update()
+            return
+        self._loop = loop
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            # a moment for the edits already queued in the kernel to arrive: they are answered once
+            loop.call_later(COALESCE_SECONDS, self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._closed:
+            self.update()
+
+    def _mark_pending(self) -> None:
+        try:
+            summary = _settings_summary(self.settings())
+        except ValueError:
+            summary = "new settings"
+        self.pending_note.value = f"<span>updating for {html.escape(summary)}…</span>"
+        if hasattr(self, "widget"):
+            self.widget.add_class("ctrlmem-pending")
+
+    def update(self, *_change) -> View | None:
+        """Recompute for the widgets' settings and draw the result as a new state (the
+        instant answer; builds for new costs go to the background). Returns the view."""
+        if hasattr(self, "widget"):
+            self._mark_pending()
+        try:
+            try:
+                settings = self.settings()
+            except ValueError as exc:
+                settings = None
+                view = View(self.view.settings if self.view is not None else Settings(), {}, None,
+                            stats_table({}, None), [f"Cannot compute: {_reason(exc)}"], None, None)
+            if settings is not None:
+                view = compute(settings, style=self._style(), cache=self.builds,
+                               adapt=self.background is None, orders=self._pinned,
+                               order_origins=self._pinned_origins)
+        except Exception as exc:  # an unexpected failure still shows a message, not a traceback
+            log.exception("explorer update failed")
+            view = View(Settings(), {}, None, stats_table({}, None),
+                        [f"Unexpected error: {type(exc).__name__}: {exc}"], None, None)
+        self.view = view
+        self.render(view)
+        self._submit()
+        return view
+
+    def _submit(self) -> None:
+        """Ask the background for what the view still needs (and the budget sweep when shown);
+        what an older edit asked for and this one does not is dropped."""
+        if self.background is None or self._closed:
+            return
+        jobs = list(self.view.jobs) if self.view is not None else []
+        if self.compare.value == "bubble vs budget":
+            jobs += [job for job in self._sweep()[1] if job not in jobs]
+        self.background.submit(jobs)
+        self._show_progress()
+        if jobs:
+            self._schedule_tick()
+
+    def _schedule_tick(self) -> None:
+        loop = self._loop or _running_loop()
+        if loop is None or self._tick_handle is not None or self._closed:
+            return
+        self._tick_handle = loop.call_later(TICK_SECONDS, self._tick)
+
+    def _tick(self) -> None:
+        self._tick_handle = None
+        if self._closed:
+            return
+        try:
+            self.poll()
+        except Exception:  # noqa: BLE001  (the timer must not die silently)
+            log.exception("explorer background poll failed")
+        busy = (self.background is not None and not self.background.idle) or self._exports
+        if busy:
+            self._schedule_tick()
+
+    def poll(self) -> bool:
+        """Take in finished background builds and exports; redraw when a build belongs to what
+        is shown (a new state). Returns whether it redrew."""
+        redraw = sweep = False
+        if self.background is not None:
+            wanted = set(self.view.jobs) if self.view is not None else set()
+            for res in self.background.poll():
+                job = res.job
+                key = self.builds.key(job.cache_name, job.num_devices, job.num_microbatches,
+                                      res.costs if res.schedule is not None else job.costs, job.memory_limit)
+                if res.schedule is not None:
+                    self.builds.put(job.cache_name, job.num_devices, job.num_microbatches, res.costs, job.memory_limit,
+                                    res.schedule)
+                    if res.note:
+                        self.builds.notes[key] = res.note
+                else:
+                    self.builds.failed[key] = res.error or "build failed"
+                log.info("background build of %s: %s in %.1f s", job.name, res.error or "done", res.seconds)
+                if job in wanted:
+                    redraw = True  # a shown schedule, adapted: a new state
+                else:
+                    sweep = True  # a point of the budget sweep: the comparison only
+        self._finish_exports()
+        if redraw and not self._flush_scheduled:
+            self._redraw_adapted()
+        elif sweep and not self._flush_scheduled and self.view is not None and self.compare.value == "bubble vs budget":
+            self._mark_pending()
+            self.render(self.view, keep_main=True)
+            self._show_progress()
+        else:
+            self._show_progress()
+        return redraw or sweep
+
+    def _redraw_adapted(self) -> None:
+        """A build finished: the same settings, now with it: a new state."""
+        try:
+            settings = self.settings()
+        except ValueError:
+            return
+        view = compute(settings, style=self._style(), cache=self.builds, adapt=False, orders=self._pinned,
+                       order_origins=self._pinned_origins)
+        self.view = view
+        self._mark_pending()
+        self.render(view)
+        self._submit()
+
+    def wait(self, timeout: float | None = 600) -> View | None:
+        """Block until the background builds and exports asked for are done, applying each
+        (for scripts and tests; in a kernel the event loop does this). Returns the view."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self.poll()
+            idle = (self.background is None or self.background.idle) and not self._exports
+            if idle or (deadline is not None and time.monotonic() > deadline):
+                return self.view
+            time.sleep(0.05)
+
+    def stop_background(self) -> None:
+        """Stop the background builds (what is shown stays, marked not adapted)."""
+        if self.background is not None:
+            self.background.cancel()
+        self._show_progress()
+
+    def _show_progress(self) -> None:
+        """The progress line: the build running in the background, for how long, what waits,
+        and which shown orders are not adapted yet (part of the current state)."""
+        view = self.view
+        parts = []
+        prog = self.background.progress() if self.background is not None else None
+        if prog is not None and prog.job is not None:
+            def named(job):
+                text = job.name + (f" @ budget {job.memory_limit:g}" if job.memory_limit is not None else "")
+                return f"improving {text} with the solver ({job.optimize:g} s)" if job.optimize else text
+
+            then = list(dict.fromkeys(named(j) for j in prog.waiting))
+            parts.append(f"adapting to these costs in the background: <b>{html.escape(named(prog.job))}</b> "
+                         f"({prog.seconds:.0f} s)" + (f", then {html.escape(', '.join(then))}" if then else "")
+                         + (f"; {prog.done} done" if prog.done else ""))
+            if view is not None and view.provisional:
+                parts.append(f"shown meanwhile: {html.escape(', '.join(view.provisional))}, their last order "
+                             "re-simulated")
+        elif view is not None and (view.provisional or view.waiting):
+            parts.append("not adapted to these costs (stopped): "
+                         + html.escape(", ".join(view.provisional + view.waiting)))
+        self.progress.value = (_tagged(self._state, f"<small class='ctrlmem-progress-line'>{'; '.join(parts)}</small>")
+                               if parts else "")
+        self.stop_button.layout.display = "" if prog is not None and prog.job is not None else "none"
+
+    # -- drawing --------------------------------------------------------------------------------
+
+    def render(self, view: View, *, keep_main: bool = False) -> None:
+        """Put ``view`` into the widgets as a new state (``keep_main``: the two main plots are
+        already the view's; only the comparisons change)."""
+        t0 = time.perf_counter()
+        self._state += 1
+        n = self._state
+        self.message.value = _tagged(n, messages_html(view.messages))
+        self.verdict.value = _tagged(n, f"<div style='margin:4px 0'>{html.escape(verdict(view))}</div>"
+                                     if view.results else "")
+        self.stats_out.value = _tagged(n, stats_html(view.stats, view.waiting))
+        self.formulas.value = _tagged(n, formula_html(view))
+        self.command.value = command_line(view.settings) if view.results else ""
+        names = list(view.results)
+        if list(self.compare_schedule.options) != names:
+            current = self.compare_schedule.value
+            self.compare_schedule.unobserve(self._compare_changed, names="value")
+            try:
+                self.compare_schedule.options = names
+                self.compare_schedule.value = current if current in names else (names[0] if names else None)
+            finally:
+                self.compare_schedule.observe(self._compare_changed, names="value")
+        if keep_main:
+            main = self._sent[:2]
+        else:
+            main = [mime_bundle(spec, label)[PLOTLY_MIME] if spec is not None else None
+                    for spec, label in ((view.diagram_spec, "schedule diagram"), (view.memory_spec, "memory curves"))]
+        extra = [mime_bundle(spec, "comparison")[PLOTLY_MIME] if spec is not None else None
+                 for spec in self._comparison(view)]
+        self._sent = main + extra
+        self.plots.show(self._sent, seq=n, keep=[keep_main, keep_main, False, False])
+        self.last_render_seconds = time.perf_counter() - t0
+        self._python_ms = (view.seconds + self.last_render_seconds) * 1e3
+        self.timing.value = _tagged(n, f"<small style='color:#777'>state {n}: computed in {view.seconds * 1e3:.0f} ms, "
+                                       f"sent in {self.last_render_seconds * 1e3:.0f} ms; drawing…</small>")
+
+    def _drawn(self, change) -> None:
+        """The browser drew state ``seq`` in ``ms``: the pending mark goes if it is the latest."""
+        got = change["new"] or {}
+        if got.get("seq") != self._state or self.view is None:
+            return
+        if got.get("error"):
+            self.message.value = _tagged(self._state, messages_html(
+                [f"The browser could not draw the plots: {got['error']}"]))
+        self.timing.value = _tagged(self._state, (
+            f"<small style='color:#777'>state {self._state}: computed in {self.view.seconds * 1e3:.0f} ms, "
+            f"sent in {self.last_render_seconds * 1e3:.0f} ms, drawn by the browser in {got.get('ms', 0):.0f} ms"
+            "</small>"))
+        if not self._flush_scheduled:
+            self.widget.remove_class("ctrlmem-pending")
+            self.pending_note.value = ""
+
+    def _width_changed(self, change) -> None:
+        """The drawing got wider or narrower: which labels fit changed, so redraw."""
+        old, new = change["old"] or 0, change["new"] or 0
+        if new and abs(new - old) > 0.04 * max(old, 1):
+            self._request()
+
+    def _style(self) -> dict:
+        """The figure style, with the label rule at the drawing's width when the browser told it."""
+        style = {k: dict(v) for k, v in self.style.items()}
+        width = self.plots.width if getattr(self, "plots", None) is not None else 0
+        if width:
+            style.setdefault("diagram", {}).setdefault("label_width", width)
+        return style
+
+    def shown(self, which: str = "diagram") -> dict | None:
+        """The figure JSON last sent to the browser: ``"diagram"``, ``"memory"``, ``"compare-a"``
+        or ``"compare-b"`` (None when nothing is drawn there)."""
+        return self._sent[("diagram", "memory", "compare-a", "compare-b").index(which)]
+
+    # -- comparisons ----------------------------------------------------------------------------
+
+    def _compare_changed(self, _change=None) -> None:
+        if self.view is None:
+            return
+        self._mark_pending()
+        self.render(self.view, keep_main=True)
+        self._submit()
+
+    def _comparison(self, view: View) -> list[dict | None]:
+        """The figure dicts of the comparison view chosen (two slots)."""
+        which = self.compare.value
+        if not view.results or which == "none":
+            return [None, None]
+        try:
+            if which == "peak memory & speed-up":
+                return list(comparison_specs(view))
+            if which == "bubble vs budget":
+                return [self._sweep()[0], None]
+            if which == "lifespans":
+                return [plot.lifespan_figure(list(view.results.values()),
+                                             title="lifespans of microbatch 0 per device (simulated)").to_plotly_json(),
+                        None]
+            if which == "building blocks":
+                return [self._blocks(view), None]
+        except (ValueError, ScheduleError, KeyError) as exc:
+            log.info("comparison %s: %s", which, exc)
+            return [_note_figure(f"{which}: {_reason(exc)}"), None]
+        return [None, None]
+
+    def _blocks(self, view: View) -> dict:
+        name = self.compare_schedule.value or next(iter(view.results))
+        s = view.settings
+        if name.endswith(" (file)"):
+            return _note_figure(f"{name}: a schedule file has no building block")
+        m = min(s.num_microbatches, BLOCK_MICROBATCHES)
+        key = (name, s.num_devices, m, s.f, s.b, s.w, s.comm)
+        if key not in self._block_cache:
+            fig = plot.block_figure(name, s.num_devices, m, costs=s.costs(),
+                                    title=f"{name}: building block → repeat → squeeze → reorder "
+                                          f"(p={s.num_devices}, m={m})")
+            self._block_cache = {key: fig.to_plotly_json()}
+        return self._block_cache[key]
+
+    def _sweep(self) -> tuple[dict | None, list[Job]]:
+        """The bubble-vs-budget steps of the budgeted schedules (``v-shape``, ``zb``) at the
+        current p, m and costs, from the builds done so far, and the builds still to do."""
+        view = self.view
+        s = view.settings if view is not None else None
+        if s is None or view.reference is None:
+            return None, []
+        budgeted = [n for n in ("v-shape", "zb") if n in SCHEDULES]
+        limits = sorted(set(plot.TRADEOFF_LIMITS) | ({s.memory_limit} if s.memory_limit is not None else set()))
+        p, m = s.num_devices, s.num_microbatches
+        ref_peak = max(view.reference.peak_memory)
+        points, jobs, todo = [], [], 0
+        job_settings = StageCosts(replace(s, schedules=(), loaded=()))
+        for name in budgeted:
+            for limit in limits:
+                stages = self.builds.num_stages(name, p, m, limit)
+                want = s.costs(stages) if stages is not None else s.costs()
+                key = self.builds.key(name, p, m, want, limit)
+                if key in self.builds.failed:
+                    continue
+                sched = self.builds.get(name, p, m, want, limit)
+                if sched is None:
+                    todo += 1
+                    jobs.append(Job(name, p, m, want, limit, None if stages is not None else job_settings))
+                    continue
+                r = simulate(sched, s.costs(sched.num_stages))
+                points.append(_point(name, limit, r, view.reference, ref_peak))
+        for name, r in view.results.items():
+            if name not in budgeted:
+                points.append(_point(name, None, r, view.reference, ref_peak))
+        done = sum(1 for q in points if q["memory_limit"] is not None)
+        title = (f"bubble rate vs memory budget ({_settings_summary(s)}); "
+                 + (f"{done} of {done + todo} budget builds done" if todo else "all budget builds done"))
+        fig = plot.bubble_memory_figure(points, title=title).to_plotly_json() if points else _note_figure(title)
+        return fig, jobs
+
+    # -- files ----------------------------------------------------------------------------------
+
+    def load(self, source) -> Schedule | None:
+        """Add a schedule file (torch / torchtitan CSV or ctrlmem's text form; a path, or
+        ``(name, bytes)`` from the upload button) to the comparison; p and m follow the file."""
+        try:
+            if isinstance(source, tuple):
+                name, raw = source
+                from ctrlmem.model.ir import _clean_text  # noqa: PLC0415
+
+                text = _clean_text(raw, name)
+                stem = os.path.splitext(os.path.basename(name))[0] or "uploaded"
+                sched = (Schedule.from_text(text) if text.lstrip().startswith("schedule ")
+                         else Schedule.from_torch_csv_text(text, name=stem, source=name))
+            else:
+                path = str(source).strip()
+                if not path:
+                    raise ValueError("type the path of a schedule file first")
+                sched = Schedule.load(path)
+            from ctrlmem.model.validate import validate  # noqa: PLC0415
+
+            validate(sched)
+        except (OSError, ValueError, ScheduleError) as exc:
+            self.message.value = messages_html([f"Cannot load {source[0] if isinstance(source, tuple) else source}: "
+                                                f"{_reason(exc)}"])
+            return None
+        self.loaded = [x for x in self.loaded if x.name != sched.name] + [sched]
+        self._set_quietly(self.devices, sched.num_devices)
+        self._set_quietly(self.microbatches, sched.num_microbatches)
+        self.update()
+        return sched
+
+    def clear_loaded(self) -> None:
+        self.loaded = []
+        self.update()
+
+    def _set_quietly(self, widget, value) -> None:
+        widget.unobserve(self._edited, names="value")
+        try:
+            if hasattr(widget, "max") and isinstance(value, (int, float)):
+                widget.max = max(widget.max, value)
+            widget.value = value
+        finally:
+            widget.observe(self._edited, names="value")
+
+    def _uploaded(self, change) -> None:
+        item = _first_upload(change["new"])
+        if item is not None:
+            self.load(item)
+
+    def apply_state(self, source) -> None:
+        """Show a state file (a path, or its text / bytes): settings, loaded files and the very
+        orders it recorded (kept until the next edit; ``ctrlmem draw --state`` draws the same)."""
+        try:
+            settings, orders, style = read_state(source)
+            origins = style.pop("origins", {})
+        except (OSError, ValueError, ScheduleError) as exc:
+            self.message.value = messages_html([f"Cannot load the state: {_reason(exc)}"])
+            return
+        unknown = [n for n in settings.schedules if n not in SCHEDULES]
+        self._unknown = unknown
+        self._set_quietly(self.schedules, tuple(n for n in settings.schedules if n in SCHEDULES))
+        for widget, value in ((self.devices, settings.num_devices), (self.microbatches, settings.num_microbatches),
+                              (self.f, settings.f), (self.b, settings.b), (self.w, settings.w),
+                              (self.comm, settings.comm), (self.first_extra, settings.first_stage_extra),
+                              (self.last_extra, settings.last_stage_extra),
+                              (self.weights, ",".join(f"{x:g}" for x in settings.stage_weights)),
+                              (self.limit_on, settings.memory_limit is not None),
+                              (self.model, settings.model or ""), (self.model_mb, settings.microbatch_size or 0),
+                              (self.optimize_on, bool(settings.optimize))):
+            self._set_quietly(widget, value)
+        if settings.memory_limit is not None:
+            self._set_quietly(self.limit, settings.memory_limit)
+        if settings.optimize:
+            self._set_quietly(self.optimize, settings.optimize)
+        self.loaded = list(settings.loaded)
+        for part, values in style.items():
+            self.style.setdefault(part, {}).update({k: v for k, v in values.items() if k != "label_width"})
+        self._pinned = orders
+        self._pinned_origins = origins
+        self.update()
+
+    def _state_uploaded(self, change) -> None:
+        item = _first_upload(change["new"])
+        if item is not None:
+            self.apply_state(item[1])
+
+    # -- export ---------------------------------------------------------------------------------
+
+    def export(self, kind: str, directory: str | None = None) -> list[str]:
+        """Export the current view into ``directory`` (default :attr:`export_dir`), blocking
+        (see :func:`ctrlmem.explorer.views.export_view`); the buttons do the same without blocking and
+        offer the file as a download."""
+        return export_view(self.view, kind, directory or self.export_dir or "build/explorer", self._style())
+
+    def save(self, out_dir: str | os.PathLike) -> str:
+        """Record the current view (see :func:`ctrlmem.explorer.views.save_view`)."""
+        return save_view(self.view, out_dir)
+
+    def save_state(self, path: str | os.PathLike) -> str:
+        """Write the state file of what is shown (see :func:`ctrlmem.explorer.views.write_state`)."""
+        from ctrlmem.explorer.views import write_state  # noqa: PLC0415
+
+        return write_state(self.view, path, self._style())
+
+    @property
+    def renderer(self):
+        """The Chromium session static exports are drawn in (started on first use)."""
+        if self._renderer is None:
+            from ctrlmem.plots.render import StaticRenderer  # noqa: PLC0415
+
+            self._renderer = StaticRenderer()
+        return self._renderer
+
+    def _export_clicked(self, kind: str) -> None:
+        view, n = self.view, self._state
+        if view is None or not view.results:
+            self.export_note.value = messages_html([f"Export {kind} failed: nothing to export: no schedule could "
+                                                    "be built for these settings"])
+            return
+        stem = slug(view)
+        try:
+            if kind in ("png", "svg", "pdf"):
+                future = self.renderer.submit(static_figure(view), kind, scale=2.0)
+                self._exports.append((future, kind, f"{stem}.{kind}", n))
+                self.export_note.value = (f"<small class='ctrlmem-exporting'>drawing {kind.upper()} of state {n} "
+                                          "(the widgets stay live)…</small>")
+                self._schedule_tick()
+                return
+            if kind == "html":
+                self._deliver(f"{stem}.html", "text/html", report_html(view, self._style()).encode("utf-8"), n)
+            elif kind == "state":
+                import json  # noqa: PLC0415
+
+                data = json.dumps(state_dict(view, self._style()), indent=1, sort_keys=True).encode("utf-8")
+                self._deliver(f"{stem}.state.json", "application/json", data, n)
+            elif kind == "csv":
+                files = {f"{stem}_{name.replace(' (file)', '')}.csv": r.schedule.to_torch_csv().encode("utf-8")
+                         for name, r in view.results.items()}
+                if len(files) == 1:
+                    (name, data), = files.items()
+                    self._deliver(name, "text/csv", data, n)
+                else:
+                    buf = io.BytesIO()
+                    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+                        for name, data in files.items():
+                            zf.writestr(zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0)), data)
+                    self._deliver(f"{stem}_torch_csv.zip", "application/zip", buf.getvalue(), n)
+        except Exception as exc:  # kaleido/Chromium missing, unwritable folder
+            log.exception("export failed")
+            self.export_note.value = messages_html([f"Export {kind} failed: {_reason(exc)}"])
+
+    def _finish_exports(self) -> None:
+        still = []
+        for future, kind, name, n in self._exports:
+            if not future.done():
+                still.append((future, kind, name, n))
+                continue
+            try:
+                data = future.result()
+                mime = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}[kind]
+                self._deliver(name, mime, data, n)
+            except Exception as exc:  # noqa: BLE001
+                log.exception("export failed")
+                self.export_note.value = messages_html([f"Export {kind} failed: {_reason(exc)}"])
+        self._exports = still
+
+    def _deliver(self, name: str, mime: str, data: bytes, state: int) -> None:
+        """Offer ``data`` as a browser download named ``name`` and write it into ``export_dir``."""
+        from ctrlmem.plots.figio import stabilize_svg  # noqa: PLC0415
+        from ctrlmem.plots.render import settled_bytes  # noqa: PLC0415
+
+        ext = name.rsplit(".", 1)[-1]
+        data = settled_bytes(ext, data)
+        if ext == "svg":  # the same bytes as a file written by `ctrlmem draw --state`
+            with tempfile.TemporaryDirectory(prefix="ctrlmem-svg-") as tmpdir:
+                path = os.path.join(tmpdir, name)
+                with open(path, "wb") as fh:
+                    fh.write(data)
+                stabilize_svg(path)
+                with open(path, "rb") as fh:
+                    data = fh.read()
+        written = None
+        if self.export_dir:
+            from ctrlmem.util.fileio import atomic_write, make_output_folder  # noqa: PLC0415
+
+            make_output_folder(self.export_dir)
+            written = str(atomic_write(os.path.join(self.export_dir, name), data))
+        self.downloads.offer(name, mime, data)
+        where = f" (also written to {html.escape(written)})" if written else ""
+        self.export_note.value = (f"<small class='ctrlmem-exported' style='color:#1c5e20'>state {state}: "
+                                  f"{html.escape(name)} downloaded{where}</small>")
+        log.info("exported %s (%d bytes)%s", name, len(data), where)
+
+    # -- lifetime -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """End the background builds, the Chromium of static exports, the timers and the
+        widgets (idempotent). Also done when the kernel exits."""
+        self._closed = True
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+            self._tick_handle = None
+        if self.background is not None:
+            self.background.close()
+        if self._renderer is not None:
+            self._renderer.close()
+        _close_tree(self.widget)
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+def _close_tree(widget) -> None:
+    """Close a widget and every widget inside it (their front-end views go too)."""
+    for child in getattr(widget, "children", ()):
+        _close_tree(child)
+    try:
+        widget.close()
+    except Exception:  # noqa: BLE001  (closing twice, or a widget without a comm)
+        pass
+
+
+def _point(name: str, limit, r, reference, ref_peak: float) -> dict:
+    peak = max(r.peak_memory)
+    return {"name": name, "memory_limit": limit, "peak": peak, "memory": peak / ref_peak,
+            "bubble_rate": r.bubble_rate, "makespan": r.makespan,
+            "throughput": r.schedule.num_microbatches / r.makespan, "speedup": reference.makespan / r.makespan}
+
+
+def _note_figure(text: str) -> dict:
+    """An empty figure that says ``text`` (a comparison not available yet, or why not)."""
+    return {"data": [], "layout": {"height": 160, "xaxis": {"visible": False}, "yaxis": {"visible": False},
+                                   "plot_bgcolor": "white", "paper_bgcolor": "white",
+                                   "margin": {"l": 20, "r": 20, "t": plot.MODEBAR_PX + 10, "b": 10},
+                                   "annotations": [{"text": html.escape(text), "showarrow": False, "x": 0.5, "y": 0.5,
+                                                    "xref": "paper", "yref": "paper", "font": {"size": 13}}]}}
+
+
+def _first_upload(files):
+    if not files:
+        return None
+    item = files[0] if isinstance(files, (list, tuple)) else next(iter(files.values()))
+    name = item.get("name", "uploaded") if isinstance(item, dict) else getattr(item, "name", "uploaded")
+    content = item.get("content") if isinstance(item, dict) else getattr(item, "content")
+    return name, bytes(content)
+
+
+_PLOT_ESM = r"""
+let loading = null;
+function ensurePlotly(model) {
+  if (globalThis.Plotly && globalThis.Plotly.react) return Promise.resolve(globalThis.Plotly);
+  if (loading) return loading;
+  const src = model.get("plotly_js");
+  if (!src) {  // another view carries plotly.js: wait for it
+    loading = new Promise(resolve => { const t = setInterval(() => {
+      if (globalThis.Plotly && globalThis.Plotly.react) { clearInterval(t); resolve(globalThis.Plotly); } }, 50); });
+    return loading;
+  }
+  loading = new Promise((resolve, reject) => {
+    const amd = globalThis.define;  // keep plotly.js from registering as an AMD module
+    globalThis.define = undefined;
+    const s = document.createElement("script");
+    s.src = URL.createObjectURL(new Blob([src], {type: "text/javascript"}));
+    s.onload = () => { globalThis.define = amd; resolve(globalThis.Plotly); };
+    s.onerror = (e) => { globalThis.define = amd; reject(e); };
+    document.head.appendChild(s);
+  });
+  return loading;
+}
+
+export default {
+  async render({ model, el }) {
+    el.classList.add("ctrlmem-plots");
+    const gds = model.get("names").map(name => {
+      const box = document.createElement("div");
+      box.className = name;
+      const gd = document.createElement("div");
+      box.appendChild(gd);
+      el.appendChild(box);
+      return gd;
+    });
+    const Plotly = await ensurePlotly(model);
+    let busy = Promise.resolve();
+    const draw = () => { busy = busy.then(async () => {
+      const seq = model.get("seq"), figs = JSON.parse(model.get("figures") || "[]");
+      if (seq !== model.get("seq")) return;
+      const t0 = performance.now();
+      // "drawing" (dims the plots) while the browser draws
+      const shell = el.closest(".ctrlmem-explorer");
+      if (shell) {
+        shell.classList.add("ctrlmem-drawing");
+        await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));
+      }
+      try {
+      for (let i = 0; i < gds.length; i++) {
+        const f = figs[i];
+        if (f && f.keep) continue;  // unchanged since the last state
+        if (!f) { Plotly.purge(gds[i]); gds[i].parentNode.style.display = "none"; continue; }
+        gds[i].parentNode.style.display = "";
+        await Plotly.react(gds[i], f.data, f.layout, f.config || {});
+      }
+      } catch (e) {
+        console.error("ctrlmem plot", e);
+        model.set("drawn", {seq: seq, ms: performance.now() - t0, error: String(e)});
+        model.save_changes();
+        return;
+      } finally {
+        if (shell) shell.classList.remove("ctrlmem-drawing");
+      }
+      el.dataset.ctrlmemState = String(seq);
+      await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));  // on screen
+      model.set("drawn", {seq: seq, ms: performance.now() - t0});
+      model.save_changes();
+    }).catch(e => console.error("ctrlmem plot", e)); };
+    model.on("change:seq", draw);
+    // follow the width only: plotly's own autosize would also take the height from a container
+    // whose height is the plot's, and a plot could collapse to zero height when the window grows
+    let lastWidth = el.clientWidth;
+    model.set("width", lastWidth);  // the label rule needs the drawing's width (see Explorer)
+    model.save_changes();
+    const resize = new ResizeObserver(() => {
+      const width = el.clientWidth;
+      if (!width || Math.abs(width - lastWidth) < 2) return;
+      lastWidth = width;
+      model.set("width", width);
+      model.save_changes();
+      busy = busy.then(() => Promise.all(gds.map(gd => gd._fullLayout && gd.parentNode.style.display !== "none"
+        ? Plotly.relayout(gd, {width: gd.parentNode.clientWidth}) : null))).catch(e => console.error(e));
+    });
+    resize.observe(el);
+    draw();
+    return () => { resize.disconnect(); gds.forEach(gd => Plotly.purge(gd)); };
+  }
+};
+"""
+
+_PLOT_VIEW = None
+
+
+def _plot_view_class():
+    """An anywidget that draws plotly figure dicts with one ``Plotly.react`` per update.
+
+    JupyterLab's plotly mime renderer draws every new output three times (react, redraw,
+    resize) and then renders it once more to a PNG it stores in the output; at thousands of
+    boxes that is most of the wait. This view keeps one graph per slot and reacts to new data
+    (a slot sent as ``{"keep": true}`` stays as drawn), so an update is drawn once. plotly.js
+    comes from the installed plotly package (no network), sent once per explorer; the browser
+    reports each state drawn back in ``drawn`` and marks the element with its number.
+    """
+    global _PLOT_VIEW
+    if _PLOT_VIEW is not None:
+        return _PLOT_VIEW
+    import anywidget  # noqa: PLC0415
+    import traitlets  # noqa: PLC0415
+
+    class PlotView(anywidget.AnyWidget):
+        _esm = _PLOT_ESM
+        names = traitlets.List(traitlets.Unicode()).tag(sync=True)
+        figures = traitlets.Unicode("[]").tag(sync=True)
+        seq = traitlets.Int(0).tag(sync=True)
+        drawn = traitlets.Dict().tag(sync=True)
+        plotly_js = traitlets.Unicode("").tag(sync=True)
+        width = traitlets.Int(0).tag(sync=True)
+
+        def show(self, figures: Sequence[dict | None], seq: int | None = None,
+                 keep: Sequence[bool] | None = None) -> None:
+            """Send ``figures`` (JSON-ready dicts; ``None`` hides a slot) as state ``seq``;
+            ``keep[i]``: slot ``i`` is unchanged (not sent again). One JSON text: the widget
+            machinery then does not walk every number of the figures."""
+            keep = list(keep) if keep is not None else [False] * len(figures)
+            sent = [{"keep": True} if k else f for f, k in zip(figures, keep)]
+            with self.hold_sync():
+                self.figures = json.dumps(sent, separators=(",", ":"), allow_nan=False)
+                self.seq = seq if seq is not None else self.seq + 1
+
+        @property
+        def shown(self) -> list:
+            """The figures of the last :meth:`show`, decoded."""
+            return json.loads(self.figures) if self.figures else []
+
+    _PLOT_VIEW = PlotView
+    return PlotView
+
+
+def _plotly_js() -> str:
+    from importlib.resources import files  # noqa: PLC0415
+
+    return (files("plotly") / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
+
+
+_DOWNLOAD_ESM = r"""
+export default {
+  render({ model, el }) {
+    el.classList.add("ctrlmem-downloads");
+    const urls = [];
+    let newest = Math.max(0, ...model.get("files").map(f => f.id));  // files from before this view: no auto-download
+    const draw = () => {
+      urls.splice(0).forEach(u => URL.revokeObjectURL(u));
+      el.innerHTML = "";
+      for (const f of model.get("files")) {
+        const bytes = Uint8Array.from(atob(f.b64), c => c.charCodeAt(0));
+        const url = URL.createObjectURL(new Blob([bytes], {type: f.mime}));
+        urls.push(url);
+        const a = document.createElement("a");
+        a.href = url; a.download = f.name; a.textContent = "⤓ " + f.name; a.className = "ctrlmem-download";
+        a.title = "download " + f.name + " (" + bytes.length + " bytes)";
+        a.style.marginRight = "12px";
+        el.appendChild(a);
+        if (f.id > newest) { newest = f.id; a.click(); }
+      }
+    };
+    model.on("change:files", draw);
+    draw();
+    return () => urls.forEach(u => URL.revokeObjectURL(u));
+  }
+};
+"""
+
+_DOWNLOADS = None
+
+
+def _downloads_class():
+    """An anywidget holding the latest exports as download links; a new one downloads at once."""
+    global _DOWNLOADS
+    if _DOWNLOADS is not None:
+        return _DOWNLOADS
+    import anywidget  # noqa: PLC0415
+    import traitlets  # noqa: PLC0415
+
+    class Downloads(anywidget.AnyWidget):
+        _esm = _DOWNLOAD_ESM
+        files = traitlets.List().tag(sync=True)
+        keep = 4
+
+        def offer(self, name: str, mime: str, data: bytes) -> None:
+            last = max((f["id"] for f in self.files), default=0)
+            entry = {"id": last + 1, "name": name, "mime": mime, "b64": base64.b64encode(data).decode("ascii")}
+            self.files = [f for f in self.files if f["name"] != name][-(self.keep - 1):] + [entry]
+
+    _DOWNLOADS = Downloads
+    return Downloads
+
+
+_COPY_ESM = r"""
+export default {
+  render({ model, el }) {
+    const button = document.createElement("button");
+    button.className = "jupyter-button widget-button ctrlmem-copy";
+    button.textContent = "copy";
+    button.title = "copy the command to the clipboard";
+    button.addEventListener("click", async () => {
+      const text = model.get("text");
+      try {
+        await navigator.clipboard.writeText(text);
+      } catch (e) {  // no clipboard API (an insecure origin): copy through a selected text area
+        const area = document.createElement("textarea");
+        area.value = text; document.body.appendChild(area); area.select();
+        document.execCommand("copy"); area.remove();
+      }
+      button.textContent = "copied";
+      setTimeout(() => { button.textContent = "copy"; }, 1500);
+      model.set("copies", model.get("copies") + 1); model.save_changes();
+    });
+    el.appendChild(button);
+  }
+};
+"""
+
+
+def _copy_button(text_widget):
+    """A button that copies ``text_widget.value`` to the clipboard (an anywidget), or None."""
+    try:
+        import anywidget  # noqa: PLC0415
+        import traitlets  # noqa: PLC0415
+    except ImportError:
+        return None
+
+    class CopyButton(anywidget.AnyWidget):
+        _esm = _COPY_ESM
+        text = traitlets.Unicode("").tag(sync=True)
+        copies = traitlets.Int(0).tag(sync=True)
+
+    button = CopyButton(text=text_widget.value)
+    text_widget.observe(lambda change: setattr(button, "text", change["new"]), names="value")
+    return button
+
+
+_CSS = """<style>
+.ctrlmem-explorer .ctrlmem-busy-note { display: none; }
+.ctrlmem-explorer.ctrlmem-pending .ctrlmem-busy-note, .ctrlmem-explorer.ctrlmem-drawing .ctrlmem-busy-note {
+  display: inline-block; color: #8a5a00; font-weight: bold; margin-right: 10px; }
+.ctrlmem-explorer.ctrlmem-pending .ctrlmem-results > :not(:first-child),
+.ctrlmem-explorer.ctrlmem-drawing .ctrlmem-plots { opacity: 0.45; transition: opacity 0.1s; }
+.ctrlmem-explorer .ctrlmem-formulas td, .ctrlmem-explorer .ctrlmem-formulas th { padding: 1px 8px; text-align: left; }
+.ctrlmem-explorer .ctrlmem-diagram, .ctrlmem-explorer .ctrlmem-memory { min-height: 120px; }
+.ctrlmem-explorer .ctrlmem-stats td, .ctrlmem-explorer .ctrlmem-stats th { padding: 1px 8px; }
+.ctrlmem-explorer .ctrlmem-progress-line { color: #5a4a00; }
+.ctrlmem-explorer .ctrlmem-waiting td { color: #8a5a00; }
+</style>"""
+
+_CHECKLIST = None
+
+
+def _checklist_class():
+    """A checkbox per schedule whose ``value`` is the tuple of ticked names, in the order they
+    were ticked (which is the order the panels are stacked in)."""
+    global _CHECKLIST
+    if _CHECKLIST is not None:
+        return _CHECKLIST
+    import ipywidgets as W  # noqa: PLC0415
+    import traitlets  # noqa: PLC0415
+
+    class ScheduleChecklist(W.GridBox):
+        value = traitlets.Tuple()
+
+        def __init__(self, options: Sequence[str], value: Sequence[str] = (), columns: int = 4):
+            self.boxes = {n: W.Checkbox(value=n in value, description=n, indent=False,
+                                        layout=W.Layout(width="auto", margin="0 14px 0 0"))
+                          for n in options}
+            super().__init__(children=list(self.boxes.values()), layout=W.Layout(
+                grid_template_columns=f"repeat({columns}, max-content)", grid_gap="0px 4px"))
+            self._syncing = False
+            self.value = tuple(n for n in value if n in self.boxes)
+            for box in self.boxes.values():
+                box.observe(self._box_changed, names="value")
+            self.observe(self._sync_boxes, names="value")
+            self.add_class("ctrlmem-schedules")
+
+        def _box_changed(self, change) -> None:
+            if self._syncing:
+                return
+            name = change["owner"].description
+            current = [n for n in self.value if n != name]
+            self.value = tuple(current + [name]) if change["new"] else tuple(current)
+
+        def _sync_boxes(self, change) -> None:
+            self._syncing = True
+            try:
+                for n, box in self.boxes.items():
+                    box.value = n in change["new"]
+            finally:
+                self._syncing = False
+
+    _CHECKLIST = ScheduleChecklist
+    return _CHECKLIST
+
+
+def _parse_weights(text: str) -> tuple[float, ...]:
+    parts = [x.strip() for x in str(text).replace(";", ",").split(",") if x.strip()]
+    try:
+        return tuple(float(x) for x in parts)
+    except ValueError:
+        raise ValueError(f"per-stage weights must be numbers separated by commas, got {text!r}") from None
+
+
+def explorer(schedules: Sequence[str] | None = None, num_devices: int = 4, num_microbatches: int = 12,
+             f: float = 1.0, b: float = 1.0, w: float = 1.0, comm: float = 0.0,
+             first_stage_extra: float = 0.0, last_stage_extra: float = 0.0,
+             memory_limit: float | None = None, stage_weights: Sequence[float] = (),
+             load: Sequence[str] = (), state: str | None = None, optimize: float = 0.0, **kwargs) -> Explorer:
+    """An :class:`Explorer` with these initial settings (display it in a notebook cell);
+    ``load``: schedule files (torch / torchtitan CSV or text form) to compare as well;
+    ``optimize``: seconds of :func:`ctrlmem.improve` for the first schedule (0: off);
+    ``state``: a state file to show instead (see :meth:`Explorer.apply_state`)."""
+    settings = Settings(
+        schedules=tuple(schedules) if schedules is not None else default_schedules(),
+        num_devices=num_devices, num_microbatches=num_microbatches, f=f, b=b, w=w, comm=comm,
+        first_stage_extra=first_stage_extra, last_stage_extra=last_stage_extra,
+        memory_limit=memory_limit, stage_weights=tuple(stage_weights),
+        loaded=tuple(Schedule.load(x) for x in load), optimize=optimize,
+    )
+    ex = Explorer(settings, **kwargs)
+    if state:
+        ex.apply_state(state)
+    return ex

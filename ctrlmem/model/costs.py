@@ -1,0 +1,202 @@
+"""Pass costs and the activation-memory model (docs/architecture.md).
+
+* :class:`Costs` gives the time of one pass over **one full device-stage** (all the layers a
+  device holds) and the latency ``comm`` of one cross-device hop. A chunk pass of a schedule with
+  ``v`` stages per device costs ``f / v`` (layers split evenly). Per-stage lists give each virtual
+  stage's own time instead (unequal stages: embedding, LM head, padding layers). ``BW`` costs
+  ``b + w``.
+* :class:`MemoryModel` gives the activation each stage's ``F`` allocates, in units of ``a`` (one
+  microbatch's activation over one full device-stage; 1F1B's peak is ``p·a``), and the fraction
+  released at ``B``; the rest is released at ``W`` (or all of it at ``BW``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+__all__ = ["Costs", "MemoryModel", "MAX_COST"]
+
+Number = Union[int, float]
+PerStage = Union[Number, Sequence[Number]]
+
+MAX_COST = 1e15
+"""Largest pass time or latency accepted: sums over millions of passes stay finite and exact to
+well below one unit. Rescale the time unit (ms instead of ns) for larger values."""
+
+
+def _is_number(value: object) -> bool:
+    """A real number (``int``, ``float``, numpy scalars: ``numbers.Real``), never a ``bool``."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_value(name: str, value: Number, allow_zero: bool = True) -> float:
+    if not _is_number(value):
+        what = "a bool" if isinstance(value, bool) else f"a {type(value).__name__}"
+        raise TypeError(f"{name} must be a number, got {what} ({value!r})")
+    x = float(value)
+    if math.isnan(x) or math.isinf(x):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if x < 0 or (x == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    if x > MAX_COST:
+        raise ValueError(f"{name}={value!r} is larger than {MAX_COST:g} (ctrlmem.model.costs.MAX_COST); sums of many "
+                         f"passes would overflow or lose precision; express the times in a larger unit")
+    return x
+
+
+def _normalise(name: str, value: PerStage, allow_zero: bool = True) -> float | tuple[float, ...]:
+    if _is_number(value):
+        return _check_value(name, value, allow_zero)
+    if isinstance(value, (str, bytes, bool, Mapping)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{name} must be a number or a list of per-stage numbers, got "
+                        f"{type(value).__name__} {value!r}" + ("; parse text with Costs.parse('F,B,W,COMM')"
+                                                              if isinstance(value, str) else ""))
+    items = list(value)
+    if not items:
+        raise ValueError(f"{name} is an empty list; give a number or one value per stage")
+    return tuple(_check_value(f"{name}[{i}]", x, allow_zero) for i, x in enumerate(items))
+
+
+def _total(value: float | tuple[float, ...]) -> float:
+    return math.fsum(value) if isinstance(value, tuple) else value
+
+
+def _per_stage(name: str, value: float | tuple[float, ...], num_stages: int, share: float) -> list[float]:
+    if isinstance(value, tuple):
+        if len(value) != num_stages:
+            raise ValueError(
+                f"{name} has {len(value)} per-stage values but the schedule has {num_stages} stages; "
+                f"give one value per stage or a single number"
+            )
+        return list(value)
+    return [value * share] * num_stages
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Pass times and communication latency.
+
+    Args:
+        f: forward time of one full device-stage, or one value per virtual stage.
+        b: input-backward time (same convention).
+        w: weight-backward time (same convention).
+        comm: latency of one cross-device send (a single number).
+    """
+
+    f: PerStage = 1.0
+    b: PerStage = 1.0
+    w: PerStage = 1.0
+    comm: Number = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("f", "b", "w"):
+            object.__setattr__(self, name, _normalise(name, getattr(self, name)))
+        object.__setattr__(self, "comm", _check_value("comm", self.comm))
+        if _total(self.f) + _total(self.b) + _total(self.w) == 0:
+            raise ValueError("f + b + w must be > 0 (on at least one stage): a schedule with free passes has no "
+                             "bubble rate")
+
+    @classmethod
+    def coerce(cls, value: object, name: str = "costs") -> "Costs":
+        """``value`` as a :class:`Costs`: ``None`` (the default costs), a ``Costs``, the text
+        ``"F,B,W[,COMM]"``, a sequence ``(F, B, W[, COMM])`` or a mapping ``{"f": .., "b": ..}``
+        (:meth:`to_dict`'s form). Anything else is a ``TypeError`` naming ``name``."""
+        if value is None:
+            return cls()
+        if isinstance(value, Costs):
+            return value
+        if isinstance(value, str):
+            return cls.parse(value)
+        if isinstance(value, Mapping):
+            unknown = sorted(set(map(str, value)) - {"f", "b", "w", "comm"})
+            if unknown:
+                raise TypeError(f"{name}: unknown key(s) {unknown}; a costs mapping takes f, b, w, comm")
+            return cls(**value)
+        if isinstance(value, (list, tuple)) and not isinstance(value, bool):
+            if len(value) not in (3, 4):
+                raise ValueError(f"{name} as a sequence must be (F, B, W) or (F, B, W, COMM), got {len(value)} "
+                                 f"values: {value!r}")
+            return cls(*value)
+        raise TypeError(f"{name} must be a ctrlmem.Costs, 'F,B,W[,COMM]' text or an (F, B, W[, COMM]) tuple, got "
+                        f"{type(value).__name__} {value!r}")
+
+    @classmethod
+    def parse(cls, text: str) -> "Costs":
+        """``"F,B,W"`` or ``"F,B,W,COMM"``, e.g. ``"1,1,1,0"`` (command-line form)."""
+        if not isinstance(text, str):
+            raise TypeError(f"costs text must be a str like '1,1,1,0', got {type(text).__name__} {text!r}")
+        parts = [x.strip() for x in str(text).split(",")]
+        if len(parts) not in (3, 4):
+            raise ValueError(f"costs must be F,B,W or F,B,W,COMM (e.g. 1,1,1,0), got {text!r}")
+        names = ("f", "b", "w", "comm")
+        values = {}
+        for name, raw in zip(names, parts):
+            try:
+                values[name] = float(raw)
+            except ValueError:
+                raise ValueError(f"costs: {name} must be a number, got {raw!r} in {text!r}") from None
+        return cls(**values)
+
+    def stage_times(self, num_stages: int, num_devices: int) -> tuple[list[float], list[float], list[float]]:
+        """Per-stage ``(f, b, w)`` times for a schedule with ``num_stages`` stages."""
+        share = num_devices / num_stages
+        return (
+            _per_stage("f", self.f, num_stages, share),
+            _per_stage("b", self.b, num_stages, share),
+            _per_stage("w", self.w, num_stages, share),
+        )
+
+    def to_dict(self) -> dict:
+        return {"f": self.f, "b": self.b, "w": self.w, "comm": self.comm}
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """Activation memory per pass, in units of ``a``.
+
+    Args:
+        activation: activation one ``F`` allocates, per virtual stage, in ``a``. ``None`` (the
+            default) gives every stage its even share ``p / S`` (``1`` for one stage per device,
+            ``1/2`` for V-shape chunks). A single number applies to all stages.
+        release_at_b: fraction of a stage's activation released when its ``B`` ends (the rest at
+            ``W``). ``0`` is the paper's scheduling model; the transformer model of docs/theory.md §10
+            frees about ``1 - 32h / (34h + 5·heads·s)`` at ``B``.
+    """
+
+    activation: PerStage | None = None
+    release_at_b: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.activation is not None:
+            object.__setattr__(self, "activation", _normalise("activation", self.activation))
+        r = _check_value("release_at_b", self.release_at_b)
+        if self.activation is not None and _total(self.activation) == 0:
+            raise ValueError("activation is zero on every stage; give positive activations (or None for even shares)")
+        if r > 1:
+            raise ValueError(f"release_at_b is a fraction in [0, 1], got {self.release_at_b!r}")
+        object.__setattr__(self, "release_at_b", r)
+
+    @classmethod
+    def coerce(cls, value: object, name: str = "memory") -> "MemoryModel":
+        """``None`` (the default model) or a :class:`MemoryModel`; anything else is a ``TypeError``."""
+        if value is None:
+            return cls()
+        if isinstance(value, MemoryModel):
+            return value
+        raise TypeError(f"{name} must be a ctrlmem.MemoryModel (or None), got {type(value).__name__} {value!r}")
+
+    @classmethod
+    def transformer(cls, hidden: int, heads: int, seq_len: int) -> "MemoryModel":
+        """The paper's per-layer model: 34·h + 5·heads·s bytes per token stored, 32·h of it
+        kept until W (docs/theory.md §10, the authors' runtime)."""
+        total = 34 * hidden + 5 * heads * seq_len
+        return cls(release_at_b=1 - 32 * hidden / total)
+
+    def stage_activation(self, num_stages: int, num_devices: int) -> list[float]:
+        if self.activation is None:
+            return [num_devices / num_stages] * num_stages
+        return _per_stage("activation", self.activation, num_stages, 1.0)

@@ -1,0 +1,229 @@
+"""Exact, order-preserving, as-soon-as-possible simulation of a schedule (docs/architecture.md).
+
+Each pass starts when its device is free and its input has arrived: ``comm`` is added to every
+dependency that crosses devices. Devices keep their order, which is the paper's *squeeze*
+(docs/theory.md §2). Memory in units of ``a`` comes from the same timeline: an ``F`` allocates its
+stage's activation at its start; ``B`` releases ``MemoryModel.release_at_b`` of it at its end,
+``W`` the rest at its end, ``BW`` all of it. At equal times releases come before allocations.
+
+Definitions (docs/theory.md §5): a device's *span* runs from the start of its first pass to the end
+of its last; its *work* is the sum of its pass times; its *bubble* is span − work. The bubble
+rate is ``1 − max_work / max_span``; with equal costs per device this is the paper's
+``1 − m·(F+B+W) / longest span``. ``makespan`` is the global end time (all devices start at 0).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import NamedTuple
+
+from ctrlmem.model.costs import Costs, MemoryModel
+from ctrlmem.model.ir import Op, Schedule
+from ctrlmem.model.validate import ScheduleIndex, execute, index_schedule
+
+__all__ = ["simulate", "SimResult", "TimedPass"]
+
+
+class TimedPass(NamedTuple):
+    device: int
+    op: Op
+    stage: int
+    microbatch: int
+    start: float
+    end: float
+
+
+def _clean(x: float) -> float:
+    """Round away float noise (sums of thirds and halves) so exact results compare exactly."""
+    return round(x, 9) + 0.0
+
+
+@dataclass
+class SimResult:
+    """Timeline and statistics of one simulated schedule.
+
+    Attributes:
+        schedule, costs, memory: the inputs.
+        makespan: end of the last pass (global clock, all devices start at 0).
+        device_spans: per device, end of its last pass − start of its first.
+        device_work: per device, the sum of its pass times.
+        device_bubbles: per device, span − work.
+        bubble_rate: ``1 − max(device_work) / max(device_spans)``.
+        peak_memory: per device, the peak activation memory in units of ``a``.
+        passes: every pass with its device and start/end times (device-major, in order).
+    """
+
+    schedule: Schedule
+    costs: Costs
+    memory: MemoryModel
+    makespan: float
+    device_spans: list[float]
+    device_work: list[float]
+    device_bubbles: list[float]
+    bubble_rate: float
+    peak_memory: list[float]
+    _index: ScheduleIndex = field(repr=False)
+    _start: list[float] = field(repr=False)
+    _end: list[float] = field(repr=False)
+    _events: list[list[tuple[float, float]]] = field(repr=False)
+
+    @cached_property
+    def passes(self) -> list[TimedPass]:
+        idx, start, end = self._index, self._start, self._end
+        out = []
+        for d, keys in enumerate(idx.device_keys):
+            for key in keys:
+                ps = idx.pass_of(key)
+                out.append(TimedPass(d, ps.op, ps.stage, ps.microbatch, start[key], end[key]))
+        return out
+
+    def timing(self, device: int, position: int) -> tuple[float, float]:
+        """(start, end) of the pass at ``position`` in ``device``'s order."""
+        key = self._index.device_keys[device][position]
+        return self._start[key], self._end[key]
+
+    def memory_curve(self, device: int) -> tuple[list[float], list[float]]:
+        """Step curve of ``device``'s activation memory: ``values[i]`` holds from ``times[i]``
+        until ``times[i+1]``. Starts at ``(0, 0)``."""
+        times, values = [0.0], [0.0]
+        level = 0.0
+        for t, delta in self._events[device]:
+            level += delta
+            if t == times[-1]:
+                values[-1] = _clean(level)
+            else:
+                times.append(t)
+                values.append(_clean(level))
+        return times, values
+
+    @property
+    def memory_curves(self) -> list[tuple[list[float], list[float]]]:
+        return [self.memory_curve(d) for d in range(self.schedule.num_devices)]
+
+    @property
+    def max_peak_memory(self) -> float:
+        return max(self.peak_memory)
+
+    def to_dict(self, include_passes: bool = True) -> dict:
+        """JSON-ready dict; its keys are the SimResult fields (docs/architecture.md)."""
+        out = {
+            "schedule": self.schedule.name,
+            "num_devices": self.schedule.num_devices,
+            "num_microbatches": self.schedule.num_microbatches,
+            "num_stages": self.schedule.num_stages,
+            "placement": self.schedule.placement.kind,
+            "costs": self.costs.to_dict(),
+            "release_at_b": self.memory.release_at_b,
+            "makespan": self.makespan,
+            "device_spans": self.device_spans,
+            "device_work": self.device_work,
+            "device_bubbles": self.device_bubbles,
+            "bubble_rate": self.bubble_rate,
+            "peak_memory": self.peak_memory,
+        }
+        if include_passes:
+            out["passes"] = [
+                {"device": tp.device, "op": tp.op.value, "stage": tp.stage, "microbatch": tp.microbatch,
+                 "start": tp.start, "end": tp.end}
+                for tp in self.passes
+            ]
+        return out
+
+
+def pass_durations(index: ScheduleIndex, f, b, w) -> list[float]:
+    """Each pass's time, indexed by the key of ``index`` (:class:`ctrlmem.model.validate.ScheduleIndex`),
+    from per-stage times ``f``, ``b``, ``w`` (a fused ``BW`` takes ``b + w``)."""
+    S, m = index.num_stages, index.num_microbatches
+    sm = S * m
+    fused = index.fused
+    durations = [0.0] * (3 * sm)
+    for st in range(S):
+        base = st * m
+        durations[base : base + m] = [f[st]] * m
+        if any(fused[base : base + m]):
+            durations[sm + base : sm + base + m] = [b[st] + w[st] if fused[base + k] else b[st] for k in range(m)]
+        else:
+            durations[sm + base : sm + base + m] = [b[st]] * m
+        durations[2 * sm + base : 2 * sm + base + m] = [w[st]] * m
+    return durations
+
+
+def simulate(
+    schedule: Schedule,
+    costs: Costs | None = None,
+    memory: MemoryModel | None = None,
+) -> SimResult:
+    """Simulate ``schedule`` under ``costs`` (default: F = B = W = 1, comm 0) and ``memory``.
+
+    ``costs`` may also be given as ``"F,B,W[,COMM]"`` text or an ``(F, B, W[, COMM])`` tuple
+    (:meth:`Costs.coerce`); other types raise ``TypeError`` naming the argument.
+
+    Raises :class:`ctrlmem.ScheduleError` if the schedule is malformed or deadlocks.
+    """
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a ctrlmem Schedule (from cm.build or a file import), got "
+                        f"{type(schedule).__name__} {schedule!r}"[:200])
+    costs = Costs.coerce(costs, "costs")
+    memory = MemoryModel.coerce(memory, "memory")
+    S, m, p = schedule.num_stages, schedule.num_microbatches, schedule.num_devices
+    f, b, w = costs.stage_times(S, p)
+    act = memory.stage_activation(S, p)
+    index = index_schedule(schedule)
+    sm = S * m
+    fused = index.fused
+    durations = pass_durations(index, f, b, w)
+    start, end = execute(schedule, index, durations, float(costs.comm))
+
+    rb = memory.release_at_b
+    spans, work, peaks, events = [], [], [], []
+    makespan = 0.0
+    for keys in index.device_keys:
+        if not keys:
+            spans.append(0.0), work.append(0.0), peaks.append(0.0), events.append([])
+            continue
+        first = min(start[k] for k in keys)
+        last = max(end[k] for k in keys)
+        makespan = max(makespan, last)
+        spans.append(_clean(last - first))
+        work.append(_clean(math.fsum(durations[k] for k in keys)))
+        ev: list[tuple[float, float]] = []
+        for key in keys:
+            kind, r = divmod(key, sm)
+            a = act[r // m]
+            if kind == 0:
+                ev.append((start[key], a))
+            elif kind == 1:
+                if fused[r]:
+                    ev.append((end[key], -a))
+                elif rb:
+                    ev.append((end[key], -a * rb))
+            else:
+                ev.append((end[key], -a * (1.0 - rb)))
+        ev.sort()  # at equal times the negative deltas (releases) sort first
+        level = peak = 0.0
+        for _, delta in ev:
+            level += delta
+            if level > peak:
+                peak = level
+        peaks.append(_clean(peak))
+        events.append(ev)
+    max_span = max(spans)
+    # work <= span on every device, so the rate is >= 0; clamp the float noise of huge sums
+    bubble_rate = max(0.0, _clean(1.0 - max(work) / max_span)) if max_span > 0 else 0.0
+    return SimResult(
+        schedule=schedule,
+        costs=costs,
+        memory=memory,
+        makespan=_clean(makespan),
+        device_spans=spans,
+        device_work=work,
+        device_bubbles=[_clean(s - w_) for s, w_ in zip(spans, work)],
+        bubble_rate=bubble_rate,
+        peak_memory=peaks,
+        _index=index,
+        _start=start,
+        _end=end,
+        _events=events,
+    )

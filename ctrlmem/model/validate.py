@@ -1,0 +1,344 @@
+"""Validation of schedules: structure, placement, dependencies and cross-device deadlock.
+
+A valid schedule runs, for every stage ``s`` and microbatch ``k``, exactly one ``F`` and either
+one ``BW`` or one ``B`` and one ``W``, each on the device that holds ``s``. The data
+dependencies are those of docs/architecture.md:
+
+* ``F(s, k)`` needs ``F(s-1, k)``;
+* ``B(s, k)`` (or ``BW``) needs ``B(s+1, k)`` (or ``BW``), and the last stage's needs its own
+  ``F`` (the loss turns the forward into the backward);
+* ``W(s, k)`` needs ``B(s, k)``.
+
+Each device runs its passes in the given order; :func:`execute` runs them as soon as possible
+and detects deadlock, a cycle between device orders. :class:`ScheduleError` names the device,
+its position (step), the pass and what it waits for, and prints the step-by-device grid with a
+marker at the failing step, in the manner of torch's pipelining validator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ctrlmem.model.ir import Op, Pass, Schedule
+
+__all__ = ["ScheduleError", "validate", "ScheduleIndex", "index_schedule", "execute", "format_grid"]
+
+
+
+class ScheduleError(ValueError):
+    """A schedule that cannot run. Carries the coordinates of the first problem.
+
+    Attributes:
+        device, position: where the problem is (``position`` is the step in that device's order).
+        pass_: the pass at fault (or ``None``).
+        waits_for: the pass it waits for, when it is a dependency problem.
+        grid: the step-by-device grid with the marker.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        device: int | None = None,
+        position: int | None = None,
+        pass_: Pass | None = None,
+        waits_for: Pass | None = None,
+        grid: str = "",
+    ):
+        self.device = device
+        self.position = position
+        self.pass_ = pass_
+        self.waits_for = waits_for
+        self.grid = grid
+        self.reason = message
+        super().__init__(message + (f"\n\n{grid}" if grid else ""))
+
+
+def format_grid(
+    schedule: Schedule,
+    device: int | None = None,
+    position: int | None = None,
+    window: int = 6,
+) -> str:
+    """The schedule as a step-by-device table (rows are steps, columns devices), marking the
+    cell ``(device, position)`` with ``>>`` and its row with ``<-- ERROR HERE``. Long schedules
+    show only ``window`` steps on either side of the marker."""
+    rows = schedule.device_passes
+    depth = max((len(r) for r in rows), default=0)
+    if position is None:
+        lo, hi = 0, min(depth, 2 * window + 1)
+    else:
+        lo, hi = max(0, position - window), min(depth, position + window + 1)
+    cells = [[""] + [f"d{d}" for d in range(len(rows))]]
+    for step in range(lo, hi):
+        line = [f"step {step}"]
+        for d, row in enumerate(rows):
+            text = str(row[step]) if step < len(row) else ""
+            if d == device and step == position:
+                text = ">>" + text
+            line.append(text)
+        cells.append(line)
+    widths = [max(len(r[c]) for r in cells) for c in range(len(cells[0]))]
+    out = []
+    if lo > 0:
+        out.append(f"... ({lo} earlier steps)")
+    for i, line in enumerate(cells):
+        text = "  ".join(c.rjust(w) for c, w in zip(line, widths))
+        if i > 0 and position is not None and lo + i - 1 == position:
+            text += f"  <-- ERROR HERE (device {device})"
+        out.append(text.rstrip())
+    if hi < depth:
+        out.append(f"... ({depth - hi} later steps)")
+    return "\n".join(out)
+
+
+@dataclass
+class ScheduleIndex:
+    """Flat integer view of a structurally valid schedule, shared by validation and simulation.
+
+    A pass is identified by ``key = (kind * S + stage) * m + microbatch`` with kind 0 = F,
+    1 = B or BW, 2 = W. ``dep[key]`` is the key it needs (-1 for none), ``device[key]`` the
+    device that runs it, ``where[key]`` its position on that device.
+    """
+
+    num_stages: int
+    num_microbatches: int
+    device_keys: list[list[int]]
+    device: list[int]
+    where: list[int]
+    dep: list[int]
+    fused: bytearray  # per (stage * m + mb): 1 when the backward is a fused BW
+
+    def pass_of(self, key: int) -> Pass:
+        sm = self.num_stages * self.num_microbatches
+        kind, rem = divmod(key, sm)
+        stage, mb = divmod(rem, self.num_microbatches)
+        if kind == 0:
+            op = Op.F
+        elif kind == 2:
+            op = Op.W
+        else:
+            op = Op.BW if self.fused[rem] else Op.B
+        return Pass(op, stage, mb)
+
+
+def _fail(schedule: Schedule, message: str, device: int, position: int, pass_: Pass, waits_for=None):
+    raise ScheduleError(
+        message,
+        device=device,
+        position=position,
+        pass_=pass_,
+        waits_for=waits_for,
+        grid=format_grid(schedule, device, position),
+    )
+
+
+def index_schedule(schedule: Schedule) -> ScheduleIndex:
+    """Check the structure of ``schedule`` and return its :class:`ScheduleIndex`.
+
+    Raises :class:`ScheduleError` for a pass on the wrong device, an out-of-range stage or
+    microbatch, a duplicate, a missing pass, or a stage mixing ``BW`` with ``B``/``W``.
+    """
+    S, m = schedule.num_stages, schedule.num_microbatches
+    if m < 1:
+        raise ScheduleError(f"num_microbatches must be >= 1, got {m}")
+    stage_device = schedule.placement.stage_device
+    sm = S * m
+    n = 3 * sm
+    device = [-1] * n
+    where = [-1] * n
+    dep = [-1] * n
+    fused = bytearray(sm)
+    device_keys: list[list[int]] = []
+    last = S - 1
+    op_f, op_w, op_bw = Op.F, Op.W, Op.BW
+    num_w = 0
+    for d, row in enumerate(schedule.device_passes):
+        keys = []
+        for pos, ps in enumerate(row):
+            s, k, op = ps.stage, ps.microbatch, ps.op
+            if not 0 <= s < S:
+                _fail(schedule, f"device {d}, step {pos}: pass {ps} names stage {s}, outside 0..{S - 1}", d, pos, ps)
+            if not 0 <= k < m:
+                _fail(schedule, f"device {d}, step {pos}: pass {ps} names microbatch {k}, outside 0..{m - 1}", d, pos, ps)
+            if stage_device[s] != d:
+                _fail(
+                    schedule,
+                    f"device {d}, step {pos}: pass {ps} runs stage {s}, which the placement "
+                    f"({schedule.placement.kind}) puts on device {stage_device[s]}",
+                    d, pos, ps,
+                )
+            r = s * m + k
+            if op is op_f:
+                key = r
+                need = r - m if s > 0 else -1
+            elif op is op_w:
+                key = 2 * sm + r
+                need = sm + r
+                num_w += 1
+            else:
+                key = sm + r
+                need = key + m if s < last else r  # B(s+1) or, at the loss, F(S-1)
+                if op is op_bw:
+                    fused[r] = 1
+            if device[key] >= 0:
+                first = schedule.device_passes[device[key]][where[key]]
+                _fail(
+                    schedule,
+                    f"device {d}, step {pos}: pass {ps} duplicates {first} at step {where[key]} "
+                    f"(each stage and microbatch needs one F and one BW, or one B and one W)",
+                    d, pos, ps,
+                )
+            device[key] = d
+            where[key] = pos
+            dep[key] = need
+            keys.append(key)
+        device_keys.append(keys)
+    total = sum(len(keys) for keys in device_keys)
+    # Without duplicates, the counts match exactly when nothing is missing and no stage mixes
+    # BW with W; only then can the detailed scan be skipped.
+    num_fused = sum(fused)
+    mixed = num_fused and num_w and any(device[2 * sm + r] >= 0 for r in range(sm) if fused[r])
+    if mixed or total != 3 * sm - num_fused or num_w != sm - num_fused or -1 in device[: 2 * sm]:
+        _check_complete(schedule, device, where, fused)
+    return ScheduleIndex(S, m, device_keys, device, where, dep, fused)
+
+
+def _check_complete(schedule: Schedule, device: list[int], where: list[int], fused: bytearray) -> None:
+    S, m = schedule.num_stages, schedule.num_microbatches
+    sm = S * m
+    for s in range(S):
+        for k in range(m):
+            r = s * m + k
+            f_key, b_key, w_key = r, sm + r, 2 * sm + r
+            missing = None
+            if device[f_key] < 0:
+                missing = Pass(Op.F, s, k)
+            elif device[b_key] < 0:
+                missing = Pass(Op.B if device[w_key] >= 0 else Op.BW, s, k)
+            elif fused[r] and device[w_key] >= 0:
+                d, pos = device[w_key], where[w_key]
+                _fail(
+                    schedule,
+                    f"device {d}, step {pos}: stage {s} microbatch {k} has a fused BW and also a W; "
+                    "use either BW alone or B followed by W",
+                    d, pos, schedule.device_passes[d][pos],
+                )
+            elif not fused[r] and device[w_key] < 0:
+                missing = Pass(Op.W, s, k)
+            if missing is not None:
+                d = schedule.placement.stage_device[s]
+                raise ScheduleError(
+                    f"device {d}: pass {missing} (stage {s}, microbatch {k}) is missing; every stage "
+                    "and microbatch needs one F and either one BW or one B and one W",
+                    device=d, pass_=missing, grid=format_grid(schedule),
+                )
+
+
+def execute(
+    schedule: Schedule,
+    index: ScheduleIndex,
+    durations: Sequence[float],
+    comm: float,
+) -> tuple[list[float], list[float]]:
+    """Run every pass as soon as possible, keeping each device's order (the paper's squeeze).
+
+    ``durations[key]`` is the time of each pass; ``comm`` is added on every dependency that
+    crosses devices. Returns ``(start, end)`` indexed by key. Raises :class:`ScheduleError` on
+    deadlock, naming the blocked pass, what it waits for and where that pass sits.
+    """
+    dev = index.device
+    dep = index.dep
+    n = len(dev)
+    start = [-1.0] * n
+    end = [-1.0] * n
+    orders = index.device_keys
+    p = len(orders)
+    ptr = [0] * p
+    free = [0.0] * p
+    waiting: dict[int, list[int]] = {}
+    queue = list(range(p - 1, -1, -1))
+    while queue:
+        d = queue.pop()
+        keys = orders[d]
+        i = ptr[d]
+        t_free = free[d]
+        count = len(keys)
+        while i < count:
+            k = keys[i]
+            t = t_free
+            q = dep[k]
+            if q >= 0:
+                e = end[q]
+                if e < 0.0:
+                    waiting.setdefault(q, []).append(d)
+                    break
+                if dev[q] != d:
+                    e += comm
+                if e > t:
+                    t = e
+            start[k] = t
+            t_free = t + durations[k]
+            end[k] = t_free
+            i += 1
+            woken = waiting.pop(k, None)
+            if woken:
+                queue.extend(woken)
+        ptr[d] = i
+        free[d] = t_free
+    blocked = [d for d in range(p) if ptr[d] < len(orders[d])]
+    if blocked:
+        _raise_deadlock(schedule, index, ptr, blocked)
+    return start, end
+
+
+def _raise_deadlock(schedule: Schedule, index: ScheduleIndex, ptr: list[int], blocked: list[int]):
+    heads = {d: index.device_keys[d][ptr[d]] for d in blocked}
+    # Prefer a same-device order error (the simplest fix), then the lowest device.
+    primary = next((d for d in blocked if index.device[index.dep[heads[d]]] == d), blocked[0])
+    key = heads[primary]
+    need = index.dep[key]
+    ps, wp = index.pass_of(key), index.pass_of(need)
+    nd, npos = index.device[need], index.where[need]
+    pos = ptr[primary]
+    if nd == primary:
+        msg = (
+            f"device {primary}, step {pos}: pass {ps} waits for {wp}, which comes later on the same "
+            f"device (step {npos}); move {wp} before {ps}"
+        )
+    else:
+        chain = []
+        seen = set()
+        d = primary
+        while d in heads and d not in seen:
+            seen.add(d)
+            h = heads[d]
+            q = index.dep[h]
+            chain.append(
+                f"device {d} step {ptr[d]} {index.pass_of(h)} waits for {index.pass_of(q)} "
+                f"(device {index.device[q]} step {index.where[q]})"
+            )
+            d = index.device[q]
+        msg = (
+            f"deadlock: device {primary}, step {pos}: pass {ps} waits for {wp} on device {nd} "
+            f"(its step {npos}), which is never reached.\nWait chain: " + "; ".join(chain)
+        )
+    raise ScheduleError(
+        msg, device=primary, position=pos, pass_=ps, waits_for=wp,
+        grid=format_grid(schedule, primary, pos),
+    )
+
+
+def validate(schedule: Schedule) -> Schedule:
+    """Check that ``schedule`` can run; return it unchanged, or raise :class:`ScheduleError`.
+
+    Checks: passes sit on their stage's device; each (stage, microbatch) has one F and one BW,
+    or one B and one W; each device's order respects the dependencies on that device; and the
+    device orders together do not deadlock.
+    """
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a ctrlmem Schedule (from cm.build or a file import), got "
+                        f"{type(schedule).__name__} {schedule!r}"[:200])
+    index = index_schedule(schedule)
+    execute(schedule, index, [1.0] * len(index.device), 0.0)
+    return schedule

@@ -1,0 +1,164 @@
+"""Late-acceptance candidates for small pipelines: the best schedules at each cap, improved by
+late-acceptance hill climbing over single-pass moves (what the solver's last optima at p ≤ 4 do
+that the strict descents of the other families cannot reach).
+
+The polish, relocate and periodic families (:mod:`.polish`, :mod:`.relocate`, :mod:`.periodic`)
+keep a move only when it shortens the schedule at once. Where ``cm.improve`` still proved the
+search's schedules 2–4 % too long at p ≤ 4 (docs/theory.md §12), the optimum is a few moves
+away through schedules that are *not* shorter: e.g. at p = 3, m = 3 under half of 1F1B's memory
+the last microbatch's forwards run through the upper stages *before* the backwards of the one
+ahead of it (each device's cool-down reordered), and no single one of those moves shortens the
+schedule until the last is made.
+
+Late-acceptance hill climbing (Burke and Bykov, European Journal of Operational Research 258,
+2017) crosses such plateaus and small rises: a move is kept when the result is no worse than
+the current schedule *or than the current schedule* :data:`HISTORY` *timings ago*; one
+parameter, no temperature, and only comparisons (so the compiled and the plain Python forms
+agree bit for bit, :mod:`ctrlmem.search.kernels`). The moves are those of :mod:`.relocate`:
+one pass of a device to another position up to :data:`REACH` away, never before its own input
+on the device nor after its own output, drawn by a fixed-seed generator; a move is made only
+when the device's peak stays within the cap and the schedule still runs. The score is the
+query's objective (longest span, or makespan), then the sum of the device spans (span) or of
+the devices' end times (makespan): a move that ends a device earlier without shortening the
+schedule yet counts as progress.
+
+At each cap of the list family's grid up to the budget and up to 1F1B's memory, the climbs
+start from the :data:`STARTS` best distinct candidates the other families give within that cap
+(the earlier caps' results included); from each start, :data:`SEEDS` climbs one after the
+other (each from the last one's best, with its own seed), each of at most :data:`EVALS`
+timings and ending :data:`PATIENCE` timings after its last new best. A start that already meets
+the lower bound is left as it is. Deterministic. For pipelines of at most :data:`LAHC_MAX_PM`
+passes per stage pair (``p·m``), split backward. Monotone: a cap's candidates include every
+smaller cap's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ctrlmem.search.encoding import CandidateSet, concat, tables
+from ctrlmem.search.engine import Progress, Query
+from ctrlmem.search.kernels import kernel
+from ctrlmem.search.timing import _run_one, _work, durations
+from ctrlmem.search.families.lists import PerCapFamily
+from ctrlmem.search.families.relocate import _keeps_order, _move, _peak_ok, _random_move, distinct, ranked
+
+__all__ = ["LateAcceptanceFamily", "lahc_keys", "LAHC_MAX_PM", "STARTS", "SEEDS", "EVALS", "HISTORY", "PATIENCE",
+           "REACH"]
+
+LAHC_MAX_PM = 64
+STARTS = 3
+SEEDS = 2
+EVALS = 12_000
+HISTORY = 50
+PATIENCE = 2_000
+REACH = 8
+
+
+@kernel(inline=True)
+def _le2(a0, a1, b0, b1):  # pragma: no cover - compiled
+    """(a0, a1) <= (b0, b1), each compared with a 1e-9 tolerance."""
+    if a0 < b0 - 1e-9:
+        return True
+    if a0 > b0 + 1e-9:
+        return False
+    return a1 <= b1 + 1e-9
+
+
+@kernel
+def _lahc(keys, dep, cross, dur, comm, delta, cap, reach, max_evals, history, patience, by_makespan,
+          seed):  # pragma: no cover - compiled
+    """Late-acceptance hill climbing of ``keys`` (one candidate, ``[1, p, L]``), in place (the
+    best schedule met); returns 1 if it improved. It stops after ``max_evals`` timings, or
+    ``patience`` timings after the last new best."""
+    p = keys.shape[1]
+    L = keys.shape[2]
+    end, ptr, free, first, res = _work(dep.shape[0], p)  # res: span, makespan, sums (_run_one)
+    _run_one(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
+    # the score: the objective, then the sum of the device ends (makespan) or of the spans (span)
+    c0 = res[1] if by_makespan else res[0]
+    c1 = res[4] if by_makespan else res[2]
+    b0, b1 = c0, c1
+    best = keys.copy()
+    h0 = np.full(history, c0)
+    h1 = np.full(history, c1)
+    state = 1 + seed % 2147483646  # MINSTD (_random_move)
+    evals = 0
+    tries = 0
+    changed = 0
+    last = 0  # the timing that last found a new best
+    while evals < max_evals and tries < 20 * max_evals and evals - last < patience:
+        tries += 1
+        state, d, i, j = _random_move(state, p, L, reach)
+        row = keys[0, d]
+        if j < 0 or j >= L or j == i or not _keeps_order(row, i, j, dep):
+            continue
+        _move(row, i, j)
+        ok = _peak_ok(row, delta, cap)
+        if ok:
+            _run_one(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
+            ok = np.isfinite(res[0])
+        if not ok:
+            _move(row, j, i)
+            continue
+        v = evals % history
+        evals += 1
+        n0 = res[1] if by_makespan else res[0]
+        n1 = res[4] if by_makespan else res[2]
+        if _le2(n0, n1, h0[v], h1[v]) or _le2(n0, n1, c0, c1):  # late acceptance
+            c0, c1 = n0, n1
+            if not _le2(b0, b1, c0, c1):
+                b0, b1 = c0, c1
+                best[:, :, :] = keys
+                changed = 1
+                last = evals
+        else:
+            _move(row, j, i)
+        if _le2(c0, c1, h0[v], h1[v]):
+            h0[v], h1[v] = c0, c1
+    keys[:, :, :] = best
+    return changed
+
+
+def lahc_keys(cs: CandidateSet, index: int, costs, cap: float, by_makespan: bool = False, seed: int = 1,
+              max_evals: int | None = None) -> CandidateSet | None:
+    """Candidate ``index`` of ``cs`` improved by late-acceptance hill climbing under ``cap``
+    (``a``), scored by the longest span, then the sum of the device spans (``by_makespan``: the
+    makespan, then the sum of the devices' end times); ``None`` if it found nothing better. ``max_evals``: timings (default :data:`EVALS`)."""
+    max_evals = EVALS if max_evals is None else max_evals
+    t = tables(cs.placement, cs.m, cs.fused)
+    keys = cs.keys[index: index + 1].copy()
+    dur = durations(cs.placement, cs.m, cs.fused, costs)
+    if not _lahc(keys, t.dep, t.cross, dur, float(costs.comm), t.delta, float(cap), REACH, int(max_evals), HISTORY,
+                 PATIENCE, bool(by_makespan), int(seed)):
+        return None
+    return CandidateSet(cs.placement, cs.m, cs.fused, keys, (f"{cs.labels[index]} late-acceptance {seed}",))
+
+
+class LateAcceptanceFamily(PerCapFamily):
+    """See the module docstring; ``others`` are the families whose best are climbed from."""
+
+    name = "late-acceptance"
+
+    def applies(self, q: Query) -> bool:
+        return not q.fused and q.placement.num_devices * q.m <= LAHC_MAX_PM
+
+    def top(self, q: Query, base: int) -> int:
+        """Caps up to 1F1B's memory (``p·a``): above it the other families' schedules are
+        bubble-free or nearly so, and a larger budget keeps what the smaller caps found."""
+        return min(int(np.floor(q.cap * base + 1e-9)), base * q.placement.num_devices, base * q.m)
+
+    def at_cap(self, sub: Query, done: list[CandidateSet]) -> tuple[CandidateSet, ...]:
+        pool = ranked(list(done) + [x for fam in self.others for x in fam.sets(sub, Progress())], sub.costs,
+                      sub.cap, sub.by_makespan)
+        floor = sub.bound(sub.cap)  # no schedule within the cap has a shorter span (nor makespan)
+        out = []
+        for span, make, cs, i in distinct(pool, STARTS):
+            if (make if sub.by_makespan else span) <= floor + 1e-9:
+                break  # it meets the bound: nothing left to gain
+            for seed in range(1, SEEDS + 1):  # each climb goes on from the last one's best
+                got = lahc_keys(cs, i, sub.costs, sub.cap, sub.by_makespan, seed)
+                if got is not None:
+                    out.append(got)
+                    cs, i = got, 0
+        return (concat(out),) if out else ()

@@ -1,0 +1,683 @@
+"""Improve any schedule with the solver, and certify how far from optimal it is.
+
+:func:`improve` takes a schedule (a heuristic's, a file's), its costs and a memory budget, and
+returns what :func:`ctrlmem.optimal` returns (:class:`~ctrlmem.solver.optimal.OptimalResult`): a
+schedule never longer than the input and within the budget, its makespan, the best proven lower
+bound on every schedule's makespan, the status and the gap.
+
+How (docs/theory.md §12):
+
+* **bounds first**: the closed-form lower bounds of :func:`ctrlmem.search.bounds.makespan_bounds`
+  (per device; memory × time; the idle forced around the first backward and after the last
+  forward under the memory cap). When the input meets one, it is proven optimal at once.
+* **the whole model** (instances of at most :data:`WHOLE_MODEL_PASSES` passes): the CP-SAT model
+  of :func:`ctrlmem.optimal`, hinted with the input, for up to half of the time. It proves small
+  pipelines and gives the solver's own bound.
+* **large-neighbourhood search**: the rest of the time, repeatedly *free a window* of the
+  current schedule — the passes that start in a time interval, on all devices, on a range of
+  devices, or of a range of microbatches — keep everything else in its order, and let CP-SAT
+  reorder the window for the shortest makespan. Passes before the window keep their times; the
+  passes after it keep their order, so their effect on the makespan is a longest path computed
+  once per window; the memory after the window is what it was (the window runs the same passes).
+  A window's result is kept when the simulated makespan gets shorter (or stays and the devices
+  end earlier in sum). Window sizes adapt to what the solver proves within its time slice.
+
+Every schedule kept is simulated exactly (:func:`ctrlmem.simulate`'s as-soon-as-possible run,
+with the real costs) and checked against the budget, so the result is valid, within the budget,
+and never longer than the input, whatever the solver does.
+
+``time_limit`` bounds the whole call (wall-clock seconds). With ``deterministic=True`` the solver's
+*deterministic time* (CP-SAT's work measure, about a second of one core each) is counted instead,
+with one fixed-seed search per window, so the same inputs give the same result on any machine
+and load (what ``ctrlmem reproduce`` uses); a wall-clock safety limit of ``3 × time_limit + 10``
+seconds still applies. Ctrl-C (``KeyboardInterrupt``) or a termination signal stops the solver
+thread before the exception propagates.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+from dataclasses import dataclass
+
+from ctrlmem.util import checks
+from ctrlmem.model.costs import Costs
+from ctrlmem.model.ir import Op, Pass, Schedule
+from ctrlmem.solver.optimal import MAX_TIME_LIMIT, OptimalResult, _scale
+from ctrlmem.search.bounds import makespan_bounds
+from ctrlmem.model.simulate import simulate
+from ctrlmem.model.validate import index_schedule
+
+__all__ = ["improve", "WHOLE_MODEL_PASSES", "MAX_IMPROVE_PASSES"]
+
+log = logging.getLogger(__name__)
+
+WHOLE_MODEL_PASSES = 1_500
+"""Instances of at most this many passes first get the whole CP-SAT model (hinted with the
+input) for up to half of the time limit; larger ones only the windows (the whole model's proof
+and bound do not move within minutes there)."""
+
+MAX_IMPROVE_PASSES = 60_000
+"""Largest schedule :func:`improve` takes (each window step simulates the whole schedule)."""
+
+_WINDOW_START = 120      # passes freed in the first window
+_WINDOW_MIN, _WINDOW_MAX = 16, 2_500
+_SLICE_S = 2.0            # solver seconds per window
+_WINDOW_SPREAD = 3        # a window's interval holds at most this many times its free passes
+
+DET_SECONDS = 5.0
+"""With ``deterministic=True``, one unit of CP-SAT's deterministic time counts as this many
+seconds: on the windows' models it took 4–7 CPU seconds of one core of the reference machine
+(docs/reproduce.md), so that a deterministic run of ``time_limit`` spends about that much
+solver CPU time (the Python side, simulating and building each window, is not counted)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# the problem as integer arrays
+
+
+@dataclass
+class _Problem:
+    """A schedule's passes by key (``(kind·S + stage)·m + mb``), with what the models need."""
+
+    schedule: Schedule
+    n: int
+    keys: list[int]            # the keys present
+    dev: list[int]             # per key: its device
+    dur: list[int]             # per key: scaled duration
+    durf: list[float]          # per key: real duration
+    dep: list[int]             # per key: its input's key (-1: none)
+    lat: list[int]             # per key: scaled hop latency from its input (0 on the same device)
+    latf: list[float]
+    succ: list[list[int]]      # per key: the keys that take it as input
+    delta: list[int]           # per key: +1 (F allocates), -1 (W or fused BW releases), 0
+    rank: list[int]            # per key: a topological rank of the data dependencies
+    mb: list[int]
+    release_of: list[int]      # per F key: the key that releases its activation
+    cap: int                   # activations a device may hold at once
+    scale: int
+    exact: bool
+
+
+def _problem(schedule: Schedule, costs: Costs, cap_units: int) -> _Problem:
+    idx = index_schedule(schedule)
+    S, m, p = schedule.num_stages, schedule.num_microbatches, schedule.num_devices
+    sm = S * m
+    n = 3 * sm
+    f, b, w = costs.stage_times(S, p)
+    scale, exact = _scale(list(f) + list(b) + list(w) + [float(costs.comm)])
+    fi = [int(round(x * scale)) for x in f]
+    bi = [int(round(x * scale)) for x in b]
+    wi = [int(round(x * scale)) for x in w]
+    ci = int(round(float(costs.comm) * scale))
+    dev, dur, durf = [-1] * n, [0] * n, [0.0] * n
+    dep, lat, latf = [-1] * n, [0] * n, [0.0] * n
+    delta, rank, mbs, release_of = [0] * n, [0] * n, [0] * n, [-1] * n
+    succ: list[list[int]] = [[] for _ in range(n)]
+    keys = []
+    for d, row in enumerate(idx.device_keys):
+        for key in row:
+            keys.append(key)
+            dev[key] = d
+    for key in keys:
+        kind, r = divmod(key, sm)
+        s, k = divmod(r, m)
+        mbs[key] = k
+        fused = bool(idx.fused[r])
+        if kind == 0:
+            dur[key], durf[key], delta[key], rank[key] = fi[s], f[s], 1, s
+            release_of[key] = sm + r if fused else 2 * sm + r
+        elif kind == 1:
+            dur[key] = bi[s] + (wi[s] if fused else 0)
+            durf[key] = b[s] + (w[s] if fused else 0.0)
+            delta[key] = -1 if fused else 0
+            rank[key] = 2 * S - 1 - s
+        else:
+            dur[key], durf[key], delta[key], rank[key] = wi[s], w[s], -1, 2 * S + s
+        need = idx.dep[key]
+        dep[key] = need
+        if need >= 0:
+            succ[need].append(key)
+            if dev[need] != dev[key]:
+                lat[key], latf[key] = ci, float(costs.comm)
+    return _Problem(schedule, n, keys, dev, dur, durf, dep, lat, latf, succ, delta, rank, mbs, release_of,
+                    cap_units, scale, exact)
+
+
+def _asap(pb: _Problem, orders: list[list[int]], real: bool = False):
+    """As-soon-as-possible times of ``orders`` (per key; integer scaled, or real with ``real``):
+    ``(start, end)``, ``None`` on a deadlock."""
+    dur = pb.durf if real else pb.dur
+    lat = pb.latf if real else pb.lat
+    n = pb.n
+    zero = 0.0 if real else 0
+    start = [zero] * n
+    end = [zero] * n
+    indeg = [0] * n
+    nxt = [-1] * n
+    for row in orders:
+        for i, key in enumerate(row):
+            if i:
+                indeg[key] += 1
+                nxt[row[i - 1]] = key
+            if pb.dep[key] >= 0:
+                indeg[key] += 1
+    ready = [row[0] for row in orders if row and indeg[row[0]] == 0]
+    ready_t = [zero] * n
+    done = 0
+    while ready:
+        key = ready.pop()
+        st = ready_t[key]
+        start[key] = st
+        e = st + dur[key]
+        end[key] = e
+        done += 1
+        y = nxt[key]
+        if y >= 0:
+            if e > ready_t[y]:
+                ready_t[y] = e
+            indeg[y] -= 1
+            if indeg[y] == 0:
+                ready.append(y)
+        for y in pb.succ[key]:
+            t = e + lat[y]
+            if t > ready_t[y]:
+                ready_t[y] = t
+            indeg[y] -= 1
+            if indeg[y] == 0:
+                ready.append(y)
+    if done != len(pb.keys):
+        return None
+    return start, end
+
+
+def _score(pb: _Problem, orders, real: bool = True):
+    """``(makespan, sum of the devices' end times)`` of ``orders`` (``None``: deadlock)."""
+    got = _asap(pb, orders, real)
+    if got is None:
+        return None
+    _, end = got
+    ends = [max(end[k] for k in row) if row else 0 for row in orders]
+    return max(ends), math.fsum(ends) if real else sum(ends)
+
+
+def _peak_ok(pb: _Problem, orders) -> bool:
+    for row in orders:
+        level = 0
+        for key in row:
+            level += pb.delta[key]
+            if level > pb.cap:
+                return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# the solver, in a thread that Ctrl-C stops
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _solve(model, seconds: float, workers: int, deterministic: bool, seed: int, wall_cap: float):
+    """Solve ``model`` within ``seconds`` (deterministic time with ``deterministic``; never past
+    ``wall_cap`` wall seconds). Returns ``(solver, status code)``. A ``KeyboardInterrupt`` (or
+    any exception) while waiting stops the search and joins the thread before it propagates."""
+    from ortools.sat.python import cp_model
+
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    prm.catch_sigint_signal = False
+    prm.expand_reservoir_constraints = False
+    prm.random_seed = seed
+    if deterministic:
+        prm.max_deterministic_time = max(0.002, seconds / DET_SECONDS)
+        prm.max_time_in_seconds = max(0.05, wall_cap)
+        prm.num_workers = 1
+    else:
+        prm.max_time_in_seconds = max(0.01, min(seconds, wall_cap))
+        prm.num_workers = workers
+    box: dict = {}
+    done = threading.Event()
+
+    def run():
+        try:
+            box["code"] = solver.Solve(model)
+        except BaseException as exc:  # pragma: no cover - the solver raising is a bug to surface
+            box["error"] = exc
+        finally:
+            done.set()
+
+    th = threading.Thread(target=run, name="ctrlmem-cp-sat", daemon=True)
+    try:
+        th.start()
+        while not done.wait(0.05):
+            pass
+    except BaseException:
+        # Ctrl-C or a termination signal: stop the search and wait for the solver thread
+        # (waiting on an Event, not Thread.join, which an interrupt can leave inconsistent)
+        solver.StopSearch()
+        while True:
+            try:
+                if done.wait(0.05) or not th.is_alive():
+                    break
+            except BaseException:  # a second Ctrl-C while stopping: keep stopping
+                solver.StopSearch()
+        raise
+    th.join(1.0)
+    if "error" in box:
+        raise box["error"]
+    return solver, box["code"]
+
+
+# ---------------------------------------------------------------------------------------------
+# one CP-SAT model: a window of free passes, the rest fixed before or ordered after
+
+
+def _model(pb: _Problem, orders, start, end, window: list[int], free: set[int], horizon: int, whole: bool,
+           floor: int = 0):
+    """The CP-SAT model of ``window`` (keys; a contiguous segment of each device's order), where
+    the passes in ``free`` may be reordered among the window's passes of their device and the
+    others keep their order. Returns ``(model, start vars, makespan var)``."""
+    from ortools.sat.python import cp_model
+
+    win = set(window)
+    model = cp_model.CpModel()
+    pos: dict[int, tuple[int, int]] = {}
+    for d, row in enumerate(orders):
+        for i, key in enumerate(row):
+            pos[key] = (d, i)
+    # per device: the window segment [lo, hi) of its order
+    seg = []
+    for d, row in enumerate(orders):
+        idx = [i for i, key in enumerate(row) if key in win]
+        seg.append((idx[0], idx[-1] + 1) if idx else (len(row), len(row)))
+    # tails of the passes after the window (longest chain to the end through fixed orders)
+    after_keys = [key for d, row in enumerate(orders) for key in row[seg[d][1]:]]
+    after_keys.sort(key=lambda k: (start[k], pb.rank[k], pb.mb[k]), reverse=True)
+    q: dict[int, int] = {}
+    for key in after_keys:
+        d, i = pos[key]
+        best = 0
+        if i + 1 < len(orders[d]):
+            best = q[orders[d][i + 1]]
+        for y in pb.succ[key]:
+            if y in q:
+                best = max(best, pb.lat[y] + q[y])
+        q[key] = pb.dur[key] + best
+    T = model.NewIntVar(0, horizon, "makespan")
+    const = 0
+    for d, row in enumerate(orders):  # the passes before the window end where they end
+        lo, hi = seg[d]
+        if lo:
+            const = max(const, end[row[lo - 1]])
+    for key in after_keys:  # a pass after the window whose inputs all ran before it
+        d, i = pos[key]
+        pre = [orders[d][i - 1]] if i else []
+        if pb.dep[key] >= 0:
+            pre.append(pb.dep[key])
+        for x in pre:
+            if x not in win and x not in q:
+                const = max(const, end[x] + (pb.lat[key] if x == pb.dep[key] else 0) + q[key])
+    if max(const, floor) > horizon:
+        return None
+    model.Add(T >= max(const, floor))
+    sv: dict[int, object] = {}
+    ev: dict[int, object] = {}
+    for key in window:
+        d, i = pos[key]
+        lo = seg[d][0]
+        lb = end[orders[d][lo - 1]] if lo else 0
+        x = pb.dep[key]
+        if x >= 0 and x not in win:
+            lb = max(lb, end[x] + pb.lat[key])
+        # the chain after it: the first pass after the window on its device, its successors
+        tail = 0
+        hi = seg[d][1]
+        if hi < len(orders[d]):
+            tail = q[orders[d][hi]]
+        for y in pb.succ[key]:
+            if y in q:
+                tail = max(tail, pb.lat[y] + q[y])
+        ub = horizon - tail - pb.dur[key]
+        if ub < lb:
+            return None
+        s = model.NewIntVar(lb, ub, f"s{key}")
+        sv[key] = s
+        ev[key] = s + pb.dur[key]
+        model.Add(T >= s + (pb.dur[key] + tail))
+    for key in window:
+        x = pb.dep[key]
+        if x >= 0 and x in win:
+            model.Add(sv[key] >= ev[x] + pb.lat[key])
+    for d, row in enumerate(orders):
+        lo, hi = seg[d]
+        part = row[lo:hi]
+        if not part:
+            continue
+        movable = [k for k in part if k in free]
+        fixed = [k for k in part if k not in free]
+        for a, b in zip(fixed, fixed[1:]):
+            model.Add(sv[b] >= ev[a])
+        if not movable:
+            continue
+        model.AddNoOverlap([model.NewIntervalVar(sv[k], pb.dur[k], ev[k], f"i{k}") for k in part])
+        if pb.cap >= 0:
+            level = 0
+            for k in row[:lo]:
+                level += pb.delta[k]
+            times, deltas = [], []
+            if level:
+                times.append(0)
+                deltas.append(level)
+            for k in part:
+                if pb.delta[k] > 0:
+                    times.append(sv[k])
+                    deltas.append(pb.delta[k])
+                elif pb.delta[k] < 0:
+                    times.append(ev[k])
+                    deltas.append(pb.delta[k])
+            if len(deltas) > (1 if level else 0):
+                model.AddReservoirConstraint(times, deltas, 0, pb.cap)
+    if whole:
+        _whole_extras(pb, model, sv, ev, T, orders, start)
+    model.Minimize(T)
+    for key in window:
+        model.AddHint(sv[key], start[key])
+    model.AddHint(T, max(end[k] for row in orders for k in row[-1:]))
+    return model, sv, T
+
+
+def _whole_extras(pb: _Problem, model, sv, ev, T, orders, start) -> None:
+    """Redundant constraints of the whole model (all passes free): identical microbatches in
+    order per (stage, kind) when the input already runs them so (the relabelling argument of
+    :mod:`ctrlmem.optimal`; otherwise the input, the hint, would be cut off), then each stage's
+    forward waits for the release ``cap`` microbatches earlier."""
+    sch = pb.schedule
+    S, m = sch.num_stages, sch.num_microbatches
+    sm = S * m
+    groups: dict[tuple[int, int], list[int]] = {}
+    for key in sv:
+        kind, r = divmod(key, sm)
+        groups.setdefault((kind, r // m), []).append(key)
+    for g in groups.values():
+        g.sort(key=lambda k: pb.mb[k])
+    if not all(start[a] <= start[b] for g in groups.values() for a, b in zip(g, g[1:])):
+        return
+    for g in groups.values():
+        for a, b in zip(g, g[1:]):
+            model.Add(sv[b] >= ev[a])
+    if 0 < pb.cap:
+        for (kind, s), g in groups.items():
+            if kind != 0:
+                continue
+            for j in range(len(g) - pb.cap):
+                rel = pb.release_of[g[j]]
+                model.Add(sv[g[j + pb.cap]] >= ev[rel])
+
+
+def _orders_from(pb: _Problem, orders, window: list[int], solver, sv) -> list[list[int]]:
+    win = set(window)
+    out = []
+    for row in orders:
+        idx = [i for i, key in enumerate(row) if key in win]
+        if not idx:
+            out.append(row)
+            continue
+        lo, hi = idx[0], idx[-1] + 1
+        part = sorted(row[lo:hi], key=lambda k: (solver.Value(sv[k]), pb.rank[k], pb.mb[k]))
+        out.append(row[:lo] + part + row[hi:])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the driver
+
+
+def _check(schedule, costs, memory_limit, time_limit, workers, seed, deterministic):
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a ctrlmem Schedule (from cm.build or Schedule.load), got "
+                        f"{type(schedule).__name__} {checks.short_repr(schedule)}")
+    costs = Costs.coerce(costs, "costs")
+    limit = None if memory_limit is None else checks.memory_fraction("memory_limit", memory_limit)
+    seconds = checks.number("time_limit", time_limit, positive=True, maximum=MAX_TIME_LIMIT, what="seconds")
+    threads = checks.integer("workers", workers, maximum=256, what="solver threads")
+    seed = checks.integer("seed", seed, minimum=0)
+    deterministic = checks.flag("deterministic", deterministic)
+    if schedule.num_passes > MAX_IMPROVE_PASSES:
+        raise ValueError(f"improve: the schedule has {schedule.num_passes} passes, more than the {MAX_IMPROVE_PASSES} "
+                         f"improve takes (ctrlmem.solver.improve.MAX_IMPROVE_PASSES); use fewer microbatches or devices")
+    return costs, limit, seconds, threads, seed, deterministic
+
+
+def improve(
+    schedule: Schedule,
+    costs: Costs | None = None,
+    memory_limit: float | None = None,
+    time_limit: float = 60.0,
+    workers: int = 2,
+    seed: int = 0,
+    deterministic: bool = False,
+) -> OptimalResult:
+    """A schedule at least as good as ``schedule`` under ``costs`` within ``memory_limit``
+    (fraction of 1F1B's ``p·a``; ``None``: the input's own peak), found by the solver within
+    ``time_limit`` seconds, with the best proven lower bound (see the module docstring).
+
+    Returns an :class:`~ctrlmem.solver.optimal.OptimalResult` (as :func:`ctrlmem.optimal`):
+    ``schedule`` (named ``<input name>+improved``; the input itself when nothing better was
+    found), ``makespan`` (simulated), ``lower_bound`` (on every schedule of this placement, ``m``,
+    costs and budget), ``status`` (``"optimal"`` when the makespan meets the bound, else
+    ``"feasible"``), ``gap``, ``seed`` (the input's name and makespan), ``wall_s``, ``scale``,
+    ``trace`` (seconds, makespan) at the start and at each improvement, and ``bounds`` (each
+    lower bound by name; ``"solver"`` when the whole model ran).
+
+    Any placement, fused or split backward; the default memory model (each stage's activation
+    ``p/S`` of ``a``, released at its ``W``). ``workers``: the solver's threads (one with
+    ``deterministic``). ``seed``: the windows' random choice.
+
+    Raises ``TypeError`` / ``ValueError`` naming the argument for bad arguments, an input that
+    deadlocks (:class:`ctrlmem.ScheduleError`), or an input above ``memory_limit`` (the message
+    gives its peak).
+    """
+    t0 = time.monotonic()
+    costs, limit, seconds, threads, seed, deterministic = _check(
+        schedule, costs, memory_limit, time_limit, workers, seed, deterministic)
+    sim = simulate(schedule, costs)  # raises ScheduleError for a malformed or deadlocking input
+    p, S, m = schedule.num_devices, schedule.num_stages, schedule.num_microbatches
+    act = p / S
+    peak = max(sim.peak_memory)
+    if limit is None:
+        limit = peak / p
+    elif peak > limit * p + 1e-9:
+        raise ValueError(f"improve: the input schedule {schedule.name!r} peaks at {peak:g} a = {peak / p:.4g} of 1F1B's "
+                         f"p·a, above memory_limit={limit:g}; give memory_limit >= {peak / p:.4g}, or None to keep "
+                         f"the input's own peak")
+    cap_a = limit * p
+    cap_units = math.floor(cap_a / act + 1e-9)
+    fused = not schedule.split_backward
+    bounds = makespan_bounds(schedule.placement, m, costs, cap_a, fused=fused)
+    mixed = any(ps.op is Op.BW for row in schedule.device_passes for ps in row) and not fused
+    if mixed:  # a schedule mixing BW with B/W: only the bounds that do not depend on it
+        bounds = {"device": makespan_bounds(schedule.placement, m, costs, None, fused=True)["device"]}
+    lower = max(bounds.values()) * (1 - 1e-12)
+    best_make = sim.makespan
+    trace = [(0.0, best_make)]
+    name = schedule.name
+
+    def result(orders, make, status_bound, solver_wall, pb):
+        lb = min(status_bound, make)
+        status = "optimal" if make <= lb * (1 + 1e-9) + 1e-12 else "feasible"
+        if orders is None:
+            out = schedule
+        else:
+            out = Schedule.from_orders(
+                f"{name}+improved", schedule.placement, m,
+                [[_pass(pb, k) for k in row] for row in orders],
+                {**dict(schedule.params), "improved_from": name})
+        return OptimalResult(out, make, make if status == "optimal" else lb, status, (name, sim.makespan),
+                             time.monotonic() - t0, pb.scale if pb else 1,
+                             tuple(trace), tuple(sorted(bounds.items())))
+
+    if best_make <= lower * (1 + 1e-9) + 1e-12:
+        log.info("improve: %s meets the lower bound %g already", name, lower)
+        return result(None, best_make, lower, 0.0, None)
+
+    pb = _problem(schedule, costs, cap_units)
+    orders = [list(row) for row in index_schedule(schedule).device_keys]
+    cur = _score(pb, orders, real=True)
+    assert cur is not None
+    wall_cap = 3 * seconds + 10 if deterministic else seconds
+    clock = {"det": 0.0}
+
+    def used() -> float:
+        return clock["det"] if deterministic else time.monotonic() - t0
+
+    def left() -> float:
+        if time.monotonic() - t0 > wall_cap:
+            return 0.0
+        return seconds - used()
+
+    def wall_left() -> float:
+        return t0 + wall_cap - time.monotonic() - min(0.3, 0.05 * seconds)
+
+    def floor() -> int:  # the proven bound, scaled (exact costs only)
+        return math.ceil(lower * pb.scale - 1e-6) if pb.exact else 0
+
+    changed = False
+    rng = random.Random(seed)
+    solver_bound = None
+    best = (orders, cur)
+
+    def consider(new_orders, label) -> bool:
+        nonlocal best, changed
+        if not _peak_ok(pb, new_orders):
+            return False
+        sc = _score(pb, new_orders, real=True)
+        if sc is None:
+            return False
+        old = best[1]
+        if sc[0] < old[0] - 1e-9 or (sc[0] <= old[0] + 1e-9 and sc[1] < old[1] - 1e-9):
+            best = (new_orders, sc)
+            changed = True
+            if sc[0] < old[0] - 1e-9:
+                trace.append((round(used(), 3), round(sc[0], 9) + 0.0))
+                log.info("improve: %s makespan %g (%s, %.1f s)", name, sc[0], label, used())
+            return True
+        return False
+
+    # 1. the whole model, for up to half of the time, on small instances
+    if len(pb.keys) <= WHOLE_MODEL_PASSES:
+        budget = 0.5 * left()
+        if budget > 0.05:
+            start, end = _asap(pb, best[0])
+            horizon = max(end)
+            built = _model(pb, best[0], start, end, list(pb.keys), set(pb.keys), horizon, whole=True,
+                           floor=floor())
+            if built is not None and wall_left() > 0.05:
+                model, sv, T = built
+                solver, code = _solve(model, min(budget, wall_left()) if not deterministic else budget,
+                                      threads, deterministic, seed, max(0.05, wall_left()))
+                clock["det"] += solver.response_proto.deterministic_time * DET_SECONDS
+                from ortools.sat.python import cp_model
+
+                if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                    consider(_orders_from(pb, best[0], list(pb.keys), solver, sv), "whole model")
+                    if pb.exact:
+                        solver_bound = solver.BestObjectiveBound() / pb.scale
+                        if code == cp_model.OPTIMAL:
+                            solver_bound = solver.ObjectiveValue() / pb.scale
+                elif code == cp_model.INFEASIBLE and pb.exact:
+                    solver_bound = best[1][0]  # nothing below the input's own makespan
+                if solver_bound is not None:
+                    bounds["solver"] = solver_bound
+                    lower = max(lower, solver_bound * (1 - 1e-12))
+    # 2. windows
+    size = min(_WINDOW_START, len(pb.keys))
+    steps = 0
+    while left() > 0.05 and wall_left() > 0.05 and best[1][0] > lower * (1 + 1e-9) + 1e-12:
+        steps += 1
+        orders = best[0]
+        start, end = _asap(pb, orders)
+        horizon = max(end)
+        window, free, label = _pick(pb, orders, start, size, rng)
+        built = _model(pb, orders, start, end, window, free, horizon, whole=False, floor=floor())
+        if built is None:
+            continue
+        model, sv, T = built
+        slice_s = min(_SLICE_S, left())
+        solver, code = _solve(model, slice_s, threads, deterministic, seed + steps,
+                              max(0.01, min(wall_left(), slice_s if not deterministic else wall_left())))
+        clock["det"] += solver.response_proto.deterministic_time * DET_SECONDS
+        from ortools.sat.python import cp_model
+
+        if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            consider(_orders_from(pb, orders, window, solver, sv), label)
+        if code == cp_model.OPTIMAL:
+            size = min(_WINDOW_MAX, len(pb.keys), int(size * 1.25) + 1)
+        else:
+            size = max(_WINDOW_MIN, int(size * 0.8))
+    if deterministic and time.monotonic() - t0 > wall_cap - 0.5:
+        log.warning("improve: %s stopped by the wall-clock safety limit (%g s) before its deterministic budget of %g "
+                    "solver-seconds was spent; this result depends on the machine's speed", name, wall_cap, seconds)
+    log.info("improve: %s %d windows, makespan %g -> %g (bound %g) in %.1f s", name, steps, sim.makespan,
+             best[1][0], lower, time.monotonic() - t0)
+    if not changed:
+        return result(None, sim.makespan, lower, 0.0, pb)
+    final = result(best[0], best[1][0], lower, 0.0, pb)
+    check = simulate(final.schedule, costs)  # the result as the simulator times it
+    if check.makespan > sim.makespan + 1e-9 or max(check.peak_memory) > cap_a + 1e-9:  # pragma: no cover - a bug
+        log.error("improve: the improved schedule failed its final check; returning the input")
+        return result(None, sim.makespan, lower, 0.0, pb)
+    return OptimalResult(final.schedule, check.makespan, final.lower_bound, final.status, final.seed,
+                         final.wall_s, final.scale, final.trace, final.bounds)
+
+
+def _pass(pb: _Problem, key: int) -> Pass:
+    sch = pb.schedule
+    S, m = sch.num_stages, sch.num_microbatches
+    sm = S * m
+    kind, r = divmod(key, sm)
+    s, k = divmod(r, m)
+    if kind == 0:
+        return Pass(Op.F, s, k)
+    if kind == 2:
+        return Pass(Op.W, s, k)
+    return Pass(Op.BW if pb.release_of[r] == key else Op.B, s, k)
+
+
+def _pick(pb: _Problem, orders, start, size: int, rng: random.Random):
+    """A window of about ``size`` free passes: the passes starting in a time interval, all free
+    (``"time"``), only those of a range of devices (``"devices"``) or of microbatches
+    (``"microbatches"``) free, the others in the interval keeping their order."""
+    keys = sorted(pb.keys, key=lambda k: (start[k], pb.rank[k], pb.mb[k]))
+    n = len(keys)
+    p = len(orders)
+    m = pb.schedule.num_microbatches
+    kind = rng.choice(("time", "time", "devices", "microbatches"))
+    devs = set(range(p))
+    mbs = None
+    width = size
+    if kind == "devices" and p > 2:
+        lo = rng.randrange(p)
+        span = rng.randint(2, max(2, p // 2))
+        devs = {(lo + i) % p for i in range(span)}
+        width = min(_WINDOW_SPREAD * size, int(size * p / len(devs)))
+    elif kind == "microbatches" and m > 2:
+        lo = rng.randrange(m)
+        span = rng.randint(1, max(1, m // 3))
+        mbs = set(range(lo, min(m, lo + span)))
+        width = min(_WINDOW_SPREAD * size, int(size * m / len(mbs)))
+    else:
+        kind = "time"
+    width = max(2, min(n, width))
+    i = rng.randrange(max(1, n - width + 1))
+    t1 = start[keys[i]]
+    t2 = start[keys[i + width]] if i + width < n else math.inf
+    if t2 <= t1:  # many passes start at t1: the window is those
+        t2 = next((start[k] for k in keys[i:] if start[k] > t1), math.inf)
+    window = [k for k in keys if t1 <= start[k] < t2]
+    free = {k for k in window if pb.dev[k] in devs and (mbs is None or pb.mb[k] in mbs)}
+    return window, free, kind

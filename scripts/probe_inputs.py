@@ -31,6 +31,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from bad_inputs import FILL, NUMBERS, WRAPPER, expanding, unshare_flags  # noqa: E402  (after the path it needs)
+
 NOTEBOOK = REPO / "notebooks" / "10_experiment.ipynb"
 PY = sys.executable
 CFG = "name: probe\ndescription: d\nscale: cpu\n"
@@ -40,24 +43,13 @@ CFG = "name: probe\ndescription: d\nscale: cpu\n"
 MEASURED: list[tuple[float, float]] = []
 
 
-# A child forked from this (large) process counts this process's memory in its peak RSS (the kernel
-# keeps the high-water mark across exec). So commands start from a small wrapper that forks them
-# and reports the command's own peak (``wait4``) into the file named by its first argument.
-_WRAPPER = ("import os, sys\n"
-            "pid = os.fork()\n"
-            "if pid == 0:\n    os.execvp(sys.argv[2], sys.argv[2:])\n"
-            "_, status, usage = os.wait4(pid, 0)\n"
-            "open(sys.argv[1], 'w').write(str(usage.ru_maxrss))\n"
-            "sys.exit(os.waitstatus_to_exitcode(status) % 256)\n")
-
-
 def run_measured(cmd, cwd, timeout=60, env=None, preexec_fn=None):
     """Run ``cmd``; (rc, stdout, stderr) or (None, '', 'timeout'). Its own peak RSS and wall time go
     to :data:`MEASURED`; output goes through files (a pipe could fill and block)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
             tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
         t0 = time.monotonic()
-        proc = subprocess.Popen([PY, "-S", "-c", _WRAPPER, rss.name, *cmd], cwd=cwd, stdout=out, stderr=err,
+        proc = subprocess.Popen([PY, "-S", "-c", WRAPPER, rss.name, *cmd], cwd=cwd, stdout=out, stderr=err,
                                 text=True, env=env, preexec_fn=preexec_fn, start_new_session=True)
         try:
             rc = proc.wait(timeout=timeout)
@@ -287,40 +279,9 @@ def fast(result):
     return ok, detail
 
 
-def _huge_csv(path: Path) -> None:
-    with open(path, "w") as fh:
-        for dev in range(8):
-            fh.write(",".join(f"{dev}F{i}" for i in range(300_000)) + "\n")
-
-
-_ALIASES = ("a: &a [1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
-            "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
-            "f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\ng: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\nparams: {x: *g}\n")
-
-
-def _unshare() -> list[str] | None:
-    """The ``unshare`` flags that give a private mount namespace where a tmpfs can be mounted."""
-    if shutil.which("unshare") is None:
-        return None
-    for flags in (["-m"], ["-rm"]) if os.geteuid() == 0 else (["-rm"],):
-        probe = subprocess.run(["unshare", *flags, "sh", "-c", 'mount -t tmpfs -o size=64k tmpfs "$0"', "/tmp"],
-                               capture_output=True, timeout=30)
-        if probe.returncode == 0:
-            return ["unshare", *flags]
-    return None
-
-
-_FILL = """
-import json, os, subprocess, sys
-def fill(folder):
-    fd = os.open(os.path.join(folder, "filler"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    for size in (1 << 16, 4096, 512, 1):
-        try:
-            while True:
-                os.write(fd, b"\\0" * size)
-        except OSError:
-            pass
-    os.close(fd)
+# ``cli(*args)`` for a child on a small disk (``DISK`` is set before this text).
+_CLI_ON_DISK = """
+import json, subprocess, sys
 def cli(*args):
     p = subprocess.run([sys.executable, "-m", "ctrlmem.cli", *args], capture_output=True, text=True, cwd=DISK)
     return p.returncode, p.stderr
@@ -330,12 +291,12 @@ def cli(*args):
 def small_disk(cwd: Path, script: str, size: str):
     """Run ``script`` with ``DISK`` on a fresh tmpfs of ``size`` (private mount namespace); the JSON
     it prints last, or ``None`` when mounting is not allowed here."""
-    flags = _unshare()
+    flags = unshare_flags()
     if flags is None:
         return None
     disk = cwd / "disk"
     disk.mkdir(parents=True, exist_ok=True)
-    (cwd / "child.py").write_text(f"DISK = {str(disk)!r}\n" + _FILL + script)
+    (cwd / "child.py").write_text(f"DISK = {str(disk)!r}\n" + FILL + _CLI_ON_DISK + script)
     rc, out, err = run_measured([*flags, "sh", "-c", 'mount -t tmpfs -o size=$3 tmpfs "$0" && exec "$1" "$2"',
                                  str(disk), PY, str(cwd / "child.py"), size], cwd, 120,
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -500,39 +461,8 @@ def bounded_probes(d, add) -> None:
 
     nb = f"notebook: {NOTEBOOK}\n"
     # 1. tiny inputs that would expand without bound
-    add("[1] csv naming stage 5,000,000", c(["simulate", "s.csv"], "x1", "names stage 5000000", {"s.csv": "5000000F0\n"}))
-    add("[1] csv naming microbatch 10^9", c(["simulate", "s.csv"], "x2", "need at least", {"s.csv": "0F0,0F999999999\n"}))
-    add("[1] csv with -m 10^11", c(["simulate", "s.csv", "-m", "100000000000"], "x3", "need at least",
-                                   {"s.csv": "0F0,0B0,0W0\n"}))
-    add("[1] text header p=10^8", c(["simulate", "s.txt"], "x4", "does not fit",
-                                    {"s.txt": "schedule x p=100000000 m=4 placement=v-shape:0,1,1,0\nd0: 0F0\n"}))
-    add("[1] text header m=10^11", c(["simulate", "s.txt"], "x5", "need at least",
-                                     {"s.txt": "schedule x p=2 m=100000000000 placement=v-shape:0,1,1,0\nd0: 0F0\n"}))
-    add("[1] text placement of 10^6 stages", c(["simulate", "s.txt"], "x6", "maps 1,000,000 stages", {
-        "s.txt": "schedule x p=1 m=1 placement=custom:" + ",".join(["0"] * 1_000_000) + "\nd0: 0F0\n"}))
-    add("[1] quoted 2 MB header", c(["simulate", "s.txt"], "x6b", "at most 100,000 characters", {
-        "s.txt": "schedule x p=1 m=1 placement=sequential:0 note='" + "a" * 2_000_000 + "'\nd0: 0F0\n"}))
-    add("[1] 2.4 M-pass csv with --json", c(["simulate", "big.csv", "--json"], "x7", "more than 2,000,000 passes",
-                                            {"big.csv": _huge_csv}))
-    add("[1] 70 MB file refused unread", c(["simulate", "s.csv"], "x8", "more than a schedule file",
-                                           {"s.csv": lambda p: os.truncate(p, 70 << 20)}))
-    add("[1] YAML alias bomb (432 bytes)", c(["sweep", "c.yaml", "--list"], "x9", "expands to more than",
-                                             {"c.yaml": CFG + nb + _ALIASES}))
-    add("[1] recursive YAML alias", c(["sweep", "c.yaml", "--list"], "x10", "contains itself",
-                                      {"c.yaml": CFG + nb + "params: &p {x: 1, y: *p}\n"}))
-    cases = "cases:\n" + "".join(f"  g{g}:\n" + "".join(f"    - {{x{g}: {i}}}\n" for i in range(10)) for g in range(7))
-    add("[1] cases multiplying to 10^7", c(["sweep", "c.yaml", "--yes", "--no-progress"], "x11", "10,000,000 points",
-                                           {"c.yaml": CFG + nb + cases}))
-    add("[1] 10^6-point grid even with --yes", c(["sweep", "c.yaml", "--yes", "--no-progress"], "x12",
-                                                 "1,000,000 points", {"c.yaml": CFG + nb + "grid:\n  p: "
-                                                                      f"{list(range(1000))}\n  m: {list(range(1000))}\n"}))
-    add("[1] 100 kB value in a config", c(["sweep", "c.yaml", "--list"], "x13", "holds a list",
-                                          {"c.yaml": CFG + nb + "params: {x: [" + "1," * 100_000 + "1]}\n"}))
-    add("[1] 100 kB schedule name", c(["simulate", "x" * 100_000], "x14", "unknown schedule"))
-    add("[1] optimal -p 32 -m 256 --time-limit 1", c(["optimal", "-p", "32", "-m", "256", "--time-limit", "1"], "x15",
-                                                     "more than the 20000"))
-    add("[1] simulate optimal -p 16 -m 256", c(["simulate", "optimal", "-p", "16", "-m", "256"], "x16",
-                                               "more than the 20000"))
+    for i, (name, args, files, needle) in enumerate(expanding(CFG + nb)):
+        add(f"[1] {name}", c(args, f"x{i}", needle, files))
 
     def optimal_in_time():
         t0 = time.monotonic()
@@ -558,32 +488,8 @@ def bounded_probes(d, add) -> None:
     add("[2] export to a path whose folder is a file", c(["export", "1f1b", "--text", "f/x.txt"], "w6",
                                                          "is a file, not a folder", {"f": "x"}))
     # 3. numbers checked before work starts
-    for args, needle in [
-        (["simulate", "v-shape", "--memory-limit", "1e308"], "--memory-limit: must be at most"),
-        (["simulate", "v-shape", "--memory-limit", "inf"], "--memory-limit"),
-        (["simulate", "v-shape", "--memory-limit", "nan"], "--memory-limit"),
-        (["optimal", "--memory-limit", "1e308"], "--memory-limit"),
-        (["optimal", "--time-limit", "inf"], "--time-limit"),
-        (["optimal", "--workers", "0"], "--workers"),
-        (["run", "--schedule", "1f1b", "--timeout", "-1"], "--timeout"),
-        (["run", "--schedule", "1f1b", "--timeout", "nan"], "--timeout"),
-        (["run", "--schedule", "1f1b", "--threads", "0"], "--threads"),
-        (["run", "--schedule", "1f1b", "--steps", "-1"], "--steps"),
-        (["run", "--schedule", "1f1b", "--comm-timeout", "0"], "--comm-timeout"),
-        (["run", "--schedule", "1f1b", "--emit-sbatch", "j.sbatch", "--nodes", "-1", "--gpus-per-node", "-2"],
-         "--nodes"),
-        (["run", "--schedule", "1f1b", "--emit-sbatch", "j.sbatch", "--time-limit", "soon"], "not a Slurm time"),
-        (["replay", "--model", "tiny", "-p", "2", "-m", "0"], "--microbatches"),
-        (["draw", "1f1b", "-o", "x.png", "--scale", "-2"], "--scale"),
-        (["draw", "1f1b", "-o", "x.png", "--width", "-5"], "--width"),
-        (["draw", "1f1b", "-o", "x.html", "--width", "1000000000"], "--width"),
-        (["figures", "-p", "0"], "-p/--devices"),
-        (["export", "1f1b", "--torch-csv", "x.csv", "--text", "x.csv"], "same file"),
-        (["export", "1f1b", "--torch-csv", ""], "--torch-csv is empty"),
-        (["sweep", "c.yaml", "--poll", "-1"], "--poll"),
-    ]:
-        cwd = f"n{len(args)}{abs(hash(tuple(args))) % 10**6}"
-        add(f"[3] {' '.join(args)[:60]}", c(args, cwd, needle))
+    for i, (args, needle) in enumerate(NUMBERS):
+        add(f"[3] {' '.join(args)[:60]}", c(args, f"n{i}x", needle))
     add("[3] run --model 9.6b on CPU: memory named", c(["run", "--schedule", "1f1b", "--model", "9.6b"], "n1",
                                                        "GiB of memory"))
     add("[3] a folder as a schedule", c(["simulate", "adir"], "n2", "is a folder", {"adir/x": "x"}))

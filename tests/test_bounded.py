@@ -36,6 +36,8 @@ from ctrlmem.plots import figures as plot
 from ctrlmem.cli import main
 from ctrlmem.runtime import launch
 
+from bad_inputs import FILL, NUMBERS, WRAPPER, expanding, unshare_flags
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "10_experiment.ipynb"
 PY = sys.executable
@@ -47,24 +49,13 @@ def _in_tmp_cwd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
-# A child forked from the test process would count the test process's memory in its peak RSS (the
-# kernel keeps the high-water mark across exec): the command starts from a small wrapper that forks
-# it and writes the command's own peak (``wait4``, KiB) into the file named by its first argument.
-_WRAPPER = ("import os, sys\n"
-            "pid = os.fork()\n"
-            "if pid == 0:\n    os.execvp(sys.argv[2], sys.argv[2:])\n"
-            "_, status, usage = os.wait4(pid, 0)\n"
-            "open(sys.argv[1], 'w').write(str(usage.ru_maxrss))\n"
-            "sys.exit(os.waitstatus_to_exitcode(status) % 256)\n")
-
-
 def cli_measured(args, cwd: Path, timeout: float = 60) -> tuple[int | None, str, float, float]:
     """``ctrlmem ARGS`` in a fresh process: (exit status, stderr, wall seconds, its peak RSS in MiB)."""
     err_path, rss_path = cwd / f".err-{time.monotonic_ns()}", cwd / f".rss-{time.monotonic_ns()}"
     t0 = time.monotonic()
     try:
         with open(err_path, "w") as err:
-            proc = subprocess.Popen([PY, "-S", "-c", _WRAPPER, str(rss_path), PY, "-m", "ctrlmem.cli", *args],
+            proc = subprocess.Popen([PY, "-S", "-c", WRAPPER, str(rss_path), PY, "-m", "ctrlmem.cli", *args],
                                     cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
             try:
                 rc = proc.wait(timeout=timeout)
@@ -88,47 +79,7 @@ def one_line(err: str) -> str:
 
 # ---------------------------------------------------------------- 1. tiny inputs, bounded answers
 
-def _huge_csv(path: Path) -> None:
-    """2.4 M passes (8 ranks x 300,000 forwards, 21 MB)."""
-    with open(path, "w") as fh:
-        for d in range(8):
-            fh.write(",".join(f"{d}F{i}" for i in range(300_000)) + "\n")
-
-
-ALIASES = ("a: &a [1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
-           "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
-           "f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\ng: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\nparams: {x: *g}\n")
-CASES_1E7 = "cases:\n" + "".join(f"  g{g}:\n" + "".join(f"    - {{x{g}: {i}}}\n" for i in range(10)) for g in range(7))
-
-EXPANDING = [
-    # (id, arguments, files, text the error line holds)
-    ("csv naming stage 5,000,000", ["simulate", "s.csv"], {"s.csv": "5000000F0\n"}, "names stage 5000000"),
-    ("csv naming microbatch 10^9", ["simulate", "s.csv", "--json"], {"s.csv": "0F0,0F999999999\n"},
-     "need at least"),
-    ("csv with -m 10^11", ["simulate", "s.csv", "-m", "100000000000"], {"s.csv": "0F0,0B0,0W0\n"}, "need at least"),
-    ("text header p=10^8", ["simulate", "s.txt"],
-     {"s.txt": "schedule x p=100000000 m=4 placement=v-shape:0,1,1,0\nd0: 0F0\n"}, "p=100000000 does not fit"),
-    ("text header m=10^11", ["simulate", "s.txt"],
-     {"s.txt": "schedule x p=2 m=100000000000 placement=v-shape:0,1,1,0\nd0: 0F0\n"}, "need at least"),
-    ("text placement of 10^6 stages", ["simulate", "s.txt"],
-     {"s.txt": "schedule x p=1 m=1 placement=custom:" + ",".join(["0"] * 1_000_000) + "\nd0: 0F0\n"},
-     "maps 1,000,000 stages"),
-    ("2.4 M-pass csv, --json", ["simulate", "big.csv", "--json"], {"big.csv": _huge_csv}, "more than 2,000,000 passes"),
-    ("70 MB file read unread", ["simulate", "sparse.csv"], {"sparse.csv": lambda p: os.truncate(p, 70 << 20)},
-     "more than a schedule file"),
-    ("YAML alias bomb", ["sweep", "c.yaml", "--list"], {"c.yaml": CFG + ALIASES}, "expands to more than"),
-    ("recursive YAML alias", ["sweep", "c.yaml", "--list"], {"c.yaml": CFG + "params: &p {x: 1, y: *p}\n"},
-     "contains itself"),
-    ("cases multiplying to 10^7", ["sweep", "c.yaml", "--yes", "--no-progress"], {"c.yaml": CFG + CASES_1E7},
-     "10,000,000 points"),
-    ("grid of 10^6 with --yes", ["sweep", "c.yaml", "--yes", "--no-progress"],
-     {"c.yaml": CFG + f"grid:\n  p: {list(range(1000))}\n  m: {list(range(1000))}\n"}, "1,000,000 points"),
-    ("huge value in a config", ["sweep", "c.yaml", "--list"], {"c.yaml": CFG + "params: {x: [" + "1," * 100_000 + "1]}\n"},
-     "holds a list"),
-    ("optimal p=32 m=256", ["optimal", "-p", "32", "-m", "256", "--time-limit", "1"], {}, "more than the 20000"),
-    ("simulate optimal p=16 m=256", ["simulate", "optimal", "-p", "16", "-m", "256"], {}, "more than the 20000"),
-    ("schedule name of 100 kB", ["simulate", "x" * 100_000], {}, "unknown schedule"),
-]
+EXPANDING = expanding(CFG)
 
 
 @pytest.mark.parametrize("args, files, needle", [c[1:] for c in EXPANDING], ids=[c[0] for c in EXPANDING])
@@ -248,35 +199,8 @@ def test_export_past_the_file_size_limit_keeps_the_old_file(tmp_path):
 
 
 # A small tmpfs in a private mount namespace: nothing is mounted outside the child.
-def _unshare() -> list[str] | None:
-    if shutil.which("unshare") is None:
-        return None
-    for flags in (["-m"], ["-rm"]) if os.geteuid() == 0 else (["-rm"],):
-        probe = subprocess.run(["unshare", *flags, "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt 2>/dev/null "
-                                "|| mount -t tmpfs -o size=64k tmpfs \"$0\"", "/tmp"],
-                               capture_output=True, timeout=30)
-        if probe.returncode == 0:
-            return ["unshare", *flags]
-    return None
-
-
-_UNSHARE = _unshare()
+_UNSHARE = unshare_flags()
 small_disk = pytest.mark.skipif(_UNSHARE is None, reason="mounting a tmpfs (unshare + mount) is not allowed here")
-
-FILL = textwrap.dedent("""
-    import os
-    def fill(folder):
-        '''Fill the file system of ``folder`` to the last byte (unbuffered writes).'''
-        fd = os.open(os.path.join(folder, "filler"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        for size in (1 << 16, 4096, 512, 1):
-            try:
-                while True:
-                    os.write(fd, b"\\0" * size)
-            except OSError:
-                pass
-        os.close(fd)
-""")
-
 
 def on_small_disk(tmp_path: Path, script: str, size: str = "1m", timeout: float = 120) -> dict:
     """Run ``script`` (Python; ``DISK`` is a folder on a fresh tmpfs of ``size``; ``fill(folder)``
@@ -391,33 +315,6 @@ def test_run_on_a_full_disk_fails_naming_the_full_disk_and_leaves_no_empty_recor
 
 
 # ---------------------------------------------------------------- 3. numbers checked where they enter
-
-NUMBERS = [
-    (["simulate", "v-shape", "--memory-limit", "1e308"], "--memory-limit: must be at most 1e+06"),
-    (["simulate", "v-shape", "--memory-limit", "inf"], "--memory-limit: must be a positive fraction"),
-    (["simulate", "v-shape", "--memory-limit", "nan"], "--memory-limit: must be a positive fraction"),
-    (["optimal", "--memory-limit", "inf"], "--memory-limit: must be a positive fraction"),
-    (["optimal", "--time-limit", "0"], "--time-limit: must be > 0"),
-    (["optimal", "--workers", "0"], "--workers: must be a positive integer"),
-    (["run", "--schedule", "1f1b", "--timeout", "-1"], "--timeout: must be > 0"),
-    (["run", "--schedule", "1f1b", "--timeout", "inf"], "--timeout: must be a finite number"),
-    (["run", "--schedule", "1f1b", "--threads", "0"], "--threads: must be a positive integer"),
-    (["run", "--schedule", "1f1b", "--dp", "0"], "--dp: must be a positive integer"),
-    (["run", "--schedule", "1f1b", "--hang-timeout", "0"], "--hang-timeout: must be > 0"),
-    (["run", "--schedule", "1f1b", "--emit-sbatch", "j.sbatch", "--nodes", "-1", "--gpus-per-node", "-2"],
-     "--nodes: must be a positive integer"),
-    (["run", "--schedule", "1f1b", "--emit-sbatch", "j.sbatch", "--time-limit", "1 hour"], "is not a Slurm time"),
-    (["replay", "--model", "tiny", "-p", "0"], "-p/--pipeline: must be a positive integer"),
-    (["draw", "1f1b", "-o", "x.png", "--scale", "1000"], "--scale: must be at most 10"),
-    (["draw", "1f1b", "-o", "x.png", "--scale", "-2"], "--scale: must be > 0"),
-    (["draw", "1f1b", "-o", "x.png", "--width", "-5"], "--width: must be an integer >= 100"),
-    (["figures", "-p", "1000000"], "-p/--devices: must be at most 64"),
-    (["export", "1f1b", "--torch-csv", "x.csv", "--text", "x.csv"], "name the same file"),
-    (["export", "1f1b", "--torch-csv", ""], "--torch-csv is empty"),
-    (["export", "1f1b", "--text", " "], "--text is empty"),
-    (["sweep", "c.yaml", "--launcher", "local", "--poll", "0"], "--poll: must be > 0"),
-]
-
 
 @pytest.mark.parametrize("args, needle", NUMBERS, ids=[" ".join(a)[:50] for a, _ in NUMBERS])
 def test_a_bad_number_is_refused_before_any_work(tmp_path, capsys, args, needle):

@@ -16,7 +16,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install --quiet -r requirements.txt
   .venv/bin/python -m pip install --quiet --no-deps -e .
   # compile the search engine's loops now (numba keeps them in __pycache__), not in a user's first search
-  .venv/bin/python -c "from ctrlmem.search.kernels import compile_all; print(f'compiled the search kernels in {compile_all():.0f} s')" >&2
+  .venv/bin/python -c "from ctrlmem.schedules.warmup import compile_all; print(f'compiled the search kernels in {compile_all():.0f} s')" >&2
   echo "$want" > "$stamp"
 fi
 # Running a notebook in JupyterLab saves its outputs into the file: strip them on `git add` / `git

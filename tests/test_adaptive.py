@@ -108,7 +108,7 @@ def test_v_shape_never_beats_lower_bound(p):
     bubble is the longest span minus the work)."""
     from ctrlmem.search.engine import Progress, Query
     from ctrlmem.search.timing import time_set
-    from ctrlmem.search.families import V_SPLIT
+    from ctrlmem.schedules.recipes import V_SPLIT
 
     m = 2 * p + 2
     q = Query(cm.Placement.v_shape(p), m, UNIT, 2.0 * p)

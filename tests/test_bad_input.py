@@ -17,7 +17,7 @@ import pytest
 import ctrlmem as cm
 from ctrlmem import experiments as ex
 from ctrlmem.cli import main
-from ctrlmem.schedules import registry
+from ctrlmem.model import ir
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "10_experiment.ipynb"
@@ -100,7 +100,7 @@ def test_cli_errors_from_another_process_have_no_traceback(tmp_path):
 
 def test_allow_large_lifts_the_size_guard(monkeypatch, capsys):
     """--allow-large (allow_large=True) builds what the guard refuses."""
-    monkeypatch.setattr(registry, "MAX_PASSES", 50)
+    monkeypatch.setattr(ir, "MAX_PASSES", 50)
     with pytest.raises(ValueError, match="allow_large=True"):
         cm.build("1f1b", 4, 8)
     assert cm.build("1f1b", 4, 8, allow_large=True).num_passes == 64

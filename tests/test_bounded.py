@@ -116,11 +116,11 @@ def test_a_fifo_or_a_folder_is_never_opened_as_a_schedule(tmp_path):
 
 def test_allow_large_reads_a_file_above_the_pass_limit(tmp_path, monkeypatch):
     """The file guard is the build guard's: ``allow_large`` lifts it (here with a limit of 10)."""
-    from ctrlmem.schedules import registry
+    from ctrlmem.model import ir
 
     path = tmp_path / "s.csv"
     cm.build("1f1b", 2, 4).to_torch_csv(path)
-    monkeypatch.setattr(registry, "MAX_PASSES", 10)
+    monkeypatch.setattr(ir, "MAX_PASSES", 10)
     with pytest.raises(ValueError, match="more than 10 passes"):
         cm.Schedule.load(path)
     assert cm.Schedule.load(path, allow_large=True).num_passes == 16

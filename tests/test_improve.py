@@ -61,7 +61,7 @@ def test_finds_and_proves_the_optimum_the_heuristic_misses():
     """p = 3, m = 3, F = B = W, budget 0.5: from the search's best without its late-acceptance
     family (14.5), the whole model finds the optimum 14 and proves it."""
     from ctrlmem.model.ir import Placement
-    from ctrlmem.search.families import V_SPLIT
+    from ctrlmem.schedules.recipes import V_SPLIT
     from ctrlmem.search.families.lahc import LateAcceptanceFamily
     from ctrlmem.search import Query, search
 

@@ -76,7 +76,7 @@ def test_periodic_moves_reach_what_single_moves_cannot(p, m, costs, limit):
     < 1 s); no single move shortens it, the same move for every later microbatch does (to the
     optimum at p = 3; 28 against 27.5 at p = 4), and the search with the periodic family gets as
     short, within 2 % of the optimum."""
-    from ctrlmem.search.families import V_SPLIT
+    from ctrlmem.schedules.recipes import V_SPLIT
 
     at = next(i for i, fam in enumerate(V_SPLIT) if isinstance(fam, PeriodicFamily))
     optimum = cm.optimal(p, m, costs=costs, memory_limit=limit, time_limit=30, workers=1)
@@ -132,7 +132,7 @@ def test_families_monotone_in_the_cap(p, extra, fbw, comm):
     m = p + extra + 1
     costs = cm.Costs(*fbw, comm)
     P = Placement.v_shape(p)
-    from ctrlmem.search.families import V_SPLIT
+    from ctrlmem.schedules.recipes import V_SPLIT
 
     relocate = next(f for f in V_SPLIT if isinstance(f, RelocateFamily))
     periodic = next(f for f in V_SPLIT if isinstance(f, PeriodicFamily))
@@ -197,7 +197,7 @@ def test_late_acceptance_reaches_what_strict_descents_cannot(costs):
     cool-down on every device (the last microbatch's forwards before the backwards of the one
     ahead), through schedules that are not shorter. Late acceptance reaches it, and the search
     with it gives it."""
-    from ctrlmem.search.families import V_SPLIT
+    from ctrlmem.schedules.recipes import V_SPLIT
 
     p, m, limit = 3, 3, 0.5
     optimum = cm.optimal(p, m, costs=costs, memory_limit=limit, time_limit=30, workers=1)

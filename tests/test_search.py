@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import ctrlmem as cm
 from ctrlmem.model.ir import Placement
-from ctrlmem.search.families import V_FUSED, V_SPLIT
+from ctrlmem.schedules.recipes import V_FUSED, V_SPLIT
 from ctrlmem.search import Family, Query, clear_caches, search
 from ctrlmem.search.bounds import span_bound
 from ctrlmem.search.encoding import CandidateSet, extend, from_schedules, problem

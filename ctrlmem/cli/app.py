@@ -31,7 +31,7 @@ MAX_ERROR_LINE = 2000
 
 # Modules that contribute subcommands through ``add_commands(subparsers)``.
 COMMAND_MODULES: tuple[str, ...] = (
-    "ctrlmem.cli.sweep", "ctrlmem.cli.run", "ctrlmem.cli.draw", "ctrlmem.cli.reproduce", "ctrlmem.solver.optimal",
+    "ctrlmem.cli.sweep", "ctrlmem.cli.run", "ctrlmem.cli.draw", "ctrlmem.cli.reproduce", "ctrlmem.cli.optimal",
     "ctrlmem.cli.plan",
 )
 

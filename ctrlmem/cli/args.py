@@ -11,9 +11,10 @@ from typing import Sequence
 
 from ctrlmem.model.costs import Costs
 from ctrlmem.schedules import SCHEDULES, build
+from ctrlmem.schedules.registry import is_schedule_file
 
 __all__ = ["CliError", "Terminated", "Parser", "add_schedule_arguments", "add_memory_gb_arguments",
-           "apply_memory_gb", "parse_params", "schedule_from_args", "is_schedule_file", "os_error_message",
+           "apply_memory_gb", "parse_params", "schedule_from_args", "os_error_message",
            "int_arg", "float_arg", "memory_limit_arg", "add_optimize_argument", "optimize_schedule",
            "optimize_summary"]
 
@@ -192,13 +193,6 @@ class _Explicit(argparse.Action):
         explicit = set(getattr(namespace, "explicit", set()))
         explicit.add(self.dest)
         namespace.explicit = explicit
-
-
-def is_schedule_file(name: str) -> bool:
-    """Whether a schedule argument names a file (or a folder, a FIFO: anything at that path)
-    rather than a registered schedule."""
-    return name not in SCHEDULES and (os.path.lexists(name) or os.sep in name
-                                      or name.lower().endswith((".csv", ".txt", ".sched")))
 
 
 def parse_params(items: Sequence[str]) -> dict[str, object]:

@@ -21,7 +21,8 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ctrlmem.cli.args import CliError, add_optimize_argument, add_schedule_arguments, apply_memory_gb, float_arg, int_arg, is_schedule_file, optimize_schedule, optimize_summary, schedule_from_args
+from ctrlmem.schedules.registry import is_schedule_file
+from ctrlmem.cli.args import CliError, add_optimize_argument, add_schedule_arguments, apply_memory_gb, float_arg, int_arg, optimize_schedule, optimize_summary, schedule_from_args
 from ctrlmem.util.fileio import atomic_write, check_output_path
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Schedule

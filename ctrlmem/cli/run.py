@@ -11,6 +11,8 @@ import json
 import re
 from pathlib import Path
 
+from ctrlmem.runtime.launch import schedule_folder
+
 __all__ = ["add_commands"]
 
 
@@ -123,13 +125,6 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                progress=show)
     print(f"wrote {args.out}/{REPLAY_FILE}")
     return 0
-
-
-def schedule_folder(schedule: str) -> str:
-    """The sub-folder of ``--out`` that one of several ``--schedule`` s writes to: its name (a
-    schedule file: the file's name), with anything but letters, digits, ``.``, ``-``, ``_`` as ``-``."""
-    name = Path(schedule).name if any(sep in schedule for sep in ("/", "\\")) else schedule
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".") or "schedule"
 
 
 def _configs(args: argparse.Namespace) -> list:

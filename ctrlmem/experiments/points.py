@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from ctrlmem.runtime.launch import schedule_folder
 from ctrlmem.util import proctree
 from ctrlmem.model.costs import Costs, MemoryModel
 
@@ -276,8 +277,6 @@ def real_run_point(schedule: str | Sequence[str], p: int, m: int, backend: str, 
             if sub.returncode != 0:
                 raise RuntimeError(f"sbatch --wait {script} failed: {sub.stderr.strip()[-300:]}")
     if many:
-        from ctrlmem.cli.run import schedule_folder
-
         runs = {}
         for name in names:
             path = run_dir / schedule_folder(name) / "result.json"

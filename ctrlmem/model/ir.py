@@ -283,7 +283,7 @@ class Schedule:
         stages or microbatches, and text that is not text (binary) are refused with a
         ``ValueError`` naming the line. Sizes are checked before anything is allocated: the
         header's ``p`` against its placement, ``m`` against the passes the text holds, and more
-        than :data:`~ctrlmem.schedules.registry.MAX_PASSES` passes are refused unless
+        than :data:`MAX_PASSES` passes are refused unless
         ``allow_large``."""
         text = _clean_text(text, "schedule text")
         limit = _pass_limit(allow_large)
@@ -424,7 +424,7 @@ class Schedule:
         refused with a ``ValueError`` naming the line. Sizes are checked before anything is
         allocated: a stage or microbatch index larger than the passes the file holds could
         ever use, ``m`` beyond them, and more than
-        :data:`~ctrlmem.schedules.registry.MAX_PASSES` passes (unless ``allow_large``)."""
+        :data:`MAX_PASSES` passes (unless ``allow_large``)."""
         text = _clean_text(text, source)
         limit = _pass_limit(allow_large)
         if limit is not None and _torch_passes(text) > limit:
@@ -485,7 +485,7 @@ class Schedule:
 
         Bounded: a path that is not a regular file (a folder, a FIFO, a device) is refused
         without being opened; a file larger than :data:`MAX_FILE_BYTES` is refused unread, one
-        of more than :data:`~ctrlmem.schedules.registry.MAX_PASSES` passes after counting, and
+        of more than :data:`MAX_PASSES` passes after counting, and
         headers or indices that would need more than the file holds before anything is
         allocated (``allow_large=True`` lifts the size limits, not the others)."""
         raw = _read_schedule_file(path, allow_large)
@@ -542,9 +542,15 @@ _COMMENT = re.compile(r"(?m)^[ \t]*#.*$")
 _CONTROL = re.compile("[\x00-\x08\x0e-\x1f\ufffd]")
 
 
+MAX_PASSES = 2_000_000
+"""Schedules of more passes than this are refused (about 5 s to build and as long again to
+simulate, a few GB): by :func:`ctrlmem.schedules.build` and by :meth:`Schedule.load` /
+:meth:`Schedule.from_text` / :meth:`Schedule.from_torch_csv`; ``allow_large=True``
+(``--allow-large``) lifts the limit. Read at call time, so one patch of it changes both."""
+
 MAX_FILE_BYTES = 64 << 20
 """Largest schedule file read without ``allow_large`` (64 MiB: room for
-:data:`~ctrlmem.schedules.registry.MAX_PASSES` passes in a compute+comms dump)."""
+:data:`MAX_PASSES` passes in a compute+comms dump)."""
 
 
 def _pass_limit(allow_large: bool) -> int | None:
@@ -552,13 +558,11 @@ def _pass_limit(allow_large: bool) -> int | None:
         raise TypeError(f"allow_large must be True or False, got {allow_large!r}")
     if allow_large:
         return None
-    from ctrlmem.schedules.registry import MAX_PASSES  # noqa: PLC0415 (the registry imports this module)
-
     return MAX_PASSES
 
 
 def _too_many(source: str, limit: int) -> ValueError:
-    return ValueError(f"{source} holds more than {limit:,} passes (ctrlmem.schedules.registry.MAX_PASSES: slow to "
+    return ValueError(f"{source} holds more than {limit:,} passes (ctrlmem.model.ir.MAX_PASSES: slow to "
                       f"simulate, several GB); pass allow_large=True (--allow-large) to load it anyway")
 
 

@@ -32,10 +32,11 @@ from ctrlmem.model.costs import Costs
 from ctrlmem.util.fileio import atomic_write, describe_os_error, make_output_folder
 from ctrlmem.model.ir import Schedule
 from ctrlmem.schedules import build
+from ctrlmem.schedules.registry import is_schedule_file
 from ctrlmem.model.simulate import simulate
 from ctrlmem.model.validate import validate
 
-__all__ = ["RunConfig", "RunError", "prepare", "run", "run_many", "assemble", "emit_sbatch", "check_config",
+__all__ = ["RunConfig", "RunError", "prepare", "run", "run_many", "schedule_folder", "assemble", "emit_sbatch", "check_config",
            "cpu_memory_estimate", "available_memory"]
 
 log = logging.getLogger(__name__)
@@ -193,8 +194,6 @@ def _schedule_of(config: RunConfig) -> Schedule:
     """The registered schedule ``config.schedule`` built at p and m, or the schedule file it
     names (a torch / torchtitan CSV, e.g. one ``ctrlmem plan --emit`` wrote, or ctrlmem's text
     form), which must have ``p`` ranks."""
-    from ctrlmem.cli.args import is_schedule_file
-
     if not is_schedule_file(config.schedule):
         return build(config.schedule, config.num_devices, config.num_microbatches, **config.schedule_params)
     path = config.schedule
@@ -344,6 +343,13 @@ def _torchrun_args(config: RunConfig, config_path: Path) -> list[str]:
 def run(config: RunConfig) -> dict:
     """Launch ``config`` locally and return the result (also written to ``out/result.json``)."""
     return run_many([config])[0]
+
+
+def schedule_folder(schedule: str) -> str:
+    """The sub-folder of ``--out`` that one of several ``--schedule`` s writes to: its name (a
+    schedule file: the file's name), with anything but letters, digits, ``.``, ``-``, ``_`` as ``-``."""
+    name = Path(schedule).name if any(sep in schedule for sep in ("/", "\\")) else schedule
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".") or "schedule"
 
 
 def run_many(configs: list[RunConfig]) -> list[dict]:

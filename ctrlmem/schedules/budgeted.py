@@ -45,7 +45,7 @@ from ctrlmem.search import Query, search
 from ctrlmem.search.bounds import span_bound
 from ctrlmem.search.encoding import CandidateSet
 from ctrlmem.search.engine import OBJECTIVES, Found, Progress, timed
-from ctrlmem.search.families import SEQUENTIAL, V_FUSED, V_SPLIT
+from ctrlmem.schedules.recipes import SEQUENTIAL, V_FUSED, V_SPLIT
 from ctrlmem.schedules.registry import register
 
 __all__ = ["v_shape", "zb", "min_v_shape_limit", "v_shape_candidates", "VShapeCandidate", "search_v"]

@@ -8,13 +8,15 @@ declare ``memory_limit`` and receive it as a fraction of 1F1B's peak activation 
 from __future__ import annotations
 
 import inspect
+import os
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 
 from ctrlmem.model.costs import Costs
+from ctrlmem.model import ir
 from ctrlmem.model.ir import Schedule
 
-__all__ = ["ScheduleSpec", "SCHEDULES", "register", "build", "MAX_PASSES"]
+__all__ = ["ScheduleSpec", "SCHEDULES", "register", "build", "is_schedule_file"]
 
 
 @dataclass(frozen=True)
@@ -100,11 +102,6 @@ def register(name: str, source: str) -> Callable[[Callable[..., Schedule]], Call
 
 # ---- argument checks of build() (kept together so the generators can change independently) ----
 
-MAX_PASSES = 2_000_000
-"""``build`` refuses schedules of more passes than this (about 5 s to build and as long again to
-simulate, a few GB); ``allow_large=True`` (``--allow-large``) builds them anyway."""
-
-
 def _positive_int(field: str, value: object) -> int:
     """``value`` as an ``int`` >= 1: any ``numbers.Integral`` (numpy too) or an integral real;
     ``TypeError`` for a bool or a non-number, ``ValueError`` for a fraction or < 1."""
@@ -130,12 +127,12 @@ def _fraction(field: str, value: object) -> float:
 
 
 def _check_size(name: str, spec: ScheduleSpec, p: int, m: int, params: Mapping[str, object]) -> None:
-    """``ValueError`` when the schedule would exceed :data:`MAX_PASSES` passes. A pass count is
+    """``ValueError`` when the schedule would exceed :data:`ctrlmem.model.ir.MAX_PASSES` passes. A pass count is
     (passes per stage and microbatch) x stages x m; the per-device stage count is ``num_chunks``
     where the generator takes it, else measured on a small instance."""
     chunks = params.get("num_chunks", spec.params.get("num_chunks"))
     v = _positive_int("num_chunks", chunks) if chunks is not None else None
-    if 3 * p * m * max(2, v or 2) <= MAX_PASSES:
+    if 3 * p * m * max(2, v or 2) <= ir.MAX_PASSES:
         return
     per = 3
     if v is None:
@@ -146,11 +143,11 @@ def _check_size(name: str, spec: ScheduleSpec, p: int, m: int, params: Mapping[s
         except Exception:  # noqa: BLE001 - fall back to the upper bound
             v = 2
     passes = per * p * v * m
-    if passes > MAX_PASSES:
+    if passes > ir.MAX_PASSES:
         raise ValueError(
             f"schedule {name!r} with num_devices={p}, num_microbatches={m}"
             + (f", {v} stages per device" if v > 1 else "")
-            + f" has about {passes:.3g} passes, more than the limit of {MAX_PASSES:.0e} (ctrlmem.schedules.registry.MAX_PASSES); "
+            + f" has about {passes:.3g} passes, more than the limit of {ir.MAX_PASSES:.0e} (ctrlmem.model.ir.MAX_PASSES); "
               f"use smaller sizes, or pass allow_large=True (--allow-large) to build it anyway")
 
 
@@ -173,7 +170,7 @@ def build(
     memory-budgeted generators. Extra keyword ``params`` go to the generator (e.g.
     ``num_chunks=2`` for ``interleaved-1f1b``). Numbers may be any ``numbers.Integral`` /
     ``numbers.Real`` (numpy scalars too), never ``bool``. Schedules of more than
-    :data:`MAX_PASSES` passes are refused unless ``allow_large=True``.
+    :data:`ctrlmem.model.ir.MAX_PASSES` passes are refused unless ``allow_large=True``.
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a schedule name (str), got {type(name).__name__} {name!r}; "
@@ -208,3 +205,10 @@ def build(
     if not allow_large:
         _check_size(name, spec, p, m, params)
     return spec.func(p, m, **kwargs)
+
+
+def is_schedule_file(name: str) -> bool:
+    """Whether a schedule argument names a file (or a folder, a FIFO: anything at that path)
+    rather than a registered schedule."""
+    return name not in SCHEDULES and (os.path.lexists(name) or os.sep in name
+                                      or name.lower().endswith((".csv", ".txt", ".sched")))

@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["kernel", "jit_enabled", "ints", "floats", "compile_all"]
+__all__ = ["kernel", "jit_enabled", "ints", "floats"]
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def jit_enabled() -> bool:
 
 
 class _Kernel:
-    """A function that runs compiled once :func:`compile_all` has swapped numba in.
+    """A function that runs compiled once numba is swapped in (on the first call of any kernel).
 
     Calling it compiles every kernel lazily (numba compiles each on its first call).
     ``py_func`` is the plain Python function (what runs without numba); ``inline``: compiled
@@ -126,20 +126,6 @@ def _wrap(k: _Kernel) -> None:
         for attr, val in list(vars(mod).items()):
             if val is k:
                 setattr(mod, attr, k._impl)
-
-
-def compile_all() -> float:
-    """Compile (or load from the cache) every kernel now, by running each registered warm-up;
-    returns the seconds it took. ``scripts/setup.sh`` calls it once so the first search a user
-    runs does not pay for compilation."""
-    import time
-
-    t0 = time.perf_counter()
-    _prepare()
-    from ctrlmem.search import warmup  # noqa: F401  (runs every kernel once on a tiny input)
-
-    warmup.run()
-    return time.perf_counter() - t0
 
 
 def ints(values) -> np.ndarray:

@@ -39,11 +39,13 @@ from ctrlmem.model.ir import Op, Pass, Placement, Schedule
 from ctrlmem.schedules.registry import register
 from ctrlmem.model.simulate import simulate
 
-__all__ = ["OptimalResult", "optimal", "optimality_gap", "GAP_HEURISTICS", "gap_grid", "MAX_PASSES"]
+__all__ = ["OptimalResult", "optimal", "optimality_gap", "GAP_HEURISTICS", "gap_grid", "MAX_PASSES", "MAX_TIME_LIMIT",
+           "PLACEMENTS"]
 
 log = logging.getLogger(__name__)
 
-_PLACEMENTS = ("v-shape", "sequential")
+PLACEMENTS = ("v-shape", "sequential")
+"""The stage placements :func:`optimal` models."""
 
 
 @dataclass(frozen=True)
@@ -150,8 +152,8 @@ def _check_arguments(num_devices, num_microbatches, costs, memory_limit, placeme
     numbers and costs text accepted; errors name the argument)."""
     p = checks.integer("num_devices", num_devices)
     m = checks.integer("num_microbatches", num_microbatches)
-    if not isinstance(placement, str) or placement not in _PLACEMENTS:
-        raise ValueError(f"placement must be one of {', '.join(_PLACEMENTS)}, got {checks.short_repr(placement)}")
+    if not isinstance(placement, str) or placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {checks.short_repr(placement)}")
     if placement == "v-shape" and p < 2:
         raise ValueError("placement='v-shape' needs num_devices >= 2; use placement='sequential' for one device")
     limit = None if memory_limit is None else checks.memory_fraction("memory_limit", memory_limit)
@@ -444,55 +446,3 @@ def optimality_gap(
                 "status": opt.status,
             })
     return out
-
-
-def _cmd_optimal(args) -> int:
-    import json
-
-    from ctrlmem.util.fileio import atomic_write, check_output_path
-
-    if args.text:
-        check_output_path(args.text)  # before the solver runs, not after
-    costs = Costs.parse(args.costs)  # a ValueError naming the bad part: one line, exit status 2
-    r = optimal(args.devices, args.microbatches, costs, args.memory_limit, args.placement, args.time_limit, args.workers)
-    sim = simulate(r.schedule, costs)
-    if args.json:
-        print(json.dumps({
-            "num_devices": args.devices, "num_microbatches": args.microbatches, "costs": costs.to_dict(),
-            "memory_limit": args.memory_limit, "placement": args.placement, "status": r.status,
-            "makespan": r.makespan, "lower_bound": r.lower_bound, "gap": r.gap, "seed": list(r.seed),
-            "wall_s": round(r.wall_s, 3), "peak_memory": sim.peak_memory, "bubble_rate": sim.bubble_rate,
-            "max_span": max(sim.device_spans), "schedule": r.schedule.to_text(),
-        }))
-    else:
-        lim = "none" if args.memory_limit is None else f"{args.memory_limit:g}"
-        print(f"optimal: p={args.devices} m={args.microbatches} costs={args.costs} memory_limit={lim} "
-              f"placement={args.placement}")
-        print(f"  status {r.status} after {r.wall_s:.1f} s; makespan {r.makespan:g}, lower bound "
-              f"{r.lower_bound:g} (gap {100 * r.gap:.2f} %)")
-        print(f"  heuristic seed {r.seed[0]}: makespan {r.seed[1]:g} ({r.seed[1] / r.makespan:.4f}x the solver's)")
-        print(f"  peak {max(sim.peak_memory):g} a, longest span {max(sim.device_spans):g}, bubble rate "
-              f"{sim.bubble_rate:.4f}")
-    if args.text:
-        atomic_write(args.text, r.schedule.to_text() + "\n")
-    return 0
-
-
-def add_commands(subparsers) -> None:
-    """Add ``optimal`` to the ``ctrlmem`` command line."""
-    from ctrlmem.cli.args import float_arg, int_arg, memory_limit_arg
-    p = subparsers.add_parser(
-        "optimal", help="exact shortest schedule for a small pipeline (CP-SAT), with its proven lower bound")
-    p.add_argument("-p", "--devices", type=int_arg(), default=4, help="number of devices p (default 4)")
-    p.add_argument("-m", "--microbatches", type=int_arg(), default=8, help="number of microbatches m (default 8)")
-    p.add_argument("--costs", default="1,1,1,0",
-                   help="F,B,W[,COMM]: pass times of one full device-stage and the hop latency (default 1,1,1,0)")
-    p.add_argument("--memory-limit", type=memory_limit_arg, default=None,
-                   help="activation budget as a fraction of 1F1B's peak (default: unlimited)")
-    p.add_argument("--placement", choices=_PLACEMENTS, default="v-shape", help="stage placement (default v-shape)")
-    p.add_argument("--time-limit", type=float_arg(maximum=MAX_TIME_LIMIT, what="seconds"), default=60.0,
-                   help="seconds for the whole search: heuristic hint, model, solver (default 60)")
-    p.add_argument("--workers", type=int_arg(1, 256), default=2, help="solver threads (default 2)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--text", metavar="FILE", help="also write the schedule in ctrlmem's text form")
-    p.set_defaults(func=_cmd_optimal)

@@ -19,7 +19,7 @@ __all__ = ["integer", "number", "memory_fraction", "flag", "MAX_MEMORY_LIMIT", "
 
 MAX_MEMORY_LIMIT = 1e6
 """Largest memory budget accepted (a fraction of 1F1B's peak ``p·a``). No schedule within
-:data:`ctrlmem.schedules.registry.MAX_PASSES` passes holds more than about ``10^6 / p`` of it,
+:data:`ctrlmem.model.ir.MAX_PASSES` passes holds more than about ``10^6 / p`` of it,
 so a larger budget changes nothing; refusing it keeps ``2·p·limit`` a finite integer."""
 
 

@@ -1,10 +1,12 @@
 """Candidate families of the searches (:mod:`ctrlmem.search`): one small module per family.
 
 A family is a :class:`ctrlmem.search.Family`: given a query (placement, ``m``, costs, memory cap)
-it yields candidate sets, keeping what does not depend on the costs in its own caches. The lists
-below are what each search runs, in order (earlier candidates win ties).
+it yields candidate sets, keeping what does not depend on the costs in its own caches. Which
+families each search runs, in which order (earlier candidates win ties), is a recipe of the
+schedules that use them: :mod:`ctrlmem.schedules.recipes`. A family knows no named schedule; one
+that seeds from fixed schedules (ZB-V, ZB-H1/H2) takes their generators as arguments.
 
-* :mod:`.blocks` — the paper's V-Min / V-Half / V-ZB blocks, ZB-V, offset-level mixes;
+* :mod:`.paperblocks` — the paper's V-Min / V-Half / V-ZB blocks, ZB-V, offset-level mixes;
 * :mod:`.costblocks` — V blocks laid out in the costs' own slots;
 * :mod:`.grid` — the paper's App. A framework (device-0 patterns × two offset levels);
 * :mod:`.zbv` — the Zero Bubble paper's cost-aware ZB-V greedy;
@@ -27,36 +29,19 @@ below are what each search runs, in order (earlier candidates win ties).
 * :mod:`.sequential` — ZB-H1/H2 and the ZB greedy on one stage per device (``zb``).
 """
 
-from ctrlmem.search.families.paperblocks import BlockFamily
 from ctrlmem.search.families.costblocks import CostBlockFamily
 from ctrlmem.search.families.fillahead import FillAheadFamily, ForwardFirstFamily
 from ctrlmem.search.families.fused import FusedConstructionFamily
 from ctrlmem.search.families.grid import GridFamily
-from ctrlmem.search.families.periodic import PeriodicFamily
 from ctrlmem.search.families.lahc import LateAcceptanceFamily
 from ctrlmem.search.families.lists import ListFamily
+from ctrlmem.search.families.paperblocks import BlockFamily
+from ctrlmem.search.families.periodic import PeriodicFamily
 from ctrlmem.search.families.polish import PolishFamily
 from ctrlmem.search.families.relocate import RelocateFamily
 from ctrlmem.search.families.sequential import ZBCapFamily, ZBFixedFamily
 from ctrlmem.search.families.zbv import ZBVFamily
 
-__all__ = ["V_SPLIT", "V_FUSED", "SEQUENTIAL"]
-
-_LISTS = ListFamily()
-_BASE = [BlockFamily(), CostBlockFamily(), GridFamily(), ZBVFamily(), _LISTS, FillAheadFamily()]
-
-_POLISH = PolishFamily(_BASE)
-_RELOCATE = RelocateFamily(_BASE + [_POLISH])
-_FIRST = ForwardFirstFamily()
-#: the split-backward V-shape search (``v-shape``, ``v-min``, ``v-half``, ``v-zb``); the
-#: periodic family (seeded with the forward-first one) and the late-acceptance one come last, so
-#: the others' results are unchanged
-_PERIODIC = PeriodicFamily(_BASE + [_POLISH, _RELOCATE], seeds=[_FIRST])
-V_SPLIT = _BASE + [_POLISH, _RELOCATE, _PERIODIC, LateAcceptanceFamily(_BASE + [_POLISH, _RELOCATE, _PERIODIC])]
-#: the fused-backward V-shape search (``1f1b-v``)
-V_FUSED = [FusedConstructionFamily(), _LISTS]
-#: one stage per device (``zb``)
-_ZB = [ZBFixedFamily(), ZBCapFamily()]
-_ZB_RELOCATE = RelocateFamily(_ZB)
-_ZB_PERIODIC = PeriodicFamily(_ZB + [_ZB_RELOCATE])
-SEQUENTIAL = _ZB + [_ZB_RELOCATE, _ZB_PERIODIC, LateAcceptanceFamily(_ZB + [_ZB_RELOCATE, _ZB_PERIODIC])]
+__all__ = ["BlockFamily", "CostBlockFamily", "FillAheadFamily", "ForwardFirstFamily", "FusedConstructionFamily",
+           "GridFamily", "LateAcceptanceFamily", "ListFamily", "PeriodicFamily", "PolishFamily", "RelocateFamily",
+           "ZBCapFamily", "ZBFixedFamily", "ZBVFamily"]

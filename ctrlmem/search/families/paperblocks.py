@@ -12,10 +12,13 @@ lengthened to any ``m`` (:func:`ctrlmem.search.encoding.extend`).
 
 from __future__ import annotations
 
+from typing import Callable, Sequence
+
+from ctrlmem.model.ir import Schedule
+
 from ctrlmem.search.buildingblock import BuildingBlock, _short_pipeline, block_set, v_half_block, v_min_block, v_shape_block, v_zb_block
 from ctrlmem.search.encoding import CandidateSet, concat, extend, from_schedules
 from ctrlmem.search.engine import LRU, Family, Progress, Query
-from ctrlmem.schedules.zero_bubble import zb_v
 
 __all__ = ["BlockFamily", "MIXES", "mixed_block"]
 
@@ -36,10 +39,15 @@ def mixed_block(p: int, first: tuple[int, int], second: tuple[int, int], j: int)
     return v_shape_block(p, d0, d1, name="v-shape")
 
 
-def _blocks(p: int) -> list[tuple[str, BuildingBlock | None]]:
-    """(label, block) in search order; ``None`` stands for ZB-V (not a block)."""
-    out: list[tuple[str, BuildingBlock | None]] = [
-        ("v-min", v_min_block(p)), ("v-half", v_half_block(p)), ("v-zb", v_zb_block(p)), ("zb-v", None),
+#: A fixed schedule generator ``(p, m) -> Schedule`` that stands among the blocks (e.g. ZB-V).
+Fixed = Callable[[int, int], Schedule]
+
+
+def _blocks(p: int, fixed: Sequence[tuple[str, Fixed]] = ()) -> list[tuple[str, BuildingBlock | Fixed]]:
+    """(label, block or fixed generator) in search order: the paper's three blocks, the fixed
+    schedules, the mixes."""
+    out: list[tuple[str, BuildingBlock | Fixed]] = [
+        ("v-min", v_min_block(p)), ("v-half", v_half_block(p)), ("v-zb", v_zb_block(p)), *fixed,
     ]
     if p <= MIX_MAX_P:
         for wide, narrow, wide_first in MIXES:
@@ -52,8 +60,8 @@ def _blocks(p: int) -> list[tuple[str, BuildingBlock | None]]:
     return out
 
 
-def _short_len(p: int, block: BuildingBlock | None, m: int) -> int:
-    if block is None:  # ZB-V: its pattern needs 2p - 1 microbatches, then a stable phase
+def _short_len(p: int, block: BuildingBlock | Fixed, m: int) -> int:
+    if not isinstance(block, BuildingBlock):  # a fixed schedule (ZB-V: its pattern needs 2p - 1 microbatches, then a stable phase)
         return 2 * p + 2
     return _short_pipeline(block, m)
 
@@ -62,15 +70,15 @@ _SHORT = LRU(256)  # (p, label) -> the block's candidate at its short length
 _BUILT = LRU(512)  # (p, m, label) -> the block's candidate at m
 
 
-def _direct(p: int, label: str, block: BuildingBlock | None, m: int) -> CandidateSet | None:
+def _direct(p: int, label: str, block: BuildingBlock | Fixed, m: int) -> CandidateSet | None:
     """The candidate built for ``m`` microbatches directly (no lengthening)."""
-    if block is None:
-        return from_schedules([(label, zb_v(p, m))])
+    if not isinstance(block, BuildingBlock):
+        return from_schedules([(label, block(p, m))])
     return block_set(block, m, label, direct=True)
 
 
-def block_candidate(p: int, m: int, label: str, block: BuildingBlock | None) -> CandidateSet | None:
-    """``block``'s schedule (``None``: ZB-V) for ``m`` microbatches as a one-candidate set:
+def block_candidate(p: int, m: int, label: str, block: BuildingBlock | Fixed) -> CandidateSet | None:
+    """``block``'s schedule (or a fixed generator's, e.g. ZB-V's) for ``m`` microbatches as a one-candidate set:
     built once per ``p`` at its short length and lengthened (cached; the named schedules'
     patterns come from here too)."""
     key = (p, m, label)
@@ -92,17 +100,20 @@ def block_candidate(p: int, m: int, label: str, block: BuildingBlock | None) -> 
 
 class BlockFamily(Family):
     """See the module docstring. One set per ``(p, m)`` (all its candidates, whatever the cap:
-    the engine keeps those within it)."""
+    the engine keeps those within it). ``fixed``: (label, ``(p, m) -> Schedule``) generators
+    searched after the paper's three blocks (the recipe passes ZB-V: the search knows no
+    schedule of its own)."""
 
     name = "blocks"
 
-    def __init__(self) -> None:
+    def __init__(self, fixed: Sequence[tuple[str, Fixed]] = ()) -> None:
+        self._fixed = tuple(fixed)
         self._sets = LRU(32)  # (p, m) -> set
 
     def sets(self, q: Query, progress: Progress):
         key = (q.p, q.m)
         got = self._sets.get(key)
         if got is None:
-            parts = [block_candidate(q.p, q.m, label, block) for label, block in _blocks(q.p)]
+            parts = [block_candidate(q.p, q.m, label, block) for label, block in _blocks(q.p, self._fixed)]
             got = self._sets.put(key, concat([x for x in parts if x is not None]))
         yield got

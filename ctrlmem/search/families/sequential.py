@@ -22,13 +22,14 @@ so the search is monotone in the budget.
 
 from __future__ import annotations
 
+from typing import Callable, Sequence
+
 import numpy as np
 
-from ctrlmem.model.ir import Placement
+from ctrlmem.model.ir import Placement, Schedule
 from ctrlmem.search.encoding import CandidateSet, dedupe, from_schedules
 from ctrlmem.search.engine import LRU, Family, Progress, Query
 from ctrlmem.search.kernels import floats, kernel
-from ctrlmem.schedules.zero_bubble import zb_h1, zb_h2
 from ctrlmem.search.families.lists import list_schedule, policies, policy_label
 
 __all__ = ["ZBFixedFamily", "ZBCapFamily", "zb_greedy", "zb_caps"]
@@ -296,11 +297,14 @@ def zb_caps(p: int, top: int) -> list[int]:
 
 
 class ZBFixedFamily(Family):
-    """ZB-H1 and ZB-H2 (cost-independent; cached per (p, m))."""
+    """Fixed one-stage-per-device schedules, e.g. ZB-H1 and ZB-H2 (cost-independent; cached per
+    (p, m)). ``fixed``: (label, ``(p, m) -> Schedule``) generators, in order (the recipe passes
+    them: the search knows no schedule of its own)."""
 
     name = "zb fixed"
 
-    def __init__(self) -> None:
+    def __init__(self, fixed: Sequence[tuple[str, Callable[[int, int], Schedule]]]) -> None:
+        self._fixed = tuple(fixed)
         self._cache = LRU(32)
 
     def sets(self, q: Query, progress: Progress):
@@ -309,7 +313,7 @@ class ZBFixedFamily(Family):
         key = (q.p, q.m)
         got = self._cache.get(key)
         if got is None:
-            got = self._cache.put(key, from_schedules([("zb-h1", zb_h1(q.p, q.m)), ("zb-h2", zb_h2(q.p, q.m))]))
+            got = self._cache.put(key, from_schedules([(label, gen(q.p, q.m)) for label, gen in self._fixed]))
         yield got
 
 

@@ -1,0 +1,61 @@
+"""``ctrlmem optimal``: the exact shortest schedule of a small pipeline (:func:`ctrlmem.solver.optimal.optimal`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ctrlmem.cli.args import float_arg, int_arg, memory_limit_arg
+from ctrlmem.model.costs import Costs
+from ctrlmem.model.simulate import simulate
+from ctrlmem.solver.optimal import MAX_TIME_LIMIT, PLACEMENTS, optimal
+from ctrlmem.util.fileio import atomic_write, check_output_path
+
+__all__ = ["add_commands"]
+
+
+def _cmd_optimal(args: argparse.Namespace) -> int:
+    if args.text:
+        check_output_path(args.text)  # before the solver runs, not after
+    costs = Costs.parse(args.costs)  # a ValueError naming the bad part: one line, exit status 2
+    r = optimal(args.devices, args.microbatches, costs, args.memory_limit, args.placement, args.time_limit, args.workers)
+    sim = simulate(r.schedule, costs)
+    if args.json:
+        print(json.dumps({
+            "num_devices": args.devices, "num_microbatches": args.microbatches, "costs": costs.to_dict(),
+            "memory_limit": args.memory_limit, "placement": args.placement, "status": r.status,
+            "makespan": r.makespan, "lower_bound": r.lower_bound, "gap": r.gap, "seed": list(r.seed),
+            "wall_s": round(r.wall_s, 3), "peak_memory": sim.peak_memory, "bubble_rate": sim.bubble_rate,
+            "max_span": max(sim.device_spans), "schedule": r.schedule.to_text(),
+        }))
+    else:
+        lim = "none" if args.memory_limit is None else f"{args.memory_limit:g}"
+        print(f"optimal: p={args.devices} m={args.microbatches} costs={args.costs} memory_limit={lim} "
+              f"placement={args.placement}")
+        print(f"  status {r.status} after {r.wall_s:.1f} s; makespan {r.makespan:g}, lower bound "
+              f"{r.lower_bound:g} (gap {100 * r.gap:.2f} %)")
+        print(f"  heuristic seed {r.seed[0]}: makespan {r.seed[1]:g} ({r.seed[1] / r.makespan:.4f}x the solver's)")
+        print(f"  peak {max(sim.peak_memory):g} a, longest span {max(sim.device_spans):g}, bubble rate "
+              f"{sim.bubble_rate:.4f}")
+    if args.text:
+        atomic_write(args.text, r.schedule.to_text() + "\n")
+    return 0
+
+
+def add_commands(subparsers) -> None:
+    """Add ``optimal`` to the ``ctrlmem`` command line."""
+    p = subparsers.add_parser(
+        "optimal", help="exact shortest schedule for a small pipeline (CP-SAT), with its proven lower bound")
+    p.add_argument("-p", "--devices", type=int_arg(), default=4, help="number of devices p (default 4)")
+    p.add_argument("-m", "--microbatches", type=int_arg(), default=8, help="number of microbatches m (default 8)")
+    p.add_argument("--costs", default="1,1,1,0",
+                   help="F,B,W[,COMM]: pass times of one full device-stage and the hop latency (default 1,1,1,0)")
+    p.add_argument("--memory-limit", type=memory_limit_arg, default=None,
+                   help="activation budget as a fraction of 1F1B's peak (default: unlimited)")
+    p.add_argument("--placement", choices=PLACEMENTS, default="v-shape", help="stage placement (default v-shape)")
+    p.add_argument("--time-limit", type=float_arg(maximum=MAX_TIME_LIMIT, what="seconds"), default=60.0,
+                   help="seconds for the whole search: heuristic hint, model, solver (default 60)")
+    p.add_argument("--workers", type=int_arg(1, 256), default=2, help="solver threads (default 2)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--text", metavar="FILE", help="also write the schedule in ctrlmem's text form")
+    p.set_defaults(func=_cmd_optimal)

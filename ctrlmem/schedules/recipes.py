@@ -1,0 +1,37 @@
+"""Recipes: which candidate families each search of :mod:`ctrlmem.schedules.budgeted` runs, in
+order (earlier candidates win ties). The families are plug-ins of the search engine
+(:mod:`ctrlmem.search.families`); the fixed schedules some of them seed from (ZB-V, ZB-H1, ZB-H2)
+are passed in here, so the engine and its families know no named schedule.
+
+A new family is a module in :mod:`ctrlmem.search.families` and one entry in a list below.
+"""
+
+from __future__ import annotations
+
+from ctrlmem.schedules.zero_bubble import zb_h1, zb_h2, zb_v
+from ctrlmem.search.families import (
+    BlockFamily, CostBlockFamily, FillAheadFamily, ForwardFirstFamily, FusedConstructionFamily, GridFamily,
+    LateAcceptanceFamily, ListFamily, PeriodicFamily, PolishFamily, RelocateFamily, ZBCapFamily, ZBFixedFamily,
+    ZBVFamily,
+)
+
+__all__ = ["V_SPLIT", "V_FUSED", "SEQUENTIAL"]
+
+_LISTS = ListFamily()
+_BASE = [BlockFamily(fixed=[("zb-v", zb_v)]), CostBlockFamily(), GridFamily(), ZBVFamily(), _LISTS, FillAheadFamily()]
+
+_POLISH = PolishFamily(_BASE)
+_RELOCATE = RelocateFamily(_BASE + [_POLISH])
+_FIRST = ForwardFirstFamily()
+#: the split-backward V-shape search (``v-shape``, ``v-min``, ``v-half``, ``v-zb``); the
+#: periodic family (seeded with the forward-first one) and the late-acceptance one come last, so
+#: the others' results are unchanged
+_PERIODIC = PeriodicFamily(_BASE + [_POLISH, _RELOCATE], seeds=[_FIRST])
+V_SPLIT = _BASE + [_POLISH, _RELOCATE, _PERIODIC, LateAcceptanceFamily(_BASE + [_POLISH, _RELOCATE, _PERIODIC])]
+#: the fused-backward V-shape search (``1f1b-v``)
+V_FUSED = [FusedConstructionFamily(), _LISTS]
+#: one stage per device (``zb``)
+_ZB = [ZBFixedFamily(fixed=[("zb-h1", zb_h1), ("zb-h2", zb_h2)]), ZBCapFamily()]
+_ZB_RELOCATE = RelocateFamily(_ZB)
+_ZB_PERIODIC = PeriodicFamily(_ZB + [_ZB_RELOCATE])
+SEQUENTIAL = _ZB + [_ZB_RELOCATE, _ZB_PERIODIC, LateAcceptanceFamily(_ZB + [_ZB_RELOCATE, _ZB_PERIODIC])]

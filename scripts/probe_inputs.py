@@ -508,7 +508,7 @@ def bounded_probes(d, add) -> None:
     add("[3] a symlink loop as a schedule", link_loop)
 
     def replay_zero():
-        from ctrlmem.reproduce.gpu_replay import default_replay_path
+        from ctrlmem.model.replayfile import default_replay_path
 
         data = json.loads(default_replay_path().read_text())
         data["rows"][0]["theory_peak_bytes"] = 0

@@ -360,7 +360,7 @@ def test_emit_sbatch_refuses_negative_nodes_and_writes_nothing(tmp_path):
 
 
 def test_a_gpu_replay_row_with_a_zero_theory_peak_is_refused_naming_the_row(tmp_path, capsys):
-    from ctrlmem.reproduce.gpu_replay import default_replay_path
+    from ctrlmem.model.replayfile import default_replay_path
 
     data = json.loads(default_replay_path().read_text())
     data["rows"][3]["theory_peak_bytes"] = 0

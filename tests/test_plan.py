@@ -168,7 +168,7 @@ def test_every_assumption_is_stated():
 def test_allocator_margin_covers_every_replayed_device():
     """The margin fitted on the shipped replay predicts an allocator peak at least the measured one
     on every one of its devices (it is the largest of each term), and not more than 1.6× it."""
-    from ctrlmem.reproduce.gpu_replay import default_replay_path
+    from ctrlmem.model.replayfile import default_replay_path
 
     m = AllocatorMargin.from_replay()
     assert 1.0 < m.ratio < 1.2 and m.bytes_per_logit > 0 and m.bytes_per_embedding_param > 0
@@ -191,7 +191,7 @@ def test_replay_costs_are_the_replayed_medians():
     layer; microbatch 16 (not replayed) scales microbatch 8 linearly; activation ≈ 32·h."""
     src = ReplayCosts()
     spec = model_spec("9.6b")
-    from ctrlmem.reproduce.gpu_replay import default_replay_path
+    from ctrlmem.model.replayfile import default_replay_path
 
     rows = [r for r in json.loads(default_replay_path().read_text())["rows"]
             if r["model"] == "9.6b" and r.get("microbatch_size") == 8]

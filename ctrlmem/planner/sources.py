@@ -250,7 +250,7 @@ class ReplayCosts(CostSource):
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        from ctrlmem.reproduce.gpu_replay import default_replay_path, gpu_label, load_replay
+        from ctrlmem.model.replayfile import default_replay_path, gpu_label, load_replay
 
         path = Path(self.path) if self.path is not None else default_replay_path()
         self.data = load_replay(path)
@@ -453,7 +453,7 @@ class AllocatorMargin:
         allocator peak to theory on devices holding neither the embedding nor the head; then the
         bytes per logit left over on devices holding the head but not the embedding; then the
         bytes per embedding parameter left over on devices holding the embedding."""
-        from ctrlmem.reproduce.gpu_replay import default_replay_path, gpu_label, load_replay
+        from ctrlmem.model.replayfile import default_replay_path, gpu_label, load_replay
 
         p = Path(path) if path is not None else default_replay_path()
         data = load_replay(p)

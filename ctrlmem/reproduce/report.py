@@ -210,7 +210,7 @@ def reproduce(out: str | Path = "figures", quick: bool = False, only: Sequence[s
         if n not in ARTIFACTS:
             raise ValueError(f"unknown artifact {n!r}; valid: {', '.join(ARTIFACTS)}")
     if replay is not None:
-        from ctrlmem.reproduce.gpu_replay import load_replay
+        from ctrlmem.model.replayfile import load_replay
 
         load_replay(replay)  # a bad file fails before anything runs
     return write_report(out, [build_table(n, quick, out, replay=replay, root=root) for n in names], quick,

@@ -121,7 +121,7 @@ def table3(quick: bool, out: str | Path = "figures", replay: str | Path | None =
     replay's pass costs (``replay``: another replay file); writes ``out/table3.json`` (the best
     configuration per method and setting, read by the ``claims`` artifact)."""
     import ctrlmem as cm
-    from ctrlmem.reproduce.gpu_replay import default_replay_path, gpu_label, load_replay
+    from ctrlmem.model.replayfile import default_replay_path, gpu_label, load_replay
 
     replay_path = Path(replay) if replay is not None else default_replay_path()
     gpu = gpu_label(load_replay(replay_path))

@@ -195,7 +195,7 @@ def test_polish_starts_from_every_familys_best(p, m, costs, budget):
     from the best of all: a better start can climb to a worse end (at p = 4, m = 8, 3:4:2:0.1,
     budget 0.5 the fill-ahead family's best climbed to 108 where the grid's climbs to 106), so the
     search is never above any family's polished best."""
-    from ctrlmem.search.families import _BASE
+    from ctrlmem.schedules.recipes import _BASE
     from ctrlmem.search.families.polish import polish_keys
     from ctrlmem.search.engine import Query, search, timed
 

@@ -253,7 +253,7 @@ def test_search_ranks_by_the_query_objective():
     (families that do not climb by the objective), the span search returns the candidate of the
     shortest longest span (then makespan) and the makespan search the one of the shortest
     makespan (then span), and here they differ."""
-    from ctrlmem.search.families import _BASE
+    from ctrlmem.schedules.recipes import _BASE
     from ctrlmem.search.engine import Progress, timed
 
     costs = cm.Costs(8.0, 9.3, 8.4, 1.7)

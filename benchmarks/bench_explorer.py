@@ -108,7 +108,7 @@ def gil(repeats: int, rounds: int = 3) -> None:
     ran_out = {"thread": 0, "process": 0}  # rounds whose searches ended before the edits did
     try:
         edits(1)
-        from ctrlmem.search.kernels import jit_enabled  # noqa: PLC0415
+        from ctrlmem.search.kernels import jit_enabled
 
         searches = SEARCHES if jit_enabled() else 1  # as Python, one search outlasts the edits
         for k in range(rounds):
@@ -154,7 +154,7 @@ def _adapted(page, timeout_s: float = 900) -> float:
 
 def end_to_end(names, repeats: int, notebook: str | None = None) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import lab_browser as lb  # noqa: PLC0415
+    import lab_browser as lb
 
     why = lb.available()
     if why:

@@ -64,7 +64,7 @@ def main() -> None:
             print(f"{label:<40} {tag}{lb:>9.6g} " + " ".join(f"{c:>8}" for c in cells) + " " + " ".join(f"{c:>9}" for c in imp))
     s = summary(rows)
     print()
-    for placement, d in s.items():
+    for d in s.values():
         main_name = d["heuristic"]
         worst = d["small_worst"]
         print(f"{main_name}: at p <= 4 within 2 % of the proven optimum on {d['small_within_2pct']} of "

@@ -42,7 +42,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 def available() -> str | None:
     """Why the browser run cannot happen here, or None when it can."""
     try:
-        import playwright.sync_api  # noqa: F401, PLC0415
+        import playwright.sync_api  # noqa: F401
     except ImportError:
         return "python playwright is not installed"
     if not os.path.exists(CHROMIUM):
@@ -105,7 +105,7 @@ def lab_page(notebook: str, *, workdir: str | None = None, viewport=(1400, 1600)
     there (``{relative path: source}``); ``ready``: selectors that must show before the page is
     handed over (default: the explorer's two plots; the probe that times updates is installed
     when they are the explorer's)."""
-    from playwright.sync_api import sync_playwright  # noqa: PLC0415
+    from playwright.sync_api import sync_playwright
 
     own_tmp = workdir is None
     tmp = tempfile.mkdtemp(prefix="ctrlmem-lab-") if own_tmp else workdir
@@ -143,7 +143,7 @@ def lab_page(notebook: str, *, workdir: str | None = None, viewport=(1400, 1600)
             except OSError:
                 if server.poll() is not None or time.monotonic() > deadline:
                     with open(log_path) as fh:
-                        raise RuntimeError("JupyterLab did not start:\n" + fh.read()[-3000:])
+                        raise RuntimeError("JupyterLab did not start:\n" + fh.read()[-3000:]) from None
                 time.sleep(0.5)
         pw = sync_playwright().start()
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
@@ -160,7 +160,7 @@ def lab_page(notebook: str, *, workdir: str | None = None, viewport=(1400, 1600)
             try:
                 page.wait_for_selector(".jp-InputArea-prompt:has-text('[1]')", timeout=40_000)
                 break
-            except Exception:  # noqa: BLE001  (playwright's TimeoutError)
+            except Exception:
                 if attempt == 2:
                     raise
         for selector in ready:

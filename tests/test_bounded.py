@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys

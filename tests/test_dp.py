@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-import ctrlmem as cm  # noqa: E402
-from ctrlmem.runtime.launch import RunConfig, RunError, prepare, run_many  # noqa: E402
+import ctrlmem as cm
+from ctrlmem.runtime.launch import RunConfig, RunError, prepare, run_many
 
 GRAD_TOL = 1e-5
 MEMORY_TOL = 0.10

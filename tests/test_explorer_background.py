@@ -83,7 +83,7 @@ def test_every_element_names_the_state_it_belongs_to(vexp):
     """After any update every HTML element carries the same state number, the one the plots were
     sent with; the pending mark covers the time until the browser drew them."""
     for change in (("f", 2.0), ("comm", 0.25), ("devices", 5)):
-        setattr(getattr(vexp, change[0]), "value", change[1])
+        getattr(vexp, change[0]).value = change[1]
         assert states(vexp) == {vexp.plots.seq}
         assert "ctrlmem-pending" in vexp.widget._dom_classes
         vexp.plots.drawn = {"seq": vexp.plots.seq, "ms": 1.0}

@@ -109,7 +109,7 @@ def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str, str, float
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
-        raise AssertionError(f"the command did not end within {timeout:g} s: {err[-500:]}")
+        raise AssertionError(f"the command did not end within {timeout:g} s: {err[-500:]}") from None
     return proc.returncode, out, err, time.monotonic() - t0
 
 

@@ -72,7 +72,7 @@ WORKER = textwrap.dedent('''
         losses = []
         sched.step(*((x,) if first else ()), target=y if last else None, losses=losses if last else None)
         grads = {st.stage_index: [p.grad.clone() for p in st.submod.parameters()] for st in stages}
-        torch.save({"grads": grads, "losses": [l.detach() for l in losses]}, os.path.join(out_dir, f"rank{rank}.pt"))
+        torch.save({"grads": grads, "losses": [loss.detach() for loss in losses]}, os.path.join(out_dir, f"rank{rank}.pt"))
         dist.destroy_process_group()
 
     # one process per rank for every schedule of this p (each on its own process group): the
@@ -101,7 +101,7 @@ def _reference(S: int, m: int, mb: int):
         losses.append(((h - y[k * mb:(k + 1) * mb]) ** 2).mean())
     total = torch.stack(losses).mean()
     total.backward()
-    return [l.detach() for l in losses], {s: [p.grad for p in mods[s].parameters()] for s in range(S)}
+    return [loss.detach() for loss in losses], {s: [p.grad for p in mods[s].parameters()] for s in range(S)}
 
 
 P2_SCHEDULES = ["zb-h1", "v-half"]
@@ -147,7 +147,7 @@ def emitted_runs(tmp_path_factory):
             try:
                 launches[p] = _launch(P2_SCHEDULES if p == 2 else P4_SCHEDULES, p,
                                       tmp_path_factory.mktemp(f"emit-p{p}"))
-            except Exception as exc:  # a failed launch fails each test of this p, without launching again
+            except Exception as exc:  # noqa: BLE001 - a failed launch fails each test of this p, without launching again
                 launches[p] = exc
         if isinstance(launches[p], Exception):
             raise launches[p]

@@ -8,7 +8,7 @@ import pytest
 
 import ctrlmem as cm
 from ctrlmem import reproduce as rp
-import ctrlmem.reproduce.throughput  # noqa: F401  (monkeypatched below)
+import ctrlmem.reproduce.throughput
 import ctrlmem
 from ctrlmem.model.paper import NOT_RECOVERED
 

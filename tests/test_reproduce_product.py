@@ -3,7 +3,6 @@ GPU rank-replay artifact and the verdict per claim (ctrlmem.reproduce, ctrlmem.p
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import shutil

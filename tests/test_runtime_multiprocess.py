@@ -13,8 +13,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-import ctrlmem as cm  # noqa: E402
-from ctrlmem.runtime.launch import RunConfig, run, run_many  # noqa: E402
+import ctrlmem as cm
+from ctrlmem.runtime.launch import RunConfig, run, run_many
 
 GRAD_TOL = 1e-5  # max |grad − ref| relative to the largest reference gradient
 SAVED_TOL = 0.05  # measured autograd-saved peak vs the schedule's theory, per rank

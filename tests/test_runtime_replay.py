@@ -6,9 +6,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-import ctrlmem as cm  # noqa: E402
-from ctrlmem.runtime.models import get_preset  # noqa: E402
-from ctrlmem.runtime.replay import replay_device, theory_per_device  # noqa: E402
+import ctrlmem as cm
+from ctrlmem.runtime.models import get_preset
+from ctrlmem.runtime.replay import replay_device, theory_per_device
 
 
 SLOW = pytest.mark.slow

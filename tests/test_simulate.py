@@ -159,7 +159,7 @@ def cases(draw):
         m = p * draw(st.integers(1, 3))
     try:
         s = cm.build(name, p, m)
-    except ValueError as exc:  # a size the generator documents as unsupported (checked below)
+    except ValueError:  # a size the generator documents as unsupported (checked below)
         assume(False)
     n = s.num_stages
     pos = st.floats(0.05, 5, allow_nan=False)
@@ -180,7 +180,7 @@ def test_timeline_properties(case):
     s, costs = case
     cm.validate(s)
     r = cm.simulate(s, costs)
-    S, m = s.num_stages, s.num_microbatches
+    S, _m = s.num_stages, s.num_microbatches
     f, b, w = costs.stage_times(S, s.num_devices)
     times = {(tp.op, tp.stage, tp.microbatch): tp for tp in r.passes}
     assert len(times) == len(r.passes) == s.num_passes

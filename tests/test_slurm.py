@@ -23,9 +23,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("papermill")
 
-import ctrlmem as cm  # noqa: E402
-from ctrlmem.experiments import ConfigError, config_from_dict, read_records, run_sweep  # noqa: E402
-from ctrlmem.experiments import slurm as slurm_launcher  # noqa: E402
+import ctrlmem as cm
+from ctrlmem.experiments import ConfigError, config_from_dict, read_records, run_sweep
+from ctrlmem.experiments import slurm as slurm_launcher
 
 slow = pytest.mark.slow
 

@@ -65,7 +65,7 @@ def assert_view_matches(explorer, names, p, m, costs):
         for tr in fig["data"]:
             if tr["meta"]["kind"] == "pass" and tr["meta"]["panel"] == i:
                 custom = decode(tr["customdata"])
-                for dev, base, (stage, mb, start, end) in zip(decode(tr["y"]), decode(tr["base"]), custom):
+                for dev, _base, (stage, mb, start, end) in zip(decode(tr["y"]), decode(tr["base"]), custom):
                     boxes.append((int(dev), tr["meta"]["op"], int(stage), int(mb), float(start), float(end)))
         assert sorted(boxes) == sorted((tp.device, tp.op.value, tp.stage, tp.microbatch, tp.start, tp.end)
                                        for tp in r.passes)

@@ -23,6 +23,8 @@ from ctrlmem import MemoryModel, ScheduleError, build, simulate
 from ctrlmem.util.fileio import atomic_write, check_output_path
 from ctrlmem.cli.args import CliError, Parser, Terminated, add_optimize_argument, add_schedule_arguments, optimize_schedule, optimize_summary, os_error_message, schedule_from_args
 from ctrlmem.schedules import SCHEDULES
+from ctrlmem.planner.gb import simulated_gb
+from ctrlmem.planner.emit import torchtitan_schedule
 
 __all__ = ["main", "make_parser", "COMMAND_MODULES"]
 
@@ -86,7 +88,6 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if getattr(args, "memory_gb_text", None):
         print(f"  budget        {args.memory_gb_text}")
     if args.model:
-        from ctrlmem.planner.gb import simulated_gb
 
         gb = simulated_gb(schedule, args.model, args.microbatch_size, args.tp)
         print(f"  activation GB {max(gb):.2f} on the fullest device for {args.model} (each stage's own bytes, "
@@ -115,7 +116,6 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 
 def _torchtitan_line(schedule, csv: str) -> str:
-    from ctrlmem.planner.emit import torchtitan_schedule
 
     try:
         name, why = torchtitan_schedule(schedule)

@@ -10,8 +10,17 @@ import os
 from typing import Sequence
 
 from ctrlmem.model.costs import Costs
-from ctrlmem.schedules import SCHEDULES, build
+from ctrlmem.schedules import build
 from ctrlmem.schedules.registry import is_schedule_file
+from ctrlmem.util.fileio import describe_os_error
+from ctrlmem.util.checks import MAX_MEMORY_LIMIT
+from ctrlmem.planner.gb import memory_limit_from_gb
+from ctrlmem.planner.model import model_spec
+from ctrlmem.model.ir import Schedule
+from ctrlmem.model.validate import validate
+from ctrlmem.solver.optimal import MAX_TIME_LIMIT
+from ctrlmem.solver.improve import improve
+import math
 
 __all__ = ["CliError", "Terminated", "Parser", "add_schedule_arguments", "add_memory_gb_arguments",
            "apply_memory_gb", "parse_params", "schedule_from_args", "os_error_message",
@@ -35,7 +44,6 @@ class Terminated(BaseException):
 def os_error_message(exc: OSError) -> str:
     """One line for a file or OS error: what went wrong, where, and the fix (never a bare errno);
     :func:`ctrlmem.util.fileio.describe_os_error`."""
-    from ctrlmem.util.fileio import describe_os_error
 
     return describe_os_error(exc)
 
@@ -44,7 +52,7 @@ class Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line (``ctrlmem CMD: error: ...``, exit status
     2) naming the argument, the problem and where the usage is, instead of the usage block."""
 
-    def error(self, message: str):  # noqa: D401 - argparse's hook
+    def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
 
 
@@ -70,7 +78,6 @@ def int_arg(minimum: int = 1, maximum: int | None = None, what: str = ""):
 
 def float_arg(positive: bool = True, maximum: float | None = None, what: str = ""):
     """An argparse ``type``: a finite number (``> 0`` when ``positive``; ``<= maximum``)."""
-    import math
 
     extra = f" ({what})" if what else ""
 
@@ -94,9 +101,7 @@ def float_arg(positive: bool = True, maximum: float | None = None, what: str = "
 def memory_limit_arg(text: str) -> float:
     """``--memory-limit``: a fraction of 1F1B's peak, finite, > 0, at most
     :data:`ctrlmem.util.checks.MAX_MEMORY_LIMIT`."""
-    import math
 
-    from ctrlmem.util.checks import MAX_MEMORY_LIMIT
 
     try:
         value = float(text.strip())
@@ -171,8 +176,6 @@ def apply_memory_gb(args: argparse.Namespace, name: str | None = None) -> str | 
     if name is not None and is_schedule_file(name):
         raise CliError(f"--memory-gb applies to generators; {name} is a schedule file (its memory is what its "
                        "order gives)")
-    from ctrlmem.planner.gb import memory_limit_from_gb
-    from ctrlmem.planner.model import model_spec
 
     try:
         spec = model_spec(args.model, seq_len=args.seq_len)
@@ -234,8 +237,6 @@ def schedule_from_args(args: argparse.Namespace, name: str | None = None):
 
 
 def _schedule_from_file(args: argparse.Namespace, path: str):
-    from ctrlmem.model.ir import Schedule  # noqa: PLC0415
-    from ctrlmem.model.validate import validate  # noqa: PLC0415
 
     if not os.path.lexists(path):
         raise CliError(f"{path}: no such file, and not a registered schedule (see `ctrlmem list`)")
@@ -260,7 +261,6 @@ def _schedule_from_file(args: argparse.Namespace, path: str):
 
 def add_optimize_argument(parser: argparse.ArgumentParser) -> None:
     """``--optimize SECONDS``: improve the schedule with the solver (:func:`ctrlmem.improve`)."""
-    from ctrlmem.solver.optimal import MAX_TIME_LIMIT
 
     parser.add_argument(
         "--optimize", type=float_arg(maximum=MAX_TIME_LIMIT, what="seconds"), default=None, metavar="SECONDS",
@@ -275,7 +275,6 @@ def optimize_schedule(args: argparse.Namespace, schedule, costs):
     seconds = getattr(args, "optimize", None)
     if seconds is None:
         return schedule, None
-    from ctrlmem.solver.improve import improve
 
     limit = getattr(args, "memory_limit", None)
     res = improve(schedule, costs, memory_limit=limit, time_limit=seconds)

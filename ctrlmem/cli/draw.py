@@ -28,6 +28,8 @@ from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Schedule
 from ctrlmem.schedules import SCHEDULES, build
 from ctrlmem.model.simulate import simulate
+from ctrlmem.search import buildingblock as blocks
+from ctrlmem.search.buildingblock import build_from_block
 
 __all__ = ["add_commands", "draw_figure", "PaperFigure", "paper_figures", "write_paper_figures"]
 
@@ -38,7 +40,7 @@ VIEWS = ("schedule", "memory", "blocks", "lifespans", "bubble", "pareto")
 
 def _plot():
     """ctrlmem.plots.figures, imported on first use so that `ctrlmem list` and friends don't load plotly."""
-    from ctrlmem.plots import figures as plot
+    from ctrlmem.plots import figures as plot  # noqa: PLC0415 - imports plotly; loaded on first drawing, not with ctrlmem --help
 
     return plot
 
@@ -142,7 +144,7 @@ def _cmd_draw(args: argparse.Namespace) -> int:
 
 def _cmd_draw_state(args: argparse.Namespace) -> int:
     """``ctrlmem draw --state FILE``: what the explorer showed when it saved FILE, exactly."""
-    from ctrlmem.explorer.views import draw_state  # noqa: PLC0415
+    from ctrlmem.explorer.views import draw_state  # noqa: PLC0415 - imports plotly and pandas; loaded on first drawing, not with ctrlmem --help
 
     if args.name:
         raise CliError(f"--state FILE draws the explorer's saved state; drop the schedule {args.name!r}")
@@ -193,7 +195,6 @@ def _paper_schedule(name: str, p: int, m: int, costs: Costs) -> Schedule | None:
     block = _plot().paper_block(name, p, m)
     if block is None:
         return None
-    from ctrlmem.search import buildingblock as blocks  # noqa: PLC0415  (present whenever paper_block found one)
 
     return blocks.build_from_block(block, m, name=name)
 
@@ -275,7 +276,6 @@ def paper_figures(num_devices: int = 4) -> tuple[list[PaperFigure], list[str]]:
     # Fig. 11: the same V-Half schedule squeezed without and with the warm-up/cool-down reorder.
     if _has_blocks("v-half", p):
         def fig11():
-            from ctrlmem.search.buildingblock import build_from_block
 
             block = _plot().paper_block("v-half", p, 10)
             plain = build_from_block(block, 10, name="v-half, squeezed (no reorder)",

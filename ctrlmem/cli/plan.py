@@ -10,6 +10,10 @@ import os
 import sys
 
 from ctrlmem.planner.core import DEFAULT_SCHEDULES
+from ctrlmem.cli.args import CliError
+from ctrlmem.planner.core import plan
+from ctrlmem.planner.emit import emit
+from ctrlmem.planner.sources import LayerCosts, cost_source
 
 __all__ = ["add_commands", "format_table", "write_plan"]
 
@@ -65,7 +69,6 @@ def write_plan(df, out_dir: str) -> tuple[str, str]:
 
 
 def _yes_no_both(text: str):
-    from ctrlmem.cli.args import CliError
 
     t = str(text).lower()
     if t in ("yes", "true", "1", "on"):
@@ -78,10 +81,6 @@ def _yes_no_both(text: str):
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from ctrlmem.cli.args import CliError
-    from ctrlmem.planner.core import plan
-    from ctrlmem.planner.emit import emit
-    from ctrlmem.planner.sources import LayerCosts, cost_source
 
     source = cost_source(args.costs_from, p2p_gbs=args.p2p_gbs)
     if args.peak_tflops is not None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 
 from ctrlmem.reproduce.report import ARTIFACTS, reproduce
+from ctrlmem.cli.args import CliError
 
 def _cmd_reproduce(args) -> int:
     # progress lines from ctrlmem only: kaleido and choreographer log every browser step at INFO
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("ctrlmem").setLevel(logging.INFO)
-    from ctrlmem.cli.args import CliError
 
     try:
         path = reproduce(args.out, quick=args.quick, only=args.only, replay=args.replay, root=args.root)

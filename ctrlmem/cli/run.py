@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 from ctrlmem.runtime.launch import schedule_folder
+from ctrlmem.cli.args import float_arg, int_arg
+from ctrlmem.runtime.launch import MAX_TIMEOUT_S
+from ctrlmem.cli.args import CliError
+from ctrlmem.cli.args import parse_params
+from ctrlmem.runtime.launch import RunConfig
+from ctrlmem.runtime.launch import emit_sbatch, run_many
 
 __all__ = ["add_commands"]
 
 
 def add_commands(subparsers) -> None:
-    from ctrlmem.cli.args import float_arg, int_arg
 
-    from ctrlmem.runtime.launch import MAX_TIMEOUT_S
 
     seconds = float_arg(maximum=MAX_TIMEOUT_S, what="seconds")
     p = subparsers.add_parser(
@@ -77,8 +80,6 @@ def add_commands(subparsers) -> None:
 
 
 def _add_replay(subparsers) -> None:
-    from ctrlmem.cli.args import int_arg
-
     p = subparsers.add_parser(
         "replay", help="replay single pipeline devices' passes at full size on one GPU (or CPU)",
         description="For each schedule and each pipeline device in --devices, run that device's passes in "
@@ -101,10 +102,10 @@ def _add_replay(subparsers) -> None:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    import torch
+    import torch  # noqa: PLC0415 - torch takes seconds to import; only real runs need it
 
-    from ctrlmem.runtime.adapter import UnsupportedTorch, check_torch_version
-    from ctrlmem.runtime.replay import REPLAY_FILE, run_replay
+    from ctrlmem.runtime.adapter import UnsupportedTorch, check_torch_version  # noqa: PLC0415 - imports torch (seconds); only real runs need it
+    from ctrlmem.runtime.replay import REPLAY_FILE, run_replay  # noqa: PLC0415 - imports torch (seconds); only real runs need it
 
     try:
         check_torch_version()
@@ -130,7 +131,6 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 def _configs(args: argparse.Namespace) -> list:
     """One run configuration per ``--schedule``; with several, each gets its own sub-folder of
     ``--out`` (:func:`schedule_folder`)."""
-    from ctrlmem.cli.args import CliError
 
     names = list(args.schedule)
     if len(names) == 1:
@@ -147,8 +147,6 @@ def _configs(args: argparse.Namespace) -> list:
 
 
 def _config(args: argparse.Namespace, schedule: str, out: str):
-    from ctrlmem.cli.args import parse_params
-    from ctrlmem.runtime.launch import RunConfig
 
     overrides = {}
     if args.layers is not None:
@@ -174,7 +172,6 @@ def _fmt_bytes(x: float) -> str:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from ctrlmem.runtime.launch import emit_sbatch, run_many
 
     configs = _configs(args)
     if args.emit_sbatch:

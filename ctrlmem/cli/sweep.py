@@ -9,6 +9,7 @@ import sys
 from ctrlmem.experiments.config import CONFIRM_POINTS, load_config, plan_runs, resolve_root
 from ctrlmem.experiments.slurm import SlurmError
 from ctrlmem.experiments.sweep import run_sweep
+from ctrlmem.cli.args import float_arg, int_arg
 
 
 def _cmd_sweep(args) -> int:
@@ -49,7 +50,6 @@ def _cmd_sweep(args) -> int:
 
 def add_commands(subparsers) -> None:
     """Add ``ctrlmem sweep``."""
-    from ctrlmem.cli.args import float_arg, int_arg
 
     p = subparsers.add_parser(
         "sweep", help="execute an experiment config's notebook once per point (papermill)",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ctrlmem.util.checks import short_repr
+import stat
 
 
 DEFAULT_NOTEBOOK = "notebooks/10_experiment.ipynb"
@@ -360,7 +361,6 @@ def check_points(config: ExperimentConfig, runs: list[Run]) -> None:
 
 
 def _file_kind(path: Path) -> str:
-    import stat
 
     mode = path.stat().st_mode
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
@@ -373,7 +373,7 @@ def _file_kind(path: Path) -> str:
 def load_config(path: str | Path, root: str | Path | None = None) -> ExperimentConfig:
     """Read and validate an experiment config (YAML); a relative path, and the config's relative
     ``notebook``, mean the current directory (or ``root``)."""
-    import yaml
+    import yaml  # noqa: PLC0415 - optional dependency: the core installs with numpy only
 
     path = Path(path).expanduser()
     if not path.is_absolute() and root is not None:
@@ -436,7 +436,7 @@ def plan_runs(config: ExperimentConfig) -> list[Run]:
 def check_parameters(notebook: Path, names: Iterable[str]) -> dict[str, Any]:
     """Raise ``ConfigError`` if any name is not a parameter of ``notebook``'s ``parameters``
     cell; returns papermill's parameter description."""
-    import papermill
+    import papermill  # noqa: PLC0415 - papermill takes ~3 s to import; only notebook runs need it
 
     declared = papermill.inspect_notebook(str(notebook))
     if not declared:

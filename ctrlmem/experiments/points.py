@@ -14,6 +14,12 @@ from typing import Any, Sequence
 from ctrlmem.runtime.launch import schedule_folder
 from ctrlmem.util import proctree
 from ctrlmem.model.costs import Costs, MemoryModel
+from ctrlmem.model import paper
+from ctrlmem.schedules import build
+from ctrlmem.model.simulate import simulate
+from ctrlmem.schedules import SCHEDULES
+import importlib
+import importlib.util
 
 
 
@@ -24,7 +30,6 @@ def resolve_costs(costs: str, model: str | None, p: int, microbatch_size: int, s
     ``"F,B,W[,COMM]"`` are full device-stage times; ``"paper"`` uses the A100 cost model of
     :mod:`ctrlmem.model.paper` for ``model``; ``"result:PATH"`` uses the pass costs a real run measured
     (:func:`measured_costs`); ``"measure"`` needs a real run (not this function)."""
-    from ctrlmem.model import paper
 
     if costs == "paper":
         if not model or model not in paper.MODELS:
@@ -62,8 +67,6 @@ def measured_costs(path: str | Path, num_devices: int) -> tuple[Costs, str]:
 @functools.lru_cache(maxsize=64)
 def _reference_1f1b(p: int, m: int, costs: Costs):
     """1F1B simulated under ``costs`` (the baseline of every point; cached across points)."""
-    from ctrlmem.schedules import build
-    from ctrlmem.model.simulate import simulate
 
     return simulate(build("1f1b", p, m), costs, MemoryModel())
 
@@ -90,10 +93,6 @@ def simulate_point(
     and token, docs/theory.md §10), total GB with weights and optimizer state, whether it fits an
     A100 80 GB (the paper's models only, not the CPU-scale stand-ins), and the predicted MFU
     (model FLOPs / (makespan · GPUs · peak))."""
-    from ctrlmem.model import paper
-    from ctrlmem.schedules import SCHEDULES, build
-    from ctrlmem.model.simulate import simulate
-
     if global_batch:
         if global_batch % (dp * microbatch_size):
             raise ValueError(f"global_batch={global_batch} is not divisible by dp·microbatch_size="
@@ -147,8 +146,6 @@ def simulate_point(
 def real_run_available() -> tuple[bool, str]:
     """Whether ``ctrlmem run`` (real execution) can run here: its module imports and torch is
     installed; ``(ok, why)``."""
-    import importlib
-    import importlib.util
 
     try:
         importlib.import_module("ctrlmem.cli.run")
@@ -219,7 +216,6 @@ def real_run_point(schedule: str | Sequence[str], p: int, m: int, backend: str, 
     ``schedule`` a list of several names (local launcher only): they run one after the other in
     one launch (every process starts once); the result is ``{"schedules", "runs": {name: the
     result one schedule would give}, "status"}``, ``ok`` when every run is."""
-    from ctrlmem.schedules import SCHEDULES
 
     names = [schedule] if isinstance(schedule, str) else schedule_names(schedule)
     ok, why = real_run_available()

@@ -242,7 +242,7 @@ def run_slurm(
 
     bar = None
     if progress and tracked:
-        from tqdm import tqdm
+        from tqdm import tqdm  # noqa: PLC0415 - optional dependency: the core installs with numpy only
 
         bar = tqdm(total=len(tracked), desc=f"{config.name} (slurm)", unit="job", file=sys.stderr)
     try:

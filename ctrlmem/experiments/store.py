@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping
 from ctrlmem.util import proctree
 from ctrlmem.util.fileio import atomic_path, atomic_write, make_output_folder
 from ctrlmem.experiments.config import ConfigError, ExperimentConfig, resolve_root
+import fcntl
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ def write_table(results_dir: Path) -> tuple[Path, Path | None]:
     (a failure keeps the previous table and leaves no temporary file).
 
     Returns the two paths (parquet ``None`` when pyarrow is missing)."""
-    import pandas as pd
+    import pandas as pd  # noqa: PLC0415 - pandas takes ~0.4 s to import; only tables need it
 
     results_dir = Path(results_dir)
     rows = [_flatten(r) for r in read_records(results_dir)]
@@ -256,7 +257,6 @@ class SweepLock:
 
     def acquire(self, wait: float | None = 0.0, on_wait: Callable[[str], None] | None = None) -> None:
         """Take the lock; ``wait`` seconds at most (``None``: as long as it takes; ``0``: not at all)."""
-        import fcntl
 
         make_output_folder(self.path.parent)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -307,7 +307,7 @@ def folder_identity(path: Path) -> dict[str, Any]:
 
 def process_started(pid: int) -> float | None:
     """When process ``pid`` started (seconds since the epoch), or ``None`` when there is none."""
-    import psutil
+    import psutil  # noqa: PLC0415 - optional dependency: the core installs with numpy only
 
     try:
         return psutil.Process(pid).create_time()

@@ -21,6 +21,8 @@ from ctrlmem.util import proctree
 from ctrlmem.util.fileio import make_output_folder
 from ctrlmem.experiments.config import CONFIRM_POINTS, ConfigError, ExperimentConfig, Run, _run_id, check_parameters, check_points, load_config, plan_runs, resolve_root
 from ctrlmem.experiments.store import STATUSES, SweepLock, SweepLocked, SweepSummary, check_layout, default_results_dir, keep_history, read_record, read_records, reap_stale_runs, record_problem, write_json_atomic, write_marker, write_table
+from ctrlmem.experiments.slurm import check_slurm
+from ctrlmem.experiments.slurm import run_slurm
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +74,7 @@ def execute_with_papermill(notebook: Path, executed: Path, params: Mapping[str, 
 
     The notebook runs in ``cwd`` (default: the current directory) and must write
     ``out_dir/result.json``; a ``status`` key in it (``"skipped"``) is passed on."""
-    import yaml
+    import yaml  # noqa: PLC0415 - optional dependency: the core installs with numpy only
 
     executed.parent.mkdir(parents=True, exist_ok=True)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -197,7 +199,6 @@ def run_sweep(
     if slurm_options and kind != "slurm":
         raise TypeError(f"run_sweep got Slurm options {sorted(slurm_options)} without launcher='slurm'")
     if kind == "slurm":
-        from ctrlmem.experiments.slurm import check_slurm
 
         check_slurm(**slurm_options)  # Slurm missing, or a bad option: refused before the lock is taken
     runs = select_runs(config, extra_params=extra_params, only=only, check=check)
@@ -214,7 +215,6 @@ def run_sweep(
         local = functools.partial(_run_local, config, results=results, build=build, executor=executor, base=base,
                                   say=say)
         if kind == "slurm":
-            from ctrlmem.experiments.slurm import run_slurm
 
             return run_slurm(config, runs, results, build, run_local=local, force=force, progress=progress,
                              **slurm_options)
@@ -239,7 +239,7 @@ def _run_local(config: ExperimentConfig, runs: Sequence[Run], *, results: Path, 
     failed: BaseException | None = None
     try:
         if progress:
-            from tqdm import tqdm
+            from tqdm import tqdm  # noqa: PLC0415 - optional dependency: the core installs with numpy only
 
             bar = tqdm(total=len(runs), desc=config.name, unit="run", file=sys.stderr)
         for run in runs:
@@ -268,7 +268,7 @@ def _run_local(config: ExperimentConfig, runs: Sequence[Run], *, results: Path, 
             try:
                 outcome = executor(config.notebook, build / f"{run.run_id}.ipynb", dict(run.params), out_dir,
                                    config.timeout_s, **kwargs)
-            except Exception as exc:  # a broken executor must not stop the sweep
+            except Exception as exc:  # noqa: BLE001 - a broken executor must not stop the sweep
                 outcome = RunOutcome("failed", error=f"{type(exc).__name__}: {exc}")
             finally:  # also on Ctrl-C / SIGTERM: the executor has stopped everything the run started
                 marker.unlink(missing_ok=True)

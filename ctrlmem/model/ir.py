@@ -30,6 +30,8 @@ import warnings
 from dataclasses import dataclass, field
 from os import PathLike
 from typing import Iterable, NamedTuple, Sequence
+from ctrlmem.util.fileio import atomic_write
+import stat
 
 __all__ = ["Op", "Pass", "Placement", "Schedule"]
 
@@ -380,7 +382,6 @@ class Schedule:
             writer.writerow([ps.to_torch() for ps in row])
         text = buf.getvalue()
         if path is not None:  # atomically: a failed write keeps the old file (ctrlmem.util.fileio)
-            from ctrlmem.util.fileio import atomic_write
 
             atomic_write(path, text, newline="")
         return text
@@ -578,7 +579,6 @@ def _torch_passes(text: str) -> int:
 def _read_schedule_file(path: str | PathLike, allow_large: bool) -> bytes:
     """The bytes of a schedule file: a path that is not a regular file is refused unopened (a
     FIFO would block), a file above :data:`MAX_FILE_BYTES` unread (unless ``allow_large``)."""
-    import stat
 
     st = os.stat(path)  # FileNotFoundError / PermissionError name the path
     if stat.S_ISDIR(st.st_mode):

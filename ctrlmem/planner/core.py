@@ -42,6 +42,8 @@ from ctrlmem.schedules import SCHEDULES, build
 from ctrlmem.model.simulate import simulate
 from ctrlmem.planner.model import BYTES_GRAD, BYTES_OPTIMIZER, BYTES_WEIGHT, ModelSpec, StageBytes, default_global_batch, model_spec, stage_bytes
 from ctrlmem.planner.sources import AllocatorMargin, CostSource, cost_source
+from ctrlmem.planner.sources import cost_source as _cs
+import numpy as np
 
 __all__ = ["plan", "DEFAULT_SCHEDULES", "METHOD_LABELS", "ScheduleChoice", "parse_schedules", "Planner",
            "row_schedule", "cache_info", "clear_cache", "ESTIMATE_TOLERANCE", "COLUMNS", "insights"]
@@ -583,7 +585,7 @@ class _Bar(_NoBar):
     total can grow (the simulations are known after the memory checks)."""
 
     def __init__(self, total: int) -> None:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # noqa: PLC0415 - optional dependency: the core installs with numpy only
 
         class _Quiet(tqdm):  # no monitor thread: the bar is only ever drawn from the planner's thread
             monitor_interval = 0
@@ -668,7 +670,7 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
             (the best ``top`` of each schedule; default 1).
         progress: show a progress bar when the search takes more than a second.
     """
-    import pandas as pd
+    import pandas as pd  # noqa: PLC0415 - pandas takes ~0.4 s to import; only tables need it
 
     spec = model_spec(model, layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len)
     gpus = _positive_int("gpus", gpus)
@@ -759,7 +761,6 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
 
 
 def _rank(df):
-    import numpy as np
 
     status_order = {"ok": 0, "bounded": 1, "does not fit": 2, "m < pp": 3, "too many stages": 4}
     df = df.copy()
@@ -834,7 +835,6 @@ def insights(df) -> list[str]:
 def row_schedule(df, index: int = 0):
     """The :class:`ctrlmem.Schedule` of row ``index`` of a plan (its cost-adapted build, from the
     cache or built again), and the per-stage ``Costs`` (ms) it was simulated with."""
-    from ctrlmem.planner.sources import cost_source as _cs
 
     s = df.attrs["settings"]
     row = df.iloc[index]

@@ -19,6 +19,8 @@ import shlex
 from pathlib import Path
 
 from ctrlmem.model.ir import Schedule
+from ctrlmem.model import paper
+from ctrlmem.planner.core import row_schedule
 
 __all__ = ["torchtitan_schedule", "toml_fragment", "emit", "run_lines", "TORCHTITAN_NAMES"]
 
@@ -151,7 +153,6 @@ def run_lines(row, csv_path: str, settings: dict, out_dir: str) -> str:
 
 
 def _preset_layers(preset: str) -> int:
-    from ctrlmem.model import paper
 
     return paper.MODELS[{"9.6b": "9.6B", "21b": "21B", "38.5b": "38.5B", "98.5b": "98.5B"}[preset]].num_layers
 
@@ -161,7 +162,6 @@ def emit(df, out_dir: str | os.PathLike, index: int | None = None) -> dict[str, 
     ``schedule.csv`` (torch / torchtitan CSV), ``torchtitan.toml``, ``run.sh`` (``ctrlmem run``
     and its Slurm form) and ``plan-row.json``. Returns ``{kind: path}``. Paths inside the files
     are ``out_dir`` as given (relative paths mean the current directory)."""
-    from ctrlmem.planner.core import row_schedule
 
     if index is None:
         ok = df.index[df["status"] == "ok"]

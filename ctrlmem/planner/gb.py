@@ -17,13 +17,14 @@ import math
 
 from ctrlmem.model.costs import MemoryModel
 from ctrlmem.planner.model import ModelSpec, layer_activation_formula, model_spec, stage_bytes
+from ctrlmem.model import paper
+from ctrlmem.model.simulate import simulate
 
 __all__ = ["bytes_per_a", "memory_limit_from_gb", "default_microbatch", "memory_model_gb", "simulated_gb"]
 
 
 def default_microbatch(spec: ModelSpec) -> int:
     """The paper's pure-PP microbatch of a preset (Table 4: 4 / 2 / 1), else 1."""
-    from ctrlmem.model import paper
 
     preset = paper.MODELS.get(spec.name)
     return preset.microbatch_size if preset is not None and preset.microbatch_size else 1
@@ -67,7 +68,6 @@ def memory_model_gb(model: "str | ModelSpec", num_stages: int, microbatch_size: 
 def simulated_gb(schedule, model: "str | ModelSpec", microbatch_size: int | None = None, tp: int = 1,
                  flash_attention: bool = True) -> list[float]:
     """Peak activation GB of every device of ``schedule`` for ``model`` (theory: no allocator margin)."""
-    from ctrlmem.model.simulate import simulate
 
     mem = memory_model_gb(model, schedule.num_stages, microbatch_size, tp, flash_attention)
     return list(simulate(schedule, None, mem).peak_memory)

@@ -27,6 +27,8 @@ from typing import Any
 
 from ctrlmem.model import paper
 from ctrlmem.planner.model import ModelSpec, layer_activation_formula, runtime_stage_layers, stage_layers
+from ctrlmem.schedules import SCHEDULES, build
+from ctrlmem.model.replayfile import default_replay_path, gpu_label, load_replay
 
 __all__ = ["CostSource", "A100Costs", "ReplayCosts", "LayerCosts", "AllocatorMargin", "cost_source",
            "GPU_PEAK_FLOPS", "REPLAY_VOCAB", "DEFAULT_P2P_BYTES_PER_S"]
@@ -217,7 +219,6 @@ def _parse(pattern: str, text: str, default=None):
 
 def _chunks(schedule: str) -> int:
     """Stages per device of a registered schedule (from a small build)."""
-    from ctrlmem.schedules import SCHEDULES, build
 
     if schedule not in SCHEDULES:
         raise ValueError(f"replay row names schedule {schedule!r}, which is not registered here")
@@ -250,7 +251,6 @@ class ReplayCosts(CostSource):
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        from ctrlmem.model.replayfile import default_replay_path, gpu_label, load_replay
 
         path = Path(self.path) if self.path is not None else default_replay_path()
         self.data = load_replay(path)
@@ -453,7 +453,6 @@ class AllocatorMargin:
         allocator peak to theory on devices holding neither the embedding nor the head; then the
         bytes per logit left over on devices holding the head but not the embedding; then the
         bytes per embedding parameter left over on devices holding the embedding."""
-        from ctrlmem.model.replayfile import default_replay_path, gpu_label, load_replay
 
         p = Path(path) if path is not None else default_replay_path()
         data = load_replay(p)

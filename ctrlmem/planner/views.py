@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import html
 import logging
+from ctrlmem.model.simulate import simulate
+from ctrlmem.planner.core import row_schedule
+from ctrlmem.planner.model import PRESET_NAMES
+from ctrlmem.planner.core import plan
 
 __all__ = ["pareto_front", "throughput_memory_figure", "winner_figure", "table_html", "PlanForm"]
 
@@ -30,7 +34,7 @@ def pareto_front(df):
 def throughput_memory_figure(df, title: str | None = None):
     """Predicted samples/s against GB per GPU, one point per simulated configuration (coloured by
     schedule), the Pareto front as a line, the GPU's memory as a dashed line."""
-    import plotly.graph_objects as go
+    import plotly.graph_objects as go  # noqa: PLC0415 - plotly (figures) loads on first drawing, not with ctrlmem --help
 
     ok = df[df["status"] == "ok"]
     s = df.attrs.get("settings", {})
@@ -60,9 +64,7 @@ def throughput_memory_figure(df, title: str | None = None):
 def winner_figure(df, index: int | None = None):
     """The schedule diagram of row ``index`` (default: the fastest that fits), simulated with its
     own per-stage costs (ms)."""
-    from ctrlmem.plots import figures as plot
-    from ctrlmem.model.simulate import simulate
-    from ctrlmem.planner.core import row_schedule
+    from ctrlmem.plots import figures as plot  # noqa: PLC0415 - imports plotly; loaded on first drawing, not with ctrlmem --help
 
     if index is None:
         ok = df.index[df["status"] == "ok"]
@@ -97,9 +99,8 @@ class PlanForm:
 
     def __init__(self, model: str = "9.6b", gpus: int = 8, gpu_memory_gb: float = 40.0, global_batch: int = 256,
                  costs: str = "h200", **plan_kwargs) -> None:
-        import ipywidgets as W
+        import ipywidgets as W  # noqa: PLC0415 - only inside Jupyter
 
-        from ctrlmem.planner.model import PRESET_NAMES
 
         style = {"description_width": "initial"}
         self.model = W.Dropdown(options=list(PRESET_NAMES), value=model.lower(), description="model", style=style)
@@ -123,9 +124,8 @@ class PlanForm:
 
     def run(self):
         """Plan with the widgets' values; a bad value shows a message instead of a traceback."""
-        from IPython.display import HTML
+        from IPython.display import HTML  # noqa: PLC0415 - only inside Jupyter
 
-        from ctrlmem.planner.core import plan
 
         self.message.value = "<i>planning…</i>"
         try:
@@ -147,7 +147,7 @@ class PlanForm:
         return df
 
     def _ipython_display_(self):
-        from IPython.display import HTML, display
+        from IPython.display import HTML, display  # noqa: PLC0415 - only inside Jupyter
 
         display(self.widget)
         self._handles = (display(HTML(""), display_id=True), display(HTML(""), display_id=True))

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Sequence
 
 from ctrlmem.util.fileio import atomic_path, atomic_write
+import math
+import numbers
 
 __all__ = ["write_figures", "write_figure", "figure_html", "stable_div_id", "stabilize_svg", "check_scale",
            "MAX_SCALE", "MAX_IMAGE_SIDE"]
@@ -54,7 +56,7 @@ def _extension(path: str) -> str:
 def _with_trace_uids(fig):
     """A copy of ``fig`` whose traces without a ``uid`` get ``t<index>`` (plotly/kaleido would
     otherwise draw a random one into every SVG)."""
-    import plotly.graph_objects as go
+    import plotly.graph_objects as go  # noqa: PLC0415 - plotly (figures) loads on first drawing, not with ctrlmem --help
 
     if all(tr.uid is not None for tr in fig.data):
         return fig
@@ -109,8 +111,6 @@ _MAGIC = {"png": (b"\x89PNG\r\n\x1a\n",), "pdf": (b"%PDF-",), "svg": (b"<svg", b
 
 def check_scale(scale: object, name: str = "scale") -> float:
     """``scale`` as a float in (0, :data:`MAX_SCALE`]; ``TypeError`` / ``ValueError`` naming ``name``."""
-    import math
-    import numbers
 
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"{name} must be a number (pixels per layout pixel), got {type(scale).__name__} {scale!r}")
@@ -153,7 +153,7 @@ def write_figures(items: Sequence[tuple[object, object]], *, scale: float = 2.0,
     to be images of their format, and only then replace their targets: when the exporter fails
     (or returns something that is not an image) no static target is touched, and no temporary
     file is left."""
-    import plotly.io as pio
+    import plotly.io as pio  # noqa: PLC0415 - plotly (figures) loads on first drawing, not with ctrlmem --help
 
     scale = check_scale(scale)
     items = [(_with_trace_uids(fig), str(path)) for fig, path in items]

@@ -37,6 +37,8 @@ from ctrlmem.model.costs import Costs, MemoryModel
 from ctrlmem.model.ir import Op, Placement, Schedule
 from ctrlmem.schedules import SCHEDULES, build
 from ctrlmem.model.simulate import SimResult, TimedPass, simulate
+from ctrlmem.search import buildingblock as blocks
+from plotly.colors import sample_colorscale
 
 __all__ = [
     "DEFAULT_COLORS",
@@ -358,7 +360,6 @@ def colors_for_devices(num_devices: int, palette: Sequence[str] = DEVICE_COLORS,
     (device order stays readable: neighbours have neighbouring colours, no colour repeats)."""
     if num_devices <= len(palette):
         return list(palette[:num_devices])
-    from plotly.colors import sample_colorscale  # noqa: PLC0415
 
     points = [[i / (len(scale) - 1), c] for i, c in enumerate(scale)]
     rgb = sample_colorscale(points, [d / max(num_devices - 1, 1) for d in range(num_devices)])
@@ -948,7 +949,7 @@ def _m4(t: np.ndarray, v: np.ndarray, columns: int, horizon: float) -> tuple[np.
     lo = np.minimum.reduceat(v, starts)
     hi = np.maximum.reduceat(v, starts)
     keep = set(starts.tolist()) | set(ends.tolist())
-    for s, e, a, b in zip(starts, ends, lo, hi):
+    for s, e, _a, _b in zip(starts, ends, lo, hi):
         seg = v[s:e + 1]
         keep.add(s + int(np.argmin(seg)))
         keep.add(s + int(np.argmax(seg)))
@@ -990,20 +991,10 @@ def squeeze(passes: Sequence[TimedPass], placement: Placement, num_microbatches:
     return simulate(Schedule.from_orders(name, placement, num_microbatches, orders), costs)
 
 
-def _blocks_module():
-    """:mod:`ctrlmem.search.buildingblock` if it is importable (it carries the paper's blocks), else None."""
-    try:
-        from ctrlmem.search import buildingblock as blocks  # noqa: PLC0415
-    except ImportError:
-        return None
-    return blocks if hasattr(blocks, "GALLERY") and hasattr(blocks, "pipeline_steps") else None
-
-
 def paper_block(name: str, num_devices: int, num_microbatches: int | None = None):
     """The paper's building block for ``name`` from :data:`ctrlmem.search.buildingblock.GALLERY`, or ``None``
-    when that module or that block is not available."""
-    blocks = _blocks_module()
-    if blocks is None or name not in blocks.GALLERY:
+    when the gallery has no block of that name."""
+    if name not in blocks.GALLERY:
         return None
     make = blocks.GALLERY[name]
     return make(num_devices, num_microbatches) if name == "gpipe" else make(num_devices)
@@ -1041,7 +1032,7 @@ def block_timelines(name: str, num_devices: int, num_microbatches: int,
     p, m = num_devices, num_microbatches
     try:
         block = paper_block(name, p, m)
-        steps = _blocks_module().pipeline_steps(block, m) if block is not None else None
+        steps = blocks.pipeline_steps(block, m) if block is not None else None
     except ValueError as exc:
         if name not in SCHEDULES:
             raise
@@ -1106,8 +1097,8 @@ def lifespans(item, microbatch: int = 0) -> list[dict]:
                                     what=f"the schedule has microbatches 0..{m - 1}")
     if not isinstance(item, SimResult):
         placement = item.placement
-        return [{"stage": s, "device": placement.device_of(s), "lifespan": float(l)}
-                for s, l in sorted(item.lifespans().items())]
+        return [{"stage": s, "device": placement.device_of(s), "lifespan": float(life)}
+                for s, life in sorted(item.lifespans().items())]
     start: dict[int, float] = {}
     end: dict[int, float] = {}
     dev: dict[int, int] = {}
@@ -1531,7 +1522,7 @@ def write_figures(items: Sequence[tuple[go.Figure, object]], *, scale: float = 2
     sets one) with the label rule applied for that width; the files themselves are written by
     :func:`ctrlmem.plots.figio.write_figures` (one kaleido session, byte-identical on regeneration).
     Returns the paths."""
-    from ctrlmem.plots.figio import write_figures as write_files
+    from ctrlmem.plots.figio import write_figures as write_files  # noqa: PLC0415 - imports plotly; loaded on first drawing, not with ctrlmem --help
 
     prepared = []
     for fig, path in items:

@@ -21,6 +21,9 @@ import re
 import threading
 import weakref
 from typing import Any
+from ctrlmem.util.fileio import atomic_write
+from ctrlmem.plots.figio import stabilize_svg
+from importlib.resources import files
 
 __all__ = ["StaticRenderer", "render_file", "settled_bytes"]
 
@@ -56,8 +59,7 @@ class StaticRenderer:
             self._opened = asyncio.run_coroutine_threadsafe(self._open(), loop)
 
     async def _open(self):
-        import kaleido  # noqa: PLC0415
-        from importlib.resources import files  # noqa: PLC0415
+        import kaleido  # noqa: PLC0415 - static export only (it drives a browser)
 
         plotly_js = files("plotly") / "package_data" / "plotly.min.js"
         k = kaleido.Kaleido(n=1, timeout=self.timeout, plotlyjs=str(plotly_js), mathjax=False)
@@ -126,8 +128,6 @@ def render_file(fig, path: str, *, scale: float = 2.0, renderer: StaticRenderer 
     """Draw ``fig`` into ``path`` (format from the extension: png, svg, pdf) the way the
     explorer's exports are drawn, byte for byte: one kaleido session (``renderer``, else a
     fresh one closed afterwards), settled bytes, then :func:`ctrlmem.plots.figio.stabilize_svg`."""
-    from ctrlmem.util.fileio import atomic_write  # noqa: PLC0415
-    from ctrlmem.plots.figio import stabilize_svg  # noqa: PLC0415
 
     fmt = path.rsplit(".", 1)[-1].lower()
     own = renderer is None

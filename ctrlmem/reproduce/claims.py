@@ -24,6 +24,10 @@ from ctrlmem.model import paper
 from ctrlmem.model.costs import Costs
 from ctrlmem.reproduce.common import UNIT_TAU, _registered, _sim
 from ctrlmem.reproduce.table import Table
+from ctrlmem.reproduce.gpu_replay import gpu_replay
+from ctrlmem.search import buildingblock as blocks
+from ctrlmem.schedules import build
+import html
 
 __all__ = ["Claim", "ClaimsTable", "claims", "VERDICTS"]
 
@@ -65,7 +69,6 @@ class ClaimsTable(Table):
                 for i, c in enumerate(self.claims, start=1)]
 
     def _html_tables(self) -> str:
-        import html
 
         def cell(text: str) -> str:  # escape, then turn the Markdown links of the evidence into <a>
             def link(mt: re.Match) -> str:
@@ -98,7 +101,6 @@ def _size(data: dict) -> str:
 
 
 def _replay_tables(replay) -> Table | None:
-    from ctrlmem.reproduce.gpu_replay import gpu_replay
 
     try:
         return gpu_replay(quick=False, replay=replay)
@@ -312,7 +314,6 @@ def claim_lower_bound() -> Claim:
 
 
 def claim_eq1_and_reorder() -> Claim:
-    from ctrlmem.search import buildingblock as blocks
 
     rows = []
     for builder in ("v_min_block", "v_half_block", "v_zb_block"):
@@ -337,7 +338,6 @@ def claim_eq1_and_reorder() -> Claim:
 
 
 def claim_comm_volume() -> Claim:
-    from ctrlmem.schedules import build
 
     rows = []
     for p in (4, 8, 16):
@@ -471,7 +471,7 @@ def claim_optimality_gap(out: Path) -> Claim:
                 continue
             found.append(f"{name} at p = {p}: certified gap median {100 * g['median_gap']:.1f} %, max "
                          f"{100 * g['max_gap']:.1f} % ({g['instances']} instances)")
-        for c, g in d["improve"].items():
+        for _c, g in d["improve"].items():
             never &= g["never_worse"]
         last = d["improve"].get(str(int(max(data["checkpoints"]))))
         if last:

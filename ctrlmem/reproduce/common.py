@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from ctrlmem.model.costs import Costs
+from ctrlmem.schedules import SCHEDULES
+from ctrlmem.schedules import build
+from ctrlmem.model.simulate import simulate
 
 def _registered(name: str) -> bool:
-    from ctrlmem.schedules import SCHEDULES
 
     return name in SCHEDULES
 
@@ -14,8 +16,6 @@ def _sim(name: str, p: int, m: int, costs: Costs, **kw):
     """``name`` simulated under ``costs``: a search (given ``memory_limit``) searched for them; a
     named schedule as its unit-cost pattern, the paper's schedule (the claims and tables test the
     patterns' closed forms and Fig. 5's repeating bubble, which the cost-adapted forms remove)."""
-    from ctrlmem.schedules import build
-    from ctrlmem.model.simulate import simulate
 
     searched = kw.get("memory_limit") is not None
     return simulate(build(name, p, m, costs=costs if searched else None, **kw), costs)

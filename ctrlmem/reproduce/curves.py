@@ -12,6 +12,7 @@ from ctrlmem.model.costs import Costs
 from ctrlmem.model.paper import NOT_RECOVERED
 from ctrlmem.reproduce.common import HOW_UNIT, UNIT_TAU, _registered, _sim
 from ctrlmem.reproduce.table import Cell, Table, _write_json, pending
+from ctrlmem.reproduce import memory_curves as mc
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +55,12 @@ def fig9_10(quick: bool) -> Table:
 def _write_curve_figure(t: Table, fig, out: str | Path, stem: str) -> None:
     """Write ``out/stem.{png,svg,html}`` and record which files were drawn as a cell of ``t``;
     without kaleido's Chromium the HTML alone is written and the cell says why."""
-    from ctrlmem.reproduce import memory_curves as mc
 
     try:
         mc.write(fig, out, stem)
         t.cells.append(Cell(stem, "figure files", "figure in the paper", f"drawn: {stem}.png / .svg / .html",
                             "plotly (ctrlmem.reproduce.memory_curves) from the simulated curves above"))
-    except Exception as exc:  # kaleido / Chromium missing: keep the interactive HTML
+    except Exception as exc:  # noqa: BLE001 - kaleido / Chromium missing: keep the interactive HTML
         log.warning("%s: static export failed (%s); writing HTML only", stem, exc)
         mc.write(fig, out, stem, formats=("html",))
         t.cells.append(Cell(stem, "figure files", "figure in the paper", f"drawn: {stem}.html only "
@@ -118,7 +118,6 @@ NOT_COMPARABLE_RATES = "the bubble rates themselves: not comparable (the paper's
 
 def fig09(quick: bool, out: str | Path = "figures") -> Table:
     """Fig. 9 as a figure (``out/fig09_bubble_vs_memory.{png,svg,html}``) and its comparable readings."""
-    from ctrlmem.reproduce import memory_curves as mc
 
     scale = f"p = {mc.QUICK_P} for every model (quick)" if quick else "each model's own p (16, 24, 32)"
     t = Table("fig09", "Fig. 9 — V scheduler: bubble rate vs memory limit (simulated, A100 cost model)",
@@ -153,7 +152,6 @@ def fig09(quick: bool, out: str | Path = "figures") -> Table:
 
 def fig10(quick: bool, out: str | Path = "figures") -> Table:
     """Fig. 10 as a figure (``out/fig10_v_vs_zb.{png,svg,html}``) and its comparable readings."""
-    from ctrlmem.reproduce import memory_curves as mc
 
     scale = f"p = {mc.QUICK_P} for every model (quick)" if quick else "each model's own p (16, 24, 32)"
     t = Table("fig10", "Fig. 10 — V vs ZB scheduler vs 1F1B: bubble rate vs memory limit (simulated, A100 cost model)",
@@ -207,7 +205,6 @@ def fig10(quick: bool, out: str | Path = "figures") -> Table:
 def fig07(quick: bool, out: str | Path = "figures") -> Table:
     """Fig. 7 as a figure (``out/fig07_pareto.{png,svg,html}``): MFU against activation memory
     for every method at docs/theory.md §9.3's three settings (the same at ``quick``: one point each)."""
-    from ctrlmem.reproduce import memory_curves as mc
 
     t = Table("fig07", "Fig. 7 — MFU vs activation memory, Pareto frontier (simulated, A100 cost model)",
               "Simulated every method of Fig. 7 (1F1B, 1F1B-R, ZB-1P, ZB-2P, interleaved 1F1B, V-Min, V-Half, V-ZB) at "

@@ -6,12 +6,12 @@ from pathlib import Path
 
 from ctrlmem.model.paper import NOT_RECOVERED
 from ctrlmem.reproduce.table import Cell, Table
+import subprocess
+import sys
 
 def schedule_figures(quick: bool, out: str | Path = "figures") -> Table:
     """Fig. 2, 4, 5 and the Fig. 18 gallery, drawn by ``ctrlmem figures`` (another module) into
     ``out``; listed here so REPRODUCTION.md covers them."""
-    import subprocess
-    import sys
 
     t = Table("schedule-figures", "Fig. 1–5, 11, 18 — schedule figures (drawn by `ctrlmem figures`)",
               "Ran `ctrlmem figures` (schedule Gantt charts, memory curves, lifespans, building blocks) into the "

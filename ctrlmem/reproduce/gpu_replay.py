@@ -29,7 +29,6 @@ p = 24, 38.5B at p = 32, bf16, seq 1024, m = 2p, devices 0, 1, p/2, p − 1, one
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,9 @@ from ctrlmem.model import paper
 from ctrlmem.model.paper import NOT_RECOVERED
 from ctrlmem.model.replayfile import default_replay_path, gpu_label, load_replay
 from ctrlmem.reproduce.table import Cell, Table
+from ctrlmem.model.costs import Costs
+from ctrlmem.schedules import build
+from ctrlmem.model.simulate import simulate
 
 __all__ = ["replay_costs", "gpu_replay", "METHODS"]
 
@@ -79,7 +81,6 @@ def replay_costs(rows: list[dict], num_stages: int):
     """Per-stage :class:`ctrlmem.Costs` (seconds, comm 0) from one schedule's replayed rows, or
     ``None`` when the first or the last stage was not replayed. A fused ``BW`` is given as ``b``
     with ``w = 0`` (the simulator charges ``b + w`` for it)."""
-    from ctrlmem.model.costs import Costs
 
     per: dict[int, tuple[float, float, float]] = {}
     for row in rows:
@@ -101,8 +102,6 @@ def replay_costs(rows: list[dict], num_stages: int):
 @functools.lru_cache(maxsize=512)
 def _makespan(name: str, p: int, m: int, costs) -> float:
     """Makespan of ``name`` simulated with ``costs`` (cached: gpu-replay and claims share runs)."""
-    from ctrlmem.schedules import build
-    from ctrlmem.model.simulate import simulate
 
     return simulate(build(name, p, m, costs=costs), costs).makespan
 
@@ -247,7 +246,7 @@ def _microbatch_cells(t: Table, sweep: list, measured: str, kind: str = "CUDA ev
     time of one V-Half chunk (paper: 9.6B on A100, 12.96 / 26.30 ms at microbatch 4 / 8) and the
     F + B + W time per sample, per microbatch size, from the replay's microbatch rows."""
     group = "Larger microbatch (Table 5, Fig. 8): pass times of one interior stage by microbatch size"
-    for label, p, m, mb, by in sorted(sweep, key=lambda x: (x[1], x[3])):
+    for label, p, _m, mb, by in sorted(sweep, key=lambda x: (x[1], x[3])):
         row = f"{label} p={p}, microbatch {mb}"
         for sched, method in (("v-half", "V-Half"), ("1f1b", "1F1B")):
             rows = [r for r in by.get(sched, []) if r["device"] not in (0, p - 1)]

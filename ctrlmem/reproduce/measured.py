@@ -8,11 +8,11 @@ from typing import Any
 from ctrlmem.model import paper
 from ctrlmem.model.paper import NOT_RECOVERED
 from ctrlmem.reproduce.table import Cell, Table
+from ctrlmem.experiments import load_config, read_records, real_run_available, run_sweep
 
 
 def cpu_real_memory(quick: bool, root: str | Path | None = None) -> Table:
     """Runs ``<root>/experiments/cpu_real_memory.yaml`` (root: the current directory unless given)."""
-    from ctrlmem.experiments import load_config, read_records, real_run_available, run_sweep
 
     t = Table("cpu-real-memory", "Measured on CPU — activation memory ratios from real runs",
               "Ran experiments/cpu_real_memory.yaml through `ctrlmem sweep` (real gloo runs of `ctrlmem run`, "

@@ -29,6 +29,11 @@ from typing import Any, Sequence
 
 from ctrlmem.model import paper
 from ctrlmem.model.costs import Costs
+from ctrlmem.schedules import build
+from ctrlmem.model.simulate import simulate
+from ctrlmem.plots.figio import write_figures
+from ctrlmem.experiments import simulate_point
+from ctrlmem.schedules import SCHEDULES
 
 __all__ = [
     "LIMITS",
@@ -102,8 +107,6 @@ def curve(schedule: str, p: int, m: int, costs: Costs, limits: Sequence[float] =
 
     ``zb`` depends on the limit only through its activation cap ``⌊limit·p⌋`` (its docstring),
     so limits with the same cap are built once."""
-    from ctrlmem.schedules import build
-    from ctrlmem.model.simulate import simulate
 
     points = []
     seen: dict[Any, dict[str, Any]] = {}
@@ -125,8 +128,6 @@ def curve(schedule: str, p: int, m: int, costs: Costs, limits: Sequence[float] =
 
 def reference_1f1b(p: int, m: int, costs: Costs) -> float:
     """1F1B's simulated bubble rate (Fig. 10's dashed line; its memory is 1.0 by definition)."""
-    from ctrlmem.schedules import build
-    from ctrlmem.model.simulate import simulate
 
     return simulate(build("1f1b", p, m), costs).bubble_rate
 
@@ -200,8 +201,8 @@ def _xy(points: Sequence[dict]) -> tuple[list[float], list[float]]:
 
 def fig9_figure(data: dict[str, Any], font_family: str = "Helvetica, Arial, sans-serif"):
     """Fig. 9: one panel per model (a line per m), plus the [CALC] check panel."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
+    import plotly.graph_objects as go  # noqa: PLC0415 - plotly (figures) loads on first drawing, not with ctrlmem --help
+    from plotly.subplots import make_subplots  # noqa: PLC0415 - plotly (figures) loads on first drawing, not with ctrlmem --help
 
     models = list(dict.fromkeys(pn["model"] for pn in data["panels"]))
     titles = []
@@ -243,8 +244,8 @@ def fig9_figure(data: dict[str, Any], font_family: str = "Helvetica, Arial, sans
 
 def fig10_figure(data: dict[str, Any], font_family: str = "Helvetica, Arial, sans-serif"):
     """Fig. 10: rows m = 2p … 16p, columns the models; V vs ZB scheduler, 1F1B dashed."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
+    import plotly.graph_objects as go  # noqa: PLC0415 - plotly (figures) loads on first drawing, not with ctrlmem --help
+    from plotly.subplots import make_subplots  # noqa: PLC0415 - plotly (figures) loads on first drawing, not with ctrlmem --help
 
     models = list(dict.fromkeys(pn["model"] for pn in data["panels"]))
     ks = sorted({pn["m"] // pn["p"] for pn in data["panels"]})
@@ -282,7 +283,6 @@ def write(fig, out: str | Path, stem: str, formats: Sequence[str] = ("png", "svg
     """Write ``fig`` as ``out/stem.{png,svg,html}`` (static formats need kaleido's Chromium; the HTML
     loads plotly.js from its CDN, which keeps the committed file small but needs a network to view).
     Deterministic: unchanged inputs give byte-identical files (:mod:`ctrlmem.plots.figio`)."""
-    from ctrlmem.plots.figio import write_figures
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -310,9 +310,7 @@ def fig7_data() -> dict[str, Any]:
     (%) and activation memory (GB) from :func:`ctrlmem.experiments.simulate_point` on the A100
     cost model (``None`` with the reason for a schedule that is not registered), and the Pareto
     frontier of ours among the points whose total memory fits an A100 80 GB."""
-    from ctrlmem.experiments import simulate_point
-    from ctrlmem.plots.figures import pareto_frontier
-    from ctrlmem.schedules import SCHEDULES
+    from ctrlmem.plots.figures import pareto_frontier  # noqa: PLC0415 - imports plotly; loaded on first drawing, not with ctrlmem --help
 
     panels_out = []
     for i, ((model, p, m, mb), readings) in enumerate(paper.FIG7_POINTS.items(), start=1):
@@ -339,10 +337,10 @@ def fig7_data() -> dict[str, Any]:
 def fig7_figure(data: dict[str, Any], font_family: str = "Helvetica, Arial, sans-serif"):
     """Fig. 7: one panel per model, MFU against activation GB, our frontier in red and the
     paper's approximate readings as grey crosses."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
+    import plotly.graph_objects as go  # noqa: PLC0415 - plotly (figures) loads on first drawing, not with ctrlmem --help
+    from plotly.subplots import make_subplots  # noqa: PLC0415 - plotly (figures) loads on first drawing, not with ctrlmem --help
 
-    from ctrlmem.plots.figures import DEVICE_COLORS
+    from ctrlmem.plots.figures import DEVICE_COLORS  # noqa: PLC0415 - imports plotly; loaded on first drawing, not with ctrlmem --help
 
     pns = data["panels"]
     fig = make_subplots(rows=1, cols=len(pns), horizontal_spacing=0.06,

@@ -10,6 +10,9 @@ from pathlib import Path
 
 from ctrlmem.model.paper import NOT_RECOVERED
 from ctrlmem.reproduce.table import Cell, Table, _write_json
+from ctrlmem.solver import gap
+from ctrlmem.solver.improve import DET_SECONDS
+from ctrlmem.reproduce import memory_curves as mc
 
 __all__ = ["optimality_gap", "CACHE"]
 
@@ -26,8 +29,6 @@ def _ratio(mk, lb) -> str:
 
 
 def optimality_gap(quick: bool, out: str | Path = "figures") -> Table:
-    from ctrlmem.solver import gap
-    from ctrlmem.solver.improve import DET_SECONDS
 
     size = "quick" if quick else "full"
     marks = (2.0, 5.0) if quick else (10.0, 60.0)
@@ -85,7 +86,7 @@ def optimality_gap(quick: bool, out: str | Path = "figures") -> Table:
                             "gives it", group))
     s = gap.summary(rows)
     parts = []
-    for pl, d in s.items():
+    for _pl, d in s.items():
         w = d["small_worst"]
         parts.append(f"{d['heuristic']}: at p ≤ 4 within 2 % of the proven optimum on {d['small_within_2pct']} of "
                      f"{d['small_proven']} proven instances" + (f" (worst {w['ratio']:.3f}, {w['where']})" if w else ""))
@@ -102,13 +103,12 @@ def optimality_gap(quick: bool, out: str | Path = "figures") -> Table:
     t.verdict = "not comparable (the paper publishes no optimum); " + "; ".join(parts)
     data = {"size": size, "checkpoints": list(marks), "summary": s, "rows": rows}
     _write_json(Path(out) / "optimality-gap.json", data)
-    from ctrlmem.reproduce import memory_curves as mc
 
     stem = "optimality-gap"
     try:
         mc.write(gap.figure(rows), out, stem)
         drawn = f"{stem}.png / .svg / .html"
-    except Exception as exc:  # kaleido / Chromium missing: keep the interactive HTML
+    except Exception as exc:  # noqa: BLE001 - kaleido / Chromium missing: keep the interactive HTML
         log.warning("%s: static export failed (%s); writing HTML only", stem, exc)
         mc.write(gap.figure(rows), out, stem, formats=("html",))
         drawn = f"{stem}.html only (PNG/SVG export failed: {type(exc).__name__})"

@@ -21,6 +21,8 @@ from ctrlmem.reproduce.optimality import optimality_gap
 from ctrlmem.reproduce.table import Table, _write
 from ctrlmem.reproduce.theory import closed_forms, table1, table2, table8, table9, table_a
 from ctrlmem.reproduce.throughput import table3, table4
+from ctrlmem.model.replayfile import load_replay
+import sys
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +104,6 @@ def progress(stream=None, level: int = logging.INFO):
     """Show ctrlmem's progress lines (``HH:MM:SS message``) on ``stream`` (default stdout) while
     the block runs: what a notebook cell prints as it goes. The handler is removed afterwards,
     so running the cell again does not print twice."""
-    import sys  # noqa: PLC0415
 
     handler = logging.StreamHandler(stream or sys.stdout)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
@@ -210,7 +211,6 @@ def reproduce(out: str | Path = "figures", quick: bool = False, only: Sequence[s
         if n not in ARTIFACTS:
             raise ValueError(f"unknown artifact {n!r}; valid: {', '.join(ARTIFACTS)}")
     if replay is not None:
-        from ctrlmem.model.replayfile import load_replay
 
         load_replay(replay)  # a bad file fails before anything runs
     return write_report(out, [build_table(n, quick, out, replay=replay, root=root) for n in names], quick,

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from ctrlmem.util.fileio import atomic_write
 
 __all__ = ["Cell", "Table", "pending", "PaperValue"]
 
@@ -248,6 +249,5 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _write(path: Path, text: str) -> None:
-    from ctrlmem.util.fileio import atomic_write  # a failure keeps the old file and names this path
 
     atomic_write(path, text)

@@ -10,6 +10,8 @@ from ctrlmem.model.costs import Costs
 from ctrlmem.model.paper import NOT_RECOVERED
 from ctrlmem.reproduce.common import HOW_UNIT, UNIT_TAU, _registered, _sim
 from ctrlmem.reproduce.table import Cell, Table, pending
+from ctrlmem.model.ir import Op
+from ctrlmem.search import buildingblock as blocks
 
 TABLE1_FORMULAS = {"1f1b": "p", "v-min": "⌊(p+4)/3⌋", "v-half": "⌊(p+2)/2⌋", "v-zb": "p"}
 
@@ -125,7 +127,6 @@ def closed_forms(quick: bool) -> Table:
 
 def _block_offsets(block) -> dict[str, int]:
     """The Table 8/9 offsets (start-slot differences) of a V-shape building block."""
-    from ctrlmem.model.ir import Op
 
     start = {(sp.op, sp.stage): sp.start for sp in block.passes}
     p = block.placement.num_devices
@@ -153,7 +154,6 @@ def _offset_table(artifact: str, title: str, builders: dict, data: dict, modulus
     ps = {0: 6, 1: 4, 2: 5} if modulus == 3 else {0: 6, 1: 5}
     for label, builder_name, kwargs in builders:
         try:
-            from ctrlmem.search import buildingblock as blocks
 
             builder = getattr(blocks, builder_name)
         except (ImportError, AttributeError):

@@ -11,6 +11,9 @@ from ctrlmem.model import paper
 from ctrlmem.model.paper import NOT_RECOVERED
 from ctrlmem.reproduce.common import _registered
 from ctrlmem.reproduce.table import Cell, Table, _write_json, pending
+from ctrlmem.experiments import simulate_point
+import ctrlmem as cm
+from ctrlmem.model.replayfile import default_replay_path, gpu_label, load_replay
 
 TABLE4_METHODS = {
     # paper method -> (schedule, build kwargs)
@@ -24,7 +27,6 @@ TABLE4_METHODS = {
 
 
 def _point(name: str, model: str, p: int, m: int, mb: int, **kw) -> dict:
-    from ctrlmem.experiments import simulate_point
 
     return simulate_point(name, p, m, costs="paper", model=model, microbatch_size=mb, **kw)
 
@@ -106,7 +108,6 @@ def _config(r) -> str:
 
 def _table3_plans(seq: int, batch: int, costs, mbs, methods: dict) -> tuple:
     """The planner on the paper's 98.5B setting: every method's configurations ranked."""
-    import ctrlmem as cm
 
     names = [_plan_schedule(n, kw) for n, kw in methods.values()]
     df = cm.plan("98.5b", 40, 80.0, batch, seq_len=seq, costs=costs, schedules=names, microbatch_sizes=mbs,
@@ -120,8 +121,6 @@ def table3(quick: bool, out: str | Path = "figures", replay: str | Path | None =
     microbatch 1, 2, 4 and the paper's methods, on the A100 cost model and from the H200 rank
     replay's pass costs (``replay``: another replay file); writes ``out/table3.json`` (the best
     configuration per method and setting, read by the ``claims`` artifact)."""
-    import ctrlmem as cm
-    from ctrlmem.model.replayfile import default_replay_path, gpu_label, load_replay
 
     replay_path = Path(replay) if replay is not None else default_replay_path()
     gpu = gpu_label(load_replay(replay_path))
@@ -202,7 +201,6 @@ def table3(quick: bool, out: str | Path = "figures", replay: str | Path | None =
 
 def _paper_setup_cells(t: Table, where: str, seq: int, batch: int, mbs, ok, how0: str) -> None:
     """The paper's best 1F1B setup next to the planner's, and why the planner prefers another."""
-    import ctrlmem as cm
 
     setup = paper.TABLE3_BEST_1F1B_SETUP.get((seq, batch))
     if not setup:

@@ -55,6 +55,7 @@ from typing import Callable
 
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.stage import _RecvInfo
 from torch.distributed.pipelining.schedules import (
@@ -188,8 +189,6 @@ class P2PAudit:
         return wrapped
 
     def __enter__(self) -> "P2PAudit":
-        import torch.distributed.distributed_c10d as c10d
-
         for name in self._P2P + self._OBJ:
             original = getattr(c10d, name)
             new = self._wrap_p2p(name, original) if name in self._P2P else self._wrap_obj(original)

@@ -28,13 +28,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ctrlmem.util import proctree
-from ctrlmem.model.costs import Costs
 from ctrlmem.util.fileio import atomic_write, describe_os_error, make_output_folder
 from ctrlmem.model.ir import Schedule
 from ctrlmem.schedules import build
 from ctrlmem.schedules.registry import is_schedule_file
 from ctrlmem.model.simulate import simulate
 from ctrlmem.model.validate import validate
+from ctrlmem.util import checks
+import shutil
 
 __all__ = ["RunConfig", "RunError", "prepare", "run", "run_many", "schedule_folder", "assemble", "emit_sbatch", "check_config",
            "cpu_memory_estimate", "available_memory"]
@@ -110,7 +111,7 @@ class RunConfig:
 
 def visible_gpus() -> int:
     """GPUs this process can use (``torch.cuda.device_count()``; 0 without CUDA)."""
-    import torch
+    import torch  # noqa: PLC0415 - torch takes seconds to import; only real runs need it
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -123,10 +124,8 @@ def prepare(config: RunConfig, local: bool = True) -> tuple[Schedule, dict]:
     Raises :class:`RunError` naming what is wrong and how to fix it.
     """
     check_config(config)  # plain numbers first: nothing is imported or launched for a bad one
-    import torch
-
-    from ctrlmem.runtime.adapter import UnsupportedTorch, check_torch_version
-    from ctrlmem.runtime.models import get_preset, layers_per_stage
+    from ctrlmem.runtime.adapter import UnsupportedTorch, check_torch_version  # noqa: PLC0415 - imports torch (seconds); only real runs need it
+    from ctrlmem.runtime.models import get_preset, layers_per_stage  # noqa: PLC0415 - imports torch (seconds); only real runs need it
 
     try:
         torch_version = check_torch_version()
@@ -156,7 +155,7 @@ def prepare(config: RunConfig, local: bool = True) -> tuple[Schedule, dict]:
         validate(schedule)
     except RunError:
         raise
-    except Exception as exc:  # ValueError, KeyError, ScheduleError: all user errors here
+    except Exception as exc:  # noqa: BLE001 - ValueError, KeyError, ScheduleError: all user errors here
         raise RunError(f"schedule {config.schedule!r}: {getattr(exc, 'reason', None) or exc}") from None
     if config.num_microbatches < config.num_devices:
         raise RunError(
@@ -215,7 +214,6 @@ def check_config(config: RunConfig) -> None:
     """:class:`RunError` naming the field, what it must be and the value, for every field of
     ``config`` that is not a sensible value (checked before torch is imported or anything is
     launched)."""
-    from ctrlmem.util import checks
 
     if not isinstance(config, RunConfig):
         raise TypeError(f"config must be a ctrlmem.runtime.launch.RunConfig, got {type(config).__name__}")
@@ -284,7 +282,7 @@ def cpu_memory_estimate(config: RunConfig, model, schedule: Schedule) -> dict:
 def available_memory() -> int:
     """Bytes of memory this process can still use: the system's available memory, or less when a
     cgroup (a container's limit) allows less."""
-    import psutil
+    import psutil  # noqa: PLC0415 - optional dependency: the core installs with numpy only
 
     free = psutil.virtual_memory().available
     try:
@@ -318,7 +316,6 @@ def _memory_preflight(config: RunConfig, model, schedule: Schedule) -> None:
 
 def _disk_full(folder: Path) -> str | None:
     """A note when ``folder``'s file system has (almost) no space left (under 1 MiB), else ``None``."""
-    import shutil
 
     try:
         free = shutil.disk_usage(folder).free
@@ -396,7 +393,7 @@ def run_many(configs: list[RunConfig]) -> list[dict]:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-        except BaseException as exc:  # KeyboardInterrupt, or SIGTERM turned into an exception
+        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, or SIGTERM turned into an exception
             interrupted = exc
         finally:
             with proctree.no_interrupts():
@@ -529,7 +526,7 @@ def culprit(errors: list[dict], failures: list[dict]) -> str | None:
 
 def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
     """``result.json`` from every rank's measurements (called on rank 0)."""
-    from ctrlmem.runtime.measure import costs_from_records, stage_pass_times, summarize, theory_peak_bytes
+    from ctrlmem.runtime.measure import costs_from_records, summarize, theory_peak_bytes  # noqa: PLC0415 - imports torch (seconds); only real runs need it
 
     ranks = sorted(ranks, key=lambda r: r["rank"])
     model = worker["model"]
@@ -628,7 +625,6 @@ def emit_sbatch(config: RunConfig, nodes: int, gpus_per_node: int, path: str | o
     written into the script is shell-quoted, and a value with a control character is refused, so
     an output folder like ``$(...)`` or a partition with a newline cannot run anything.
     """
-    from ctrlmem.util import checks
 
     try:
         nodes = checks.integer("nodes", nodes, maximum=100_000)

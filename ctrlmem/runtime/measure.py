@@ -23,6 +23,8 @@ import torch
 
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Op, Schedule
+from ctrlmem.runtime.adapter import cpu_allocation_deltas
+import json
 
 __all__ = ["SavedTensorMeter", "AllocatorPeak", "theory_peak_bytes", "costs_from_records", "costs_from_result",
            "summarize"]
@@ -118,7 +120,7 @@ class AllocatorPeak:
             self._base = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
-            from torch.profiler import ProfilerActivity, profile
+            from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415 - torch takes seconds to import; only real runs need it
 
             self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
             self._prof.__enter__()
@@ -130,7 +132,6 @@ class AllocatorPeak:
             self.peak = torch.cuda.max_memory_allocated(self.device) - self._base
             return
         self._prof.__exit__(*exc)
-        from ctrlmem.runtime.adapter import cpu_allocation_deltas  # the profiler's raw events are private API
 
         deltas = cpu_allocation_deltas(self._prof)
         level = peak = 0
@@ -219,7 +220,6 @@ def costs_from_result(result: dict | str) -> Costs:
     """The measured per-stage :class:`ctrlmem.Costs` of a ``result.json`` (a dict or a path), for
     ``cm.build(..., costs=...)`` and ``cm.simulate``."""
     if isinstance(result, str) or hasattr(result, "__fspath__"):
-        import json
 
         with open(result) as fh:
             result = json.load(fh)

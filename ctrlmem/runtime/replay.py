@@ -36,6 +36,8 @@ from ctrlmem.util.fileio import atomic_write, make_output_folder
 from ctrlmem.model.ir import Op, Schedule
 from ctrlmem.runtime.measure import AllocatorPeak, SavedTensorMeter, summarize, theory_peak_bytes
 from ctrlmem.runtime.models import ModelConfig, build_stages, loss_fn
+from ctrlmem.schedules import SCHEDULES, build
+from ctrlmem.runtime.models import get_preset, layers_per_stage
 
 __all__ = ["ReplayResult", "replay_device", "probe_stages", "theory_per_device", "run_replay", "REPLAY_FILE"]
 
@@ -217,8 +219,6 @@ def run_replay(model: str, p: int, m: int, schedules, devices, device: str = "cu
     """Replay ``devices`` of every schedule in ``schedules`` for ``model`` at ``p`` devices and
     ``m`` microbatches on ``device``; merge the rows into ``out/replay.json`` (see module doc)
     and return the whole file's content. ``ValueError`` names a bad argument and its fix."""
-    from ctrlmem.schedules import SCHEDULES, build
-    from ctrlmem.runtime.models import get_preset, layers_per_stage
 
     schedules = _parse_list("schedules", schedules)
     devices = _parse_list("devices", devices, int)
@@ -270,14 +270,16 @@ def run_replay(model: str, p: int, m: int, schedules, devices, device: str = "cu
     models[cfg.name] = (f"p={p}, {cfg.num_layers} layers, h={cfg.hidden}, mb {cfg.microbatch_size}"
                         + (f", {cfg.dtype}" if cfg.dtype != "bfloat16" else ""))
     data["models"] = models
-    for name, sched in built.items():
+    def key(x):
+        return (x.get("model"), x.get("p"), x.get("m"), x.get("microbatch_size", cfg.microbatch_size),
+                x.get("schedule"), x.get("device"), x.get("tag", ""))
+
+    for sched in built.values():
         for d in devices:
             t0 = time.perf_counter()
             r = replay_device(sched, d, cfg, device=dev, seed=seed)
             row = {"model": cfg.name, "p": p, "m": m, "microbatch_size": cfg.microbatch_size, **r.to_dict(),
                    "elapsed_s": time.perf_counter() - t0, "tag": tag}
-            key = lambda x: (x.get("model"), x.get("p"), x.get("m"), x.get("microbatch_size", cfg.microbatch_size),
-                             x.get("schedule"), x.get("device"), x.get("tag", ""))
             rows = [x for x in rows if key(x) != key(row)] + [row]
             data["rows"] = rows
             atomic_write(path, json.dumps(data, indent=1))  # every finished row is on disk before the next starts

@@ -35,6 +35,7 @@ from ctrlmem.model.ir import Schedule
 from ctrlmem.runtime.adapter import P2PAudit, Pipeline, check_torch_version
 from ctrlmem.runtime.measure import AllocatorPeak, SavedTensorMeter
 from ctrlmem.runtime.models import FullModel, ModelConfig, build_stages, loss_fn, make_batch
+from ctrlmem.runtime.launch import assemble
 
 log = logging.getLogger("ctrlmem.runtime.worker")
 
@@ -140,7 +141,7 @@ def run(config: dict | list[dict]) -> None:
             progress.out.mkdir(parents=True, exist_ok=True)
             _run(job, rank, world, progress.out, progress, device, audit)
         dist.destroy_process_group()
-    except BaseException as exc:  # noqa: BLE001 - report any failure, then re-raise
+    except BaseException as exc:
         progress.fail(f"{type(exc).__name__}: {exc}".splitlines()[0], traceback.format_exc())
         progress.done = True
         raise
@@ -178,7 +179,7 @@ def _groups(dp: int, pp: int, device: torch.device):
     (the world group, no reduction) when ``dp == 1``."""
     if dp == 1:
         return None, None
-    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.device_mesh import init_device_mesh  # noqa: PLC0415 - torch takes seconds to import; only real runs need it
 
     mesh = init_device_mesh(device.type, (dp, pp), mesh_dim_names=("dp", "pp"))
     return mesh.get_group("pp"), mesh.get_group("dp")
@@ -259,7 +260,7 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, dev
     for s in mine:
         modules[s].stash.meter = None
     pipe_grads = {(s, n): p.grad.detach().clone() for s in mine for n, p in modules[s].named_parameters()}
-    pipe_loss = float(torch.stack([l.detach().float() for l in losses]).mean()) if losses else None
+    pipe_loss = float(torch.stack([loss.detach().float() for loss in losses]).mean()) if losses else None
 
     progress.set_phase("reference step")
     ref = FullModel(cfg, S, seed=seed).to(device)
@@ -319,7 +320,6 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, dev
     gathered: list = [None] * world
     dist.all_gather_object(gathered, mine_result)
     if rank == 0:
-        from ctrlmem.runtime.launch import assemble
 
         result = assemble(config, schedule, gathered)
         atomic_write(out / "result.json", json.dumps(result, indent=2))

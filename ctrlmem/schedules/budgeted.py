@@ -184,8 +184,6 @@ def v_shape_candidates(
     p, m = num_devices, num_microbatches
     costs = costs if costs is not None else Costs()
     q = Query(Placement.v_shape(p), m, costs, memory_limit * p, fused)  # no bound: nothing skipped
-    from ctrlmem.search.engine import Progress
-
     out = []
     for fam in (V_FUSED if fused else V_SPLIT):
         for cs in fam.sets(q, Progress()):

@@ -15,6 +15,8 @@ from typing import Callable, Iterator, Mapping
 from ctrlmem.model.costs import Costs
 from ctrlmem.model import ir
 from ctrlmem.model.ir import Schedule
+from ctrlmem.util.checks import memory_fraction
+import numbers
 
 __all__ = ["ScheduleSpec", "SCHEDULES", "register", "build", "is_schedule_file"]
 
@@ -105,7 +107,6 @@ def register(name: str, source: str) -> Callable[[Callable[..., Schedule]], Call
 def _positive_int(field: str, value: object) -> int:
     """``value`` as an ``int`` >= 1: any ``numbers.Integral`` (numpy too) or an integral real;
     ``TypeError`` for a bool or a non-number, ``ValueError`` for a fraction or < 1."""
-    import numbers
 
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{field} must be a positive integer, got {type(value).__name__} {value!r}")
@@ -121,7 +122,6 @@ def _positive_int(field: str, value: object) -> int:
 def _fraction(field: str, value: object) -> float:
     """A memory budget, checked as everywhere else (:func:`ctrlmem.util.checks.memory_fraction`:
     finite, > 0, and no larger than any schedule can use)."""
-    from ctrlmem.util.checks import memory_fraction
 
     return memory_fraction(field, value)
 

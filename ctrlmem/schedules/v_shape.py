@@ -26,6 +26,9 @@ from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Placement, Schedule
 from ctrlmem.search.encoding import CandidateSet
 from ctrlmem.schedules.registry import register
+from ctrlmem.search.families.paperblocks import block_candidate
+from ctrlmem.schedules.budgeted import search_v
+from ctrlmem.search.families.fused import construction_keys
 
 __all__ = ["v_min", "v_half", "v_zb", "one_f_one_b_v"]
 
@@ -44,7 +47,6 @@ def _pattern(block, m: int, name: str) -> CandidateSet:
     """The unit-cost pattern of ``block`` for ``m`` microbatches as a one-candidate set (the
     block's pipeline, :func:`ctrlmem.search.buildingblock.build_from_block`, without making a Schedule; shared
     with the search's block family, which has the same block)."""
-    from ctrlmem.search.families.paperblocks import block_candidate
 
     cs = block_candidate(block.num_devices, m, name, block)
     if cs is None:  # pragma: no cover - a paper block always builds
@@ -58,7 +60,6 @@ def _adapt(name: str, pattern: CandidateSet, costs: Costs | None) -> Schedule:
     wins ties). Only the result is made a ``Schedule``."""
     if costs is None or pattern.m < 2:
         return pattern.schedule(0, name)
-    from ctrlmem.schedules.budgeted import search_v
 
     found = search_v(pattern.num_devices, pattern.m, costs, float(pattern.peak[0]), fused=pattern.fused,
                      first=pattern)
@@ -116,7 +117,6 @@ def one_f_one_b_v(num_devices: int, num_microbatches: int, costs: Costs | None =
     at p = 4 / 8 / 16, bubble 33 τ at p = 8 and 75 τ at p = 16 (docs/theory.md §8).
     """
     _check(num_devices, num_microbatches, "1f1b-v")
-    from ctrlmem.search.families.fused import construction_keys
 
     p, m = num_devices, num_microbatches
     keys = construction_keys(p, m)

@@ -35,6 +35,7 @@ from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Placement, Schedule
 from ctrlmem.search.encoding import CandidateSet, problem, tables
 from ctrlmem.search.timing import Timed, durations, time_set
+from ctrlmem.search import bounds
 
 __all__ = ["Query", "OBJECTIVES", "Progress", "Family", "Found", "search", "timed", "clear_caches", "LRU"]
 
@@ -78,7 +79,6 @@ _CACHES: list[LRU] = []
 
 def clear_caches() -> None:
     """Forget every cached candidate, timing and table (for cold-start measurements)."""
-    from ctrlmem.search import bounds
 
     for c in _CACHES:
         c.clear()

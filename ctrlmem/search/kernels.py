@@ -100,7 +100,7 @@ def _prepare_locked() -> None:
     numba = None
     if os.environ.get("CTRLMEM_JIT", "1").strip() not in ("0", "false", "no", "off"):
         try:
-            import numba  # noqa: F811
+            import numba  # noqa: PLC0415 - optional dependency: without numba the kernels run as Python
         except ImportError:  # pragma: no cover - numba is pinned in requirements.txt
             log.info("numba is not installed: the search's loops run as plain Python (slower, same results)")
             numba = None

@@ -30,6 +30,15 @@ from pathlib import Path
 
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Placement
+from ctrlmem.model import paper
+from ctrlmem.schedules.registry import build
+from ctrlmem.model.simulate import simulate
+from ctrlmem.solver.improve import improve
+from ctrlmem.model.ir import Schedule
+from ctrlmem.search.bounds import makespan_bounds
+from importlib.resources import files
+import hashlib
+from concurrent.futures import ProcessPoolExecutor
 
 __all__ = ["Instance", "MIXES", "BUDGETS", "HEURISTICS", "instances", "measure", "measure_all", "profiled_costs",
            "summary"]
@@ -52,9 +61,7 @@ def profiled_costs() -> Costs:
     4, V-Half, the middle devices 1 and 8: each device's two chunks summed, averaged over the two
     devices) and the paper's hop model for that microbatch (2·b·s·h bytes at 25 GB/s,
     :func:`ctrlmem.model.paper.paper_costs`), rounded to 0.01 ms."""
-    from importlib.resources import files
 
-    from ctrlmem.model import paper
 
     data = json.loads((files("ctrlmem") / "data" / "h200_rank_replay.json").read_text())
     f = b = w = 0.0
@@ -139,8 +146,6 @@ def heuristics(inst: Instance, placement: str) -> tuple[dict, str | None]:
     """Every heuristic of ``placement`` on ``inst``, simulated: ``{name: {makespan, span, peak,
     fits}}`` (``None`` values when it cannot be built), and the budgeted one's schedule text (what
     :func:`ctrlmem.improve` starts from)."""
-    from ctrlmem.schedules.registry import build
-    from ctrlmem.model.simulate import simulate
 
     p, m, costs, limit = inst.p, inst.m, inst.costs, inst.limit
     heur: dict[str, dict] = {}
@@ -162,8 +167,6 @@ def heuristics(inst: Instance, placement: str) -> tuple[dict, str | None]:
 def solve(inst: Instance, seed_text: str, checkpoints: tuple[float, ...]) -> dict:
     """:func:`ctrlmem.improve` from ``seed_text`` (deterministic, one worker, ``max(checkpoints)``
     solver-seconds): its best makespan at each checkpoint, its bounds, status and lower bound."""
-    from ctrlmem.solver.improve import improve
-    from ctrlmem.model.ir import Schedule
 
     seed = Schedule.from_text(seed_text)
     res = improve(seed, inst.costs, inst.limit, time_limit=max(checkpoints), workers=1, deterministic=True)
@@ -182,7 +185,6 @@ def measure(inst: Instance, placement: str, checkpoints: tuple[float, ...] = (10
     (``"optimal"`` when proven, else ``"bound"``), ``optimum`` (or ``None``). ``solved``: the
     result of :func:`solve` for this instance, when already computed; ``built``: that of
     :func:`heuristics`."""
-    from ctrlmem.search.bounds import makespan_bounds
 
     p, m, costs, cap = inst.p, inst.m, inst.costs, inst.limit * inst.p
     heur, seed = built if built is not None else heuristics(inst, placement)
@@ -218,7 +220,6 @@ def measure_all(size: str = "full", jobs: int = 1, checkpoints: tuple[float, ...
     keyed by the instance, the starting schedule, the checkpoints and :data:`SOLVER_VERSION`; read
     first and appended to, so a long run resumes where it stopped and a changed heuristic
     re-runs only its own instances."""
-    import hashlib
 
     checkpoints = checkpoints or ((2.0, 5.0) if size == "quick" else (10.0, 60.0))
     tasks = [(inst, pl) for inst in instances(size) for pl in HEURISTICS]
@@ -249,7 +250,6 @@ def measure_all(size: str = "full", jobs: int = 1, checkpoints: tuple[float, ...
 
     args = [(inst, seeds[(inst, pl)], checkpoints) for inst, pl in todo]
     if jobs > 1 and len(todo) > 1:
-        from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             for t, rec in zip(todo, pool.map(_solve_task, args)):
@@ -308,8 +308,8 @@ def figure(rows: list[dict]):
     """Gap against p per budget (plotly): per placement, the budgeted heuristic's largest
     certified gap over the instances of each p (makespan / best lower bound − 1, in %), one line
     per budget; dotted, the same after ``cm.improve``'s longest run where it ran."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
+    import plotly.graph_objects as go  # noqa: PLC0415 - plotly (figures) loads on first drawing, not with ctrlmem --help
+    from plotly.subplots import make_subplots  # noqa: PLC0415 - plotly (figures) loads on first drawing, not with ctrlmem --help
 
     names = {pl: hs[0][0] for pl, hs in HEURISTICS.items()}
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.06,

@@ -226,7 +226,7 @@ def _solve(model, seconds: float, workers: int, deterministic: bool, seed: int, 
     """Solve ``model`` within ``seconds`` (deterministic time with ``deterministic``; never past
     ``wall_cap`` wall seconds). Returns ``(solver, status code)``. A ``KeyboardInterrupt`` (or
     any exception) while waiting stops the search and joins the thread before it propagates."""
-    from ortools.sat.python import cp_model
+    from ortools.sat.python import cp_model  # noqa: PLC0415 - ortools takes ~1 s to import; only the solver needs it
 
     solver = cp_model.CpSolver()
     prm = solver.parameters
@@ -246,7 +246,7 @@ def _solve(model, seconds: float, workers: int, deterministic: bool, seed: int, 
     def run():
         try:
             box["code"] = solver.Solve(model)
-        except BaseException as exc:  # pragma: no cover - the solver raising is a bug to surface
+        except BaseException as exc:  # noqa: BLE001 - pragma: no cover - the solver raising is a bug to surface
             box["error"] = exc
         finally:
             done.set()
@@ -264,7 +264,7 @@ def _solve(model, seconds: float, workers: int, deterministic: bool, seed: int, 
             try:
                 if done.wait(0.05) or not th.is_alive():
                     break
-            except BaseException:  # a second Ctrl-C while stopping: keep stopping
+            except BaseException:  # noqa: BLE001 - a second Ctrl-C while stopping: keep stopping
                 solver.StopSearch()
         raise
     th.join(1.0)
@@ -282,7 +282,7 @@ def _model(pb: _Problem, orders, start, end, window: list[int], free: set[int], 
     """The CP-SAT model of ``window`` (keys; a contiguous segment of each device's order), where
     the passes in ``free`` may be reordered among the window's passes of their device and the
     others keep their order. Returns ``(model, start vars, makespan var)``."""
-    from ortools.sat.python import cp_model
+    from ortools.sat.python import cp_model  # noqa: PLC0415 - ortools takes ~1 s to import; only the solver needs it
 
     win = set(window)
     model = cp_model.CpModel()
@@ -292,7 +292,7 @@ def _model(pb: _Problem, orders, start, end, window: list[int], free: set[int], 
             pos[key] = (d, i)
     # per device: the window segment [lo, hi) of its order
     seg = []
-    for d, row in enumerate(orders):
+    for row in orders:
         idx = [i for i, key in enumerate(row) if key in win]
         seg.append((idx[0], idx[-1] + 1) if idx else (len(row), len(row)))
     # tails of the passes after the window (longest chain to the end through fixed orders)
@@ -411,7 +411,7 @@ def _whole_extras(pb: _Problem, model, sv, ev, T, orders, start) -> None:
         for a, b in zip(g, g[1:]):
             model.Add(sv[b] >= ev[a])
     if 0 < pb.cap:
-        for (kind, s), g in groups.items():
+        for (kind, _s), g in groups.items():
             if kind != 0:
                 continue
             for j in range(len(g) - pb.cap):
@@ -581,7 +581,7 @@ def improve(
                 solver, code = _solve(model, min(budget, wall_left()) if not deterministic else budget,
                                       threads, deterministic, seed, max(0.05, wall_left()))
                 clock["det"] += solver.response_proto.deterministic_time * DET_SECONDS
-                from ortools.sat.python import cp_model
+                from ortools.sat.python import cp_model  # noqa: PLC0415 - ortools takes ~1 s to import; only the solver needs it
 
                 if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                     consider(_orders_from(pb, best[0], list(pb.keys), solver, sv), "whole model")
@@ -611,7 +611,7 @@ def improve(
         solver, code = _solve(model, slice_s, threads, deterministic, seed + steps,
                               max(0.01, min(wall_left(), slice_s if not deterministic else wall_left())))
         clock["det"] += solver.response_proto.deterministic_time * DET_SECONDS
-        from ortools.sat.python import cp_model
+        from ortools.sat.python import cp_model  # noqa: PLC0415 - ortools takes ~1 s to import; only the solver needs it
 
         if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             consider(_orders_from(pb, orders, window, solver, sv), label)

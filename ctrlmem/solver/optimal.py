@@ -38,6 +38,7 @@ from ctrlmem.model.costs import Costs, MemoryModel
 from ctrlmem.model.ir import Op, Pass, Placement, Schedule
 from ctrlmem.schedules.registry import register
 from ctrlmem.model.simulate import simulate
+from ctrlmem.schedules.registry import build
 
 __all__ = ["OptimalResult", "optimal", "optimality_gap", "GAP_HEURISTICS", "gap_grid", "MAX_PASSES", "MAX_TIME_LIMIT",
            "PLACEMENTS"]
@@ -117,7 +118,6 @@ def _seed(p: int, m: int, costs: Costs, limit: float | None, placement: str,
     makespan. The fixed patterns come first; the searches (slow at large sizes) only on
     instances of at most :data:`SEARCH_SEED_PASSES` passes, and no candidate starts after
     ``deadline``."""
-    from ctrlmem.schedules.registry import build
 
     if placement == "v-shape":
         fixed, searched = ["v-min", "v-half", "v-zb"], ["v-shape", "v-min", "v-half", "v-zb"]
@@ -204,7 +204,7 @@ def optimal(
     p, m, costs, limit, seconds, threads = _check_arguments(
         num_devices, num_microbatches, costs, memory_limit, placement, time_limit, workers)
     deadline = t_start + seconds
-    from ortools.sat.python import cp_model  # heavy: imported on first use only
+    from ortools.sat.python import cp_model  # noqa: PLC0415 - ortools takes ~1 s to import; only the solver needs it
 
     P = Placement.v_shape(p) if placement == "v-shape" else Placement.sequential(p)
     S = P.num_stages
@@ -423,7 +423,6 @@ def optimality_gap(
     solver did not prove optimality in ``time_limit`` (``over = "bound"``: an upper bound on the
     true gap). A fixed pattern whose peak exceeds the budget is reported with ``ratio`` ``None``.
     """
-    from ctrlmem.schedules.registry import build
 
     p, m = num_devices, num_microbatches
     out: dict = {"optimum": {}, "rows": []}

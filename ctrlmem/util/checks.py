@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import numbers
 from typing import Any
+import reprlib
 
 __all__ = ["integer", "number", "memory_fraction", "flag", "MAX_MEMORY_LIMIT", "short_repr", "first_few"]
 
@@ -25,7 +26,6 @@ so a larger budget changes nothing; refusing it keeps ``2·p·limit`` a finite i
 
 def short_repr(value: Any, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters (an error message never repeats a huge input)."""
-    import reprlib
 
     r = reprlib.Repr()
     r.maxstring = r.maxother = limit

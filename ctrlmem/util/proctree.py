@@ -20,6 +20,7 @@ import sys
 import threading
 import uuid
 from typing import Any, Callable, Iterable, Iterator
+import ctypes
 
 __all__ = ["TAG_ENV", "new_tag", "start", "tagged", "kill_tree", "kill_tagged", "pid_alive", "no_interrupts"]
 
@@ -34,7 +35,6 @@ def new_tag(prefix: str = "ctrlmem") -> str:
 def _pdeathsig_preexec(sig: int) -> Callable[[], None] | None:
     if not sys.platform.startswith("linux"):
         return None
-    import ctypes
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -63,7 +63,7 @@ def start(cmd: list[str], tag: str, env: dict[str, str] | None = None, **popen_k
 
 def tagged(tag: str) -> list:
     """Every live process (``psutil.Process``) whose environment carries ``tag``."""
-    import psutil
+    import psutil  # noqa: PLC0415 - optional dependency: the core installs with numpy only
 
     me = os.getpid()
     found = []
@@ -80,7 +80,7 @@ def tagged(tag: str) -> list:
 
 
 def _signal_all(procs: Iterable, sig: int) -> None:
-    import psutil
+    import psutil  # noqa: PLC0415 - optional dependency: the core installs with numpy only
 
     for p in procs:
         try:
@@ -90,7 +90,7 @@ def _signal_all(procs: Iterable, sig: int) -> None:
 
 
 def _alive(proc) -> bool:
-    import psutil
+    import psutil  # noqa: PLC0415 - optional dependency: the core installs with numpy only
 
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
@@ -102,7 +102,7 @@ def kill_tree(root: subprocess.Popen | None, tag: str | None, grace_s: float = 5
     """End ``root``, all its descendants and every process carrying ``tag``: SIGTERM first (so
     torchrun and papermill can stop their own children), SIGKILL after ``grace_s``; returns when
     every one of them has ended (the direct child is reaped). Returns the pids it signalled."""
-    import psutil
+    import psutil  # noqa: PLC0415 - optional dependency: the core installs with numpy only
 
     procs: dict[int, Any] = {}
 

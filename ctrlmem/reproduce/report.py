@@ -200,10 +200,21 @@ def write_report(out: str | Path, tables: Sequence[Table], quick: bool, partial:
     return summary
 
 
-def reproduce(out: str | Path = "figures", quick: bool = False, only: Sequence[str] | None = None,
+#: Where ``--quick`` writes when no folder is given: beside, never over, the committed full-size figures/.
+QUICK_OUT = Path("build") / "reproduce-quick"
+
+
+def default_out(quick: bool) -> Path:
+    """The output folder when none is given: ``figures/`` for the full run (the committed artifacts),
+    :data:`QUICK_OUT` for ``quick`` (its smaller grids would otherwise replace full-size results)."""
+    return QUICK_OUT if quick else Path("figures")
+
+
+def reproduce(out: str | Path | None = None, quick: bool = False, only: Sequence[str] | None = None,
               replay: str | Path | None = None, root: str | Path | None = None) -> Path:
     """Build every (or ``only`` the named) artifact's table and write them with
-    :func:`write_report`; returns the path of ``REPRODUCTION.md``. ``replay``: a ``ctrlmem replay``
+    :func:`write_report` into ``out`` (default :func:`default_out`); returns the path of
+    ``REPRODUCTION.md``. ``replay``: a ``ctrlmem replay``
     file for the ``gpu-replay`` artifact (default: the shipped H200 measurement). ``root``: the project
     folder whose ``experiments/`` configs the measured artifacts run (default: the current directory)."""
     names = list(only) if only else list(ARTIFACTS)
@@ -213,5 +224,6 @@ def reproduce(out: str | Path = "figures", quick: bool = False, only: Sequence[s
     if replay is not None:
 
         load_replay(replay)  # a bad file fails before anything runs
+    out = default_out(quick) if out is None else Path(out)
     return write_report(out, [build_table(n, quick, out, replay=replay, root=root) for n in names], quick,
                         partial=bool(only))

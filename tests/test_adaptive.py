@@ -106,7 +106,7 @@ def test_v_shape_never_beats_lower_bound(p):
     """No candidate of the search beats 6p−1−3k τ for its own peak k (docs/theory.md §6): every
     family's candidates, timed by the engine (equal work on every device, so the largest device
     bubble is the longest span minus the work)."""
-    from ctrlmem.search.engine import Progress, Query
+    from ctrlmem.search.engine import Incumbent, Query
     from ctrlmem.search.timing import time_set
     from ctrlmem.schedules.recipes import V_SPLIT
 
@@ -114,7 +114,7 @@ def test_v_shape_never_beats_lower_bound(p):
     q = Query(cm.Placement.v_shape(p), m, UNIT, 2.0 * p)
     checked = 0
     for fam in V_SPLIT:
-        for cs in fam.sets(q, Progress()):
+        for cs in fam.sets(q, Incumbent()):
             tm = time_set(cs, UNIT)
             for i in range(len(cs)):
                 if tm.span[i] == float("inf"):

@@ -20,7 +20,7 @@ from ctrlmem.search.families.lahc import LateAcceptanceFamily, lahc_keys
 from ctrlmem.search.families.lists import list_schedule
 from ctrlmem.search.families.periodic import PeriodicFamily, periodic_keys
 from ctrlmem.search.families.relocate import RelocateFamily, relocate_keys
-from ctrlmem.search import Progress, Query
+from ctrlmem.search import Incumbent, Query
 from ctrlmem.search.encoding import CandidateSet, from_schedules, problem
 from ctrlmem.search.engine import search, timed
 
@@ -140,7 +140,7 @@ def test_families_monotone_in_the_cap(p, extra, fbw, comm):
     for fam in (FillAheadFamily(), ForwardFirstFamily(), relocate, periodic, late):
         prev: set = set()
         for cap in (1.0, 1.5, 2.0, p, 1.5 * p):
-            labels = {lab for cs in fam.sets(Query(P, m, costs, cap), Progress()) for lab in cs.labels}
+            labels = {lab for cs in fam.sets(Query(P, m, costs, cap), Incumbent()) for lab in cs.labels}
             assert prev <= labels, (type(fam).__name__, cap, prev - labels)
             prev = labels
 
@@ -150,11 +150,11 @@ def test_only_small_pipelines():
     P = Placement.v_shape(8)
     q = Query(P, 9, cm.Costs(3, 4, 2), 4.0)
     assert 8 * 9 > FILL_MAX_PM
-    assert not list(FillAheadFamily().sets(q, Progress()))
-    assert not list(RelocateFamily([]).sets(q, Progress()))
-    assert not list(ForwardFirstFamily().sets(q, Progress()))
-    assert not list(PeriodicFamily([], [ForwardFirstFamily()]).sets(q, Progress()))
-    assert not list(LateAcceptanceFamily([]).sets(q, Progress()))
+    assert not list(FillAheadFamily().sets(q, Incumbent()))
+    assert not list(RelocateFamily([]).sets(q, Incumbent()))
+    assert not list(ForwardFirstFamily().sets(q, Incumbent()))
+    assert not list(PeriodicFamily([], [ForwardFirstFamily()]).sets(q, Incumbent()))
+    assert not list(LateAcceptanceFamily([]).sets(q, Incumbent()))
 
 
 def test_periodic_in_the_zb_search():

@@ -94,14 +94,14 @@ def test_svg_and_html_figures_regenerate_byte_identical(tmp_path):
     from ctrlmem.plots import figio, figures as plot
 
     fig = plot.schedule_figure(cm.simulate(cm.build("v-half", 4, 8), cm.Costs(1, 1, 1, 0)))
-    figio.write_figures([(fig, tmp_path / "a.html")], include_plotlyjs="cdn")
-    figio.write_figures([(fig, tmp_path / "b.html")], include_plotlyjs="cdn")
+    figio.write_files([(fig, tmp_path / "a.html")], include_plotlyjs="cdn")
+    figio.write_files([(fig, tmp_path / "b.html")], include_plotlyjs="cdn")
     assert (tmp_path / "a.html").read_bytes() == (tmp_path / "b.html").read_bytes()
     assert fig.data[0].uid is None  # the caller's figure is not changed
     if shutil.which("chromium") is None:
         pytest.skip("no Chromium for kaleido: SVG export not available here")
-    figio.write_figures([(fig, tmp_path / "a.svg")])
-    figio.write_figures([(fig, tmp_path / "b.svg")])
+    figio.write_files([(fig, tmp_path / "a.svg")])
+    figio.write_files([(fig, tmp_path / "b.svg")])
     assert (tmp_path / "a.svg").read_bytes() == (tmp_path / "b.svg").read_bytes()
 
 
@@ -111,7 +111,7 @@ def test_figio_rejects_unknown_extension(tmp_path):
     from ctrlmem.plots import figio
 
     with pytest.raises(ValueError, match=r"\.html, \.png, \.svg or \.pdf"):
-        figio.write_figure(go.Figure(), tmp_path / "x.jpg")
+        figio.write_file(go.Figure(), tmp_path / "x.jpg")
     assert not (tmp_path / "x.jpg").exists()
 
 

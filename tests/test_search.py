@@ -235,10 +235,10 @@ def test_families_every_candidate_is_a_valid_schedule():
     for p, m in ((2, 3), (3, 7), (5, 12)):
         for fams, fused in ((V_SPLIT, False), (V_FUSED, True)):
             q = Query(Placement.v_shape(p), m, costs, 2.0 * p, fused)
-            from ctrlmem.search.engine import Progress
+            from ctrlmem.search.engine import Incumbent
 
             for fam in fams:
-                for cs in fam.sets(q, Progress()):
+                for cs in fam.sets(q, Incumbent()):
                     for i in range(len(cs)):
                         assert problem(cs, i) is None, (fam.name, cs.labels[i])
                         if math.isfinite(time_set(cs, costs).span[i]):
@@ -254,13 +254,13 @@ def test_search_ranks_by_the_query_objective():
     shortest longest span (then makespan) and the makespan search the one of the shortest
     makespan (then span), and here they differ."""
     from ctrlmem.schedules.recipes import _BASE
-    from ctrlmem.search.engine import Progress, timed
+    from ctrlmem.search.engine import Incumbent, timed
 
     costs = cm.Costs(8.0, 9.3, 8.4, 1.7)
     P, m, cap = Placement.v_shape(4), 4, 4.0
     pool = []
     for fam in _BASE:
-        for cs in fam.sets(Query(P, m, costs, cap), Progress()):
+        for cs in fam.sets(Query(P, m, costs, cap), Incumbent()):
             tm = timed(cs, costs)
             pool += [(float(tm.span[i]), float(tm.makespan[i])) for i in range(len(cs))
                      if cs.peak[i] <= cap + 1e-9 and math.isfinite(tm.span[i])]

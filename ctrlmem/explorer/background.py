@@ -7,7 +7,7 @@ schedules' and budgeted schedules' searches, seconds to a minute at p = 32, m = 
     builds = BackgroundBuilds()
     builds.submit([Job("v-min", 32, 256, costs, None)])   # replaces whatever was asked before
     builds.poll()          # -> finished Results (non-blocking), in the order they finished
-    builds.progress()      # -> Progress: the job running, for how long, how many wait
+    builds.progress()      # -> WorkerStatus: the job running, for how long, how many wait
     builds.close()         # ends the worker
 
 Why a process and not a thread. A thread cannot be stopped: a search that a newer edit made
@@ -47,7 +47,7 @@ from typing import Sequence
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Schedule
 
-__all__ = ["Job", "Result", "Progress", "BackgroundBuilds", "improved_name", "improve_built"]
+__all__ = ["Job", "Result", "WorkerStatus", "BackgroundBuilds", "improved_name", "improve_built"]
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class Result:
 
 
 @dataclass(frozen=True)
-class Progress:
+class WorkerStatus:
     """What the worker does now: ``job`` (None when idle), running for ``seconds``; ``waiting``
     jobs queued after it; ``done`` finished since the last :meth:`BackgroundBuilds.submit`."""
 
@@ -338,9 +338,9 @@ class BackgroundBuilds:
         """Nothing running and nothing queued."""
         return self._running is None and not self._queue and not self._done
 
-    def progress(self) -> Progress:
+    def progress(self) -> WorkerStatus:
         running = self._running
-        return Progress(running, time.monotonic() - self._started if running else 0.0,
+        return WorkerStatus(running, time.monotonic() - self._started if running else 0.0,
                         tuple(self._queue), self._finished)
 
     def close(self) -> None:

@@ -11,10 +11,10 @@ unchanged inputs is byte-identical (PNG bytes from kaleido's Chromium are alread
 API (every figure file of the package is written here: :mod:`ctrlmem.plots.figures` (``draw``, ``figures``, the
 explorer's export) after applying its label rule, :mod:`ctrlmem.reproduce.memory_curves`, :mod:`ctrlmem.reproduce`):
 
-* :func:`write_figures` ``(items, *, scale=2.0, include_plotlyjs=True) -> list[str]`` — write each
+* :func:`write_files` ``(items, *, scale=2.0, include_plotlyjs=True) -> list[str]`` — write each
   ``(figure, path)``; the format comes from the extension (``.html``, ``.png``, ``.svg``, ``.pdf``); all
   static images go through one kaleido session; returns the paths as strings.
-* :func:`write_figure` ``(fig, path, **kw) -> str`` — one figure.
+* :func:`write_file` ``(fig, path, **kw) -> str`` — one figure.
 * :func:`figure_html` ``(fig, include_plotlyjs=True, full_html=True) -> str`` — the HTML text
   with a content-derived div id (e.g. for embedding).
 * :func:`stable_div_id` ``(fig) -> str`` and :func:`stabilize_svg` ``(path)`` — the two fixes alone.
@@ -38,7 +38,7 @@ from ctrlmem.util.fileio import atomic_path, atomic_write
 import math
 import numbers
 
-__all__ = ["write_figures", "write_figure", "figure_html", "stable_div_id", "stabilize_svg", "check_scale",
+__all__ = ["write_files", "write_file", "figure_html", "stable_div_id", "stabilize_svg", "check_scale",
            "MAX_SCALE", "MAX_IMAGE_SIDE"]
 
 log = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ def _check_image(tmp: Path, path: str, ext: str) -> None:
                          f"not a {ext.upper()} file; {path} was left unchanged (lower the scale or the width?)")
 
 
-def write_figures(items: Sequence[tuple[object, object]], *, scale: float = 2.0,
+def write_files(items: Sequence[tuple[object, object]], *, scale: float = 2.0,
                   include_plotlyjs: bool | str = True) -> list[str]:
     """Write each ``(figure, path)`` by extension, deterministically (see the module doc);
     parent folders are created. Raises ``ValueError`` for an unknown extension, a bad
@@ -186,6 +186,6 @@ def write_figures(items: Sequence[tuple[object, object]], *, scale: float = 2.0,
     return [path for _, path in items]
 
 
-def write_figure(fig, path, **kw) -> str:
-    """Write one figure (see :func:`write_figures`); returns the path."""
-    return write_figures([(fig, path)], **kw)[0]
+def write_file(fig, path, **kw) -> str:
+    """Write one figure (see :func:`write_files`); returns the path."""
+    return write_files([(fig, path)], **kw)[0]

@@ -1,7 +1,7 @@
 """Plotly figures of schedules: Gantt diagrams, memory curves, building blocks, trade-offs.
 
 Every function takes data (a :class:`~ctrlmem.SimResult`, a :class:`~ctrlmem.Schedule`, or a
-:class:`Timeline`) plus its style as keyword arguments, and returns a new
+:class:`PassTimeline`) plus its style as keyword arguments, and returns a new
 ``plotly.graph_objects.Figure``; nothing here touches global state (no templates, no renderers).
 
 * :func:`schedule_figure`: one row per device, one box per pass at the simulator's start and end
@@ -38,12 +38,13 @@ from ctrlmem.model.ir import Op, Placement, Schedule
 from ctrlmem.schedules import SCHEDULES, build
 from ctrlmem.model.simulate import SimResult, TimedPass, simulate
 from ctrlmem.search import buildingblock as blocks
+from ctrlmem.plots.figio import write_files
 from plotly.colors import sample_colorscale
 
 __all__ = [
     "DEFAULT_COLORS",
     "IDLE_COLOR",
-    "Timeline",
+    "PassTimeline",
     "pass_color",
     "schedule_figure",
     "schedule_spec",
@@ -52,7 +53,7 @@ __all__ = [
     "theoretical_peak",
     "one_f_one_b_peak",
     "repeat_block",
-    "squeeze",
+    "squeeze_passes",
     "paper_block",
     "slot_timeline",
     "block_timelines",
@@ -95,7 +96,7 @@ DEVICE_COLORS = (
     "#B5B829", "#2AB3C4",
 )
 
-Item = Union[SimResult, Schedule, "Timeline"]
+Item = Union[SimResult, Schedule, "PassTimeline"]
 
 
 def pass_color(op: Op, chunk: int, colors: Mapping[Op, Sequence[str]] = DEFAULT_COLORS) -> str:
@@ -105,7 +106,7 @@ def pass_color(op: Op, chunk: int, colors: Mapping[Op, Sequence[str]] = DEFAULT_
 
 
 @dataclass(frozen=True)
-class Timeline:
+class PassTimeline:
     """Timed passes to draw: what :func:`schedule_figure` needs from a simulation.
 
     A :class:`SimResult` converts with :meth:`of`; the building-block views build timelines
@@ -122,14 +123,14 @@ class Timeline:
         return max((tp.end for tp in self.passes), default=0.0)
 
     @classmethod
-    def of(cls, item: Item, costs: Costs | None = None, title: str | None = None) -> "Timeline":
-        """A timeline from a SimResult, a Schedule (simulated under ``costs``) or a Timeline."""
-        if isinstance(item, Timeline):
+    def of(cls, item: Item, costs: Costs | None = None, title: str | None = None) -> "PassTimeline":
+        """A timeline from a SimResult, a Schedule (simulated under ``costs``) or a PassTimeline."""
+        if isinstance(item, PassTimeline):
             return item if title is None else cls(title, item.num_devices, item.placement, item.passes)
         if isinstance(item, Schedule):
             item = simulate(item, costs)
         if not isinstance(item, SimResult):
-            raise TypeError(f"expected a SimResult, Schedule or Timeline, got {type(item).__name__}")
+            raise TypeError(f"expected a SimResult, Schedule or PassTimeline, got {type(item).__name__}")
         s = item.schedule
         return cls(title if title is not None else _default_title(item), s.num_devices,
                    s.placement, tuple(item.passes))
@@ -142,12 +143,12 @@ def _default_title(result: SimResult) -> str:
 
 
 def _as_list(items: Item | Sequence[Item]) -> list:
-    if isinstance(items, (SimResult, Schedule, Timeline)):
+    if isinstance(items, (SimResult, Schedule, PassTimeline)):
         return [items]
     return list(items)
 
 
-def _check_items(func: str, items, kinds: tuple = (SimResult, Schedule, Timeline), blocks: bool = False,
+def _check_items(func: str, items, kinds: tuple = (SimResult, Schedule, PassTimeline), blocks: bool = False,
                  arg: str = "items") -> None:
     """``TypeError`` naming ``func``'s first argument unless it is one of ``kinds`` (or a building
     block with ``lifespans()``, when ``blocks``) or a list of them (checked at entry: the same
@@ -247,7 +248,7 @@ def _columns(item: Item, costs: Costs | None, title: str | None) -> _Columns:
         start, end = _times(item)
         return _Columns(title if title is not None else _default_title(item), sched.num_devices,
                         sched.placement, dev, op, stage, mb, start, end)
-    tl = Timeline.of(item, costs, title)
+    tl = PassTimeline.of(item, costs, title)
     n = len(tl.passes)
     op_index = {o: i for i, o in enumerate(_OPS)}
     return _Columns(
@@ -979,7 +980,7 @@ def repeat_block(block: Sequence[TimedPass], num_microbatches: int, interval: fl
             for k in range(num_microbatches) for tp in block]
 
 
-def squeeze(passes: Sequence[TimedPass], placement: Placement, num_microbatches: int,
+def squeeze_passes(passes: Sequence[TimedPass], placement: Placement, num_microbatches: int,
             costs: Costs | None = None, name: str = "squeezed") -> SimResult:
     """The paper's *squeeze*: keep each device's order (by start time), run every pass as early
     as dependencies allow. This is exactly what :func:`ctrlmem.simulate` does to an order."""
@@ -1000,12 +1001,12 @@ def paper_block(name: str, num_devices: int, num_microbatches: int | None = None
     return make(num_devices, num_microbatches) if name == "gpipe" else make(num_devices)
 
 
-def slot_timeline(passes: Iterable, placement: Placement, title: str, slot: float = 1.0) -> Timeline:
-    """A :class:`Timeline` from slot-timed passes (``ctrlmem.search.buildingblock.SlotPass``: start, length,
+def slot_timeline(passes: Iterable, placement: Placement, title: str, slot: float = 1.0) -> PassTimeline:
+    """A :class:`PassTimeline` from slot-timed passes (``ctrlmem.search.buildingblock.SlotPass``: start, length,
     op, stage, microbatch), one slot lasting ``slot`` time units."""
     tps = tuple(TimedPass(placement.device_of(sp.stage), sp.op, sp.stage, sp.microbatch,
                           sp.start * slot, (sp.start + sp.length) * slot) for sp in passes)
-    return Timeline(title, placement.num_devices, placement, tps)
+    return PassTimeline(title, placement.num_devices, placement, tps)
 
 
 def _fallback_block(name: str, num_devices: int, costs: Costs | None) -> tuple[list[TimedPass], Placement, float]:
@@ -1020,7 +1021,7 @@ def _fallback_block(name: str, num_devices: int, costs: Costs | None) -> tuple[l
 
 
 def block_timelines(name: str, num_devices: int, num_microbatches: int,
-                    costs: Costs | None = None) -> list[Timeline]:
+                    costs: Costs | None = None) -> list[PassTimeline]:
     """The steps of the paper's construction (docs/theory.md §2) as timelines, first to last.
 
     With the paper's block for ``name`` (:func:`paper_block`, in slots of one chunk pass): the
@@ -1049,15 +1050,15 @@ def block_timelines(name: str, num_devices: int, num_microbatches: int,
         return out
     block_passes, placement, interval = _fallback_block(name, p, costs)
     rep = repeat_block(block_passes, m, interval)
-    squeezed = squeeze(rep, placement, m, costs, name=f"{name}-squeezed")
+    squeezed = squeeze_passes(rep, placement, m, costs, name=f"{name}-squeezed")
     final = simulate(build(name, p, m, costs=costs), costs)
     return [
-        Timeline(f"{name}: one microbatch as early as possible (T = {interval:g})", p, placement,
+        PassTimeline(f"{name}: one microbatch as early as possible (T = {interval:g})", p, placement,
                  tuple(block_passes)),
-        Timeline(f"repeated every T (m={m})", p, placement, tuple(rep)),
-        Timeline(f"squeezed: makespan {squeezed.makespan:g}, peak {max(squeezed.peak_memory):g} a",
+        PassTimeline(f"repeated every T (m={m})", p, placement, tuple(rep)),
+        PassTimeline(f"squeezed: makespan {squeezed.makespan:g}, peak {max(squeezed.peak_memory):g} a",
                  p, placement, tuple(squeezed.passes)),
-        Timeline(f"{name} as registered: makespan {final.makespan:g}, peak {max(final.peak_memory):g} a",
+        PassTimeline(f"{name} as registered: makespan {final.makespan:g}, peak {max(final.peak_memory):g} a",
                  p, placement, tuple(final.passes)),
     ]
 
@@ -1520,10 +1521,8 @@ def write_figures(items: Sequence[tuple[go.Figure, object]], *, scale: float = 2
     offline), ``.png``, ``.svg`` or ``.pdf`` (kaleido, which drives a Chromium: Debian's
     ``chromium`` works). Schedule diagrams are drawn at a fixed width (1100 px unless the figure
     sets one) with the label rule applied for that width; the files themselves are written by
-    :func:`ctrlmem.plots.figio.write_figures` (one kaleido session, byte-identical on regeneration).
+    :func:`ctrlmem.plots.figio.write_files` (one kaleido session, byte-identical on regeneration).
     Returns the paths."""
-    from ctrlmem.plots.figio import write_figures as write_files  # noqa: PLC0415 - imports plotly; loaded on first drawing, not with ctrlmem --help
-
     prepared = []
     for fig, path in items:
         width = fig.layout.width or 1100

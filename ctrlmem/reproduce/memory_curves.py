@@ -31,7 +31,7 @@ from ctrlmem.model import paper
 from ctrlmem.model.costs import Costs
 from ctrlmem.schedules import build
 from ctrlmem.model.simulate import simulate
-from ctrlmem.plots.figio import write_figures
+from ctrlmem.plots.figio import write_files
 from ctrlmem.experiments import simulate_point
 from ctrlmem.schedules import SCHEDULES
 
@@ -286,7 +286,7 @@ def write(fig, out: str | Path, stem: str, formats: Sequence[str] = ("png", "svg
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    return write_figures([(fig, out / f"{stem}.{ext}") for ext in formats], include_plotlyjs="cdn")
+    return write_files([(fig, out / f"{stem}.{ext}") for ext in formats], include_plotlyjs="cdn")
 
 
 # ------------------------------------------------------------------------------------------

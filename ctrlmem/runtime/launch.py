@@ -526,7 +526,7 @@ def culprit(errors: list[dict], failures: list[dict]) -> str | None:
 
 def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
     """``result.json`` from every rank's measurements (called on rank 0)."""
-    from ctrlmem.runtime.measure import costs_from_records, summarize, theory_peak_bytes  # noqa: PLC0415 - imports torch (seconds); only real runs need it
+    from ctrlmem.runtime.measure import costs_from_records, sample_stats, theory_peak_bytes  # noqa: PLC0415 - imports torch (seconds); only real runs need it
 
     ranks = sorted(ranks, key=lambda r: r["rank"])
     model = worker["model"]
@@ -540,7 +540,7 @@ def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
     theory = [theory_peak_bytes(schedule, act, kept)[r.get("pp_rank", r["rank"])] for r in ranks]
     records = [rec for r in ranks for rec in r["records"]]
     step_times = [max(ts) for ts in zip(*(r["step_times_s"] for r in ranks))] if ranks[0]["step_times_s"] else []
-    steps = summarize(step_times)
+    steps = sample_stats(step_times)
     costs = costs_from_records(records, S) if records else None
     predicted = simulate(schedule, costs).makespan if costs is not None else None
     wall_records = [dict(rec, cpu_s=rec["wall_s"]) for rec in records]
@@ -551,7 +551,7 @@ def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
         for op in ("F", "B", "W", "BW"):
             xs = [rec["cpu_s"] for rec in records if rec["stage"] == s and rec["op"] == op]
             if xs:
-                kinds[op] = summarize(xs)
+                kinds[op] = sample_stats(xs)
         per_stage[str(s)] = kinds
     grad_scale = max(r["grad_scale"] for r in ranks)
     grad_diff = max(r["grad_max_abs_diff"] for r in ranks)

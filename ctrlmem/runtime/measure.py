@@ -27,7 +27,7 @@ from ctrlmem.runtime.adapter import cpu_allocation_deltas
 import json
 
 __all__ = ["SavedTensorMeter", "AllocatorPeak", "theory_peak_bytes", "costs_from_records", "costs_from_result",
-           "summarize"]
+           "sample_stats"]
 
 
 class _Packed:
@@ -201,7 +201,7 @@ def costs_from_records(records: Iterable[dict], num_stages: int, comm: float = 0
     return Costs(f=t["f"], b=t["b"], w=t["w"], comm=comm)
 
 
-def summarize(values: Sequence[float]) -> dict[str, float]:
+def sample_stats(values: Sequence[float]) -> dict[str, float]:
     """Median, min, max, the relative spread ``(max − min) / median`` and the relative
     interquartile range ``(q3 − q1) / median`` (robust to a few outliers) of a sample."""
     if not values:

@@ -34,7 +34,7 @@ import torch
 
 from ctrlmem.util.fileio import atomic_write, make_output_folder
 from ctrlmem.model.ir import Op, Schedule
-from ctrlmem.runtime.measure import AllocatorPeak, SavedTensorMeter, summarize, theory_peak_bytes
+from ctrlmem.runtime.measure import AllocatorPeak, SavedTensorMeter, sample_stats, theory_peak_bytes
 from ctrlmem.runtime.models import ModelConfig, build_stages, loss_fn
 from ctrlmem.schedules import SCHEDULES, build
 from ctrlmem.runtime.models import get_preset, layers_per_stage
@@ -181,7 +181,7 @@ def replay_device(schedule: Schedule, device_index: int, cfg: ModelConfig, devic
         m.stash.meter = None
     pass_times: dict[str, dict[str, dict[str, float]]] = {}
     for (op, s), xs in sorted(times.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        pass_times.setdefault(str(s), {})[op] = summarize(xs)
+        pass_times.setdefault(str(s), {})[op] = sample_stats(xs)
     return ReplayResult(schedule.name, device_index, mine, meter.peak,
                         alloc.peak if measure_allocator else 0, theory, pass_times, wall)
 

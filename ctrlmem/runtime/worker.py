@@ -40,7 +40,7 @@ from ctrlmem.runtime.launch import assemble
 log = logging.getLogger("ctrlmem.runtime.worker")
 
 
-class Progress:
+class RankWatchdog:
     """Which pass this rank is in, and a watchdog that ends the rank if it stops moving."""
 
     def __init__(self, rank: int, out: Path, hang_timeout: float) -> None:
@@ -128,7 +128,7 @@ def run(config: dict | list[dict]) -> None:
     first = jobs[0]
     out = Path(first["out"])
     out.mkdir(parents=True, exist_ok=True)
-    progress = Progress(rank, out, float(first["hang_timeout_s"]))
+    progress = RankWatchdog(rank, out, float(first["hang_timeout_s"]))
     progress.start_watchdog()
     audit = P2PAudit() if any(job.get("audit_p2p") for job in jobs) else None
     try:
@@ -148,7 +148,7 @@ def run(config: dict | list[dict]) -> None:
     progress.done = True
 
 
-def _init(config: dict, rank: int, progress: Progress) -> torch.device:
+def _init(config: dict, rank: int, progress: RankWatchdog) -> torch.device:
     threads = int(config.get("threads_per_rank", 1))
     torch.set_num_threads(threads)
     if config.get("pin_cores") and hasattr(os, "sched_setaffinity"):
@@ -185,7 +185,7 @@ def _groups(dp: int, pp: int, device: torch.device):
     return mesh.get_group("pp"), mesh.get_group("dp")
 
 
-def _run(config: dict, rank: int, world: int, out: Path, progress: Progress, device: torch.device,
+def _run(config: dict, rank: int, world: int, out: Path, progress: RankWatchdog, device: torch.device,
          audit: P2PAudit | None = None) -> None:
     schedule = Schedule.from_text(config["schedule_text"])
     dp = int(config.get("dp", 1))

@@ -44,7 +44,7 @@ from ctrlmem.model.ir import Placement, Schedule
 from ctrlmem.search import Query, search
 from ctrlmem.search.bounds import span_bound
 from ctrlmem.search.encoding import CandidateSet
-from ctrlmem.search.engine import OBJECTIVES, Found, Progress, timed
+from ctrlmem.search.engine import OBJECTIVES, Found, Incumbent, timed
 from ctrlmem.schedules.recipes import SEQUENTIAL, V_FUSED, V_SPLIT
 from ctrlmem.schedules.registry import register
 
@@ -97,7 +97,7 @@ def _search(q: Query, families, first: list[CandidateSet]) -> Found | None:
     the budget (each family's span candidates for a cap include every smaller cap's)."""
     if q.by_makespan:
         span_q = dataclasses.replace(q, objective="span")
-        first = [*first, *(cs for fam in families if fam.by_objective for cs in fam.sets(span_q, Progress()))]
+        first = [*first, *(cs for fam in families if fam.by_objective for cs in fam.sets(span_q, Incumbent()))]
     return search(q, families, first=first)
 
 
@@ -186,7 +186,7 @@ def v_shape_candidates(
     q = Query(Placement.v_shape(p), m, costs, memory_limit * p, fused)  # no bound: nothing skipped
     out = []
     for fam in (V_FUSED if fused else V_SPLIT):
-        for cs in fam.sets(q, Progress()):
+        for cs in fam.sets(q, Incumbent()):
             tm = timed(cs, costs)
             for i in range(len(cs)):
                 if math.isfinite(tm.span[i]):

@@ -17,6 +17,6 @@ Nothing here imports the schedule generators: families plug in from :mod:`ctrlme
 """
 
 from ctrlmem.search.encoding import CandidateSet
-from ctrlmem.search.engine import Family, Found, Progress, Query, clear_caches, search
+from ctrlmem.search.engine import Family, Found, Incumbent, Query, clear_caches, search
 
-__all__ = ["CandidateSet", "Family", "Found", "Progress", "Query", "clear_caches", "search"]
+__all__ = ["CandidateSet", "Family", "Found", "Incumbent", "Query", "clear_caches", "search"]

@@ -29,10 +29,10 @@ from typing import Callable
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Placement
 
-__all__ = ["span_bound", "lifespans", "chains", "makespan_bounds", "makespan_bound"]
+__all__ = ["span_bound", "shortest_lifespans", "chains", "makespan_bounds", "makespan_bound"]
 
 
-def lifespans(placement: Placement, costs: Costs) -> list[float]:
+def shortest_lifespans(placement: Placement, costs: Costs) -> list[float]:
     """Each stage's shortest activation lifespan ``ℓ_s`` under ``costs`` (see the module docstring)."""
     S, p = placement.num_stages, placement.num_devices
     f, b, w = costs.stage_times(S, p)
@@ -54,7 +54,7 @@ def _terms(placement: Placement, m: int, costs: Costs) -> tuple[tuple[float, flo
     S, p = placement.num_stages, placement.num_devices
     f, b, w = costs.stage_times(S, p)
     act = p / S
-    life = lifespans(placement, costs)
+    life = shortest_lifespans(placement, costs)
     out = []
     for d in range(p):
         st = placement.stages_of(d)
@@ -141,7 +141,7 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
         tail_f[s] = (comm if dev[s] != dev[s + 1] else 0.0) + f[s + 1] + tail_f[s + 1]
     act = p / S
     n_act = math.inf if cap is None else math.floor(cap / act + 1e-9)
-    life = lifespans(placement, costs)
+    life = shortest_lifespans(placement, costs)
     out = {"device": 0.0, "memory": 0.0, "warm-up": 0.0, "last forward": 0.0, "one at a time": 0.0}
     for d in range(p):
         st = placement.stages_of(d)

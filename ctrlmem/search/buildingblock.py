@@ -345,10 +345,10 @@ def place_w(timeline: Timeline) -> Timeline:
     code does for V-shape chunks) while they fit; the rest follow the device's last pass. A ``W``
     lasts as long as the first ``W`` or ``B`` of its stage in the timeline. Placing ``W`` as early
     as possible never raises memory over any other placement of the same ``F``/``B`` times.
-    (Compiled: :func:`ctrlmem.search.steps.place_w`.)
+    (Compiled: :func:`ctrlmem.search.steps.place_w_rows`.)
     """
     P = timeline.placement
-    rows = steps.place_w(_rows_of(timeline), _stages_desc(P), P.num_stages, timeline.num_microbatches)
+    rows = steps.place_w_rows(_rows_of(timeline), _stages_desc(P), P.num_stages, timeline.num_microbatches)
     return _timeline_of(timeline.name, P, timeline.num_microbatches, rows)
 
 
@@ -358,10 +358,10 @@ def squeeze(timeline: Timeline) -> Timeline:
     Pass lengths stay the block's slot lengths; use :func:`ctrlmem.simulate` on
     :meth:`Timeline.to_schedule` to squeeze with real costs. Raises
     :class:`ctrlmem.ScheduleError` if the device orders deadlock. (Compiled:
-    :func:`ctrlmem.search.steps.squeeze`.)
+    :func:`ctrlmem.search.steps.squeeze_rows`.)
     """
     P, m = timeline.placement, timeline.num_microbatches
-    rows = steps.squeeze(_rows_of(timeline), P.num_stages, m)
+    rows = steps.squeeze_rows(_rows_of(timeline), P.num_stages, m)
     if rows is None:
         s = timeline.to_schedule()
         execute(s, index_schedule(s), [1.0] * (3 * P.num_stages * m), 0.0)  # raises, naming the deadlock
@@ -392,10 +392,10 @@ def reorder(
     :func:`place_w` afterwards. Without ``W`` passes, memory is counted as if pending ``W`` filled
     every idle slot (the model of :func:`place_w`; one-slot W only). ``warmup`` defaults to
     moving the warm-up only when the timeline has ``W`` passes (or fuses its backward), as the
-    authors do. (Compiled: :func:`ctrlmem.search.steps.reorder`.)
+    authors do. (Compiled: :func:`ctrlmem.search.steps.reorder_rows`.)
     """
     P, m = timeline.placement, timeline.num_microbatches
-    rows = steps.reorder(_rows_of(timeline), P.num_stages, m, warmup, cooldown, memory_cap, stable)
+    rows = steps.reorder_rows(_rows_of(timeline), P.num_stages, m, warmup, cooldown, memory_cap, stable)
     return _timeline_of(timeline.name, P, m, rows)
 
 

@@ -32,7 +32,10 @@ from ctrlmem.search.kernels import ints, kernel
 __all__ = ["CandidateSet", "tables", "Tables", "extend", "from_orders", "concat", "passes_per_device", "problem"]
 
 _new_pass = tuple.__new__
-_KIND_OF = {Op.F: 0, Op.B: 1, Op.BW: 1, Op.W: 2}  # Pass is a NamedTuple: build it without its Python-level __new__
+#: The one integer encoding of the pass kinds in the search's arrays (the block steps' rows use all
+#: four; a candidate's keys fold a fused backward into its input backward's kind).
+OP_F, OP_B, OP_W, OP_BW = 0, 1, 2, 3
+_KIND_OF = {Op.F: OP_F, Op.B: OP_B, Op.BW: OP_B, Op.W: OP_W}  # Pass is a NamedTuple: build it without its Python-level __new__
 _SERIAL = count()
 
 

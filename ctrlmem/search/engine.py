@@ -12,7 +12,7 @@ and makes a ``Schedule`` only for it.
 
 **Bounds.** A family may skip work that cannot win: :attr:`Query.bound` gives a lower bound on
 the longest span of any schedule with a given peak (:mod:`ctrlmem.search.bounds`), and
-:attr:`Progress.best` the best value of the objective found so far; a producer whose candidates
+:attr:`Incumbent.best` the best value of the objective found so far; a producer whose candidates
 all peak at ``c`` or more skips them when ``bound(c) > best`` (a makespan is never shorter than
 the longest span, so the span bound serves both objectives; strictly: a candidate of equal value
 could still win the tie, so results never depend on what was skipped).
@@ -37,7 +37,7 @@ from ctrlmem.search.encoding import CandidateSet, problem, tables
 from ctrlmem.search.timing import Timed, durations, time_set
 from ctrlmem.search import bounds
 
-__all__ = ["Query", "OBJECTIVES", "Progress", "Family", "Found", "search", "timed", "clear_caches", "LRU"]
+__all__ = ["Query", "OBJECTIVES", "Incumbent", "Family", "Found", "search", "timed", "clear_caches", "LRU"]
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ OBJECTIVES = ("span", "makespan")
 
 
 @dataclass
-class Progress:
+class Incumbent:
     """The best value of the query's objective (longest span or makespan) found so far in a
     running search (``inf`` before the first)."""
 
@@ -168,7 +168,7 @@ class Family:
     #: whether the candidates depend on the query's objective (families that climb from the best)
     by_objective = False
 
-    def sets(self, q: Query, progress: Progress) -> Iterator[CandidateSet]:  # pragma: no cover - interface
+    def sets(self, q: Query, progress: Incumbent) -> Iterator[CandidateSet]:  # pragma: no cover - interface
         raise NotImplementedError
 
 
@@ -217,7 +217,7 @@ def search(q: Query, producers: Sequence[Family], first: Iterable[CandidateSet] 
     """The best candidate within ``q.cap`` of ``first`` (tried first: it wins ties) and of every
     family's sets; ``None`` when nothing fits. Only the winner is made a ``Schedule`` and
     checked (should a family ever produce an invalid candidate, it is logged and skipped)."""
-    progress = Progress()
+    progress = Incumbent()
     pool: list[tuple[Timed, np.ndarray]] = []  # per set: the candidates within the cap
 
     def consider(cs: CandidateSet) -> None:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ctrlmem.search.encoding import OP_B, OP_BW, OP_F, OP_W
 from ctrlmem.search.kernels import ints, kernel
 
-__all__ = ["OP_F", "OP_B", "OP_W", "OP_BW", "repeat", "place_w", "squeeze", "reorder", "pipeline",
+__all__ = ["OP_F", "OP_B", "OP_W", "OP_BW", "repeat", "place_w_rows", "squeeze_rows", "reorder_rows", "pipeline",
            "pipeline_keys", "Rows", "to_keys"]
 
-OP_F, OP_B, OP_W, OP_BW = 0, 1, 2, 3
 
 
 class Rows:
@@ -557,7 +557,7 @@ def repeat(blk: Rows, T: int, m: int) -> Rows:
     return out
 
 
-def place_w(rows: Rows, stages_desc: np.ndarray, S: int, m: int) -> Rows:
+def place_w_rows(rows: Rows, stages_desc: np.ndarray, S: int, m: int) -> Rows:
     """W placed, any there dropped first (:func:`ctrlmem.search.buildingblock.place_w`)."""
     p = len(rows.n)
     out = Rows(p, int(rows.n.max()) + (int(stages_desc.shape[1]) * m if p else 0) + 1)
@@ -565,12 +565,12 @@ def place_w(rows: Rows, stages_desc: np.ndarray, S: int, m: int) -> Rows:
     return out
 
 
-def squeeze(rows: Rows, S: int, m: int) -> Rows | None:
+def squeeze_rows(rows: Rows, S: int, m: int) -> Rows | None:
     out = rows.copy()
     return out if _squeeze(*out.arrays, S, m) else None
 
 
-def reorder(rows: Rows, S: int, m: int, warmup: bool | None = None, cooldown: bool = True,
+def reorder_rows(rows: Rows, S: int, m: int, warmup: bool | None = None, cooldown: bool = True,
             memory_cap: int | None = None, stable: bool = False) -> Rows:
     out = rows.copy()
     _reorder(*out.arrays, S, m, -1 if warmup is None else int(bool(warmup)), bool(cooldown),
@@ -588,26 +588,26 @@ def pipeline(blk: Rows, T: int, m: int, S: int, stages_desc: np.ndarray, reorder
         steps["repeat"] = t
     split = _has(t, OP_W)
     if split:
-        t = place_w(_without_w(t), stages_desc, S, m)
+        t = place_w_rows(_without_w(t), stages_desc, S, m)
         if keep_steps:
             steps["place_w"] = t
     if reorder_phases:
-        t = reorder(t, S, m)
+        t = reorder_rows(t, S, m)
         if split:
-            t = place_w(_without_w(t), stages_desc, S, m)  # the reorder moved W as anonymous releases
+            t = place_w_rows(_without_w(t), stages_desc, S, m)  # the reorder moved W as anonymous releases
         # the rounds that count W as filling idle slots assume one-slot W (V-shape chunks)
         if split and _w_all_one(t):
-            sq = squeeze(t, S, m)
+            sq = squeeze_rows(t, S, m)
             if sq is None:
                 return None, steps
-            t = place_w(reorder(_without_w(sq), S, m, warmup=True), stages_desc, S, m)
-            sq = squeeze(t, S, m)
+            t = place_w_rows(reorder_rows(_without_w(sq), S, m, warmup=True), stages_desc, S, m)
+            sq = squeeze_rows(t, S, m)
             if sq is None:
                 return None, steps
-            t = place_w(_without_w(reorder(sq, S, m, warmup=False, cooldown=False, stable=True)), stages_desc, S, m)
+            t = place_w_rows(_without_w(reorder_rows(sq, S, m, warmup=False, cooldown=False, stable=True)), stages_desc, S, m)
         if keep_steps:
             steps["reorder"] = t
-    out = squeeze(t, S, m)
+    out = squeeze_rows(t, S, m)
     if keep_steps and out is not None:
         steps["squeeze"] = out
     return out, steps

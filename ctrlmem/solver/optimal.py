@@ -40,7 +40,7 @@ from ctrlmem.schedules.registry import register
 from ctrlmem.model.simulate import simulate
 from ctrlmem.schedules.registry import build
 
-__all__ = ["OptimalResult", "optimal", "optimality_gap", "GAP_HEURISTICS", "gap_grid", "MAX_PASSES", "MAX_TIME_LIMIT",
+__all__ = ["OptimalResult", "optimal", "MAX_PASSES", "MAX_TIME_LIMIT",
            "PLACEMENTS"]
 
 log = logging.getLogger(__name__)
@@ -387,61 +387,3 @@ def optimal_schedule(
 
 _PROVEN_KEPT = 64
 _PROVEN: "OrderedDict[tuple, Schedule]" = OrderedDict()
-
-
-#: heuristics measured against the optimum, per placement (name, takes the budget?)
-GAP_HEURISTICS: dict[str, tuple[tuple[str, bool], ...]] = {
-    "v-shape": (("v-shape", True), ("v-min", False), ("v-half", False), ("v-zb", False)),
-    "sequential": (("zb", True), ("zb-h1", False), ("1f1b", False)),
-}
-
-
-def gap_grid(quick: bool = False) -> list[tuple[int, int, Costs, float]]:
-    """The optimality-gap instances: p ∈ {2, 3, 4}, m ∈ {p, 2p}, F:B:W:comm mixes 1:1:1:0,
-    3:4:2:0, 2:1:1:0 and 1:2:1:0.1, budgets 0.5 / 0.75 / 1.0 (``quick``: p ∈ {2, 3}, m = p,
-    the first two mixes)."""
-    mixes = [Costs(1, 1, 1, 0), Costs(3, 4, 2, 0), Costs(2, 1, 1, 0), Costs(1, 2, 1, 0.1)]
-    ps, mixes = ((2, 3), mixes[:2]) if quick else ((2, 3, 4), mixes)
-    out = []
-    for p in ps:
-        for m in ((p,) if quick else (p, 2 * p)):
-            for c in mixes:
-                for limit in (0.5, 0.75, 1.0):
-                    out.append((p, m, c, limit))
-    return out
-
-
-def optimality_gap(
-    num_devices: int, num_microbatches: int, costs: Costs, memory_limit: float,
-    time_limit: float = 60.0, workers: int = 2,
-) -> dict:
-    """Each heuristic's simulated makespan over the optimum for one instance, per placement.
-
-    Returns ``{"optimum": {placement: OptimalResult}, "rows": [{"placement", "schedule",
-    "makespan", "peak", "ratio", "over", "status"}]}``: ``ratio`` is the heuristic's makespan over
-    the solver's proven optimum (``over = "optimum"``), or over the proven lower bound when the
-    solver did not prove optimality in ``time_limit`` (``over = "bound"``: an upper bound on the
-    true gap). A fixed pattern whose peak exceeds the budget is reported with ``ratio`` ``None``.
-    """
-
-    p, m = num_devices, num_microbatches
-    out: dict = {"optimum": {}, "rows": []}
-    for placement, names in GAP_HEURISTICS.items():
-        if placement == "v-shape" and p < 2:
-            continue
-        opt = optimal(p, m, costs, memory_limit, placement, time_limit, workers)
-        out["optimum"][placement] = opt
-        ref, over = (opt.makespan, "optimum") if opt.status == "optimal" else (opt.lower_bound, "bound")
-        for name, budgeted in names:
-            kw = {"memory_limit": memory_limit} if budgeted else {}
-            try:
-                r = simulate(build(name, p, m, costs=costs, **kw), costs)
-            except ValueError:
-                continue
-            fits = max(r.peak_memory) <= memory_limit * p + 1e-9
-            out["rows"].append({
-                "placement": placement, "schedule": name, "makespan": r.makespan, "peak": max(r.peak_memory),
-                "ratio": (r.makespan / ref if ref > 0 else None) if fits else None, "over": over,
-                "status": opt.status,
-            })
-    return out

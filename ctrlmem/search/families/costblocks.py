@@ -24,7 +24,7 @@ from ctrlmem.search import steps
 from ctrlmem.search.buildingblock import _block_rows, _short_pipeline, block_keys, slot_lengths, v_cost_block
 from ctrlmem.model.costs import Costs
 from ctrlmem.search.encoding import CandidateSet, concat, extend
-from ctrlmem.search.engine import LRU, Family, Progress, Query, timed
+from ctrlmem.search.engine import LRU, Family, Incumbent, Query, timed
 
 __all__ = ["CostBlockFamily", "cost_lengths"]
 
@@ -118,7 +118,7 @@ class CostBlockFamily(Family):
             return None
         return _repeat_set(v_cost_block(p, ln, g0, g1), m, "repeat")
 
-    def sets(self, q: Query, progress: Progress):
+    def sets(self, q: Query, progress: Incumbent):
         p, m, costs = q.p, q.m, q.costs
         if q.fused or q.placement.kind != "v-shape":
             return

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ctrlmem.search.encoding import CandidateSet, dedupe, passes_per_device
-from ctrlmem.search.engine import LRU, Family, Progress, Query
+from ctrlmem.search.engine import LRU, Family, Incumbent, Query
 from ctrlmem.search.families.lists import caps, list_schedule, policy_label
 
 __all__ = ["FillAheadFamily", "ForwardFirstFamily", "FILL_POLICIES", "FIRST_POLICIES", "FILL_MAX_PM"]
@@ -42,7 +42,7 @@ class FillAheadFamily(Family):
     def __init__(self) -> None:
         self._cache = LRU(1024)
 
-    def sets(self, q: Query, progress: Progress):
+    def sets(self, q: Query, progress: Incumbent):
         P = q.placement
         p = P.num_devices
         if p * q.m > FILL_MAX_PM or P.num_chunks < 2:

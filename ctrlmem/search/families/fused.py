@@ -25,7 +25,7 @@ import numpy as np
 from ctrlmem.search.buildingblock import block_set, greedy_block, v_1f1b_block
 from ctrlmem.model.ir import Op, Placement
 from ctrlmem.search.encoding import CandidateSet, concat, dedupe
-from ctrlmem.search.engine import LRU, Family, Progress, Query
+from ctrlmem.search.engine import LRU, Family, Incumbent, Query
 from ctrlmem.search.kernels import ints, kernel
 
 __all__ = ["block_residues", "construction_keys", "greedy_1f1b_v_block", "FusedConstructionFamily"]
@@ -217,7 +217,7 @@ class FusedConstructionFamily(Family):
     def __init__(self) -> None:
         self._cache = LRU(32)
 
-    def sets(self, q: Query, progress: Progress):
+    def sets(self, q: Query, progress: Incumbent):
         if not q.fused or q.placement.kind != "v-shape" or q.p < 2:
             return
         key = (q.p, q.m)

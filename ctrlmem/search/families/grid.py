@@ -46,7 +46,7 @@ import numpy as np
 
 from ctrlmem.model.ir import Placement
 from ctrlmem.search.encoding import CandidateSet, dedupe, extend
-from ctrlmem.search.engine import LRU, Family, Progress, Query, on_clear
+from ctrlmem.search.engine import LRU, Family, Incumbent, Query, on_clear
 from ctrlmem.search.kernels import ints, kernel
 
 __all__ = ["grid_blocks", "grid_keys", "grid_set", "GridFamily", "REDUCED_ABOVE", "GRID_MAX_P"]
@@ -737,14 +737,11 @@ def _schedule(p, m, res, release_w, keys):  # pragma: no cover - compiled
     return _to_keys(b, lb, m, keys)
 
 
-def block_residues(slots: list[list[int]]) -> np.ndarray:
-    return ints(slots)
-
 
 def grid_keys(p: int, m: int, slots: list[list[int]], release_w: bool = False) -> np.ndarray | None:
     """Device orders (pass keys ``[p, 6m]``) of the framework for one block, or ``None``."""
     keys = np.zeros((p, 6 * m), dtype=np.int64)
-    ok = _schedule(p, m, block_residues(slots), bool(release_w), keys)
+    ok = _schedule(p, m, ints(slots), bool(release_w), keys)
     return keys if ok else None
 
 
@@ -775,7 +772,7 @@ def peaked_blocks(p: int, M: int) -> tuple[tuple[int, tuple, tuple], ...]:
     out = []
     reduced = "narrow" if p > NARROW_ABOVE else p > REDUCED_ABOVE
     for params, slots in grid_blocks(p, reduced=reduced):
-        out.append((int(_block_peak(p, M, block_residues(slots))), params, tuple(map(tuple, slots))))
+        out.append((int(_block_peak(p, M, ints(slots))), params, tuple(map(tuple, slots))))
     return tuple(out)
 
 
@@ -830,7 +827,7 @@ class GridFamily(Family):
     def __init__(self) -> None:
         self._sets = LRU(64)
 
-    def sets(self, q: Query, progress: Progress):
+    def sets(self, q: Query, progress: Incumbent):
         p = q.p
         if p > GRID_MAX_P or q.fused or q.placement.kind != "v-shape":
             return

@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from ctrlmem.search.encoding import CandidateSet, concat, tables
-from ctrlmem.search.engine import Progress, Query
+from ctrlmem.search.engine import Incumbent, Query
 from ctrlmem.search.kernels import kernel
 from ctrlmem.search.timing import _run_one, _work, durations
 from ctrlmem.search.families.lists import PerCapFamily
@@ -149,7 +149,7 @@ class LateAcceptanceFamily(PerCapFamily):
         return min(int(np.floor(q.cap * base + 1e-9)), base * q.placement.num_devices, base * q.m)
 
     def at_cap(self, sub: Query, done: list[CandidateSet]) -> tuple[CandidateSet, ...]:
-        pool = ranked(list(done) + [x for fam in self.others for x in fam.sets(sub, Progress())], sub.costs,
+        pool = ranked(list(done) + [x for fam in self.others for x in fam.sets(sub, Incumbent())], sub.costs,
                       sub.cap, sub.by_makespan)
         floor = sub.bound(sub.cap)  # no schedule within the cap has a shorter span (nor makespan)
         out = []

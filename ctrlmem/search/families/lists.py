@@ -42,7 +42,7 @@ import numpy as np
 
 from ctrlmem.model.ir import Placement
 from ctrlmem.search.encoding import CandidateSet, dedupe, passes_per_device
-from ctrlmem.search.engine import LRU, Family, Progress, Query
+from ctrlmem.search.engine import LRU, Family, Incumbent, Query
 from ctrlmem.search.kernels import floats, ints, kernel
 
 __all__ = ["POLICIES", "ListResult", "list_schedule", "policy_label", "ListFamily", "PerCapFamily", "caps"]
@@ -391,7 +391,7 @@ class PerCapFamily(Family):
     def at_cap(self, sub: Query, done: list[CandidateSet]) -> tuple[CandidateSet, ...]:
         raise NotImplementedError
 
-    def sets(self, q: Query, progress: Progress):
+    def sets(self, q: Query, progress: Incumbent):
         if not self.applies(q):
             return
         P = q.placement
@@ -427,7 +427,7 @@ class ListFamily(Family):
     def __init__(self) -> None:
         self._cache = LRU(2048)
 
-    def sets(self, q: Query, progress: Progress):
+    def sets(self, q: Query, progress: Incumbent):
         P = q.placement
         p = P.num_devices
         base = P.num_stages // p  # activation units per microbatch on a device (chunks)

@@ -18,7 +18,7 @@ from ctrlmem.model.ir import Schedule
 
 from ctrlmem.search.buildingblock import BuildingBlock, _short_pipeline, block_set, v_half_block, v_min_block, v_shape_block, v_zb_block
 from ctrlmem.search.encoding import CandidateSet, concat, extend, from_schedules
-from ctrlmem.search.engine import LRU, Family, Progress, Query
+from ctrlmem.search.engine import LRU, Family, Incumbent, Query
 
 __all__ = ["BlockFamily", "MIXES", "mixed_block"]
 
@@ -110,7 +110,7 @@ class BlockFamily(Family):
         self._fixed = tuple(fixed)
         self._sets = LRU(32)  # (p, m) -> set
 
-    def sets(self, q: Query, progress: Progress):
+    def sets(self, q: Query, progress: Incumbent):
         key = (q.p, q.m)
         got = self._sets.get(key)
         if got is None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from ctrlmem.search.encoding import CandidateSet, concat, tables
-from ctrlmem.search.engine import Family, Progress, Query, timed
+from ctrlmem.search.engine import Family, Incumbent, Query, timed
 from ctrlmem.search.kernels import ints, kernel
 from ctrlmem.search.timing import _run_one, _work, durations
 from ctrlmem.search.families.lists import PerCapFamily
@@ -178,8 +178,8 @@ class PeriodicFamily(PerCapFamily):
         """The :data:`STARTS` best distinct candidates within ``sub.cap`` of the others, the
         seeds and the earlier caps' results, improved; with the seeds' own candidates, those no
         longer in makespan than the others' best (span, then makespan) at this cap, as one set."""
-        seeded = [x for fam in self.seeds for x in fam.sets(sub, Progress())]
-        others = [x for fam in self.others for x in fam.sets(sub, Progress())]
+        seeded = [x for fam in self.seeds for x in fam.sets(sub, Incumbent())]
+        others = [x for fam in self.others for x in fam.sets(sub, Incumbent())]
         pool = ranked(list(done) + others + seeded, sub.costs, sub.cap, sub.by_makespan)
         ids = {id(cs) for cs in others}
         best_old = min((sub.key(span, make, 0.0) for span, make, _n, cs, _i in pool if id(cs) in ids),

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ctrlmem.search.encoding import CandidateSet, concat, tables
-from ctrlmem.search.engine import Progress, Query, timed
+from ctrlmem.search.engine import Incumbent, Query, timed
 from ctrlmem.search.kernels import kernel
 from ctrlmem.search.timing import _asap, durations
 from ctrlmem.search.families.lists import PerCapFamily
@@ -216,7 +216,7 @@ class RelocateFamily(PerCapFamily):
     def _relocated(self, sub: Query, done: list[CandidateSet]) -> CandidateSet | None:
         """The :data:`STARTS` best distinct candidates within ``sub.cap`` (the earlier caps'
         relocated ones included), each relocated; those that improved, as one set."""
-        pool = ranked(list(done) + [x for fam in self.others for x in fam.sets(sub, Progress())], sub.costs, sub.cap,
+        pool = ranked(list(done) + [x for fam in self.others for x in fam.sets(sub, Incumbent())], sub.costs, sub.cap,
                       sub.by_makespan)
         out = [got for _span, _make, cs, i in distinct(pool, STARTS)
                if (got := relocate_keys(cs, i, sub.costs, sub.cap)) is not None]

@@ -28,7 +28,7 @@ import numpy as np
 
 from ctrlmem.model.ir import Placement, Schedule
 from ctrlmem.search.encoding import CandidateSet, dedupe, from_schedules
-from ctrlmem.search.engine import LRU, Family, Progress, Query
+from ctrlmem.search.engine import LRU, Family, Incumbent, Query
 from ctrlmem.search.kernels import floats, kernel
 from ctrlmem.search.families.lists import list_schedule, policies, policy_label
 
@@ -307,7 +307,7 @@ class ZBFixedFamily(Family):
         self._fixed = tuple(fixed)
         self._cache = LRU(32)
 
-    def sets(self, q: Query, progress: Progress):
+    def sets(self, q: Query, progress: Incumbent):
         if q.placement.kind != "sequential" or q.fused:
             return
         key = (q.p, q.m)
@@ -327,7 +327,7 @@ class ZBCapFamily(Family):
     def __init__(self) -> None:
         self._cache = LRU(2048)
 
-    def sets(self, q: Query, progress: Progress):
+    def sets(self, q: Query, progress: Incumbent):
         if q.placement.kind != "sequential" or q.fused:
             return
         p = q.p

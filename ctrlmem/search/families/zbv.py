@@ -30,7 +30,7 @@ import numpy as np
 
 from ctrlmem.model.ir import Placement
 from ctrlmem.search.encoding import CandidateSet, dedupe
-from ctrlmem.search.engine import LRU, Family, Progress, Query
+from ctrlmem.search.engine import LRU, Family, Incumbent, Query
 from ctrlmem.search.kernels import floats, kernel
 
 __all__ = ["zbv_keys", "zbv_variants", "ZBVFamily"]
@@ -293,7 +293,7 @@ class ZBVFamily(Family):
     def __init__(self) -> None:
         self._cache = LRU(64)
 
-    def sets(self, q: Query, progress: Progress):
+    def sets(self, q: Query, progress: Incumbent):
         p = q.p
         if q.fused or q.placement.kind != "v-shape" or q.cap < p - 1e-9:
             return

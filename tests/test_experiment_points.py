@@ -64,11 +64,11 @@ def test_several_schedules_are_named_once_each_in_one_command():
 
 def test_run_ids_name_the_schedules_of_a_point():
     """A point with `schedules` is labelled by them; points without keep their old ids."""
-    from ctrlmem.experiments.config import _run_id
+    from ctrlmem.experiments.config import make_run_id
 
-    assert _run_id({"schedules": "1f1b,v-min", "model": "cpu-tiny", "p": 4, "m": 8}).startswith("1f1b-v-min_cpu-tiny_4_8_")
-    assert _run_id({"schedule": "v-min", "model": "cpu-tiny", "p": 4, "m": 8}).startswith("v-min_cpu-tiny_4_8_")
-    assert _run_id({"schedule": "v-min", "schedules": "", "p": 4}).startswith("v-min_4_")
+    assert make_run_id({"schedules": "1f1b,v-min", "model": "cpu-tiny", "p": 4, "m": 8}).startswith("1f1b-v-min_cpu-tiny_4_8_")
+    assert make_run_id({"schedule": "v-min", "model": "cpu-tiny", "p": 4, "m": 8}).startswith("v-min_cpu-tiny_4_8_")
+    assert make_run_id({"schedule": "v-min", "schedules": "", "p": 4}).startswith("v-min_4_")
 
 
 def test_run_refuses_a_repeated_schedule_and_several_in_one_slurm_script(tmp_path, capsys):

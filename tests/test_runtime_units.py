@@ -199,9 +199,9 @@ def test_emit_sbatch_script(tmp_path):
         launch.emit_sbatch(launch.RunConfig("1f1b", 16, 32, model="9.6b"), 3, 8, tmp_path / "x")
 
 
-def test_summarize_reports_median_range_and_robust_spread():
-    """summarize gives median/min/max, (max−min)/median and the interquartile range / median."""
-    s = measure.summarize([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 10.0])
+def test_sample_stats_reports_median_range_and_robust_spread():
+    """sample_stats gives median/min/max, (max−min)/median and the interquartile range / median."""
+    s = measure.sample_stats([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 10.0])
     assert s["median"] == 1.0 and s["min"] == 1.0 and s["max"] == 10.0 and s["n"] == 8
     assert s["spread"] == pytest.approx(9.0) and s["iqr"] == pytest.approx(0.0)
 

@@ -406,7 +406,7 @@ def load_config(path: str | Path, root: str | Path | None = None) -> ExperimentC
     return config_from_dict(data, path, root=root)
 
 
-def _run_id(params: Mapping[str, Any]) -> str:
+def make_run_id(params: Mapping[str, Any]) -> str:
     canonical = json.dumps(dict(params), sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha1(canonical.encode()).hexdigest()[:8]
     parts = [str(params[k]) for k in ("schedule", "schedules", "model", "p", "m")
@@ -429,7 +429,7 @@ def plan_runs(config: ExperimentConfig) -> list[Run]:
                     raise ConfigError(f"{_where(config.path)}: 'm_per_p' needs integer 'p' and 'm_per_p' in the "
                                       f"same point, got p={short_repr(point.get('p'))}, m_per_p={short_repr(factor)}")
                 point["m"] = factor * point["p"]
-            runs.append(Run(_run_id(point), point))
+            runs.append(Run(make_run_id(point), point))
     return runs
 
 

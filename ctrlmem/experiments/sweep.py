@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ctrlmem.util import proctree
 from ctrlmem.util.fileio import make_output_folder
-from ctrlmem.experiments.config import CONFIRM_POINTS, ConfigError, ExperimentConfig, Run, _run_id, check_parameters, check_points, load_config, plan_runs, resolve_root
+from ctrlmem.experiments.config import CONFIRM_POINTS, ConfigError, ExperimentConfig, Run, make_run_id, check_parameters, check_points, load_config, plan_runs, resolve_root
 from ctrlmem.experiments.store import STATUSES, SweepLock, SweepLocked, SweepSummary, check_layout, default_results_dir, keep_history, read_record, read_records, reap_stale_runs, record_problem, write_json_atomic, write_marker, write_table
 from ctrlmem.experiments.slurm import check_slurm
 from ctrlmem.experiments.slurm import run_slurm
@@ -129,7 +129,7 @@ def select_runs(config: ExperimentConfig, extra_params: Mapping[str, Any] | None
     if config.num_points > CONFIRM_POINTS:
         check_points(config, runs)
     if extra_params:
-        runs = [Run(_run_id({**r.params, **extra_params}), {**r.params, **extra_params}) for r in runs]
+        runs = [Run(make_run_id({**r.params, **extra_params}), {**r.params, **extra_params}) for r in runs]
     if only:
         missing = sorted(set(only) - {r.run_id for r in runs})
         if missing:

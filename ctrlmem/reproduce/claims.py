@@ -22,7 +22,7 @@ from typing import Any
 
 from ctrlmem.model import paper
 from ctrlmem.model.costs import Costs
-from ctrlmem.reproduce.common import UNIT_TAU, _registered, _sim
+from ctrlmem.reproduce.common import UNIT_TAU, is_registered, simulate_named
 from ctrlmem.reproduce.table import Table
 from ctrlmem.reproduce.gpu_replay import gpu_replay
 from ctrlmem.search import buildingblock as blocks
@@ -120,7 +120,7 @@ def _cells(t: Table | None, group_prefix: str, column: str | None = None) -> lis
 
 def _memory_claim(name: str, label: str, frac: str, source: str, gpu: Table | None) -> Claim:
     ps = (8, 16, 24, 32, 64)
-    sims = {p: max(_sim(name, p, 2 * p, UNIT_TAU).peak_memory) / p for p in ps} if _registered(name) else {}
+    sims = {p: max(simulate_named(name, p, 2 * p, UNIT_TAU).peak_memory) / p for p in ps} if is_registered(name) else {}
     forms = {p: paper.table_a_memory(name, p) / p for p in ps}
     exact = bool(sims) and all(abs(sims[p] - forms[p]) < 1e-9 for p in ps)
     measured = _cells(gpu, "Activation memory / 1F1B's (", label)
@@ -185,11 +185,11 @@ def claim_v_min_comparable(gpu: Table | None) -> Claim:
 
 def claim_v_zb_zero_bubble() -> Claim:
     rows = []
-    ok = _registered("v-zb")
+    ok = is_registered("v-zb")
     if ok:
         for p in (4, 8, 16, 24):
             for m in (2 * p, 4 * p):
-                r = _sim("v-zb", p, m, UNIT_TAU)
+                r = simulate_named("v-zb", p, m, UNIT_TAU)
                 rows.append((p, m, max(r.device_bubbles), max(r.peak_memory)))
     exact = ok and all(b == 0 and peak == p for p, _m, b, peak in rows)
     return Claim("V-ZB reaches zero bubble at 1F1B's activation memory (F = B = W)", "§3.1, Table 1, Fig. 3(d), Fig. 4(d)",
@@ -274,13 +274,13 @@ def claim_v_zb_highest(gpu: Table | None) -> Claim:
 
 def claim_repeating_bubble() -> Claim:
     c = Costs(6, 8, 4, 0)  # per chunk F, B, W = 3, 4, 2 (Fig. 5)
-    if not (_registered("v-min") and _registered("v-half")):
+    if not (is_registered("v-min") and is_registered("v-half")):
         return Claim("With unequal F, B, W, V-Min leaves a bubble in every repeat; V-Half does not when "
                      "W + 2B ≥ 2F and W + 2F ≥ 2B", "§3.3, Fig. 5", "cannot be checked here",
                      "V schedules not registered", "–", "–")
     ms = (16, 32, 64)
-    vmin = [max(_sim("v-min", 8, m, c).device_bubbles) for m in ms]
-    vhalf = [max(_sim("v-half", 8, m, c).device_bubbles) for m in ms]
+    vmin = [max(simulate_named("v-min", 8, m, c).device_bubbles) for m in ms]
+    vhalf = [max(simulate_named("v-half", 8, m, c).device_bubbles) for m in ms]
     grows = vmin[0] < vmin[1] < vmin[2]
     flat = max(vhalf) - min(vhalf) < 1e-6
     return Claim("With unequal F, B, W, V-Min leaves a bubble in every repeat; V-Half does not when "
@@ -295,10 +295,10 @@ def claim_repeating_bubble() -> Claim:
 def claim_lower_bound() -> Claim:
     rows = []
     for name in ("v-min", "v-half", "v-zb"):
-        if not _registered(name):
+        if not is_registered(name):
             continue
         for p in range(4, 13):
-            r = _sim(name, p, 2 * p, UNIT_TAU)
+            r = simulate_named(name, p, 2 * p, UNIT_TAU)
             k = 2 * max(r.peak_memory)
             rows.append((name, p, max(r.device_bubbles), 6 * p - 1 - 3 * k))
     below = [x for x in rows if x[2] < x[3] - 1e-9]
@@ -343,7 +343,7 @@ def claim_comm_volume() -> Claim:
     for p in (4, 8, 16):
         hops = {}
         for name in ("1f1b", "v-half"):
-            if not _registered(name):
+            if not is_registered(name):
                 continue
             pl = build(name, p, 2 * p).placement
             hops[name] = sum(1 for s in range(pl.num_stages - 1) if pl.device_of(s) != pl.device_of(s + 1))

@@ -7,12 +7,12 @@ from ctrlmem.schedules import SCHEDULES
 from ctrlmem.schedules import build
 from ctrlmem.model.simulate import simulate
 
-def _registered(name: str) -> bool:
+def is_registered(name: str) -> bool:
 
     return name in SCHEDULES
 
 
-def _sim(name: str, p: int, m: int, costs: Costs, **kw):
+def simulate_named(name: str, p: int, m: int, costs: Costs, **kw):
     """``name`` simulated under ``costs``: a search (given ``memory_limit``) searched for them; a
     named schedule as its unit-cost pattern, the paper's schedule (the claims and tables test the
     patterns' closed forms and Fig. 5's repeating bubble, which the cost-adapted forms remove)."""

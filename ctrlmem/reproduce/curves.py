@@ -10,8 +10,8 @@ from typing import Sequence
 from ctrlmem.model import paper
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.paper import NOT_RECOVERED
-from ctrlmem.reproduce.common import HOW_UNIT, UNIT_TAU, _registered, _sim
-from ctrlmem.reproduce.table import Cell, Table, _write_json, pending
+from ctrlmem.reproduce.common import HOW_UNIT, UNIT_TAU, is_registered, simulate_named
+from ctrlmem.reproduce.table import Cell, Table, write_json, pending
 from ctrlmem.reproduce import memory_curves as mc
 
 log = logging.getLogger(__name__)
@@ -25,27 +25,27 @@ def fig9_10(quick: bool) -> Table:
         c = Costs(*costs)
         row = f"p={p} m={m} costs={costs}"
         for limit, rate in curve.items():
-            if not _registered("v-shape"):
+            if not is_registered("v-shape"):
                 t.cells.append(Cell(row, f"v-shape bubble rate @ {limit}", rate, pending("v-shape"), "–"))
                 continue
-            r = _sim("v-shape", p, m, c, memory_limit=limit)
+            r = simulate_named("v-shape", p, m, c, memory_limit=limit)
             t.cells.append(Cell(row, f"v-shape bubble rate @ {limit}", rate, round(r.bubble_rate, 4),
                                 f"simulated, costs {costs}"))
-        one = _sim("1f1b", p, m, c)
+        one = simulate_named("1f1b", p, m, c)
         t.cells.append(Cell(row, "1F1B reference line (Fig. 10)", NOT_RECOVERED, round(one.bubble_rate, 4),
                             f"simulated, costs {costs}"))
         for limit in (0.5, 1.0, 2.0):
-            if not _registered("zb"):
+            if not is_registered("zb"):
                 t.cells.append(Cell(row, f"zb bubble rate @ {limit}", NOT_RECOVERED, pending("zb"), "–"))
                 continue
-            r = _sim("zb", p, m, c, memory_limit=limit)
+            r = simulate_named("zb", p, m, c, memory_limit=limit)
             t.cells.append(Cell(row, f"zb bubble rate @ {limit}", NOT_RECOVERED, round(r.bubble_rate, 4),
                                 f"simulated, costs {costs}"))
     for limit, bubble in paper.ADAPTIVE_BUBBLE_P8_M32.items():
-        if not _registered("v-shape"):
+        if not is_registered("v-shape"):
             t.cells.append(Cell("p=8 m=32 F=B=W", f"v-shape bubble τ @ {limit}", bubble, pending("v-shape"), "–"))
             continue
-        r = _sim("v-shape", 8, 32, UNIT_TAU, memory_limit=limit)
+        r = simulate_named("v-shape", 8, 32, UNIT_TAU, memory_limit=limit)
         t.cells.append(Cell("p=8 m=32 F=B=W", f"v-shape bubble τ @ {limit}", bubble, max(r.device_bubbles), HOW_UNIT))
     t.notes.append("The paper's own Fig. 9–10 curves use profiled costs per model that were not recovered; the "
                    "paper-scale sweep is experiments/fig9_10_memory_limit.yaml (A100 cost model).")
@@ -145,7 +145,7 @@ def fig09(quick: bool, out: str | Path = "figures") -> Table:
         _calc_summary([c for c in t.cells if c.row.startswith("[CALC]")]),
         NOT_COMPARABLE_RATES])
     _write_curve_figure(t, mc.fig9_figure(data), out, "fig09_bubble_vs_memory")
-    _write_json(Path(out) / "fig09.json", data)
+    write_json(Path(out) / "fig09.json", data)
     t.notes += FIG910_NOTES + ["Curve data: fig09.json (limits, bubble rates, simulated peaks / 1F1B)."]
     return t
 
@@ -191,7 +191,7 @@ def fig10(quick: bool, out: str | Path = "figures") -> Table:
         "V's " + _drop_summary([c for c in t.cells if c.column.startswith("V's steepest drop")]),
         NOT_COMPARABLE_RATES])
     _write_curve_figure(t, mc.fig10_figure(data), out, "fig10_v_vs_zb")
-    _write_json(Path(out) / "fig10.json", data)
+    write_json(Path(out) / "fig10.json", data)
     t.notes += FIG910_NOTES + [
         "'V ≤ ZB' counts the limits where both schedulers have a schedule. At the smallest limit, 1/p of 1F1B's "
         "memory, each device holds one microbatch's activation, so both schedulers run the microbatches one after "
@@ -237,7 +237,7 @@ def fig07(quick: bool, out: str | Path = "figures") -> Table:
         t.cells.append(Cell(row, "Pareto frontier, by memory", " → ".join(pn["paper_frontier"]) or "not recovered",
                             " → ".join(pn["frontier"]), pn["how"] + "; among the registered methods"))
     _write_curve_figure(t, mc.fig7_figure(data), out, "fig07_pareto")
-    _write_json(Path(out) / "fig07.json", data)
+    write_json(Path(out) / "fig07.json", data)
 
     def worst(cells):
         comp = [c for c in cells if c.comparable]

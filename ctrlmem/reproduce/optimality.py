@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 from ctrlmem.model.paper import NOT_RECOVERED
-from ctrlmem.reproduce.table import Cell, Table, _write_json
+from ctrlmem.reproduce.table import Cell, Table, write_json
 from ctrlmem.solver import gap
 from ctrlmem.solver.improve import DET_SECONDS
 from ctrlmem.reproduce import memory_curves as mc
@@ -102,7 +102,7 @@ def optimality_gap(quick: bool, out: str | Path = "figures") -> Table:
                                                              if "large_median_gain" in imp else ""))
     t.verdict = "not comparable (the paper publishes no optimum); " + "; ".join(parts)
     data = {"size": size, "checkpoints": list(marks), "summary": s, "rows": rows}
-    _write_json(Path(out) / "optimality-gap.json", data)
+    write_json(Path(out) / "optimality-gap.json", data)
 
     stem = "optimality-gap"
     try:

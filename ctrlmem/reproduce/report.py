@@ -18,7 +18,7 @@ from ctrlmem.reproduce.drawings import schedule_figures
 from ctrlmem.reproduce.gpu_replay import gpu_replay
 from ctrlmem.reproduce.measured import cpu_real_memory
 from ctrlmem.reproduce.optimality import optimality_gap
-from ctrlmem.reproduce.table import Table, _write
+from ctrlmem.reproduce.table import Table, write_table_file
 from ctrlmem.reproduce.theory import closed_forms, table1, table2, table8, table9, table_a
 from ctrlmem.reproduce.throughput import table3, table4
 from ctrlmem.model.replayfile import load_replay
@@ -182,8 +182,8 @@ def write_report(out: str | Path, tables: Sequence[Table], quick: bool, partial:
             runs = {}
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for table in tables:
-        _write(out / f"{table.artifact}.md", table.to_markdown())
-        _write(out / f"{table.artifact}.html", table.to_html())
+        write_table_file(out / f"{table.artifact}.md", table.to_markdown())
+        write_table_file(out / f"{table.artifact}.html", table.to_html())
         rows[table.artifact] = (f"| [{table.title}]({table.artifact}.md) | {_size(quick)} | {table.done} "
                                 f"| {table.agreement()} |")
         runs[table.artifact] = {"finished": now, "size": _size(quick), "seconds": round(table.seconds, 1)}
@@ -194,8 +194,8 @@ def write_report(out: str | Path, tables: Sequence[Table], quick: bool, partial:
              "[claims.md](claims.md); dates and timings of the runs: " + LOG_NAME + ".", "",
              "| artifact | size | what was done | agreement with the paper |", "|---|---|---|---|"]
     lines += [rows[n] for n in ARTIFACTS if n in rows]
-    _write(summary, "\n".join(lines) + "\n")
-    _write(log_path, json.dumps({"generated_by": "ctrlmem reproduce", "artifacts":
+    write_table_file(summary, "\n".join(lines) + "\n")
+    write_table_file(log_path, json.dumps({"generated_by": "ctrlmem reproduce", "artifacts":
                                  {n: runs[n] for n in ARTIFACTS if n in runs}}, indent=1, sort_keys=True) + "\n")
     return summary
 

@@ -242,12 +242,12 @@ class Table:
         )
 
 
-def _write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: Any) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    write_table_file(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
-def _write(path: Path, text: str) -> None:
+def write_table_file(path: Path, text: str) -> None:
 
     atomic_write(path, text)

@@ -8,7 +8,7 @@ from typing import Any
 from ctrlmem.model import paper
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.paper import NOT_RECOVERED
-from ctrlmem.reproduce.common import HOW_UNIT, UNIT_TAU, _registered, _sim
+from ctrlmem.reproduce.common import HOW_UNIT, UNIT_TAU, is_registered, simulate_named
 from ctrlmem.reproduce.table import Cell, Table, pending
 from ctrlmem.model.ir import Op
 from ctrlmem.search import buildingblock as blocks
@@ -31,11 +31,11 @@ def table1(quick: bool) -> Table:
         t.cells.append(Cell(label, "Table 1 (p → ∞)", row["peak_fraction"], "limit of the closed form",
                             "the paper's Table 1", group=group))
         for p in ps:
-            if not _registered(name):
+            if not is_registered(name):
                 t.cells.append(Cell(label, f"p = {p}", paper.table_a_memory(name, p) / p, pending(name), "–",
                                     group=group))
                 continue
-            r = _sim(name, p, 2 * p, UNIT_TAU)
+            r = simulate_named(name, p, 2 * p, UNIT_TAU)
             t.cells.append(Cell(label, f"p = {p}", paper.table_a_memory(name, p) / p, max(r.peak_memory) / p,
                                 HOW_UNIT, group=group))
     t.notes += [
@@ -81,19 +81,19 @@ def table_a(quick: bool) -> Table:
         grid = [g for g in grid if g[0][1] <= 4 * g[0][0]]
     for (p, m), rates in grid:
         for name in (n for n in names if n in rates):
-            if not _registered(name):
+            if not is_registered(name):
                 t.cells.append(Cell(f"p={p} m={m}", f"{name} bubble rate", rates[name], pending(name), "–"))
                 continue
-            r = _sim(name, p, m, UNIT_TAU)
+            r = simulate_named(name, p, m, UNIT_TAU)
             t.cells.append(Cell(f"p={p} m={m}", f"{name} bubble rate", rates[name], round(r.bubble_rate, 4), HOW_UNIT))
     for p in sorted({p for (p, _m), _ in grid}):
         for name in (n for n in names if any(n in rates for (q, _m), rates in grid if q == p)):
-            if not _registered(name):
+            if not is_registered(name):
                 t.cells.append(Cell(f"p={p}", f"{name} bubble τ / peak a",
                                     f"{paper.table_a_bubble(name, p)} / {paper.table_a_memory(name, p)}",
                                     pending(name), "–"))
                 continue
-            r = _sim(name, p, 2 * p, UNIT_TAU)
+            r = simulate_named(name, p, 2 * p, UNIT_TAU)
             t.cells.append(Cell(f"p={p}", f"{name} bubble per device (τ)", paper.table_a_bubble(name, p),
                                 max(r.device_bubbles), HOW_UNIT))
             t.cells.append(Cell(f"p={p}", f"{name} peak memory (a)", paper.table_a_memory(name, p),
@@ -115,10 +115,10 @@ def closed_forms(quick: bool) -> Table:
     for p in ps:
         for m in (2 * p, 8 * p):
             for name, form in forms.items():
-                if not _registered(name):
+                if not is_registered(name):
                     t.cells.append(Cell(f"p={p} m={m}", f"{name} bubble rate", form(p, m), pending(name), "–"))
                     continue
-                r = _sim(name, p, m, unit)
+                r = simulate_named(name, p, m, unit)
                 how = "simulated (F = B = W = 1, comm 0)"
                 t.cells.append(Cell(f"p={p} m={m}", f"{name} bubble rate", form(p, m), r.bubble_rate, how))
                 t.cells.append(Cell(f"p={p} m={m}", f"{name} peak memory (a)", p, max(r.peak_memory), how))

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from ctrlmem.model import paper
 from ctrlmem.model.paper import NOT_RECOVERED
-from ctrlmem.reproduce.common import _registered
-from ctrlmem.reproduce.table import Cell, Table, _write_json, pending
+from ctrlmem.reproduce.common import is_registered
+from ctrlmem.reproduce.table import Cell, Table, write_json, pending
 from ctrlmem.experiments import simulate_point
 import ctrlmem as cm
 from ctrlmem.model.replayfile import default_replay_path, gpu_label, load_replay
@@ -57,7 +57,7 @@ def table4(quick: bool) -> Table:
             base = None
             row = f"{model} m={m}"
             for label, (name, kw) in TABLE4_METHODS.items():
-                if not _registered(name):
+                if not is_registered(name):
                     for _key, group in TABLE4_METRICS:
                         t.cells.append(Cell(row, label, NOT_RECOVERED, pending(name),
                                             f"no generator for {name!r} in ctrlmem", group=group))
@@ -131,7 +131,7 @@ def table3(quick: bool, out: str | Path = "figures", replay: str | Path | None =
               "activations, the H200-measured allocator margin) within 80 GB; kept the planner's top configurations "
               f"per method on the A100 cost model and from the {gpu} rank replay's pass costs, next to Table 3's "
               "best MFU and its ratios.")
-    methods = {label: spec for label, spec in TABLE4_METHODS.items() if _registered(spec[0])}
+    methods = {label: spec for label, spec in TABLE4_METHODS.items() if is_registered(spec[0])}
     for (seq, batch), row in paper.TABLE3.items():
         for method, mfu in row.items():
             t.cells.append(Cell(f"seq {seq} batch {batch}", f"{method} / 1F1B (paper arithmetic)",
@@ -184,7 +184,7 @@ def table3(quick: bool, out: str | Path = "figures", replay: str | Path | None =
                 _paper_setup_cells(t, where, seq, batch, mbs, ok, how0)
         evidence["settings"][f"{seq},{batch}"] = record
     evidence["gpu"] = gpu
-    _write_json(Path(out) / "table3.json", evidence)
+    write_json(Path(out) / "table3.json", evidence)
     t.notes += [
         "The planner's assumptions, stated once: docs/plan.md (pass costs per source, memory per GPU, the allocator "
         "margin measured on the H200 replay, the data-parallel gradient exchange at 25 GB/s after the pipeline, not "

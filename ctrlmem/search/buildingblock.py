@@ -326,7 +326,7 @@ class BuildingBlock:
             raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
         self.check()
         return _timeline_of(self.name, self.placement, num_microbatches,
-                            steps.repeat(_block_rows(self), self.interval, num_microbatches))
+                            steps.repeat(block_rows(self), self.interval, num_microbatches))
 
     def to_text(self) -> str:
         """The block drawn as one line per device (see :meth:`Timeline.to_text`)."""
@@ -428,7 +428,7 @@ def _timeline_of(name: str, placement: Placement, m: int, rows: steps.Rows) -> T
     return Timeline(name, placement, m, tuple(out))
 
 
-def _block_rows(block: "BuildingBlock") -> steps.Rows:
+def block_rows(block: "BuildingBlock") -> steps.Rows:
     """The block's passes per device (sorted by start) as arrays."""
     per = [block.device_passes(d) for d in range(block.num_devices)]
     out = steps.Rows(block.num_devices, max(len(x) for x in per))
@@ -465,7 +465,7 @@ def pipeline_steps(block: BuildingBlock, num_microbatches: int, reorder_phases: 
     P, m = block.placement, num_microbatches
     if m < 1:
         raise ValueError(f"num_microbatches must be >= 1, got {m}")
-    last, got = steps.pipeline(_block_rows(block), block.interval, m, P.num_stages, _stages_desc(P),
+    last, got = steps.pipeline(block_rows(block), block.interval, m, P.num_stages, _stages_desc(P),
                                reorder_phases, keep_steps=True)
     out = {name: _timeline_of(block.name, P, m, rows) for name, rows in got.items()}
     if last is None:  # a deadlock: let squeeze name it
@@ -478,7 +478,7 @@ def block_keys(block: BuildingBlock, num_microbatches: int, reorder_phases: bool
     :mod:`ctrlmem.search.encoding`), without making timelines; ``None`` on a deadlock."""
     block.check()
     P = block.placement
-    out, _ = steps.pipeline(_block_rows(block), block.interval, num_microbatches, P.num_stages,
+    out, _ = steps.pipeline(block_rows(block), block.interval, num_microbatches, P.num_stages,
                             _stages_desc(P), reorder_phases)
     return None if out is None else steps.to_keys(out, P.num_stages, num_microbatches)
 
@@ -490,7 +490,7 @@ def block_set(block: BuildingBlock, num_microbatches: int, label: str, reorder_p
     :func:`build_from_block`); ``None`` when the short pipeline has no periodic stable phase
     (or deadlocks)."""
     m = num_microbatches
-    short = _short_pipeline(block, m)
+    short = short_pipeline(block, m)
     run = m if (direct or short >= m) else short
     keys = block_keys(block, run, reorder_phases)
     if keys is None:
@@ -527,7 +527,7 @@ def build_from_block(
     label = name or block.name
     cs = block_set(block, m, label, reorder_phases, direct)
     if cs is None:
-        if direct or _short_pipeline(block, m) >= m:
+        if direct or short_pipeline(block, m) >= m:
             pipeline_steps(block, m, reorder_phases)  # raises, naming the deadlock
         if not direct_fallback:
             raise ValueError(f"block {block.name}: the short pipeline has no periodic stable phase to lengthen")
@@ -537,7 +537,7 @@ def build_from_block(
     return cs.schedule(0, label, params)
 
 
-def _short_pipeline(block: BuildingBlock, m: int) -> int:
+def short_pipeline(block: BuildingBlock, m: int) -> int:
     """Microbatches enough for warm-up, a stable phase of a few periods, and cool-down."""
     return math.ceil(block.span / block.interval) + block.num_devices // 2 + 6
 

@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["kernel", "jit_enabled", "ints", "floats"]
+__all__ = ["kernel", "jit_enabled", "ints", "floats", "lex_less3"]
 
 log = logging.getLogger(__name__)
 
@@ -136,3 +136,17 @@ def ints(values) -> np.ndarray:
 def floats(values) -> np.ndarray:
     """``values`` as a contiguous ``float64`` array (the kernels' one float type)."""
     return np.ascontiguousarray(values, dtype=np.float64)
+
+
+@kernel(inline=True)
+def lex_less3(a0, a1, a2, b0, b1, b2):  # pragma: no cover - compiled
+    """(a0, a1, a2) < (b0, b1, b2), each compared with a 1e-9 tolerance."""
+    if a0 < b0 - 1e-9:
+        return True
+    if a0 > b0 + 1e-9:
+        return False
+    if a1 < b1 - 1e-9:
+        return True
+    if a1 > b1 + 1e-9:
+        return False
+    return a2 < b2 - 1e-9

@@ -33,7 +33,7 @@ def durations(placement: Placement, m: int, fused: bool, costs: Costs) -> np.nda
 
 
 @kernel(inline=True)
-def _run_one(keys, c, dep, cross, dur, comm, end, ptr, free, first, out):  # pragma: no cover - compiled
+def time_candidate(keys, c, dep, cross, dur, comm, end, ptr, free, first, out):  # pragma: no cover - compiled
     """Candidate ``c``: as-soon-as-possible run of every device's order. Devices are swept
     forwards and backwards, each advancing as far as its inputs allow, until all passes ran (or
     none can: a deadlock, everything inf). ``out`` gets the longest span, the makespan, the sum
@@ -106,20 +106,20 @@ def _run_one(keys, c, dep, cross, dur, comm, end, ptr, free, first, out):  # pra
 
 
 @kernel(inline=True)
-def _work(n, p):  # pragma: no cover - compiled
-    """The work arrays of :func:`_run_one` for ``n`` passes on ``p`` devices: ``(end, ptr, free,
+def work_arrays(n, p):  # pragma: no cover - compiled
+    """The work arrays of :func:`time_candidate` for ``n`` passes on ``p`` devices: ``(end, ptr, free,
     first, out)``; ``out`` gets the longest span, the makespan, the sum of the device spans, the
     sum of every pass's end time and the sum of the devices' end times."""
     return np.empty(n), np.zeros(p, np.int64), np.zeros(p), np.zeros(p), np.empty(5)
 
 
 @kernel
-def _asap(keys, dep, cross, dur, comm, span, make, total):  # pragma: no cover - compiled; py_func tested
-    """For each candidate: :func:`_run_one` (longest span, makespan, sum of the device spans)."""
+def asap(keys, dep, cross, dur, comm, span, make, total):  # pragma: no cover - compiled; py_func tested
+    """For each candidate: :func:`time_candidate` (longest span, makespan, sum of the device spans)."""
     K, p, L = keys.shape
-    end, ptr, free, first, out = _work(dep.shape[0], p)
+    end, ptr, free, first, out = work_arrays(dep.shape[0], p)
     for c in range(K):
-        _run_one(keys, c, dep, cross, dur, comm, end, ptr, free, first, out)
+        time_candidate(keys, c, dep, cross, dur, comm, end, ptr, free, first, out)
         span[c] = out[0]
         make[c] = out[1]
         total[c] = out[2]
@@ -158,5 +158,5 @@ def time_set(cs: CandidateSet, costs: Costs) -> Timed:
     if K:
         t = tables(cs.placement, cs.m, cs.fused)
         dur = durations(cs.placement, cs.m, cs.fused, costs)
-        _asap(cs.keys, t.dep, t.cross, dur, float(costs.comm), span, make, total)
+        asap(cs.keys, t.dep, t.cross, dur, float(costs.comm), span, make, total)
     return Timed(cs, _clean(span), _clean(make), _clean(total))

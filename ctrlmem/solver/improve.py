@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from ctrlmem.util import checks
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Op, Pass, Schedule
-from ctrlmem.solver.optimal import MAX_TIME_LIMIT, OptimalResult, _scale
+from ctrlmem.solver.optimal import MAX_TIME_LIMIT, OptimalResult, integer_scale
 from ctrlmem.search.bounds import makespan_bounds
 from ctrlmem.model.simulate import simulate
 from ctrlmem.model.validate import index_schedule
@@ -108,7 +108,7 @@ def _problem(schedule: Schedule, costs: Costs, cap_units: int) -> _Problem:
     sm = S * m
     n = 3 * sm
     f, b, w = costs.stage_times(S, p)
-    scale, exact = _scale(list(f) + list(b) + list(w) + [float(costs.comm)])
+    scale, exact = integer_scale(list(f) + list(b) + list(w) + [float(costs.comm)])
     fi = [int(round(x * scale)) for x in f]
     bi = [int(round(x * scale)) for x in b]
     wi = [int(round(x * scale)) for x in w]

@@ -89,7 +89,7 @@ class OptimalResult:
         return max(0.0, self.makespan / self.lower_bound - 1) if self.lower_bound > 0 else 0.0
 
 
-def _scale(values: list[float], most: int = 1000) -> tuple[int, bool]:
+def integer_scale(values: list[float], most: int = 1000) -> tuple[int, bool]:
     """The smallest integer factor (≤ ``most``) that makes every value whole; else ``most``
     (values then rounded: ``exact`` False)."""
     for k in range(1, most + 1):
@@ -220,7 +220,7 @@ def optimal(
                 f"memory_limit={limit:g} cannot hold one microbatch on a device (p={p}, {placement}); "
                 f"the smallest feasible limit is {need / (2 * p):.6g}"
             )
-    k, exact = _scale(list(f) + list(b) + list(w) + [float(costs.comm)])
+    k, exact = integer_scale(list(f) + list(b) + list(w) + [float(costs.comm)])
     F = [int(round(x * k)) for x in f]
     B = [int(round(x * k)) for x in b]
     Wt = [int(round(x * k)) for x in w]

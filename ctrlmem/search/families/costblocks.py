@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 
 from ctrlmem.search import steps
-from ctrlmem.search.buildingblock import _block_rows, _short_pipeline, block_keys, slot_lengths, v_cost_block
+from ctrlmem.search.buildingblock import block_rows, short_pipeline, block_keys, slot_lengths, v_cost_block
 from ctrlmem.model.costs import Costs
 from ctrlmem.search.encoding import CandidateSet, concat, extend
 from ctrlmem.search.engine import LRU, Family, Incumbent, Query, timed
@@ -58,7 +58,7 @@ def mix_js(p: int, most: int) -> list[int]:
 def _repeat_set(block, m: int, label: str) -> CandidateSet:
     """The block repeated ``m`` times as it is (its own W slots; the simulator squeezes it)."""
     P = block.placement
-    rows = steps.repeat(_block_rows(block), block.interval, m)
+    rows = steps.repeat(block_rows(block), block.interval, m)
     return CandidateSet(P, m, False, steps.to_keys(rows, P.num_stages, m)[None], (label,))
 
 
@@ -97,7 +97,7 @@ class CostBlockFamily(Family):
             block = v_cost_block(p, ln, g0, g1)
         except ValueError:  # no collision-free block with these gaps
             return ()
-        m0 = _short_pipeline(block, m)
+        m0 = short_pipeline(block, m)
         key = (p, ln, g0, g1, reorder, min(m0, m))
         got = self._short.get(key)
         if got is not None:

@@ -39,9 +39,9 @@ import numpy as np
 from ctrlmem.search.encoding import CandidateSet, concat, tables
 from ctrlmem.search.engine import Incumbent, Query
 from ctrlmem.search.kernels import kernel
-from ctrlmem.search.timing import _run_one, _work, durations
+from ctrlmem.search.timing import time_candidate, work_arrays, durations
 from ctrlmem.search.families.lists import PerCapFamily
-from ctrlmem.search.families.relocate import _keeps_order, _move, _peak_ok, _random_move, distinct, ranked
+from ctrlmem.search.families.relocate import keeps_order, move_pass, peak_ok, random_move, distinct, ranked
 
 __all__ = ["LateAcceptanceFamily", "lahc_keys", "LAHC_MAX_PM", "STARTS", "SEEDS", "EVALS", "HISTORY", "PATIENCE",
            "REACH"]
@@ -73,8 +73,8 @@ def _lahc(keys, dep, cross, dur, comm, delta, cap, reach, max_evals, history, pa
     ``patience`` timings after the last new best."""
     p = keys.shape[1]
     L = keys.shape[2]
-    end, ptr, free, first, res = _work(dep.shape[0], p)  # res: span, makespan, sums (_run_one)
-    _run_one(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
+    end, ptr, free, first, res = work_arrays(dep.shape[0], p)  # res: span, makespan, sums (time_candidate)
+    time_candidate(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
     # the score: the objective, then the sum of the device ends (makespan) or of the spans (span)
     c0 = res[1] if by_makespan else res[0]
     c1 = res[4] if by_makespan else res[2]
@@ -82,24 +82,24 @@ def _lahc(keys, dep, cross, dur, comm, delta, cap, reach, max_evals, history, pa
     best = keys.copy()
     h0 = np.full(history, c0)
     h1 = np.full(history, c1)
-    state = 1 + seed % 2147483646  # MINSTD (_random_move)
+    state = 1 + seed % 2147483646  # MINSTD (random_move)
     evals = 0
     tries = 0
     changed = 0
     last = 0  # the timing that last found a new best
     while evals < max_evals and tries < 20 * max_evals and evals - last < patience:
         tries += 1
-        state, d, i, j = _random_move(state, p, L, reach)
+        state, d, i, j = random_move(state, p, L, reach)
         row = keys[0, d]
-        if j < 0 or j >= L or j == i or not _keeps_order(row, i, j, dep):
+        if j < 0 or j >= L or j == i or not keeps_order(row, i, j, dep):
             continue
-        _move(row, i, j)
-        ok = _peak_ok(row, delta, cap)
+        move_pass(row, i, j)
+        ok = peak_ok(row, delta, cap)
         if ok:
-            _run_one(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
+            time_candidate(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
             ok = np.isfinite(res[0])
         if not ok:
-            _move(row, j, i)
+            move_pass(row, j, i)
             continue
         v = evals % history
         evals += 1
@@ -113,7 +113,7 @@ def _lahc(keys, dep, cross, dur, comm, delta, cap, reach, max_evals, history, pa
                 changed = 1
                 last = evals
         else:
-            _move(row, j, i)
+            move_pass(row, j, i)
         if _le2(c0, c1, h0[v], h1[v]):
             h0[v], h1[v] = c0, c1
     keys[:, :, :] = best

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from ctrlmem.model.ir import Schedule
 
-from ctrlmem.search.buildingblock import BuildingBlock, _short_pipeline, block_set, v_half_block, v_min_block, v_shape_block, v_zb_block
+from ctrlmem.search.buildingblock import BuildingBlock, short_pipeline, block_set, v_half_block, v_min_block, v_shape_block, v_zb_block
 from ctrlmem.search.encoding import CandidateSet, concat, extend, from_schedules
 from ctrlmem.search.engine import LRU, Family, Incumbent, Query
 
@@ -63,7 +63,7 @@ def _blocks(p: int, fixed: Sequence[tuple[str, Fixed]] = ()) -> list[tuple[str, 
 def _short_len(p: int, block: BuildingBlock | Fixed, m: int) -> int:
     if not isinstance(block, BuildingBlock):  # a fixed schedule (ZB-V: its pattern needs 2p - 1 microbatches, then a stable phase)
         return 2 * p + 2
-    return _short_pipeline(block, m)
+    return short_pipeline(block, m)
 
 
 _SHORT = LRU(256)  # (p, label) -> the block's candidate at its short length

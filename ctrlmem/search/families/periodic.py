@@ -35,10 +35,10 @@ import numpy as np
 
 from ctrlmem.search.encoding import CandidateSet, concat, tables
 from ctrlmem.search.engine import Family, Incumbent, Query, timed
-from ctrlmem.search.kernels import ints, kernel
-from ctrlmem.search.timing import _run_one, _work, durations
+from ctrlmem.search.kernels import ints, kernel, lex_less3
+from ctrlmem.search.timing import time_candidate, work_arrays, durations
 from ctrlmem.search.families.lists import PerCapFamily
-from ctrlmem.search.families.relocate import _lt3, _move, _peak_ok, distinct, ranked, relocate_keys
+from ctrlmem.search.families.relocate import move_pass, peak_ok, distinct, ranked, relocate_keys
 
 __all__ = ["PeriodicFamily", "periodic_keys", "PERIODIC_MAX_PM", "STARTS", "REACH", "MAX_EVALS", "EVERY_EVALS",
            "RELOCATE_EVALS"]
@@ -69,8 +69,8 @@ def _periodic(keys, dep, cross, dur, comm, delta, m, S, stages, cap, reach, max_
     p = keys.shape[1]
     L = keys.shape[2]
     v = stages.shape[1]
-    end, ptr, free, first, res = _work(dep.shape[0], p)  # res: span, makespan, sums (_run_one)
-    _run_one(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
+    end, ptr, free, first, res = work_arrays(dep.shape[0], p)  # res: span, makespan, sums (time_candidate)
+    time_candidate(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
     c0, c1, c2 = res[0], res[1], res[3]
     save = np.empty((p, L), np.int64)
     evals = 0
@@ -118,15 +118,15 @@ def _periodic(keys, dep, cross, dur, comm, delta, m, S, stages, cap, reach, max_
                                 if b > L - 1:
                                     b = L - 1
                                 if b != a:
-                                    _move(keys[0, e], a, b)
+                                    move_pass(keys[0, e], a, b)
                                     moved += 1
-                            if not _peak_ok(keys[0, e], delta, cap):
+                            if not peak_ok(keys[0, e], delta, cap):
                                 ok = False
                         ok = ok and moved > 0
                         if ok:
-                            _run_one(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
+                            time_candidate(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
                             evals += 1
-                            ok = np.isfinite(res[0]) and _lt3(res[0], res[1], res[3], c0, c1, c2)
+                            ok = np.isfinite(res[0]) and lex_less3(res[0], res[1], res[3], c0, c1, c2)
                         if ok:
                             c0, c1, c2 = res[0], res[1], res[3]
                             improved = True

@@ -17,8 +17,8 @@ import numpy as np
 
 from ctrlmem.search.encoding import CandidateSet, tables
 from ctrlmem.search.engine import Query, search
-from ctrlmem.search.kernels import kernel
-from ctrlmem.search.timing import _asap, durations
+from ctrlmem.search.kernels import kernel, lex_less3
+from ctrlmem.search.timing import asap, durations
 from ctrlmem.search.families.lists import PerCapFamily
 
 __all__ = ["PolishFamily", "POLISH_MAX_PM", "POLISH_EVALS", "polish_keys"]
@@ -38,20 +38,6 @@ def _level_peak(row, delta):  # pragma: no cover - compiled
     return top
 
 
-@kernel(inline=True)
-def _better(a0, a1, a2, b0, b1, b2):  # pragma: no cover - compiled
-    """(a0, a1, a2) < (b0, b1, b2), each compared with a 1e-9 tolerance."""
-    if a0 < b0 - 1e-9:
-        return True
-    if a0 > b0 + 1e-9:
-        return False
-    if a1 < b1 - 1e-9:
-        return True
-    if a1 > b1 + 1e-9:
-        return False
-    return a2 < b2 - 1e-9
-
-
 @kernel
 def _polish(keys, dep, cross, dur, comm, delta, kind, stage, m, cap, max_evals):  # pragma: no cover - compiled
     """Hill-climb ``keys`` (one candidate, ``[1, p, L]``) in place; returns 1 if it improved."""
@@ -60,7 +46,7 @@ def _polish(keys, dep, cross, dur, comm, delta, kind, stage, m, cap, max_evals):
     span = np.empty(1)
     make = np.empty(1)
     total = np.empty(1)
-    _asap(keys, dep, cross, dur, comm, span, make, total)
+    asap(keys, dep, cross, dur, comm, span, make, total)
     b0, b1, b2 = span[0], make[0], total[0]
     evals = 0
     improved = True
@@ -80,8 +66,8 @@ def _polish(keys, dep, cross, dur, comm, delta, kind, stage, m, cap, max_evals):
                 evals += 1
                 ok = _level_peak(keys[0, d], delta) <= cap + 1e-9
                 if ok:
-                    _asap(keys, dep, cross, dur, comm, span, make, total)
-                    ok = np.isfinite(span[0]) and _better(span[0], make[0], total[0], b0, b1, b2)
+                    asap(keys, dep, cross, dur, comm, span, make, total)
+                    ok = np.isfinite(span[0]) and lex_less3(span[0], make[0], total[0], b0, b1, b2)
                 if ok:
                     b0, b1, b2 = span[0], make[0], total[0]
                     improved = True

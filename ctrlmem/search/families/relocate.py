@@ -31,8 +31,8 @@ import numpy as np
 
 from ctrlmem.search.encoding import CandidateSet, concat, tables
 from ctrlmem.search.engine import Incumbent, Query, timed
-from ctrlmem.search.kernels import kernel
-from ctrlmem.search.timing import _asap, durations
+from ctrlmem.search.kernels import kernel, lex_less3
+from ctrlmem.search.timing import asap, durations
 from ctrlmem.search.families.lists import PerCapFamily
 
 __all__ = ["RelocateFamily", "relocate_keys", "RELOCATE_MAX_PM", "STARTS", "REACH", "KICKS", "MAX_EVALS"]
@@ -45,21 +45,7 @@ MAX_EVALS = 4_000
 
 
 @kernel(inline=True)
-def _lt3(a0, a1, a2, b0, b1, b2):  # pragma: no cover - compiled
-    """(a0, a1, a2) < (b0, b1, b2), each compared with a 1e-9 tolerance."""
-    if a0 < b0 - 1e-9:
-        return True
-    if a0 > b0 + 1e-9:
-        return False
-    if a1 < b1 - 1e-9:
-        return True
-    if a1 > b1 + 1e-9:
-        return False
-    return a2 < b2 - 1e-9
-
-
-@kernel(inline=True)
-def _move(row, i, j):  # pragma: no cover - compiled
+def move_pass(row, i, j):  # pragma: no cover - compiled
     """Move ``row[i]`` to position ``j`` (the passes between shift by one)."""
     x = row[i]
     if j < i:
@@ -72,7 +58,7 @@ def _move(row, i, j):  # pragma: no cover - compiled
 
 
 @kernel(inline=True)
-def _random_move(state, p, L, reach):  # pragma: no cover - compiled
+def random_move(state, p, L, reach):  # pragma: no cover - compiled
     """The next draw of the MINSTD generator ``state`` (products stay far inside int64 in both
     forms): a device ``d``, a position ``i`` and a target ``j`` up to ``reach`` either way (``j``
     may fall outside the order: the caller skips it). Returns ``(state, d, i, j)``."""
@@ -86,7 +72,7 @@ def _random_move(state, p, L, reach):  # pragma: no cover - compiled
 
 
 @kernel(inline=True)
-def _keeps_order(row, i, j, dep):  # pragma: no cover - compiled
+def keeps_order(row, i, j, dep):  # pragma: no cover - compiled
     """Whether moving ``row[i]`` to position ``j`` keeps it after its own input on this device
     and before its own output (a move that breaks either cannot run)."""
     k = row[i]
@@ -103,7 +89,7 @@ def _keeps_order(row, i, j, dep):  # pragma: no cover - compiled
 
 
 @kernel(inline=True)
-def _peak_ok(row, delta, cap):  # pragma: no cover - compiled
+def peak_ok(row, delta, cap):  # pragma: no cover - compiled
     level = 0.0
     for k in row:
         level += delta[k]
@@ -120,12 +106,12 @@ def _relocate(keys, dep, cross, dur, comm, delta, m, cap, reach, max_evals, kick
     span = np.empty(1)
     make = np.empty(1)
     total = np.empty(1)
-    _asap(keys, dep, cross, dur, comm, span, make, total)
+    asap(keys, dep, cross, dur, comm, span, make, total)
     b0, b1, b2 = span[0], make[0], total[0]
     best = keys.copy()
     cur = keys.copy()
     c0, c1, c2 = b0, b1, b2
-    state = 1 + seed % 2147483646  # MINSTD (_random_move)
+    state = 1 + seed % 2147483646  # MINSTD (random_move)
     evals = 0
     changed = 0
     for kick in range(kicks + 1):
@@ -138,20 +124,20 @@ def _relocate(keys, dep, cross, dur, comm, delta, m, cap, reach, max_evals, kick
             tries = 0
             while done < 3 and tries < 50 and evals < max_evals:
                 tries += 1
-                state, d, i, j = _random_move(state, p, L, reach)
+                state, d, i, j = random_move(state, p, L, reach)
                 if j < 0 or j >= L or j == i:
                     continue
-                _move(cur[0, d], i, j)
-                ok = _peak_ok(cur[0, d], delta, cap)
+                move_pass(cur[0, d], i, j)
+                ok = peak_ok(cur[0, d], delta, cap)
                 if ok:
-                    _asap(cur, dep, cross, dur, comm, span, make, total)
+                    asap(cur, dep, cross, dur, comm, span, make, total)
                     evals += 1
                     ok = np.isfinite(span[0])
                 if ok:
                     done += 1
                     c0, c1, c2 = span[0], make[0], total[0]
                 else:
-                    _move(cur[0, d], j, i)
+                    move_pass(cur[0, d], j, i)
             if done == 0:
                 break
         improved = True
@@ -163,20 +149,20 @@ def _relocate(keys, dep, cross, dur, comm, delta, m, cap, reach, max_evals, kick
                         break
                     for off in range(1, 2 * reach + 1):
                         j = i + (off if off <= reach else reach - off)
-                        if j < 0 or j >= L or not _keeps_order(cur[0, d], i, j, dep):
+                        if j < 0 or j >= L or not keeps_order(cur[0, d], i, j, dep):
                             continue
-                        _move(cur[0, d], i, j)
-                        ok = _peak_ok(cur[0, d], delta, cap)
+                        move_pass(cur[0, d], i, j)
+                        ok = peak_ok(cur[0, d], delta, cap)
                         if ok:
-                            _asap(cur, dep, cross, dur, comm, span, make, total)
+                            asap(cur, dep, cross, dur, comm, span, make, total)
                             evals += 1
-                            ok = np.isfinite(span[0]) and _lt3(span[0], make[0], total[0], c0, c1, c2)
+                            ok = np.isfinite(span[0]) and lex_less3(span[0], make[0], total[0], c0, c1, c2)
                         if ok:
                             c0, c1, c2 = span[0], make[0], total[0]
                             improved = True
                             break
-                        _move(cur[0, d], j, i)
-        if _lt3(c0, c1, c2, b0, b1, b2):
+                        move_pass(cur[0, d], j, i)
+        if lex_less3(c0, c1, c2, b0, b1, b2):
             b0, b1, b2 = c0, c1, c2
             for d in range(p):
                 best[0, d, :] = cur[0, d, :]

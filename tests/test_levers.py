@@ -1,0 +1,141 @@
+"""The memory levers in the model: recompute passes, activation offload, their memory and time."""
+
+from dataclasses import replace
+
+import pytest
+
+import ctrlmem as cm
+from ctrlmem import Op, Pass, Schedule
+from ctrlmem.model.ir import Copy
+from ctrlmem.model.levers import with_offload, with_recompute
+
+KAPPA = 2 / 34
+
+
+def _insert(schedule: Schedule, device: int, step: int, ps: Pass) -> Schedule:
+    rows = [list(r) for r in schedule.device_passes]
+    rows[device].insert(step, ps)
+    return replace(schedule, device_passes=tuple(map(tuple, rows)))
+
+
+def test_recompute_pass_text_and_torch_csv():
+    """``3R0`` parses; a schedule with R passes round-trips its text form (mode included) and
+    exports the torch CSV of the schedule without them."""
+    assert Pass.parse("3R0") == Pass(Op.R, 3, 0)
+    base = cm.build("zb-h1", 4, 8)
+    for mode in ("full", "selective"):
+        rec = with_recompute(base, mode)
+        assert rec.recomputes and Schedule.from_text(rec.to_text()) == rec
+        assert rec.to_torch_csv() == base.to_torch_csv()
+        assert rec.compute_only() == base
+
+
+def test_offload_text_round_trips():
+    """Copy lines (fractions, reload steps) round-trip; bad copy text is refused naming the form."""
+    s = with_offload(cm.build("1f1b", 4, 8), 0.5, costs=cm.Costs(offload=0.3))
+    assert s.offloads and Schedule.from_text(s.to_text()) == s
+    assert Copy.parse("3O0:0.25") == Copy("O", 3, 0, 0.25)
+    for bad in ("3O0@2", "3L0", "3X0", "3L0:0.5@1"):
+        with pytest.raises(ValueError, match="cannot parse copy"):
+            Copy.parse(bad)
+
+
+def test_levers_never_change_what_is_computed():
+    """Every lever keeps each F, B, W, BW on its device in its order (R and copies added only)."""
+    for name in ("1f1b", "gpipe", "zb-h1", "zb-v", "interleaved-1f1b"):
+        base = cm.build(name, 4, 8)
+        for lever in (with_recompute(base), with_offload(base, 1.0), with_recompute(base, "selective")):
+            assert lever.compute_only() == base
+            cm.validate(lever)
+
+
+def test_recompute_without_forward_or_after_backward_is_named():
+    """Validation names device, step and pass for an R after its B and an R before its F."""
+    base = cm.build("1f1b", 2, 2)  # d0: 0F0 0F1 0BW0 0BW1
+    late = _insert(base, 0, 4, Pass(Op.R, 0, 0))
+    with pytest.raises(cm.ScheduleError, match=r"device 0, step 4: recompute 0R0 comes after its backward 0BW0") as exc:
+        cm.validate(late)
+    assert exc.value.device == 0 and exc.value.position == 4
+    early = _insert(base, 0, 0, Pass(Op.R, 0, 1))
+    with pytest.raises(cm.ScheduleError, match=r"device 0, step 0: recompute 0R1 comes before its forward 0F1"):
+        cm.validate(early)
+
+
+def test_full_recompute_memory_and_time_on_one_device():
+    """One device, GPipe with full recompute: the forwards keep only their inputs (peak
+    ``(m - 1)·κ + 1``: the last recomputed forward full) and each R adds one forward to the time."""
+    p, m = 1, 4
+    base = cm.build("gpipe", p, m)
+    costs = cm.Costs(1, 2, 0)
+    plain, rec = cm.simulate(base, costs), cm.simulate(with_recompute(base), costs)
+    assert plain.peak_memory == [m]
+    assert rec.peak_memory[0] == pytest.approx(1 + (m - 1) * KAPPA)
+    assert rec.makespan == plain.makespan + m * 1.0
+
+
+def test_recompute_cost_and_keep_fraction_come_from_costs():
+    """A custom recompute time and input fraction are what the simulation uses."""
+    s = with_recompute(cm.build("gpipe", 1, 3))
+    r = cm.simulate(s, cm.Costs(1, 1, 1, recompute=0.25, input_fraction=0.5))
+    assert r.makespan == 3 * (1 + 2) + 3 * 0.25
+    assert r.peak_memory[0] == pytest.approx(2 * 0.5 + 1)
+
+
+def test_offload_with_zero_copy_cost_frees_memory_at_the_forward_end():
+    """GPipe on one device, everything offloaded at no cost: each forward's activation leaves at
+    its end, so one microbatch at a time is resident (peak ``a``, not ``m·a``) and time is unchanged."""
+    base = cm.build("gpipe", 1, 3)
+    off = with_offload(base, 1.0, costs=cm.Costs(offload=0.0))
+    r = cm.simulate(off, cm.Costs(offload=0.0))
+    assert r.peak_memory == [1.0] and r.makespan == cm.simulate(base).makespan
+    times, values = r.memory_curve(0)
+    assert values[times.index(1.0)] == 1.0  # F0 left at t = 1 while F1 took its place
+
+
+def test_late_reload_delays_its_backward():
+    """A reload slower than the passes before its B holds the B until the reload ends."""
+    costs = cm.Costs(1, 1, 1, offload=5.0)
+    r = cm.simulate(with_offload(cm.build("gpipe", 1, 2), 1.0, costs=costs), costs)
+    reload0 = next(c for c in r.copies if c.op == "L" and c.microbatch == 0)
+    bw0 = next(tp for tp in r.passes if tp.op is Op.BW and tp.microbatch == 0)
+    assert bw0.start == reload0.end > 2.0
+    assert r.makespan > cm.simulate(cm.build("gpipe", 1, 2), costs).makespan
+
+
+def test_offloaded_share_stays_resident_while_its_copy_is_in_flight():
+    """Memory counts the activation until its copy ends: a slow copy raises the peak above a fast one."""
+    base = cm.build("gpipe", 1, 3)
+    peaks = [cm.simulate(with_offload(base, 1.0, costs=c), c).max_peak_memory
+             for c in (cm.Costs(offload=0.0), cm.Costs(offload=2.0))]
+    assert peaks[0] < peaks[1]
+
+
+def test_reload_after_its_backward_is_named():
+    """A reload issued at or after its B's step names device, step and pass."""
+    base = cm.build("gpipe", 1, 2)  # 0F0 0F1 0BW0 0BW1
+    bad = replace(base, copies=((Copy("O", 0, 0), Copy("L", 0, 0, after=2)),))
+    with pytest.raises(cm.ScheduleError, match=r"device 0, step 2: pass 0BW0 needs reload 0L0@2.*after its backward"):
+        cm.validate(bad)
+    lonely = replace(base, copies=((Copy("O", 0, 0),),))
+    with pytest.raises(cm.ScheduleError, match="offload without a reload"):
+        cm.validate(lonely)
+
+
+def test_recompute_and_offload_of_one_forward_is_refused():
+    base = cm.build("gpipe", 1, 2)
+    both = replace(with_recompute(base), copies=((Copy("O", 0, 0), Copy("L", 0, 0, after=1)),))
+    with pytest.raises(cm.ScheduleError, match="both recomputed .* and offloaded"):
+        cm.validate(both)
+
+
+def test_lever_fields_are_keyword_only_with_defaults():
+    """The new Costs and Schedule fields never take a positional slot; bad values are named."""
+    assert cm.Costs(1, 2, 3, 0.5) == cm.Costs(f=1, b=2, w=3, comm=0.5)
+    with pytest.raises(TypeError):
+        cm.Costs(1, 2, 3, 0, None)
+    with pytest.raises(ValueError, match="input_fraction"):
+        cm.Costs(input_fraction=1.5)
+    assert cm.Costs().to_dict() == {"f": 1.0, "b": 1.0, "w": 1.0, "comm": 0.0}
+    assert cm.Costs.coerce({"f": 1, "offload": 0.5}).offload == 0.5
+    keep, cost = cm.Costs.selective_pair(12288, 96, 2048)
+    assert (keep, cost) == pytest.approx(cm.Costs().selective)

@@ -139,3 +139,54 @@ def test_lever_fields_are_keyword_only_with_defaults():
     assert cm.Costs.coerce({"f": 1, "offload": 0.5}).offload == 0.5
     keep, cost = cm.Costs.selective_pair(12288, 96, 2048)
     assert (keep, cost) == pytest.approx(cm.Costs().selective)
+
+
+@pytest.mark.parametrize("p,m", [(2, 2), (4, 8), (8, 32), (8, 4), (3, 7)])
+def test_1f1b_r_closed_form(p, m):
+    """1F1B-R's makespan is (p−1)(F+c) + m(F+R+B+W) + (p−1)(B+W+c): one recompute per
+    microbatch on the critical path (comm 0, and comm no larger than R/2); peak a(1 + (min(p−i, m)−1)κ)."""
+    for c in (cm.Costs(1, 1, 1), cm.Costs(1, 2, 0), cm.Costs(2, 1, 1), cm.Costs(1, 2, 1, 0.5),
+              cm.Costs(1, 1, 1, recompute=3)):
+        r = cm.simulate(cm.build("1f1b-r", p, m), c)
+        rec = c.recompute if c.recompute is not None else c.f
+        assert r.makespan == pytest.approx((p - 1) * (c.f + c.comm) + m * (c.f + rec + c.b + c.w)
+                                           + (p - 1) * (c.b + c.w + c.comm))
+        if c.comm == 0:
+            assert r.makespan == cm.simulate(cm.build("1f1b", p, m), c).makespan + m * rec
+    peaks = cm.simulate(cm.build("1f1b-r", p, m)).peak_memory
+    assert peaks == pytest.approx([1 + (min(p - i, m) - 1) * KAPPA for i in range(p)])
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v", "v-min", "v-half"])
+def test_every_schedule_takes_the_levers(name):
+    """build(recompute=..., offload=...) adds levers to any schedule without changing its
+    computation, and lowers (never raises) its peak; bad lever values are refused by name."""
+    base = cm.build(name, 4, 8)
+    peak = cm.simulate(base).max_peak_memory
+    for kw in ({"recompute": "full"}, {"recompute": "selective"}, {"offload": 1.0}, {"offload": "0.5"}):
+        s = cm.build(name, 4, 8, **kw)
+        assert s.compute_only() == base and (s.recomputes or s.offloads)
+        assert cm.simulate(s).max_peak_memory <= peak
+    with pytest.raises(ValueError, match="recompute must be one of"):
+        cm.build(name, 4, 8, recompute="yes")
+    with pytest.raises(ValueError, match="offload must be none, auto or a fraction"):
+        cm.build(name, 4, 8, offload=1.5)
+    with pytest.raises(ValueError, match="memory budget"):
+        cm.build(name, 4, 8, recompute="auto")
+
+
+def test_cli_levers(capsys):
+    """simulate/export take --recompute/--offload/--offload-cost; export's CSV drops the levers
+    with a note; a bad fraction is one error line, exit 2."""
+    from ctrlmem.cli import main
+
+    assert main(["simulate", "1f1b", "-p", "8", "-m", "32", "--recompute", "full"]) == 0
+    out = capsys.readouterr().out
+    assert "makespan      149 " in out and "recompute full on 256 of 256 forwards" in out
+    assert main(["export", "1f1b", "-p", "2", "-m", "2", "--recompute", "full", "--torch-csv", "-"]) == 0
+    got = capsys.readouterr()
+    assert got.out.startswith("0F0,0F1,0B0,0B1") and "torch.utils.checkpoint" in got.err
+    assert main(["simulate", "1f1b", "--offload", "1", "--offload-cost", "0"]) == 0
+    assert "peak memory   1 a" in capsys.readouterr().out
+    assert main(["simulate", "1f1b", "--offload", "3"]) == 2
+    assert "error: offload must be" in capsys.readouterr().err

@@ -19,7 +19,7 @@ from typing import Iterable
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import RECOMPUTE_MODES, Copy, Op, Pass, Schedule
 
-__all__ = ["with_recompute", "with_offload", "lever_mode", "LEVER_CHOICES"]
+__all__ = ["with_recompute", "with_offload", "lever_mode", "offload_choice", "LEVER_CHOICES"]
 
 LEVER_CHOICES = ("none", "selective", "full")
 """The values of ``recompute=`` on :func:`ctrlmem.build` (``"auto"`` too for a budgeted search)."""
@@ -33,6 +33,22 @@ def lever_mode(value: object) -> str:
     if value not in (*LEVER_CHOICES, "auto"):
         raise ValueError(f"recompute must be one of none, selective, full, auto, got {value!r}")
     return str(value)
+
+
+def offload_choice(value: object) -> object:
+    """``offload=`` checked: ``none`` (or ``None``), ``auto``, or a fraction in (0, 1] (a number or
+    its text); a ``ValueError`` naming the choices otherwise."""
+    if value is None or value == "none":
+        return "none"
+    if value == "auto":
+        return "auto"
+    try:
+        x = float(value) if not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        x = None
+    if x is None or not 0 < x <= 1:
+        raise ValueError(f"offload must be none, auto or a fraction in (0, 1] of each forward's activation, got {value!r}")
+    return x
 
 
 def _backward_steps(schedule: Schedule) -> list[dict[tuple[int, int], int]]:

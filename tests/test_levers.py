@@ -190,3 +190,30 @@ def test_cli_levers(capsys):
     assert "peak memory   1 a" in capsys.readouterr().out
     assert main(["simulate", "1f1b", "--offload", "3"]) == 2
     assert "error: offload must be" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name,limit", [("v-shape", 0.25), ("v-shape", 0.4), ("zb", 0.5)])
+def test_auto_levers_stay_within_budget_and_beat_reordering(name, limit):
+    """recompute/offload="auto" on a budgeted search: the peak never exceeds the budget, the
+    schedule is valid (every pass once, R before its B, every reload before its B), and the makespan is never above the
+    reordering-only schedule's at that budget."""
+    p, m = 4, 8
+    costs = cm.Costs(1, 1, 1, offload=0.5)
+    plain = cm.simulate(cm.build(name, p, m, costs=costs, memory_limit=limit), costs)
+    for kw in ({"offload": "auto"}, {"recompute": "auto"}, {"offload": "auto", "recompute": "auto"}):
+        s = cm.build(name, p, m, costs=costs, memory_limit=limit, **kw)
+        r = cm.simulate(cm.validate(s), costs)
+        assert r.max_peak_memory <= limit * p + 1e-9
+        assert r.makespan <= plain.makespan + 1e-9
+
+
+def test_fit_with_levers_meets_a_cap_below_reordering():
+    """The greedy brings 1F1B (peak p·a) under a cap of 1.5 a with recompute, never above it,
+    and gives up (None) when only offload is allowed and nothing can hide a copy."""
+    from ctrlmem.schedules.auto_levers import fit_with_levers
+
+    base = cm.build("1f1b", 4, 8)
+    fitted = fit_with_levers(base, 1.5, cm.Costs(), "full", None)
+    assert fitted is not None and cm.simulate(fitted).max_peak_memory <= 1.5
+    assert fitted.compute_only() == base
+    assert fit_with_levers(cm.build("1f1b", 1, 4), 0.5, cm.Costs(offload=1.0), None, 1.0) is None

@@ -142,6 +142,9 @@ class SimResult:
             "bubble_rate": self.bubble_rate,
             "peak_memory": self.peak_memory,
         }
+        if include_passes and self._index.lanes:
+            out["copies"] = [{"device": c.device, "op": c.op, "stage": c.stage, "microbatch": c.microbatch,
+                              "start": c.start, "end": c.end} for c in self.copies]
         if include_passes:
             out["passes"] = [
                 {"device": tp.device, "op": tp.op.value, "stage": tp.stage, "microbatch": tp.microbatch,

@@ -4,6 +4,18 @@ from __future__ import annotations
 
 from ctrlmem.model.costs import Costs
 
+RECOMPUTE_HOW = ("; 1F1B-R predicted with full recomputation modelled (docs/theory.md §13): each forward keeps "
+                 "2/34 of its activation (its input, Korthikanti et al. 2022) until its R right before its BW, the R "
+                 "recomputes the whole stage at once (holding the full activation until BW) and costs one forward, "
+                 "counted as work; Megatron recomputes layer by layer, so its measured peak is lower")
+"""What a 1F1B-R cell adds to its 'how' (the reproduction's cells of the recomputing baseline)."""
+
+
+def how_for(name: str, how: str) -> str:
+    """``how`` with :data:`RECOMPUTE_HOW` for a recomputing schedule (``1f1b-r``)."""
+    return how + RECOMPUTE_HOW if name == "1f1b-r" else how
+
+
 def _registered(name: str) -> bool:
     from ctrlmem.schedules import SCHEDULES
 

@@ -217,3 +217,9 @@ def test_fit_with_levers_meets_a_cap_below_reordering():
     assert fitted is not None and cm.simulate(fitted).max_peak_memory <= 1.5
     assert fitted.compute_only() == base
     assert fit_with_levers(cm.build("1f1b", 1, 4), 0.5, cm.Costs(offload=1.0), None, 1.0) is None
+
+
+def test_improve_refuses_levers_by_name():
+    """The solver does not model the levers: a schedule with R passes is refused, not mis-timed."""
+    with pytest.raises(ValueError, match="does not model recompute passes"):
+        cm.improve(cm.build("1f1b-r", 2, 4), time_limit=1)

@@ -566,9 +566,11 @@ def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
     step_times = [max(ts) for ts in zip(*(r["step_times_s"] for r in ranks))] if ranks[0]["step_times_s"] else []
     steps = summarize(step_times)
     costs = costs_from_records(records, S) if records else None
-    predicted = simulate(schedule, costs).makespan if costs is not None else None
+    # a checkpointed stage recomputes inside its measured backward: time the compute order without R passes
+    timed = schedule.compute_only()
+    predicted = simulate(timed, costs).makespan if costs is not None else None
     wall_records = [dict(rec, cpu_s=rec["wall_s"]) for rec in records]
-    predicted_wall = simulate(schedule, costs_from_records(wall_records, S)).makespan if records else None
+    predicted_wall = simulate(timed, costs_from_records(wall_records, S)).makespan if records else None
     per_stage: dict[str, dict] = {}
     for s in range(S):
         kinds = {}

@@ -189,11 +189,15 @@ def test_timeline_properties(case):
     def back(stage, k):
         return times.get((Op.B, stage, k)) or times[(Op.BW, stage, k)]
 
+    rec = costs.recompute_times(S, s.num_devices, s.recompute_mode)  # an R (1f1b-r) costs its recompute
     for tp in r.passes:
-        dur = {Op.F: f, Op.B: b, Op.W: w}.get(tp.op)
+        dur = {Op.F: f, Op.B: b, Op.W: w, Op.R: rec}.get(tp.op)
         expect = dur[tp.stage] if dur else b[tp.stage] + w[tp.stage]
         assert tp.end - tp.start == pytest.approx(expect)
-        if tp.op is Op.F and tp.stage > 0:
+        if tp.op is Op.R:
+            need, hop = times[(Op.F, tp.stage, tp.microbatch)], False
+            assert tp.end <= back(tp.stage, tp.microbatch).start + 1e-9
+        elif tp.op is Op.F and tp.stage > 0:
             need, hop = times[(Op.F, tp.stage - 1, tp.microbatch)], dev(tp.stage - 1) != dev(tp.stage)
         elif tp.op in (Op.B, Op.BW):
             if tp.stage == S - 1:

@@ -79,7 +79,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                    costs, memory)
     ref = max(one.peak_memory)
     print(f"{schedule.name}: p={schedule.num_devices} m={schedule.num_microbatches} "
-          f"stages={schedule.num_stages} ({schedule.placement.kind}) costs={args.costs}")
+          f"stages={schedule.num_stages} ({schedule.placement.kind}) costs={args.costs}"
+          + (f" offload-cost={costs.offload:g}" if costs.offload else "")
+          + (f" levers: {_levers_text(schedule)}" if schedule.recomputes or schedule.offloads else ""))
     if opt is not None:
         print(f"  {optimize_summary(opt)}")
     print(f"  makespan      {result.makespan:g}   (1f1b: {one.makespan:g}, speed-up {one.makespan / result.makespan:.3f}x)")
@@ -99,6 +101,19 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _levers_text(schedule) -> str:
+    """``recompute full on 64 of 64 forwards, offload on 12`` for the simulate summary."""
+    total = schedule.num_stages * schedule.num_microbatches
+    parts = []
+    if schedule.recomputes:
+        n = sum(ps.op.value == "R" for row in schedule.device_passes for ps in row)
+        parts.append(f"recompute {schedule.recompute_mode} on {n} of {total} forwards")
+    if schedule.offloads:
+        n = sum(c.kind == "O" for row in schedule.copies for c in row)
+        parts.append(f"offload on {n} of {total} forwards")
+    return ", ".join(parts)
+
+
 def _check_outputs(args: argparse.Namespace) -> None:
     """``export``'s output arguments, checked before any work: none empty, never one file twice."""
     for flag, value in (("--torch-csv", args.torch_csv), ("--text", args.text)):
@@ -115,8 +130,25 @@ def _check_outputs(args: argparse.Namespace) -> None:
             check_output_path(value)  # a folder, a missing folder: said before the schedule is built
 
 
+def _levers_note(schedule) -> str | None:
+    """What torch's CSV does not carry of a schedule's levers, and how the runtime maps them."""
+    if not (schedule.recomputes or schedule.offloads):
+        return None
+    parts = []
+    if schedule.recomputes:
+        parts.append(f"its R passes ({schedule.recompute_mode} recompute) map onto torch.utils.checkpoint around the "
+                     f"stage's layers, which recomputes inside the backward (ctrlmem run --recompute "
+                     f"{schedule.recompute_mode})")
+    if schedule.offloads:
+        parts.append("its offload copies map onto torch.autograd.graph.saved_tensors_hooks packing saved tensors "
+                     "to host memory")
+    return ("note: torch's CSV has no recompute or copy action; the CSV keeps the compute order without them: "
+            + "; ".join(parts))
+
+
 def _torchtitan_line(schedule, csv: str) -> str:
 
+    schedule = schedule.compute_only()
     try:
         name, why = torchtitan_schedule(schedule)
     except ValueError as exc:
@@ -133,13 +165,16 @@ def _cmd_export(args: argparse.Namespace) -> int:
     schedule, opt = optimize_schedule(args, schedule, costs)
     if opt is not None:
         print(optimize_summary(opt), file=sys.stderr)
+    note = _levers_note(schedule) if args.torch_csv else None
+    if note:
+        print(note, file=sys.stderr)
     if args.torch_csv == "-":
         sys.stdout.write(schedule.to_torch_csv())
         print(_torchtitan_line(schedule, "FILE.csv"), file=sys.stderr)
     elif args.torch_csv:
         schedule.to_torch_csv(args.torch_csv)
         where = sys.stderr if args.text == "-" else sys.stdout
-        print(f"wrote {args.torch_csv} ({schedule.num_passes} actions on {schedule.num_devices} ranks)", file=where)
+        print(f"wrote {args.torch_csv} ({schedule.compute_only().num_passes} actions on {schedule.num_devices} ranks)", file=where)
         print(_torchtitan_line(schedule, args.torch_csv), file=where)
     if args.text == "-":
         sys.stdout.write(schedule.to_text())

@@ -5,6 +5,7 @@ error type. Feature modules import these from here, never from :mod:`ctrlmem.cli
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 from typing import Sequence
@@ -142,6 +143,22 @@ def add_schedule_arguments(parser: argparse.ArgumentParser, name: bool = True) -
         "--allow-large", action="store_true",
         help="build schedules of more than 2,000,000 passes (refused by default: slow, several GB)",
     )
+    add_lever_arguments(parser)
+
+
+def add_lever_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--recompute``, ``--offload``, ``--offload-cost``: the memory levers (docs/theory.md §13)."""
+    group = parser.add_argument_group("memory levers (docs/theory.md §13)")
+    group.add_argument("--recompute", choices=("none", "selective", "full", "auto"), default="none",
+                       help="activation recomputation: an R of every forward before its backward (full: keep the "
+                            "stage input only; selective: keep all but attention's s x s part); auto: chosen by a "
+                            "budgeted search under --memory-limit (default none)")
+    group.add_argument("--offload", default="none", metavar="none|auto|FRACTION",
+                       help="offload this fraction of every forward's activation to host memory (or auto: chosen "
+                            "by a budgeted search under --memory-limit; default none)")
+    group.add_argument("--offload-cost", type=float_arg(positive=False), default=None, metavar="T",
+                       help="time of one a of activation copied between device and host, each direction "
+                            "(Costs.offload; default 0)")
 
 
 def add_memory_gb_arguments(parser: argparse.ArgumentParser) -> None:
@@ -220,10 +237,20 @@ def schedule_from_args(args: argparse.Namespace, name: str | None = None):
     validated and simulated as it is: its own p and m; ``-p``/``-m`` given explicitly must
     agree (``-m`` may name more microbatches than a CSV's largest index)."""
     costs = Costs.parse(args.costs)
+    if getattr(args, "offload_cost", None) is not None:
+        costs = dataclasses.replace(costs, offload=args.offload_cost)
+    levers = {"recompute": getattr(args, "recompute", "none"), "offload": getattr(args, "offload", "none")}
     name = name or args.name
     apply_memory_gb(args, name)
     if is_schedule_file(name):
-        return _schedule_from_file(args, name), costs
+        if "auto" in levers.values():
+            raise CliError(f"--recompute/--offload auto searches a generator's orders; {name} is a schedule file: "
+                           "give a fixed lever (none, selective, full; an offload fraction)")
+        from ctrlmem.model.levers import lever_mode, offload_choice  # noqa: PLC0415
+        from ctrlmem.schedules.registry import apply_levers  # noqa: PLC0415
+
+        schedule = _schedule_from_file(args, name)
+        return apply_levers(schedule, lever_mode(levers["recompute"]), offload_choice(levers["offload"]), costs), costs
     schedule = build(
         name,
         args.devices,
@@ -231,6 +258,7 @@ def schedule_from_args(args: argparse.Namespace, name: str | None = None):
         costs=costs,
         memory_limit=args.memory_limit,
         allow_large=getattr(args, "allow_large", False),
+        **levers,
         **parse_params(args.param),
     )
     return schedule, costs
@@ -270,6 +298,9 @@ def add_optimize_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def optimize_schedule(args: argparse.Namespace, schedule, costs):
+    if getattr(args, "optimize", None) is not None and (schedule.recomputes or schedule.offloads):
+        raise CliError("--optimize (cm.improve) does not model recompute passes or copies yet; drop --optimize or "
+                       "the levers (--recompute/--offload)")
     """``(schedule, result)``: ``schedule`` improved for ``args.optimize`` seconds (``result`` the
     :class:`~ctrlmem.solver.optimal.OptimalResult`), or as it is with ``None`` without ``--optimize``."""
     seconds = getattr(args, "optimize", None)

@@ -37,6 +37,10 @@ def add_commands(subparsers) -> None:
                         "schedules one after the other in one launch (each process starts once): each result goes "
                         "to OUT/<schedule>/result.json")
     p.add_argument("-p", "--devices", type=int_arg(), default=2, help="number of ranks p (default 2)")
+    p.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
+                   help="activation recomputation in every stage: torch.utils.checkpoint around the stage's layers "
+                        "(full) or each layer's attention core (selective); adds an R before every backward to the "
+                        "schedule (fused-backward schedules; default none)")
     p.add_argument("-m", "--microbatches", type=int_arg(), default=4, help="number of microbatches m (default 4)")
     p.add_argument("--dp", type=int_arg(), default=1,
                    help="data-parallel replicas of the pipeline (dp x p ranks; batch split, gradients averaged)")
@@ -164,6 +168,7 @@ def _config(args: argparse.Namespace, schedule: str, out: str):
         threads_per_rank=args.threads, pin_cores=args.pin, timeout_s=args.timeout,
         comm_timeout_s=args.comm_timeout, hang_timeout_s=args.hang_timeout,
         memory_fidelity=not args.torch_memory, dp=args.dp, audit_p2p=args.audit_p2p, allow_large=args.allow_large,
+        recompute=args.recompute,
     )
 
 

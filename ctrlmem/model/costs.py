@@ -8,6 +8,10 @@
 * :class:`MemoryModel` gives the activation each stage's ``F`` allocates, in units of ``a`` (one
   microbatch's activation over one full device-stage; 1F1B's peak is ``p·a``), and the fraction
   released at ``B``; the rest is released at ``W`` (or all of it at ``BW``).
+* The memory levers (docs/theory.md §13): a recomputed forward keeps ``Costs.input_fraction`` of
+  its activation until its ``R`` (``Costs.recompute`` long, the forward by default); selective
+  recomputation keeps ``Costs.selective[0]`` and recomputes for ``Costs.selective[1]`` of the
+  forward; an offload copy takes ``Costs.offload`` per ``a`` copied, each direction.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence, Union
 
 __all__ = ["Costs", "MemoryModel", "MAX_COST"]
@@ -85,20 +89,79 @@ class Costs:
         b: input-backward time (same convention).
         w: weight-backward time (same convention).
         comm: latency of one cross-device send (a single number).
+
+    Keyword-only, the memory levers (docs/theory.md §13):
+
+        recompute: time of a full recompute ``R`` (same convention as ``f``); ``None``, the
+            default, is the forward's time.
+        offload: time to copy one ``a`` of activation between device and host, one direction
+            (a copy of ``x·a`` takes ``x·offload``).
+        input_fraction: the share of a forward's activation a fully recomputed forward keeps
+            until its ``R``: the stage's input, ``2/34`` for a GPT layer (``2sbh`` of the ``34sbh``
+            bytes it saves, Korthikanti et al. 2022).
+        selective: ``(keep, cost)`` of selective recomputation: the share kept (all but
+            attention's ``s x s`` part) and the recompute's time as a fraction of the forward.
+            The default is Korthikanti et al.'s GPT-3 175B layer (h = 12288, 96 heads, s = 2048):
+            ``34 / (34 + 5·96·2048/12288)`` kept, ``s / (6h + s)`` of the forward recomputed;
+            :meth:`selective_pair` computes it for another model.
     """
 
     f: PerStage = 1.0
     b: PerStage = 1.0
     w: PerStage = 1.0
     comm: Number = 0.0
+    recompute: PerStage | None = field(default=None, kw_only=True)
+    offload: Number = field(default=0.0, kw_only=True)
+    input_fraction: Number = field(default=2 / 34, kw_only=True)
+    selective: tuple[float, float] = field(default=(34 / 114, 2048 / 75776), kw_only=True)
 
     def __post_init__(self) -> None:
         for name in ("f", "b", "w"):
             object.__setattr__(self, name, _normalise(name, getattr(self, name)))
         object.__setattr__(self, "comm", _check_value("comm", self.comm))
+        self._check_levers()
         if _total(self.f) + _total(self.b) + _total(self.w) == 0:
             raise ValueError("f + b + w must be > 0 (on at least one stage): a schedule with free passes has no "
                              "bubble rate")
+
+    def _check_levers(self) -> None:
+        if self.recompute is not None:
+            object.__setattr__(self, "recompute", _normalise("recompute", self.recompute))
+        object.__setattr__(self, "offload", _check_value("offload", self.offload))
+        keep = _check_value("input_fraction", self.input_fraction)
+        if keep > 1:
+            raise ValueError(f"input_fraction is a fraction in [0, 1], got {self.input_fraction!r}")
+        object.__setattr__(self, "input_fraction", keep)
+        pair = self.selective
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"selective must be a (keep, cost) pair of fractions, got {pair!r}")
+        keep_s, cost_s = (_check_value(f"selective[{i}]", x) for i, x in enumerate(pair))
+        if keep_s > 1:
+            raise ValueError(f"selective[0] (the share kept) is a fraction in [0, 1], got {pair[0]!r}")
+        object.__setattr__(self, "selective", (keep_s, cost_s))
+
+    @staticmethod
+    def selective_pair(hidden: int, heads: int, seq_len: int) -> tuple[float, float]:
+        """``(keep, cost)`` of selective recomputation for a GPT layer (Korthikanti et al. 2022):
+        the layer saves ``sbh(34 + 5·heads·s/h)`` bytes, selective recomputation drops the
+        ``5·heads·s²b`` of attention's scores; the attention core is ``4bs²h`` of the
+        forward's ``24bsh² + 4bs²h`` FLOPs."""
+        scores = 5 * heads * seq_len / hidden
+        return 34 / (34 + scores), seq_len / (6 * hidden + seq_len)
+
+    def recompute_times(self, num_stages: int, num_devices: int, mode: str = "full") -> list[float]:
+        """Per-stage time of an ``R`` pass: ``recompute`` (the forward by default) for ``full``,
+        ``selective[1]`` of the forward for ``selective``."""
+        f = _per_stage("f", self.f, num_stages, num_devices / num_stages)
+        if mode == "selective":
+            return [x * self.selective[1] for x in f]
+        if self.recompute is None:
+            return f
+        return _per_stage("recompute", self.recompute, num_stages, num_devices / num_stages)
+
+    def kept_fraction(self, mode: str = "full") -> float:
+        """The share of a recomputed forward's activation kept until its ``R``."""
+        return self.selective[0] if mode == "selective" else self.input_fraction
 
     @classmethod
     def coerce(cls, value: object, name: str = "costs") -> "Costs":
@@ -112,9 +175,9 @@ class Costs:
         if isinstance(value, str):
             return cls.parse(value)
         if isinstance(value, Mapping):
-            unknown = sorted(set(map(str, value)) - {"f", "b", "w", "comm"})
+            unknown = sorted(set(map(str, value)) - set(_KEYS))
             if unknown:
-                raise TypeError(f"{name}: unknown key(s) {unknown}; a costs mapping takes f, b, w, comm")
+                raise TypeError(f"{name}: unknown key(s) {unknown}; a costs mapping takes {', '.join(_KEYS)}")
             return cls(**value)
         if isinstance(value, (list, tuple)) and not isinstance(value, bool):
             if len(value) not in (3, 4):
@@ -151,7 +214,17 @@ class Costs:
         )
 
     def to_dict(self) -> dict:
-        return {"f": self.f, "b": self.b, "w": self.w, "comm": self.comm}
+        """``f, b, w, comm``, and each lever field that is not at its default."""
+        out = {"f": self.f, "b": self.b, "w": self.w, "comm": self.comm}
+        for key, default in _LEVER_DEFAULTS.items():
+            if getattr(self, key) != default:
+                out[key] = getattr(self, key)
+        return out
+
+
+_LEVER_DEFAULTS = {"recompute": None, "offload": 0.0, "input_fraction": 2 / 34,
+                   "selective": (34 / 114, 2048 / 75776)}
+_KEYS = ("f", "b", "w", "comm", *_LEVER_DEFAULTS)
 
 
 @dataclass(frozen=True)

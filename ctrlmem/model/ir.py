@@ -3,7 +3,11 @@
 Notation (docs/architecture.md, docs/theory.md §1):
 
 * ``F`` forward, ``B`` backward for the input (activation gradient), ``W`` backward for the
-  weights, ``BW`` a fused backward (B and W in one pass, as in 1F1B).
+  weights, ``BW`` a fused backward (B and W in one pass, as in 1F1B), ``R`` a recompute of a
+  forward (activation recomputation, docs/theory.md §13): it runs on the stage's device after
+  its ``F`` and before its ``B`` (or ``BW``).
+* Activation offload is not a compute pass: :attr:`Schedule.copies` lists, per device, the
+  :class:`Copy` of an activation to host memory (``O``) and back (``L``, a reload).
 * ``p`` devices (the paper's *d*), ``m`` microbatches, ``S`` virtual stages; a device holds
   ``v = S / p`` stages, its *chunks*, in ascending stage order (chunk 0 is its lowest stage).
 * A :class:`Schedule` is data: for every device, the ordered list of passes it runs.
@@ -33,16 +37,17 @@ from typing import Iterable, NamedTuple, Sequence
 from ctrlmem.util.fileio import atomic_write
 import stat
 
-__all__ = ["Op", "Pass", "Placement", "Schedule"]
+__all__ = ["Op", "Pass", "Placement", "Schedule", "Copy", "RECOMPUTE_MODES"]
 
 
 class Op(str, enum.Enum):
-    """Kind of a pass: forward, input backward, weight backward, or fused backward."""
+    """Kind of a pass: forward, input backward, weight backward, fused backward, or recompute."""
 
     F = "F"
     B = "B"
     W = "W"
     BW = "BW"
+    R = "R"
 
     def __str__(self) -> str:  # "F", not "Op.F"
         return self.value
@@ -50,7 +55,7 @@ class Op(str, enum.Enum):
 
 _TORCH_LETTER = {Op.F: "F", Op.B: "I", Op.W: "W", Op.BW: "B"}
 _FROM_TORCH_LETTER = {v: k for k, v in _TORCH_LETTER.items()}
-_PASS_RE = re.compile(r"^(\d+)(BW|F|B|W)(\d+)$")
+_PASS_RE = re.compile(r"^(\d+)(BW|F|B|W|R)(\d+)$")
 
 
 class Pass(NamedTuple):
@@ -69,13 +74,61 @@ class Pass(NamedTuple):
         match = _PASS_RE.match(text.strip())
         if not match:
             raise ValueError(
-                f"cannot parse pass {text!r}: expected <stage><F|B|W|BW><microbatch>, e.g. '3F0'"
+                f"cannot parse pass {text!r}: expected <stage><F|B|W|BW|R><microbatch>, e.g. '3F0'"
             )
         return cls(Op(match.group(2)), int(match.group(1)), int(match.group(3)))
 
     def to_torch(self) -> str:
-        """The pass in torch's action letters (``F``, ``I`` for B, ``W``, ``B`` for BW)."""
+        """The pass in torch's action letters (``F``, ``I`` for B, ``W``, ``B`` for BW). An ``R``
+        has no torch action (torch recomputes inside the backward: :meth:`Schedule.to_torch_csv`)."""
+        if self.op is Op.R:
+            raise ValueError(f"pass {self} is a recompute, which torch's CSV has no action for; "
+                             "Schedule.to_torch_csv drops it (torch.utils.checkpoint recomputes inside the backward)")
         return f"{self.stage}{_TORCH_LETTER[self.op]}{self.microbatch}"
+
+
+RECOMPUTE_MODES = ("full", "selective")
+"""What a schedule's ``R`` passes recompute: ``full`` the whole forward (only the stage's input is
+kept until ``R``), ``selective`` attention's s x s part only (:class:`ctrlmem.Costs`)."""
+
+_COPY_RE = re.compile(r"^(\d+)(O|L)(\d+)(?::([0-9.eE+-]+))?(?:@(-?\d+))?$")
+
+
+class Copy(NamedTuple):
+    """One activation copy on a device's copy lanes (docs/theory.md §13).
+
+    ``kind`` is ``"O"`` (offload: device to host, starts when its ``F`` has ended and the
+    device-to-host lane is free) or ``"L"`` (reload: host to device, issued when the device's
+    compute pass at step ``after`` ends, ``-1`` for time 0; its ``B`` waits for it).
+    ``fraction`` (offloads only) is the share of the forward's resident activation copied.
+    Text form: ``3O0`` / ``3O0:0.5`` and ``3L0@7``.
+    """
+
+    kind: str
+    stage: int
+    microbatch: int
+    fraction: float = 1.0
+    after: int = -1
+
+    def __str__(self) -> str:
+        if self.kind == "O":
+            return f"{self.stage}O{self.microbatch}" + ("" if self.fraction == 1 else f":{self.fraction!r}")
+        return f"{self.stage}L{self.microbatch}@{self.after}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Copy":
+        """Parse ``"3O0"``, ``"3O0:0.5"`` or ``"3L0@7"``."""
+        match = _COPY_RE.match(text.strip())
+        if not match or (match.group(2) == "O") != (match.group(5) is None) or (
+                match.group(2) == "L" and match.group(4) is not None):
+            raise ValueError(f"cannot parse copy {text!r}: expected an offload <stage>O<mb>[:FRACTION] "
+                             "(e.g. '3O0:0.5') or a reload <stage>L<mb>@<step> (e.g. '3L0@7')")
+        stage, kind, mb, frac, after = match.groups()
+        try:
+            fraction = float(frac) if frac is not None else 1.0
+        except ValueError:
+            raise ValueError(f"cannot parse copy {text!r}: the fraction must be a number") from None
+        return cls(kind, int(stage), int(mb), fraction, int(after) if after is not None else -1)
 
 
 PLACEMENT_KINDS = ("sequential", "interleaved", "v-shape", "custom")
@@ -177,7 +230,7 @@ class Placement:
         return f"{self.kind}:" + ",".join(map(str, self.stage_device))
 
 
-_HEADER_KEYS = frozenset({"p", "m", "placement"})
+_HEADER_KEYS = frozenset({"p", "m", "placement", "recompute"})
 """Keys of the text header that a generator parameter of the same name must not shadow."""
 
 
@@ -192,6 +245,9 @@ class Schedule:
         placement: which device holds each stage; ``placement.num_stages`` is ``S``.
         device_passes: ``device_passes[d]`` is device ``d``'s passes in execution order.
         params: the generator's parameters (for display and export), e.g. ``{"num_chunks": 2}``.
+        recompute_mode: keyword-only; what the ``R`` passes recompute, ``"full"`` (default) or
+            ``"selective"`` (:data:`RECOMPUTE_MODES`); meaningless without ``R`` passes.
+        copies: keyword-only; per device, its activation copies (:class:`Copy`), ``()`` for none.
 
     A ``Schedule`` is only data; :func:`ctrlmem.validate` checks it and
     :func:`ctrlmem.simulate` times it.
@@ -203,8 +259,15 @@ class Schedule:
     placement: Placement
     device_passes: tuple[tuple[Pass, ...], ...]
     params: tuple[tuple[str, object], ...] = ()
+    recompute_mode: str = field(default="full", kw_only=True)
+    copies: tuple[tuple[Copy, ...], ...] = field(default=(), kw_only=True)
 
     def __post_init__(self) -> None:
+        if self.recompute_mode not in RECOMPUTE_MODES:
+            raise ValueError(f"recompute_mode must be one of {RECOMPUTE_MODES}, got {self.recompute_mode!r}")
+        if self.copies and len(self.copies) != self.num_devices:
+            raise ValueError(f"copies has {len(self.copies)} rows but the schedule has {self.num_devices} devices; "
+                             "give one tuple of copies per device (or none at all)")
         if self.placement.num_devices != self.num_devices:
             raise ValueError(
                 f"placement has {self.placement.num_devices} devices but the schedule has {self.num_devices}"
@@ -249,6 +312,22 @@ class Schedule:
         return sum(len(row) for row in self.device_passes)
 
     @property
+    def recomputes(self) -> bool:
+        """True when the schedule holds ``R`` passes."""
+        return any(ps.op is Op.R for row in self.device_passes for ps in row)
+
+    @property
+    def offloads(self) -> bool:
+        """True when the schedule copies activations to host memory."""
+        return any(self.copies)
+
+    def compute_only(self) -> "Schedule":
+        """The schedule without its levers: ``R`` passes and copies dropped (what torch's CSV
+        carries); every other pass in its order."""
+        rows = tuple(tuple(ps for ps in row if ps.op is not Op.R) for row in self.device_passes)
+        return Schedule(self.name, self.num_devices, self.num_microbatches, self.placement, rows, self.params)
+
+    @property
     def split_backward(self) -> bool:
         """True when the schedule uses separate B and W passes (zero-bubble family)."""
         return any(ps.op is Op.W for row in self.device_passes for ps in row)
@@ -261,7 +340,8 @@ class Schedule:
         """Compact, human-readable text that :meth:`from_text` parses back exactly.
 
         ``schedule NAME p=P m=M placement=KIND:DEV,DEV,...`` then one line per device,
-        ``dN: 0F0 0F1 ...``.
+        ``dN: 0F0 0F1 ...``; a schedule with ``R`` passes adds ``recompute=MODE`` to the header,
+        one with copies a line ``cN: 0O0 0L0@5 ...`` per device after the device lines.
         """
         head = (
             f"schedule {self.name} p={self.num_devices} m={self.num_microbatches} "
@@ -273,9 +353,13 @@ class Schedule:
             # a parameter named like a header key (p, m, placement) is written as param.KEY
             head += " " + " ".join(f"{'param.' + k if k in _HEADER_KEYS else k}={shlex.quote(str(v))}"
                                    for k, v in self.params)
+        if self.recomputes:
+            head += f" recompute={self.recompute_mode}"
         lines = [head]
         for d, row in enumerate(self.device_passes):
             lines.append(f"d{d}: " + " ".join(map(str, row)))
+        for d, row in enumerate(self.copies):
+            lines.append(f"c{d}: " + " ".join(map(str, row)))
         return "\n".join(lines) + "\n"
 
     @classmethod
@@ -291,7 +375,7 @@ class Schedule:
         limit = _pass_limit(allow_large)
         body = text.split("\n", 1)[1] if "\n" in text.lstrip() else ""
         body = _COMMENT.sub("", body) if "#" in body else body
-        upper = sum(body.count(c) for c in "FBW") - body.count("BW")  # the passes, counted without parsing
+        upper = sum(body.count(c) for c in "FBWRO") - body.count("BW")  # the passes, counted without parsing
         if limit is not None and upper > limit:
             raise _too_many("schedule text", limit)
         numbered = [(i, ln) for i, ln in enumerate(text.splitlines(), 1)
@@ -339,12 +423,19 @@ class Schedule:
         if len(stage_device) > max(upper, _SMALL):  # every stage runs a pass: checked before a placement that size exists
             raise ValueError(f"line {head_no}: the placement maps {len(stage_device):,} stages, but the text holds "
                              f"only {upper:,} passes and every stage needs at least one")
+        mode = fields.pop("recompute", "full")
+        if mode not in RECOMPUTE_MODES:
+            raise ValueError(f"line {head_no}: recompute={mode!r} is not one of {', '.join(RECOMPUTE_MODES)}")
         placement = Placement(kind, stage_device, p)
         rows: list[tuple[Pass, ...] | None] = [None] * p
+        copies: list[tuple[Copy, ...] | None] = [None] * p
         read = 0
         for no, line in numbered[1:]:
             label, sep, rest = line.partition(":")
             label = label.strip()
+            if sep and label[:1] == "c" and label[1:].isdigit():
+                _read_copies(no, label, rest, copies, placement.num_stages, m)
+                continue
             if not sep or not label.startswith("d") or not label[1:].isdigit():
                 raise ValueError(f"line {no}: bad device line {line.strip()[:60]!r}: expected 'dN: 0F0 0F1 ...'")
             d = int(label[1:])
@@ -367,7 +458,8 @@ class Schedule:
         _check_counts("schedule text", placement.num_stages, m, sum(len(r or ()) for r in rows))
         params = tuple(sorted((k[len("param."):] if k.startswith("param.") else k, _parse_literal(v))
                               for k, v in fields.items()))
-        return cls(name, p, m, placement, tuple(r or () for r in rows), params)
+        lanes = tuple(c or () for c in copies) if any(c is not None for c in copies) else ()
+        return cls(name, p, m, placement, tuple(r or () for r in rows), params, recompute_mode=mode, copies=lanes)
 
     # -- torch CSV ---------------------------------------------------------------------------
     def to_torch_csv(self, path: str | PathLike | None = None) -> str:
@@ -375,11 +467,17 @@ class Schedule:
 
         One row per rank, one cell per action, in torch's letters: ``F``, ``I`` (our B),
         ``W``, ``B`` (our BW); for example ``0F3,7I2,7W2,1B0``.
+
+        Torch's CSV has no recompute or copy action, so the levers are dropped and the compute
+        order kept: an ``R`` maps onto ``torch.utils.checkpoint`` around the stage's layers (the
+        forward keeps only the checkpoint's inputs and the backward recomputes right before it
+        runs, which is where ctrlmem places the ``R``; ``ctrlmem run --recompute``), an offload onto
+        ``torch.autograd.graph.saved_tensors_hooks`` packing saved tensors to host memory.
         """
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
         for row in self.device_passes:
-            writer.writerow([ps.to_torch() for ps in row])
+            writer.writerow([ps.to_torch() for ps in row if ps.op is not Op.R])
         text = buf.getvalue()
         if path is not None:  # atomically: a failed write keeps the old file (ctrlmem.util.fileio)
 
@@ -623,6 +721,24 @@ def _short(text: str, limit: int = 60) -> str:
 def _first_few(items: list, shown: int = 5) -> str:
     head = ", ".join(str(x) for x in items[:shown])
     return f"[{head}]" if len(items) <= shown else f"[{head}, ...] ({len(items):,} in all)"
+
+
+def _read_copies(no: int, label: str, rest: str, copies: list, num_stages: int, num_microbatches: int) -> None:
+    """One text-form line ``cN: 0O0 0L0@5 ...`` into ``copies[N]`` (a ``ValueError`` naming the line)."""
+    d = int(label[1:])
+    if not 0 <= d < len(copies):
+        raise ValueError(f"line {no}: copy line {label!r} is outside c0..c{len(copies) - 1}")
+    if copies[d] is not None:
+        raise ValueError(f"line {no}: copy line {label!r} is given twice")
+    row = []
+    for tok in rest.split():
+        try:
+            cp = Copy.parse(tok)
+        except ValueError as exc:
+            raise ValueError(f"line {no}: {exc}") from None
+        _check_range(Pass(Op.F, cp.stage, cp.microbatch), num_stages, num_microbatches, f"line {no}")
+        row.append(cp)
+    copies[d] = tuple(row)
 
 
 def _check_range(ps: Pass, num_stages: int, num_microbatches: int, where: str) -> None:

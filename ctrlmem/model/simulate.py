@@ -6,6 +6,12 @@ dependency that crosses devices. Devices keep their order, which is the paper's 
 stage's activation at its start; ``B`` releases ``MemoryModel.release_at_b`` of it at its end,
 ``W`` the rest at its end, ``BW`` all of it. At equal times releases come before allocations.
 
+With the memory levers (docs/theory.md §13) a recomputed forward allocates only
+``Costs.kept_fraction`` of its activation, its ``R`` the rest at its start; an offloaded share
+leaves device memory when its copy to the host ends and comes back when its reload starts, so
+memory counts what is resident while a copy is in flight. Copies run on two lanes per device
+(device-to-host, host-to-device) beside compute; a ``B`` waits for its reload.
+
 Definitions (docs/theory.md §5): a device's *span* runs from the start of its first pass to the end
 of its last; its *work* is the sum of its pass times; its *bubble* is span − work. The bubble
 rate is ``1 − max_work / max_span``; with equal costs per device this is the paper's
@@ -53,6 +59,7 @@ class SimResult:
         bubble_rate: ``1 − max(device_work) / max(device_spans)``.
         peak_memory: per device, the peak activation memory in units of ``a``.
         passes: every pass with its device and start/end times (device-major, in order).
+        copies: every activation copy (``op`` is ``"O"`` or ``"L"``) with its times.
     """
 
     schedule: Schedule
@@ -68,6 +75,18 @@ class SimResult:
     _start: list[float] = field(repr=False)
     _end: list[float] = field(repr=False)
     _events: list[list[tuple[float, float]]] = field(repr=False)
+
+    @cached_property
+    def copies(self) -> list[TimedPass]:
+        idx, start, end = self._index, self._start, self._end
+        sm = idx.num_stages * idx.num_microbatches
+        out = []
+        for d, keys in zip(idx.lane_owner, idx.lanes):
+            for key in keys:
+                kind, r = divmod(key, sm)
+                stage, mb = divmod(r, idx.num_microbatches)
+                out.append(TimedPass(d, "O" if kind == 4 else "L", stage, mb, start[key], end[key]))
+        return out
 
     @cached_property
     def passes(self) -> list[TimedPass]:
@@ -123,6 +142,9 @@ class SimResult:
             "bubble_rate": self.bubble_rate,
             "peak_memory": self.peak_memory,
         }
+        if include_passes and self._index.lanes:
+            out["copies"] = [{"device": c.device, "op": c.op, "stage": c.stage, "microbatch": c.microbatch,
+                              "start": c.start, "end": c.end} for c in self.copies]
         if include_passes:
             out["passes"] = [
                 {"device": tp.device, "op": tp.op.value, "stage": tp.stage, "microbatch": tp.microbatch,
@@ -174,6 +196,9 @@ def simulate(
     sm = S * m
     fused = index.fused
     durations = pass_durations(index, f, b, w)
+    keep = _kept(schedule, index, costs, act) if index.kinds > 3 else None
+    if keep is not None:
+        _lever_durations(schedule, index, costs, durations, keep)
     start, end = execute(schedule, index, durations, float(costs.comm))
 
     rb = memory.release_at_b
@@ -199,8 +224,10 @@ def simulate(
                     ev.append((end[key], -a))
                 elif rb:
                     ev.append((end[key], -a * rb))
-            else:
+            elif kind == 2:
                 ev.append((end[key], -a * (1.0 - rb)))
+        if keep is not None:
+            ev += _lever_events(index, keys, keep, act, start, end)
         ev.sort()  # at equal times the negative deltas (releases) sort first
         level = peak = 0.0
         for _, delta in ev:
@@ -209,6 +236,10 @@ def simulate(
                 peak = level
         peaks.append(_clean(peak))
         events.append(ev)
+    if keep is not None:  # a device's span and its makespan end with its copies too
+        for lane in index.lanes:
+            if lane:
+                makespan = max(makespan, max(end[k] for k in lane))
     max_span = max(spans)
     # work <= span on every device, so the rate is >= 0; clamp the float noise of huge sums
     bubble_rate = max(0.0, _clean(1.0 - max(work) / max_span)) if max_span > 0 else 0.0
@@ -227,3 +258,58 @@ def simulate(
         _end=end,
         _events=events,
     )
+
+
+def _kept(schedule: Schedule, index: ScheduleIndex, costs: Costs, act: list[float]) -> list[float]:
+    """Per ``stage * m + mb``, the activation a forward keeps resident after it (``a`` times
+    ``Costs.kept_fraction`` for a recomputed one)."""
+    S, m = index.num_stages, index.num_microbatches
+    sm = S * m
+    frac = costs.kept_fraction(schedule.recompute_mode)
+    keep = [act[r // m] for r in range(sm)]
+    for r in range(sm):
+        if index.device[3 * sm + r] >= 0:
+            keep[r] *= frac
+    return keep
+
+
+def _lever_durations(schedule: Schedule, index: ScheduleIndex, costs: Costs, durations: list[float],
+                     keep: list[float]) -> None:
+    """Extend ``durations`` with the ``R`` passes' times and the copies' (``Costs.offload`` per
+    ``a`` copied)."""
+    S, m, p = index.num_stages, index.num_microbatches, schedule.num_devices
+    sm = S * m
+    rec = costs.recompute_times(S, p, schedule.recompute_mode)
+    durations.extend(rec[st] for st in range(S) for _ in range(m))
+    if index.kinds > 4:
+        copy = [0.0] * sm
+        for key, frac in index.fractions.items():
+            copy[key - 4 * sm] = float(costs.offload) * frac * keep[key - 4 * sm]
+        durations.extend(copy)
+        durations.extend(copy)
+
+
+def _lever_events(index: ScheduleIndex, keys: list[int], keep: list[float], act: list[float],
+                  start: list[float], end: list[float]) -> list[tuple[float, float]]:
+    """One device's memory deltas from its levers: a recomputed forward gives back what it does
+    not keep at its start and its ``R`` takes it at its start; an offloaded share leaves at its
+    copy's end and returns at its reload's start."""
+    S, m = index.num_stages, index.num_microbatches
+    sm = S * m
+    ev: list[tuple[float, float]] = []
+    for key in keys:
+        if key >= 3 * sm:  # an R
+            r = key - 3 * sm
+            rest = act[r // m] - keep[r]
+            ev += ((start[r], -rest), (start[key], rest))
+    if not index.lanes:
+        return ev
+    d = index.device[keys[0]] if keys else -1
+    for owner, lane in zip(index.lane_owner, index.lanes):
+        if owner != d:
+            continue
+        for key in lane:
+            kind, r = divmod(key, sm)
+            share = index.fractions[4 * sm + r] * keep[r]
+            ev.append((end[key], -share) if kind == 4 else (start[key], share))
+    return ev

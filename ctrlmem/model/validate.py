@@ -7,7 +7,11 @@ dependencies are those of docs/architecture.md:
 * ``F(s, k)`` needs ``F(s-1, k)``;
 * ``B(s, k)`` (or ``BW``) needs ``B(s+1, k)`` (or ``BW``), and the last stage's needs its own
   ``F`` (the loss turns the forward into the backward);
-* ``W(s, k)`` needs ``B(s, k)``.
+* ``W(s, k)`` needs ``B(s, k)``;
+* with the memory levers (docs/theory.md §13): ``R(s, k)`` needs ``F(s, k)`` and must come before
+  ``B(s, k)`` (or ``BW``) on the same device; an offload of ``(s, k)`` needs ``F(s, k)``, its
+  reload the offload and the end of the compute pass it is issued after, which must come at or
+  after ``F(s, k)`` and before ``B(s, k)``; ``B(s, k)`` then waits for the reload.
 
 Each device runs its passes in the given order; :func:`execute` runs them as soon as possible
 and detects deadlock, a cycle between device orders. :class:`ScheduleError` names the device,
@@ -17,7 +21,7 @@ marker at the failing step, in the manner of torch's pipelining validator.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from ctrlmem.model.ir import Op, Pass, Schedule
@@ -97,8 +101,13 @@ class ScheduleIndex:
     """Flat integer view of a structurally valid schedule, shared by validation and simulation.
 
     A pass is identified by ``key = (kind * S + stage) * m + microbatch`` with kind 0 = F,
-    1 = B or BW, 2 = W. ``dep[key]`` is the key it needs (-1 for none), ``device[key]`` the
-    device that runs it, ``where[key]`` its position on that device.
+    1 = B or BW, 2 = W, and with the levers 3 = R, 4 = offload, 5 = reload (the arrays then
+    grow to ``4·S·m`` or ``6·S·m``; without levers they hold ``3·S·m``). ``dep[key]`` is the key it
+    needs (-1 for none), ``device[key]`` the device that runs it, ``where[key]`` its position on
+    that device (for a copy: on its lane). ``lanes`` are the copy lanes (two per device with
+    copies: device-to-host, host-to-device), ``lane_owner`` their devices, and ``extra_dep`` the
+    keys a pass needs beyond ``dep`` (a ``B`` its reload, a reload its issuing pass), all on the
+    same device.
     """
 
     num_stages: int
@@ -108,6 +117,15 @@ class ScheduleIndex:
     where: list[int]
     dep: list[int]
     fused: bytearray  # per (stage * m + mb): 1 when the backward is a fused BW
+    lanes: list[list[int]] = field(default_factory=list)
+    lane_owner: list[int] = field(default_factory=list)
+    extra_dep: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    fractions: dict[int, float] = field(default_factory=dict)  # offload key -> fraction copied
+
+    @property
+    def kinds(self) -> int:
+        """Key kinds the arrays hold (3 without levers, 4 with ``R``, 6 with copies)."""
+        return len(self.device) // (self.num_stages * self.num_microbatches)
 
     def pass_of(self, key: int) -> Pass:
         sm = self.num_stages * self.num_microbatches
@@ -117,9 +135,27 @@ class ScheduleIndex:
             op = Op.F
         elif kind == 2:
             op = Op.W
+        elif kind == 3:
+            op = Op.R
+        elif kind > 3:
+            raise ValueError(f"key {key} is a {'reload' if kind == 5 else 'offload'} copy, not a pass; "
+                             "use ScheduleIndex.describe")
         else:
             op = Op.BW if self.fused[rem] else Op.B
         return Pass(op, stage, mb)
+
+
+def _describe(index: ScheduleIndex, key: int) -> str:
+    """A pass's text, or ``offload 3O0`` / ``reload 3L0`` for a copy."""
+    sm = index.num_stages * index.num_microbatches
+    kind, rem = divmod(key, sm)
+    if kind < 4:
+        return str(index.pass_of(key))
+    stage, mb = divmod(rem, index.num_microbatches)
+    return f"{'reload' if kind == 5 else 'offload'} {stage}{'L' if kind == 5 else 'O'}{mb}"
+
+
+ScheduleIndex.describe = _describe
 
 
 def _fail(schedule: Schedule, message: str, device: int, position: int, pass_: Pass, waits_for=None):
@@ -152,7 +188,7 @@ def index_schedule(schedule: Schedule) -> ScheduleIndex:
     device_keys: list[list[int]] = []
     last = S - 1
     op_f, op_w, op_bw = Op.F, Op.W, Op.BW
-    num_w = 0
+    num_w = num_r = 0
     for d, row in enumerate(schedule.device_passes):
         keys = []
         for pos, ps in enumerate(row):
@@ -169,7 +205,12 @@ def index_schedule(schedule: Schedule) -> ScheduleIndex:
                     d, pos, ps,
                 )
             r = s * m + k
-            if op is op_f:
+            if op is Op.R:
+                if len(device) < 4 * sm:
+                    _grow(sm, device, where, dep)
+                key, need = 3 * sm + r, r
+                num_r += 1
+            elif op is op_f:
                 key = r
                 need = r - m if s > 0 else -1
             elif op is op_w:
@@ -186,7 +227,7 @@ def index_schedule(schedule: Schedule) -> ScheduleIndex:
                 _fail(
                     schedule,
                     f"device {d}, step {pos}: pass {ps} duplicates {first} at step {where[key]} "
-                    f"(each stage and microbatch needs one F and one BW, or one B and one W)",
+                    f"(each stage and microbatch needs one F and one BW, or one B and one W, and at most one R)",
                     d, pos, ps,
                 )
             device[key] = d
@@ -194,14 +235,114 @@ def index_schedule(schedule: Schedule) -> ScheduleIndex:
             dep[key] = need
             keys.append(key)
         device_keys.append(keys)
-    total = sum(len(keys) for keys in device_keys)
+    total = sum(len(keys) for keys in device_keys) - num_r
     # Without duplicates, the counts match exactly when nothing is missing and no stage mixes
     # BW with W; only then can the detailed scan be skipped.
     num_fused = sum(fused)
     mixed = num_fused and num_w and any(device[2 * sm + r] >= 0 for r in range(sm) if fused[r])
+    index = ScheduleIndex(S, m, device_keys, device, where, dep, fused)
+    if num_r:
+        _check_recomputes(schedule, index)
     if mixed or total != 3 * sm - num_fused or num_w != sm - num_fused or -1 in device[: 2 * sm]:
         _check_complete(schedule, device, where, fused)
-    return ScheduleIndex(S, m, device_keys, device, where, dep, fused)
+    if schedule.offloads:
+        _index_copies(schedule, index)
+    return index
+
+
+def _grow(sm: int, *arrays: list[int]) -> None:
+    """Extend the key arrays by one kind (``S·m`` keys) of -1."""
+    for arr in arrays:
+        arr.extend([-1] * sm)
+
+
+def _check_recomputes(schedule: Schedule, index: ScheduleIndex) -> None:
+    """Every ``R`` after its ``F`` and before its ``B``/``BW``, on the same device."""
+    sm = index.num_stages * index.num_microbatches
+    for d, keys in enumerate(index.device_keys):
+        for key in keys:
+            if key < 3 * sm:
+                continue
+            r, pos = key - 3 * sm, index.where[key]
+            ps = schedule.device_passes[d][pos]
+            back = Pass(Op.BW if index.fused[r] else Op.B, ps.stage, ps.microbatch)
+            if index.device[r] < 0:
+                _fail(schedule, f"device {d}, step {pos}: recompute {ps} has no forward "
+                      f"{Pass(Op.F, ps.stage, ps.microbatch)} to recompute; add the F before it or drop the R",
+                      d, pos, ps, Pass(Op.F, ps.stage, ps.microbatch))
+            if index.where[r] > pos:
+                _fail(schedule, f"device {d}, step {pos}: recompute {ps} comes before its forward "
+                      f"{Pass(Op.F, ps.stage, ps.microbatch)} (step {index.where[r]}); an R recomputes a forward "
+                      "that ran: move it after the F", d, pos, ps, Pass(Op.F, ps.stage, ps.microbatch))
+            if index.device[sm + r] >= 0 and index.where[sm + r] < pos:
+                _fail(schedule, f"device {d}, step {pos}: recompute {ps} comes after its backward {back} "
+                      f"(step {index.where[sm + r]}), which needs the recomputed activation; move it before "
+                      f"{back}", d, pos, ps, back)
+
+
+def _index_copies(schedule: Schedule, index: ScheduleIndex) -> None:
+    """Add the copy lanes to ``index`` (offloads in their forwards' order, reloads in issue order),
+    refusing a copy without its pair, a recomputed forward that is also offloaded, a fraction
+    outside (0, 1] and a reload issued before its forward or at/after its backward."""
+    S, m = index.num_stages, index.num_microbatches
+    sm = S * m
+    if len(index.device) < 6 * sm:
+        _grow(sm * (6 - len(index.device) // sm), index.device, index.where, index.dep)
+    for d, row in enumerate(schedule.copies):
+        offs = {}
+        loads = {}
+        for cp in row:
+            _check_copy(schedule, index, d, cp, offs, loads)
+        for r in offs.keys() ^ loads.keys():
+            s, k = divmod(r, m)
+            what = "offload without a reload" if r in offs else "reload without an offload"
+            raise ScheduleError(f"device {d}: stage {s} microbatch {k} has an {what}; every offload needs one "
+                                "reload before its B", device=d, pass_=Pass(Op.F, s, k))
+        out = sorted(offs, key=lambda r: index.where[r])
+        back = sorted(loads, key=lambda r: (loads[r].after, index.where[sm + r]))
+        for rs, kind in ((out, 4), (back, 5)):
+            keys = [kind * sm + r for r in rs]
+            for pos, key in enumerate(keys):
+                r = key - kind * sm
+                index.device[key], index.where[key] = d, pos
+                index.dep[key] = r if kind == 4 else 4 * sm + r
+                if kind == 4:
+                    index.fractions[key] = offs[r].fraction
+                else:
+                    after = loads[r].after
+                    index.extra_dep[sm + r] = (key,)
+                    if after >= 0:
+                        index.extra_dep[key] = (index.device_keys[d][after],)
+            index.lanes.append(keys)
+            index.lane_owner.append(d)
+
+
+def _check_copy(schedule: Schedule, index: ScheduleIndex, d: int, cp, offs: dict, loads: dict) -> None:
+    m, sm = index.num_microbatches, index.num_stages * index.num_microbatches
+    s, k = cp.stage, cp.microbatch
+    if not (0 <= s < index.num_stages and 0 <= k < m) or schedule.placement.stage_device[s] != d:
+        raise ScheduleError(f"device {d}: copy {cp} names stage {s} microbatch {k}, which is not on device {d} "
+                            f"(stages {list(schedule.placement.stages_of(d))}, microbatches 0..{m - 1})", device=d)
+    r = s * m + k
+    table = offs if cp.kind == "O" else loads
+    if r in table:
+        raise ScheduleError(f"device {d}: copy {cp} is given twice", device=d)
+    table[r] = cp
+    f_pos, b_pos = index.where[r], index.where[sm + r]
+    back = Pass(Op.BW if index.fused[r] else Op.B, s, k)
+    if cp.kind == "O":
+        if not 0 < cp.fraction <= 1:
+            raise ScheduleError(f"device {d}: offload {cp} copies a fraction {cp.fraction!r}, outside (0, 1]",
+                                device=d)
+        if len(index.device) > 3 * sm and index.device[3 * sm + r] >= 0:
+            pos = index.where[3 * sm + r]
+            _fail(schedule, f"device {d}, step {pos}: {s}F{k} is both recomputed ({s}R{k}) and offloaded; "
+                  "give each forward one lever", d, pos, Pass(Op.R, s, k))
+    elif not f_pos <= cp.after < b_pos:
+        where = "after its backward" if cp.after >= b_pos else "before its forward"
+        _fail(schedule, f"device {d}, step {b_pos}: pass {back} needs reload {cp}, issued after step {cp.after}, "
+              f"{where}; issue it after a step in {f_pos}..{b_pos - 1} (the F at step {f_pos})",
+              d, b_pos, back, Pass(Op.F, s, k))
 
 
 def _check_complete(schedule: Schedule, device: list[int], where: list[int], fused: bytearray) -> None:
@@ -252,14 +393,17 @@ def execute(
     n = len(dev)
     start = [-1.0] * n
     end = [-1.0] * n
-    orders = index.device_keys
+    orders = index.device_keys + index.lanes  # the copy lanes run as orders of their own
     p = len(orders)
+    owner = list(range(len(index.device_keys))) + index.lane_owner
+    extra = index.extra_dep
     ptr = [0] * p
     free = [0.0] * p
     waiting: dict[int, list[int]] = {}
     queue = list(range(p - 1, -1, -1))
     while queue:
         d = queue.pop()
+        od = owner[d]
         keys = orders[d]
         i = ptr[d]
         t_free = free[d]
@@ -273,10 +417,14 @@ def execute(
                 if e < 0.0:
                     waiting.setdefault(q, []).append(d)
                     break
-                if dev[q] != d:
+                if dev[q] != od:
                     e += comm
                 if e > t:
                     t = e
+            if extra and k in extra:
+                t = _extra_ready(extra[k], t, end, waiting, d)
+                if t < 0.0:
+                    break
             start[k] = t
             t_free = t + durations[k]
             end[k] = t_free
@@ -286,10 +434,23 @@ def execute(
                 queue.extend(woken)
         ptr[d] = i
         free[d] = t_free
-    blocked = [d for d in range(p) if ptr[d] < len(orders[d])]
+    blocked = [d for d in range(len(index.device_keys)) if ptr[d] < len(orders[d])]
     if blocked:
         _raise_deadlock(schedule, index, ptr, blocked)
     return start, end
+
+
+def _extra_ready(needs: tuple[int, ...], t: float, end: list[float], waiting: dict, d: int) -> float:
+    """The start time after the same-device keys ``needs`` have ended, or -1 (registered in
+    ``waiting``) while one has not."""
+    for q in needs:
+        e = end[q]
+        if e < 0.0:
+            waiting.setdefault(q, []).append(d)
+            return -1.0
+        if e > t:
+            t = e
+    return t
 
 
 def _raise_deadlock(schedule: Schedule, index: ScheduleIndex, ptr: list[int], blocked: list[int]):

@@ -87,6 +87,7 @@ DEFAULT_COLORS: Mapping[Op, tuple[str, ...]] = {
     Op.B: ("#E07B1A", "#F7BE7E", "#9E520C", "#FBDDB9"),
     Op.W: ("#3F9142", "#99D296", "#24622A", "#CBEBC8"),
     Op.BW: ("#8E5BA8", "#CFA9E0", "#5E3A72", "#E8D6F0"),
+    Op.R: ("#C9A227", "#E9D58A", "#8A6D12", "#F3E8BD"),  # recompute (docs/theory.md §13)
 }
 #: Background of a device row: what shows through where the device is idle.
 IDLE_COLOR = "#E6E6E6"

@@ -422,7 +422,7 @@ def claim_fig7_frontier(out: Path) -> Claim:
     return Claim("The V schedules push the MFU–memory Pareto frontier outwards", "§4.2, Fig. 7",
                  "reproduced" if all_v else ("partly" if some_v else "not reproduced"),
                  "; ".join(f"{m}: frontier {', '.join(f) or '–'}" for m, _v, f in per)
-                 + " (1F1B-R has no generator here)",
+                 + ("" if is_registered("1f1b-r") else " (1F1B-R has no generator here)"),
                  "[fig07.md](fig07.md), [fig07_pareto.svg](fig07_pareto.svg)",
                  "simulated (A100 cost model); rule: reproduced when V-Min, V-Half and V-ZB are all on every frontier")
 

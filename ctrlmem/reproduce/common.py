@@ -7,6 +7,18 @@ from ctrlmem.schedules import SCHEDULES
 from ctrlmem.schedules import build
 from ctrlmem.model.simulate import simulate
 
+RECOMPUTE_HOW = ("; 1F1B-R predicted with full recomputation modelled (docs/theory.md §13): each forward keeps "
+                 "2/34 of its activation (its input, Korthikanti et al. 2022) until its R right before its BW, the R "
+                 "recomputes the whole stage at once (holding the full activation until BW) and costs one forward, "
+                 "counted as work; Megatron recomputes layer by layer, so its measured peak is lower")
+"""What a 1F1B-R cell adds to its 'how' (the reproduction's cells of the recomputing baseline)."""
+
+
+def how_for(name: str, how: str) -> str:
+    """``how`` with :data:`RECOMPUTE_HOW` for a recomputing schedule (``1f1b-r``)."""
+    return how + RECOMPUTE_HOW if name == "1f1b-r" else how
+
+
 def is_registered(name: str) -> bool:
 
     return name in SCHEDULES

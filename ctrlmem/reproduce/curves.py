@@ -10,7 +10,7 @@ from typing import Sequence
 from ctrlmem.model import paper
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.paper import NOT_RECOVERED
-from ctrlmem.reproduce.common import HOW_UNIT, UNIT_TAU, is_registered, simulate_named
+from ctrlmem.reproduce.common import HOW_UNIT, UNIT_TAU, is_registered, simulate_named, how_for
 from ctrlmem.reproduce.table import Cell, Table, write_json, pending
 from ctrlmem.reproduce import memory_curves as mc
 
@@ -222,16 +222,17 @@ def fig07(quick: bool, out: str | Path = "figures") -> Table:
                 t.cells.append(Cell(f"{row} {name}", "MFU % / activation GB",
                                     f"{pv[0]:g} / {pv[1]:g}" if pv else "not plotted", f"pending: {q['reason']}", "–"))
                 continue
+            how = how_for(q["schedule"], pn["how"])
             gb = Cell(f"{row} {name}", "activation GB (paper: read from the plot)",
-                      pv[1] if pv else "not plotted (OOM in the paper)", q["gb"], pn["how"])
+                      pv[1] if pv else "not plotted (OOM in the paper)", q["gb"], how)
             mfu = Cell(f"{row} {name}", "MFU % (paper: read from the plot)", pv[0] if pv else "not plotted", q["mfu"],
-                       pn["how"])
+                       how)
             t.cells += [gb, mfu]
             gb_cells.append(gb)
             mfu_cells.append(mfu)
             if name != "1F1B" and ref and ref["mfu"] and pref and pv:
                 c = Cell(f"{row} {name}", "MFU / 1F1B's MFU", round(pv[0] / pref[0], 4), q["mfu"] / ref["mfu"],
-                         pn["how"])
+                         how)
                 t.cells.append(c)
                 ratio_cells.append(c)
         t.cells.append(Cell(row, "Pareto frontier, by memory", " → ".join(pn["paper_frontier"]) or "not recovered",

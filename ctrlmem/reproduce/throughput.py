@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ctrlmem.model import paper
 from ctrlmem.model.paper import NOT_RECOVERED
-from ctrlmem.reproduce.common import is_registered
+from ctrlmem.reproduce.common import how_for, is_registered
 from ctrlmem.reproduce.table import Cell, Table, write_json, pending
 from ctrlmem.experiments import simulate_point
 import ctrlmem as cm
@@ -68,14 +68,14 @@ def table4(quick: bool) -> Table:
                 for key, group in TABLE4_METRICS:
                     pv = paper.TABLE4_CELLS.get((model, m, label, key), paper.TABLE4_RANGES.get((label, key),
                                                                                                NOT_RECOVERED))
-                    t.cells.append(Cell(row, label, pv, ours[key], how, group=group))
+                    t.cells.append(Cell(row, label, pv, ours[key], how_for(name, how), group=group))
                 if label == "1F1B":
                     base = r
                 elif base is not None:
                     mine = paper.TABLE4_CELLS.get((model, m, label, "mfu_percent"))
                     ref = paper.TABLE4_CELLS.get((model, m, "1F1B", "mfu_percent"))
                     t.cells.append(Cell(row, label, round(mine / ref, 4) if mine and ref else NOT_RECOVERED,
-                                        base["makespan"] / r["makespan"], how, group=THROUGHPUT_GROUP))
+                                        base["makespan"] / r["makespan"], how_for(name, how), group=THROUGHPUT_GROUP))
                     if label == "V-ZB":
                         ratios.append(base["makespan"] / r["makespan"])
     # "7 % to 55 %": best V method over 1F1B (V-ZB), over the grid above

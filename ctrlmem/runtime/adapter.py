@@ -107,10 +107,12 @@ _TO_TORCH = {Op.F: FORWARD, Op.B: BACKWARD_INPUT, Op.W: BACKWARD_WEIGHT, Op.BW: 
 
 
 def to_torch_actions(schedule: Schedule) -> dict[int, list[_Action]]:
-    """Torch's compute-only actions per rank (our ``B`` → torch ``I``, our ``BW`` → torch ``B``)."""
+    """Torch's compute-only actions per rank (our ``B`` → torch ``I``, our ``BW`` → torch ``B``).
+    ``R`` passes have no torch action: a stage wrapped in ``torch.utils.checkpoint`` recomputes
+    inside its backward, where ctrlmem places the ``R`` (docs/theory.md §13)."""
     return {
         rank: [_Action(ps.stage, _TO_TORCH[ps.op], ps.microbatch) for ps in row]
-        for rank, row in enumerate(schedule.device_passes)
+        for rank, row in enumerate(schedule.compute_only().device_passes)
     }
 
 

@@ -36,6 +36,8 @@ from ctrlmem.model.simulate import simulate
 from ctrlmem.model.validate import validate
 from ctrlmem.util import checks
 import shutil
+from ctrlmem.model.levers import lever_mode
+from ctrlmem.schedules.registry import apply_levers
 
 __all__ = ["RunConfig", "RunError", "prepare", "run", "run_many", "schedule_folder", "assemble", "emit_sbatch", "check_config",
            "cpu_memory_estimate", "available_memory"]
@@ -80,6 +82,9 @@ class RunConfig:
             result: operations, self-addressed ones, metadata exchanges); a check, off by default.
         allow_large: launch on CPU even when the memory preflight (:func:`cpu_memory_estimate`)
             finds that the run needs more memory than this machine has available.
+        recompute: ``"none"``, ``"selective"`` or ``"full"``: an ``R`` of every forward in the
+            schedule (docs/theory.md §13), run as ``torch.utils.checkpoint`` around each stage's
+            layers (full) or each layer's attention core (selective); fused-backward schedules only.
     """
 
     schedule: str
@@ -102,6 +107,7 @@ class RunConfig:
     dp: int = 1
     audit_p2p: bool = False
     allow_large: bool = False
+    recompute: str = "none"
 
     @property
     def world_size(self) -> int:
@@ -153,6 +159,13 @@ def prepare(config: RunConfig, local: bool = True) -> tuple[Schedule, dict]:
     try:
         schedule = _schedule_of(config)
         validate(schedule)
+        if schedule.offloads:
+            raise RunError(f"schedule {config.schedule!r} offloads activations; real runs do not copy to host memory "
+                           "yet: drop its copies (the simulator models them)")
+        if schedule.recomputes and schedule.split_backward:
+            raise RunError(f"schedule {config.schedule!r} splits B and W, and torch's input-only backward "
+                           "(autograd.grad) cannot run a reentrant checkpoint; recompute in real runs takes a "
+                           "fused-backward schedule (1f1b, 1f1b-r, gpipe, interleaved-1f1b)")
     except RunError:
         raise
     except Exception as exc:  # noqa: BLE001 - ValueError, KeyError, ScheduleError: all user errors here
@@ -193,8 +206,13 @@ def _schedule_of(config: RunConfig) -> Schedule:
     """The registered schedule ``config.schedule`` built at p and m, or the schedule file it
     names (a torch / torchtitan CSV, e.g. one ``ctrlmem plan --emit`` wrote, or ctrlmem's text
     form), which must have ``p`` ranks."""
+
+    mode = lever_mode(config.recompute)
+    if mode == "auto":
+        raise RunError("recompute='auto' is a search under a memory budget; a run takes none, selective or full")
     if not is_schedule_file(config.schedule):
-        return build(config.schedule, config.num_devices, config.num_microbatches, **config.schedule_params)
+        return build(config.schedule, config.num_devices, config.num_microbatches, recompute=mode,
+                     **config.schedule_params)
     path = config.schedule
     if not os.path.isfile(path):
         raise RunError(f"{path}: no such file, and not a registered schedule (see `ctrlmem list`)")
@@ -203,7 +221,7 @@ def _schedule_of(config: RunConfig) -> Schedule:
     schedule = Schedule.load(path, num_microbatches=config.num_microbatches)
     if schedule.num_devices != config.num_devices:
         raise RunError(f"-p {config.num_devices} does not match {path}, which has {schedule.num_devices} ranks")
-    return schedule
+    return apply_levers(schedule, mode)
 
 
 MAX_TIMEOUT_S = 30 * 24 * 3600.0
@@ -221,6 +239,8 @@ def check_config(config: RunConfig) -> None:
         if not isinstance(config.schedule, str) or not config.schedule:
             raise ValueError(f"schedule must be a schedule name (see `ctrlmem list`), got {config.schedule!r}")
         checks.integer("num_devices", config.num_devices)
+        if config.recompute not in ("none", "selective", "full"):
+            raise ValueError(f"recompute must be none, selective or full, got {config.recompute!r}")
         checks.integer("num_microbatches", config.num_microbatches)
         checks.integer("dp", config.dp, what="data-parallel replicas")
         checks.integer("steps", config.steps, minimum=0, what="timed steps")
@@ -532,19 +552,22 @@ def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
     model = worker["model"]
     dp = int(worker.get("dp", 1))
     S, m = schedule.num_stages, schedule.num_microbatches
-    act, kept = [0.0] * S, [0.0] * S
+    act, kept, rec = [0.0] * S, [0.0] * S, [0.0] * S
     for r in ranks:
         for s, pr in r["probe"].items():
             act[int(s)], kept[int(s)] = pr["activation_bytes"], pr["kept_for_w_bytes"]
+            rec[int(s)] = pr.get("recomputed_bytes", pr["activation_bytes"])
     # per global rank (rank d·p + i is pipeline rank i of replica d): its pipeline rank's theory
-    theory = [theory_peak_bytes(schedule, act, kept)[r.get("pp_rank", r["rank"])] for r in ranks]
+    theory = [theory_peak_bytes(schedule, act, kept, rec)[r.get("pp_rank", r["rank"])] for r in ranks]
     records = [rec for r in ranks for rec in r["records"]]
     step_times = [max(ts) for ts in zip(*(r["step_times_s"] for r in ranks))] if ranks[0]["step_times_s"] else []
     steps = sample_stats(step_times)
     costs = costs_from_records(records, S) if records else None
-    predicted = simulate(schedule, costs).makespan if costs is not None else None
+    # a checkpointed stage recomputes inside its measured backward: time the compute order without R passes
+    timed = schedule.compute_only()
+    predicted = simulate(timed, costs).makespan if costs is not None else None
     wall_records = [dict(rec, cpu_s=rec["wall_s"]) for rec in records]
-    predicted_wall = simulate(schedule, costs_from_records(wall_records, S)).makespan if records else None
+    predicted_wall = simulate(timed, costs_from_records(wall_records, S)).makespan if records else None
     per_stage: dict[str, dict] = {}
     for s in range(S):
         kinds = {}

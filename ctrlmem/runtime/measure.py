@@ -145,17 +145,27 @@ def theory_peak_bytes(
     schedule: Schedule,
     stage_activation: Sequence[float],
     stage_kept_for_w: Sequence[float],
+    stage_recomputed: Sequence[float] | None = None,
 ) -> list[float]:
     """Per device, the schedule's peak activation bytes for a model whose stage ``s`` stores
     ``stage_activation[s]`` bytes per microbatch at ``F``, of which ``stage_kept_for_w[s]`` wait
-    for ``W`` after ``B``. Memory depends only on each device's own order, not on timing."""
+    for ``W`` after ``B``. A forward that has an ``R`` stores ``stage_recomputed[s]`` until it (by
+    default :meth:`ctrlmem.Costs.kept_fraction` of its activation), the ``R`` the rest.
+    Memory depends only on each device's own order, not on timing (copies are not modelled here)."""
+    if stage_recomputed is None:
+        frac = Costs().kept_fraction(schedule.recompute_mode)
+        stage_recomputed = [a * frac for a in stage_activation]
+    recomputed = {(ps.stage, ps.microbatch) for row in schedule.device_passes for ps in row if ps.op is Op.R}
     peaks = []
     for row in schedule.device_passes:
         level = peak = 0.0
         for ps in row:
             a, keep = stage_activation[ps.stage], stage_kept_for_w[ps.stage]
             if ps.op is Op.F:
-                level += a
+                level += stage_recomputed[ps.stage] if (ps.stage, ps.microbatch) in recomputed else a
+                peak = max(peak, level)
+            elif ps.op is Op.R:
+                level += a - stage_recomputed[ps.stage]
                 peak = max(peak, level)
             elif ps.op is Op.B:
                 level -= a - keep

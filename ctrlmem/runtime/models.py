@@ -24,6 +24,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 __all__ = [
     "ModelConfig",
@@ -236,14 +237,25 @@ class Block(nn.Module):
         self.fc = DeferrableLinear(h, 4 * h)
         self.out = DeferrableLinear(4 * h, h)
 
+    recompute_attention = False
+    """Selective recomputation: keep everything but the attention core's internals, which the
+    backward recomputes (``torch.utils.checkpoint`` around it; docs/theory.md §13)."""
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, h = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(h, dim=-1)
         shape = (b, s, self.num_heads, h // self.num_heads)
         q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.recompute_attention and torch.is_grad_enabled():
+            a = checkpoint(_causal_attention, q, k, v, use_reentrant=True)
+        else:
+            a = _causal_attention(q, k, v)
         x = x + self.proj(a.transpose(1, 2).reshape(b, s, h))
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 class StageModule(nn.Module):
@@ -265,6 +277,7 @@ class StageModule(nn.Module):
             self.norm = nn.LayerNorm(cfg.hidden)
             self.head = DeferrableLinear(cfg.hidden, cfg.vocab, bias=False)
         self.stash = WeightGradStash()
+        self.recompute: str | None = None
         for mod in self.modules():
             if isinstance(mod, DeferrableLinear):
                 mod.stash = self.stash
@@ -273,11 +286,28 @@ class StageModule(nn.Module):
         if self.is_first:
             pos = torch.arange(x.shape[1], device=x.device)
             x = self.tok(x) + self.pos(pos)
-        for block in self.blocks:
-            x = block(x)
+        if self.recompute == "full" and torch.is_grad_enabled() and self.blocks:
+            x = checkpoint(self._blocks, x, use_reentrant=True)
+        else:
+            x = self._blocks(x)
         if self.is_last:
             x = self.head(self.norm(x))
         return x
+
+
+    def _blocks(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+    def set_recompute(self, mode: str | None) -> None:
+        """Recompute in the backward (docs/theory.md §13): ``"full"`` wraps the stage's layers in
+        ``torch.utils.checkpoint`` (the forward keeps their input only), ``"selective"`` each
+        layer's attention core, ``None`` neither. Reentrant checkpointing: its saved inputs and
+        the recomputed tensors go through the saved-tensor hooks, so the meter counts them."""
+        self.recompute = mode
+        for block in self.blocks:
+            block.recompute_attention = mode == "selective"
 
 
 def _init_weights(module: nn.Module, generator: torch.Generator, num_layers: int) -> None:

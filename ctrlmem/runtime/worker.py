@@ -95,7 +95,21 @@ class RankWatchdog:
         threading.Thread(target=watch, daemon=True, name="ctrlmem-watchdog").start()
 
 
-def _probe_stage(mod, cfg: ModelConfig, is_first: bool, is_last: bool, device) -> tuple[int, int]:
+def _probe_stage(mod, cfg: ModelConfig, is_first: bool, is_last: bool, device,
+                 recompute: str | None = None) -> tuple[int, int, int]:
+    """Bytes one microbatch's F of this stage stores, how many of them wait for W after B, and
+    what a forward recomputed in ``recompute`` mode stores until its backward (the first
+    otherwise)."""
+    if recompute is None:
+        act, kept = _probe_once(mod, cfg, is_first, is_last, device)
+        return act, kept, act
+    mod.set_recompute(None)
+    act, kept = _probe_once(mod, cfg, is_first, is_last, device)
+    mod.set_recompute(recompute)
+    return act, kept, _probe_once(mod, cfg, is_first, is_last, device)[0]
+
+
+def _probe_once(mod, cfg: ModelConfig, is_first: bool, is_last: bool, device) -> tuple[int, int]:
     """Bytes one microbatch's F of this stage stores, and how many of them wait for W after B."""
     meter = SavedTensorMeter().exclude(mod.parameters())
     mod.stash.meter, mod.stash.active = meter, True
@@ -202,7 +216,8 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: RankWatchdog,
     modules = build_stages(cfg, S, stages=mine, seed=seed, device=device)
 
     progress.set_phase("probe")
-    probe = {s: _probe_stage(modules[s], cfg, s == 0, s == S - 1, device) for s in mine}
+    mode = schedule.recompute_mode if schedule.recomputes else None
+    probe = {s: _probe_stage(modules[s], cfg, s == 0, s == S - 1, device, mode) for s in mine}
 
     b, sl, h = cfg.microbatch_size, cfg.seq_len, cfg.hidden
 
@@ -310,7 +325,8 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: RankWatchdog,
         "peak_saved_bytes": meter.peak,
         "peak_alloc_bytes": alloc.peak,
         "peak_inflight_grad_bytes": inflight,
-        "probe": {str(s): {"activation_bytes": a, "kept_for_w_bytes": k} for s, (a, k) in probe.items()},
+        "probe": {str(s): {"activation_bytes": a, "kept_for_w_bytes": k, "recomputed_bytes": r}
+                  for s, (a, k, r) in probe.items()},
         "step_times_s": step_times,
         "records": records,
         "p2p_audit": audit.summary() if audit is not None else None,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ctrlmem.model.ir import Op, Pass, Placement, Schedule
+from ctrlmem.model.levers import with_recompute
 from ctrlmem.schedules.registry import register
 
-__all__ = ["gpipe", "one_f_one_b", "interleaved_1f1b"]
+__all__ = ["gpipe", "one_f_one_b", "one_f_one_b_r", "interleaved_1f1b"]
 
 
 @register("gpipe", source="Huang et al., GPipe (2019); docs/theory.md §8, Fig. 18(e)")
@@ -40,6 +43,18 @@ def one_f_one_b(num_devices: int, num_microbatches: int) -> Schedule:
         order += [Pass(Op.BW, i, k) for k in range(m - warm, m)]
         orders.append(order)
     return Schedule.from_orders("1f1b", Placement.sequential(p), m, orders)
+
+
+@register("1f1b-r", source="Qi et al. 2024 (this paper) Tables 3-4, Fig. 6-7 (1F1B-R); Korthikanti et al. 2022; "
+                            "docs/theory.md §13")
+def one_f_one_b_r(num_devices: int, num_microbatches: int) -> Schedule:
+    """1F1B-R: 1F1B with full recomputation, an ``R`` of every forward right before its ``BW``.
+
+    Peak ``a(1 + (p−1)κ)`` on device 0 (κ = ``Costs.input_fraction``, 2/34 for a GPT layer); with
+    comm 0 the makespan is 1F1B's ``(m+p−1)(F+B+W)`` plus ``m·R``: one recompute per microbatch on
+    the critical path (docs/theory.md §13).
+    """
+    return replace(with_recompute(one_f_one_b(num_devices, num_microbatches), "full"), name="1f1b-r")
 
 
 def microbatch_groups(num_devices: int, num_microbatches: int) -> int:

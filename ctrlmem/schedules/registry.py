@@ -17,6 +17,9 @@ from ctrlmem.model import ir
 from ctrlmem.model.ir import Schedule
 from ctrlmem.util.checks import memory_fraction
 import numbers
+from ctrlmem.model.levers import lever_mode, offload_choice
+from ctrlmem.model.levers import with_offload, with_recompute
+from ctrlmem.schedules.auto_levers import search_with_levers
 
 __all__ = ["ScheduleSpec", "SCHEDULES", "register", "build", "is_schedule_file"]
 
@@ -158,6 +161,9 @@ def build(
     costs: Costs | None = None,
     memory_limit: float | None = None,
     allow_large: bool = False,
+    *,
+    recompute: str | None = None,
+    offload: object = None,
     **params: object,
 ) -> Schedule:
     """Build the schedule registered as ``name`` for ``num_devices`` devices and
@@ -171,6 +177,14 @@ def build(
     ``num_chunks=2`` for ``interleaved-1f1b``). Numbers may be any ``numbers.Integral`` /
     ``numbers.Real`` (numpy scalars too), never ``bool``. Schedules of more than
     :data:`ctrlmem.model.ir.MAX_PASSES` passes are refused unless ``allow_large=True``.
+
+    The memory levers (docs/theory.md §13), for every schedule: ``recompute`` is ``"none"``
+    (default), ``"selective"`` or ``"full"`` (an ``R`` of every forward right before its
+    backward); ``offload`` is ``"none"`` (default) or a fraction in (0, 1] of every forward's
+    activation copied to host memory (``costs.offload`` per ``a``). ``"auto"`` for either, with a
+    ``memory_limit`` on a budgeted schedule (``v-shape``, ``zb``), lets the search choose per
+    stage and microbatch what to recompute or offload when that is faster than reordering alone
+    (:mod:`ctrlmem.schedules.auto_levers`).
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a schedule name (str), got {type(name).__name__} {name!r}; "
@@ -204,7 +218,37 @@ def build(
         raise TypeError(f"allow_large must be True or False, got {allow_large!r}")
     if not allow_large:
         _check_size(name, spec, p, m, params)
-    return spec.func(p, m, **kwargs)
+
+    recompute, offload = lever_mode(recompute), offload_choice(offload)
+    if "auto" in (recompute, offload):
+        return _auto(name, spec, p, m, kwargs, recompute, offload)
+    return apply_levers(spec.func(p, m, **kwargs), recompute, offload, costs)
+
+
+def apply_levers(schedule: Schedule, recompute: str = "none", offload: object = "none",
+                 costs: Costs | None = None) -> Schedule:
+    """``schedule`` with ``recompute`` (``none``, ``selective``, ``full``) and ``offload``
+    (``none`` or a fraction) applied to every forward (:mod:`ctrlmem.model.levers`)."""
+
+    if recompute != "none":
+        schedule = with_recompute(schedule, recompute)
+    if offload != "none":
+        schedule = with_offload(schedule, float(offload), costs=costs or Costs())
+    return schedule
+
+
+def _auto(name: str, spec: ScheduleSpec, p: int, m: int, kwargs: dict, recompute: str, offload: object) -> Schedule:
+    """``recompute``/``offload="auto"``: the budgeted search with levers chosen on top."""
+    if not spec.memory_limit or kwargs.get("memory_limit") is None:
+        budgeted = ", ".join(n for n, s in SCHEDULES.items() if s.memory_limit)
+        raise ValueError(f"recompute/offload='auto' chooses levers under a memory budget: give memory_limit= and a "
+                         f"budgeted schedule ({budgeted}), or a fixed lever (none, selective, full; an offload "
+                         f"fraction) for {name!r}")
+
+    def generate(limit: float) -> Schedule:
+        return spec.func(p, m, **{**kwargs, "memory_limit": limit})
+
+    return search_with_levers(generate, kwargs["memory_limit"], kwargs.get("costs") or Costs(), recompute, offload)
 
 
 def is_schedule_file(name: str) -> bool:

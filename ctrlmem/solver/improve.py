@@ -441,6 +441,9 @@ def _check(schedule, costs, memory_limit, time_limit, workers, seed, determinist
     if not isinstance(schedule, Schedule):
         raise TypeError(f"schedule must be a ctrlmem Schedule (from cm.build or Schedule.load), got "
                         f"{type(schedule).__name__} {checks.short_repr(schedule)}")
+    if schedule.recomputes or schedule.offloads:
+        raise ValueError("cm.improve does not model recompute passes or activation copies yet (docs/theory.md §13); "
+                         "improve schedule.compute_only() and add the levers after")
     costs = Costs.coerce(costs, "costs")
     limit = None if memory_limit is None else checks.memory_fraction("memory_limit", memory_limit)
     seconds = checks.number("time_limit", time_limit, positive=True, maximum=MAX_TIME_LIMIT, what="seconds")

@@ -1,0 +1,225 @@
+"""The memory levers in the model: recompute passes, activation offload, their memory and time."""
+
+from dataclasses import replace
+
+import pytest
+
+import ctrlmem as cm
+from ctrlmem import Op, Pass, Schedule
+from ctrlmem.model.ir import Copy
+from ctrlmem.model.levers import with_offload, with_recompute
+
+KAPPA = 2 / 34
+
+
+def _insert(schedule: Schedule, device: int, step: int, ps: Pass) -> Schedule:
+    rows = [list(r) for r in schedule.device_passes]
+    rows[device].insert(step, ps)
+    return replace(schedule, device_passes=tuple(map(tuple, rows)))
+
+
+def test_recompute_pass_text_and_torch_csv():
+    """``3R0`` parses; a schedule with R passes round-trips its text form (mode included) and
+    exports the torch CSV of the schedule without them."""
+    assert Pass.parse("3R0") == Pass(Op.R, 3, 0)
+    base = cm.build("zb-h1", 4, 8)
+    for mode in ("full", "selective"):
+        rec = with_recompute(base, mode)
+        assert rec.recomputes and Schedule.from_text(rec.to_text()) == rec
+        assert rec.to_torch_csv() == base.to_torch_csv()
+        assert rec.compute_only() == base
+
+
+def test_offload_text_round_trips():
+    """Copy lines (fractions, reload steps) round-trip; bad copy text is refused naming the form."""
+    s = with_offload(cm.build("1f1b", 4, 8), 0.5, costs=cm.Costs(offload=0.3))
+    assert s.offloads and Schedule.from_text(s.to_text()) == s
+    assert Copy.parse("3O0:0.25") == Copy("O", 3, 0, 0.25)
+    for bad in ("3O0@2", "3L0", "3X0", "3L0:0.5@1"):
+        with pytest.raises(ValueError, match="cannot parse copy"):
+            Copy.parse(bad)
+
+
+def test_levers_never_change_what_is_computed():
+    """Every lever keeps each F, B, W, BW on its device in its order (R and copies added only)."""
+    for name in ("1f1b", "gpipe", "zb-h1", "zb-v", "interleaved-1f1b"):
+        base = cm.build(name, 4, 8)
+        for lever in (with_recompute(base), with_offload(base, 1.0), with_recompute(base, "selective")):
+            assert lever.compute_only() == base
+            cm.validate(lever)
+
+
+def test_recompute_without_forward_or_after_backward_is_named():
+    """Validation names device, step and pass for an R after its B and an R before its F."""
+    base = cm.build("1f1b", 2, 2)  # d0: 0F0 0F1 0BW0 0BW1
+    late = _insert(base, 0, 4, Pass(Op.R, 0, 0))
+    with pytest.raises(cm.ScheduleError, match=r"device 0, step 4: recompute 0R0 comes after its backward 0BW0") as exc:
+        cm.validate(late)
+    assert exc.value.device == 0 and exc.value.position == 4
+    early = _insert(base, 0, 0, Pass(Op.R, 0, 1))
+    with pytest.raises(cm.ScheduleError, match=r"device 0, step 0: recompute 0R1 comes before its forward 0F1"):
+        cm.validate(early)
+
+
+def test_full_recompute_memory_and_time_on_one_device():
+    """One device, GPipe with full recompute: the forwards keep only their inputs (peak
+    ``(m - 1)·κ + 1``: the last recomputed forward full) and each R adds one forward to the time."""
+    p, m = 1, 4
+    base = cm.build("gpipe", p, m)
+    costs = cm.Costs(1, 2, 0)
+    plain, rec = cm.simulate(base, costs), cm.simulate(with_recompute(base), costs)
+    assert plain.peak_memory == [m]
+    assert rec.peak_memory[0] == pytest.approx(1 + (m - 1) * KAPPA)
+    assert rec.makespan == plain.makespan + m * 1.0
+
+
+def test_recompute_cost_and_keep_fraction_come_from_costs():
+    """A custom recompute time and input fraction are what the simulation uses."""
+    s = with_recompute(cm.build("gpipe", 1, 3))
+    r = cm.simulate(s, cm.Costs(1, 1, 1, recompute=0.25, input_fraction=0.5))
+    assert r.makespan == 3 * (1 + 2) + 3 * 0.25
+    assert r.peak_memory[0] == pytest.approx(2 * 0.5 + 1)
+
+
+def test_offload_with_zero_copy_cost_frees_memory_at_the_forward_end():
+    """GPipe on one device, everything offloaded at no cost: each forward's activation leaves at
+    its end, so one microbatch at a time is resident (peak ``a``, not ``m·a``) and time is unchanged."""
+    base = cm.build("gpipe", 1, 3)
+    off = with_offload(base, 1.0, costs=cm.Costs(offload=0.0))
+    r = cm.simulate(off, cm.Costs(offload=0.0))
+    assert r.peak_memory == [1.0] and r.makespan == cm.simulate(base).makespan
+    times, values = r.memory_curve(0)
+    assert values[times.index(1.0)] == 1.0  # F0 left at t = 1 while F1 took its place
+
+
+def test_late_reload_delays_its_backward():
+    """A reload slower than the passes before its B holds the B until the reload ends."""
+    costs = cm.Costs(1, 1, 1, offload=5.0)
+    r = cm.simulate(with_offload(cm.build("gpipe", 1, 2), 1.0, costs=costs), costs)
+    reload0 = next(c for c in r.copies if c.op == "L" and c.microbatch == 0)
+    bw0 = next(tp for tp in r.passes if tp.op is Op.BW and tp.microbatch == 0)
+    assert bw0.start == reload0.end > 2.0
+    assert r.makespan > cm.simulate(cm.build("gpipe", 1, 2), costs).makespan
+
+
+def test_offloaded_share_stays_resident_while_its_copy_is_in_flight():
+    """Memory counts the activation until its copy ends: a slow copy raises the peak above a fast one."""
+    base = cm.build("gpipe", 1, 3)
+    peaks = [cm.simulate(with_offload(base, 1.0, costs=c), c).max_peak_memory
+             for c in (cm.Costs(offload=0.0), cm.Costs(offload=2.0))]
+    assert peaks[0] < peaks[1]
+
+
+def test_reload_after_its_backward_is_named():
+    """A reload issued at or after its B's step names device, step and pass."""
+    base = cm.build("gpipe", 1, 2)  # 0F0 0F1 0BW0 0BW1
+    bad = replace(base, copies=((Copy("O", 0, 0), Copy("L", 0, 0, after=2)),))
+    with pytest.raises(cm.ScheduleError, match=r"device 0, step 2: pass 0BW0 needs reload 0L0@2.*after its backward"):
+        cm.validate(bad)
+    lonely = replace(base, copies=((Copy("O", 0, 0),),))
+    with pytest.raises(cm.ScheduleError, match="offload without a reload"):
+        cm.validate(lonely)
+
+
+def test_recompute_and_offload_of_one_forward_is_refused():
+    base = cm.build("gpipe", 1, 2)
+    both = replace(with_recompute(base), copies=((Copy("O", 0, 0), Copy("L", 0, 0, after=1)),))
+    with pytest.raises(cm.ScheduleError, match="both recomputed .* and offloaded"):
+        cm.validate(both)
+
+
+def test_lever_fields_are_keyword_only_with_defaults():
+    """The new Costs and Schedule fields never take a positional slot; bad values are named."""
+    assert cm.Costs(1, 2, 3, 0.5) == cm.Costs(f=1, b=2, w=3, comm=0.5)
+    with pytest.raises(TypeError):
+        cm.Costs(1, 2, 3, 0, None)
+    with pytest.raises(ValueError, match="input_fraction"):
+        cm.Costs(input_fraction=1.5)
+    assert cm.Costs().to_dict() == {"f": 1.0, "b": 1.0, "w": 1.0, "comm": 0.0}
+    assert cm.Costs.coerce({"f": 1, "offload": 0.5}).offload == 0.5
+    keep, cost = cm.Costs.selective_pair(12288, 96, 2048)
+    assert (keep, cost) == pytest.approx(cm.Costs().selective)
+
+
+@pytest.mark.parametrize("p,m", [(2, 2), (4, 8), (8, 32), (8, 4), (3, 7)])
+def test_1f1b_r_closed_form(p, m):
+    """1F1B-R's makespan is (p−1)(F+c) + m(F+R+B+W) + (p−1)(B+W+c): one recompute per
+    microbatch on the critical path (comm 0, and comm no larger than R/2); peak a(1 + (min(p−i, m)−1)κ)."""
+    for c in (cm.Costs(1, 1, 1), cm.Costs(1, 2, 0), cm.Costs(2, 1, 1), cm.Costs(1, 2, 1, 0.5),
+              cm.Costs(1, 1, 1, recompute=3)):
+        r = cm.simulate(cm.build("1f1b-r", p, m), c)
+        rec = c.recompute if c.recompute is not None else c.f
+        assert r.makespan == pytest.approx((p - 1) * (c.f + c.comm) + m * (c.f + rec + c.b + c.w)
+                                           + (p - 1) * (c.b + c.w + c.comm))
+        if c.comm == 0:
+            assert r.makespan == cm.simulate(cm.build("1f1b", p, m), c).makespan + m * rec
+    peaks = cm.simulate(cm.build("1f1b-r", p, m)).peak_memory
+    assert peaks == pytest.approx([1 + (min(p - i, m) - 1) * KAPPA for i in range(p)])
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v", "v-min", "v-half"])
+def test_every_schedule_takes_the_levers(name):
+    """build(recompute=..., offload=...) adds levers to any schedule without changing its
+    computation, and lowers (never raises) its peak; bad lever values are refused by name."""
+    base = cm.build(name, 4, 8)
+    peak = cm.simulate(base).max_peak_memory
+    for kw in ({"recompute": "full"}, {"recompute": "selective"}, {"offload": 1.0}, {"offload": "0.5"}):
+        s = cm.build(name, 4, 8, **kw)
+        assert s.compute_only() == base and (s.recomputes or s.offloads)
+        assert cm.simulate(s).max_peak_memory <= peak
+    with pytest.raises(ValueError, match="recompute must be one of"):
+        cm.build(name, 4, 8, recompute="yes")
+    with pytest.raises(ValueError, match="offload must be none, auto or a fraction"):
+        cm.build(name, 4, 8, offload=1.5)
+    with pytest.raises(ValueError, match="memory budget"):
+        cm.build(name, 4, 8, recompute="auto")
+
+
+def test_cli_levers(capsys):
+    """simulate/export take --recompute/--offload/--offload-cost; export's CSV drops the levers
+    with a note; a bad fraction is one error line, exit 2."""
+    from ctrlmem.cli import main
+
+    assert main(["simulate", "1f1b", "-p", "8", "-m", "32", "--recompute", "full"]) == 0
+    out = capsys.readouterr().out
+    assert "makespan      149 " in out and "recompute full on 256 of 256 forwards" in out
+    assert main(["export", "1f1b", "-p", "2", "-m", "2", "--recompute", "full", "--torch-csv", "-"]) == 0
+    got = capsys.readouterr()
+    assert got.out.startswith("0F0,0F1,0B0,0B1") and "torch.utils.checkpoint" in got.err
+    assert main(["simulate", "1f1b", "--offload", "1", "--offload-cost", "0"]) == 0
+    assert "peak memory   1 a" in capsys.readouterr().out
+    assert main(["simulate", "1f1b", "--offload", "3"]) == 2
+    assert "error: offload must be" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name,limit", [("v-shape", 0.25), ("v-shape", 0.4), ("zb", 0.5)])
+def test_auto_levers_stay_within_budget_and_beat_reordering(name, limit):
+    """recompute/offload="auto" on a budgeted search: the peak never exceeds the budget, the
+    schedule is valid (every pass once, R before its B, every reload before its B), and the makespan is never above the
+    reordering-only schedule's at that budget."""
+    p, m = 4, 8
+    costs = cm.Costs(1, 1, 1, offload=0.5)
+    plain = cm.simulate(cm.build(name, p, m, costs=costs, memory_limit=limit), costs)
+    for kw in ({"offload": "auto"}, {"recompute": "auto"}, {"offload": "auto", "recompute": "auto"}):
+        s = cm.build(name, p, m, costs=costs, memory_limit=limit, **kw)
+        r = cm.simulate(cm.validate(s), costs)
+        assert r.max_peak_memory <= limit * p + 1e-9
+        assert r.makespan <= plain.makespan + 1e-9
+
+
+def test_fit_with_levers_meets_a_cap_below_reordering():
+    """The greedy brings 1F1B (peak p·a) under a cap of 1.5 a with recompute, never above it,
+    and gives up (None) when only offload is allowed and nothing can hide a copy."""
+    from ctrlmem.schedules.auto_levers import fit_with_levers
+
+    base = cm.build("1f1b", 4, 8)
+    fitted = fit_with_levers(base, 1.5, cm.Costs(), "full", None)
+    assert fitted is not None and cm.simulate(fitted).max_peak_memory <= 1.5
+    assert fitted.compute_only() == base
+    assert fit_with_levers(cm.build("1f1b", 1, 4), 0.5, cm.Costs(offload=1.0), None, 1.0) is None
+
+
+def test_improve_refuses_levers_by_name():
+    """The solver does not model the levers: a schedule with R passes is refused, not mis-timed."""
+    with pytest.raises(ValueError, match="does not model recompute passes"):
+        cm.improve(cm.build("1f1b-r", 2, 4), time_limit=1)

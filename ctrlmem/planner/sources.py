@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ctrlmem.model import paper
+from ctrlmem.planner import arch
 from ctrlmem.planner.model import ModelSpec, layer_activation_formula, runtime_stage_layers, stage_layers
 
 __all__ = ["CostSource", "A100Costs", "ReplayCosts", "LayerCosts", "AllocatorMargin", "cost_source",
@@ -47,10 +48,20 @@ def _flops_kinds(h: int, s: int) -> tuple[float, float, float]:
     return paper.layer_flops(h, s)
 
 
+def _layer_flops(spec: ModelSpec) -> tuple[float, float, float]:
+    """(F, B, W) FLOPs per token of the model's most common layer."""
+    if spec.arch == "gpt":
+        return _flops_kinds(spec.hidden, spec.seq_len)
+    shapes = spec.layer_shapes()
+    kinds = {sh.kind: sh for sh in shapes}
+    common = max(kinds, key=lambda k: sum(sh.kind == k for sh in shapes))
+    return arch.layer_flops_per_token(spec, kinds[common])
+
+
 def _head_ratio(spec: ModelSpec) -> tuple[float, float, float]:
     """LM head FLOPs over one layer's, per pass kind (``2·h·V`` each for F, B, W)."""
     head = 2.0 * spec.hidden * spec.vocab
-    return tuple(head / x for x in _flops_kinds(spec.hidden, spec.seq_len))  # type: ignore[return-value]
+    return tuple(head / x for x in _layer_flops(spec))  # type: ignore[return-value]
 
 
 class CostSource:
@@ -62,6 +73,19 @@ class CostSource:
 
     def layer(self, spec: ModelSpec, mb: int, tp: int) -> tuple[float, float, float]:
         raise NotImplementedError
+
+    def layer_costs(self, spec: ModelSpec, mb: int, tp: int) -> list[tuple[float, float, float]]:
+        """(F, B, W) seconds of every layer: :meth:`layer` for the paper's GPT model; for a config
+        model :meth:`layer` is its most common layer kind and the others scale by their FLOPs."""
+        base = self.layer(spec, mb, tp)
+        if spec.arch == "gpt":
+            return [base] * spec.num_layers
+        shapes = spec.layer_shapes()
+        flops = {sh.kind: arch.layer_flops_per_token(spec, sh) for sh in shapes}
+        common = max(flops, key=lambda k: sum(sh.kind == k for sh in shapes))
+        ref = flops[common]
+        scaled = {k: tuple(x * f / r for x, f, r in zip(base, v, ref)) for k, v in flops.items()}
+        return [scaled[sh.kind] for sh in shapes]
 
     def head(self, spec: ModelSpec, mb: int, tp: int) -> tuple[float, float, float]:
         """The LM head (and loss) on the last stage, on top of its layers."""
@@ -130,11 +154,17 @@ class A100Costs(CostSource):
 
     def layer(self, spec, mb, tp):
         eff = paper.tp_efficiency(tp)
+        if spec.arch != "gpt":
+            rate = paper.A100_PEAK_FLOPS * eff * tp
+            return tuple(mb * spec.seq_len * x / rate for x in _layer_flops(spec))
         f, b, w = paper.pass_times(spec.preset, 1, mb, spec.seq_len, eff, vocab=spec.vocab)
         return f / tp, b / tp, w / tp
 
     def head(self, spec, mb, tp):
         eff = paper.tp_efficiency(tp)
+        if spec.arch != "gpt":
+            x = mb * spec.seq_len * 2.0 * spec.hidden * spec.vocab / (paper.A100_PEAK_FLOPS * eff * tp)
+            return x, x, x
         f, b, w = paper.pass_times(spec.preset, 0, mb, spec.seq_len, eff, vocab=spec.vocab, head_share=1.0)
         return f / tp, b / tp, w / tp
 

@@ -722,7 +722,8 @@ class Planner:
              "no recomputation (every activation kept; recompute='none,full' adds the lever)"),
             src.activation_note(spec, self.flash) + "; the LM head stage also keeps 4·V + 4·h bytes per token "
             "(fp32 logits for the loss, final norm); tensor parallelism divides activations by tp (sequence "
-            "parallelism); 32·h bytes per layer and token wait for W",
+            "parallelism); " + ("32·h bytes per layer and token wait for W" if spec.arch == "gpt" else
+                                "the inputs of a layer's weight matrices wait for W"),
             "activation peak: the schedule's own order simulated with every stage's bytes (peak on each device)",
             self.margin.describe(),
             f"reserve {self.reserve_gb:g} GB per GPU for the CUDA context, NCCL buffers and fragmentation"
@@ -1015,7 +1016,7 @@ def insights(df) -> list[str]:
         return notes
     v = vrows.iloc[0]
     same = df[(df["schedule"] == "1f1b") & (df["dp"] == v["dp"]) & (df["tp"] == v["tp"]) & (df["pp"] == v["pp"])
-              & (df["dist_opt"] == v["dist_opt"])]
+              & (df["dist_opt"] == v["dist_opt"]) & (df["ep"] == v["ep"]) & (df["recompute"] == v["recompute"])]
     at = same[same["microbatch_size"] == v["microbatch_size"]]
     fit_mb = same[same["fits"]]["microbatch_size"]
     lead = "first" if v.name == win.name else f"best V row ({_row_text(v)}, {v['samples_per_s']:.3g} samples/s)"

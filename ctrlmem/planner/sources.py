@@ -108,6 +108,12 @@ class CostSource:
         return layer_activation_formula(spec, flash_attention)
 
     def activation_note(self, spec: ModelSpec, flash_attention: bool) -> str:
+        if spec.arch != "gpt":
+            per = [arch.activation_per_token(spec, sh, flash_attention) for sh in spec.layer_shapes()]
+            return (f"activation per layer and token counted from the config ({min(per) / spec.hidden:.1f}·h to "
+                    f"{max(per) / spec.hidden:.1f}·h bytes: norms, QKV, attention output, MLP intermediates"
+                    + (", routed copies" if spec.experts else "") + "; ctrlmem.planner.arch)"
+                    + ("" if flash_attention else " with the s × s softmax output"))
         return ("activation per layer and token 34·h + 5·heads·s bytes (docs/theory.md §10)" if not flash_attention
                 else "activation per layer and token 34·h bytes (FlashAttention: no s × s scores; docs/theory.md §10)")
 
@@ -173,6 +179,14 @@ class A100Costs(CostSource):
                 f"{paper.A100_PEAK_FLOPS / 1e12:.0f} TFLOP/s)")
 
     def assumptions(self, spec):
+        if spec.arch != "gpt":
+            f, b, w = _layer_flops(spec)
+            return [f"pass times: FLOPs counted from the config ({spec.name}'s most common layer: F {f / 1e9:.3g}, B "
+                    f"{b / 1e9:.3g}, W {w / 1e9:.3g} GFLOP per token — 2 per matrix parameter a token goes through, "
+                    "the attention core 4·s·q for F and 8·s·q for B; other layer kinds by their own count), the LM "
+                    f"head 2hV each, at {paper.DEFAULT_EFFICIENCY:.0%} of the A100's "
+                    f"{paper.A100_PEAK_FLOPS / 1e12:.0f} TFLOP/s; tensor parallelism at Fig. 12(a)'s single-pass MFU "
+                    "ratio; linear in the microbatch size"]
         return [
             f"pass times: the A100 cost model of ctrlmem.model.paper — per layer and token F = 24h² + 4sh, B = 24h² + 8sh, "
             f"W = 24h² FLOPs, the LM head 2hV each, at {paper.DEFAULT_EFFICIENCY:.0%} of the A100's "

@@ -158,3 +158,14 @@ def split_text(layers: Sequence[int]) -> str:
     """Short form: ``E+3|4|4|3+H``."""
     S = len(layers)
     return "|".join(("E+" if s == 0 else "") + str(n) + ("+H" if s == S - 1 else "") for s, n in enumerate(layers))
+
+
+def parse_split_text(text: str) -> list[int]:
+    """The layers per stage of :func:`split_text`'s form (``E+3|4|4|3+H``)."""
+    out = []
+    for part in str(text).split("|"):
+        core = part.removeprefix("E+").removesuffix("+H")
+        if not core.isdigit():
+            raise ValueError(f"layer split {text!r}: stage {part!r} is not E+N, N or N+H")
+        out.append(int(core))
+    return out

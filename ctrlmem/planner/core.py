@@ -1031,8 +1031,8 @@ def insights(df) -> list[str]:
         o = at.iloc[0]
         more = (f"; it holds more activation than 1F1B there ({v['activation_gb']:.1f} against {o['activation_gb']:.1f} "
                 f"GB, a budget of {v['memory_limit']:.3g} × 1F1B's peak), so the spare memory buys it a smaller bubble, "
-                "not a larger microbatch" if v["activation_gb"] > o["activation_gb"] + 1e-9 and v["memory_limit"] == v[
-                    "memory_limit"] else "")
+                "not a larger microbatch" if v["activation_gb"] > o["activation_gb"] + 1e-9 and isinstance(
+                    v["memory_limit"], (int, float)) and v["memory_limit"] == v["memory_limit"] else "")
         if o["status"] == "ok":
             notes.append(f"V ranks {lead}; its memory saving buys no larger microbatch here: 1F1B fits the same "
                          f"configuration too ({o['total_gb']:.1f} of {v['gpu_memory_gb']:g} GB), so memory is not "

@@ -247,3 +247,13 @@ def test_split_backward_schedules_are_not_planned_with_recomputation():
 def test_dense_model_refuses_expert_parallelism():
     with pytest.raises(ValueError, match="no experts"):
         cm.plan(DATA / "llama-3-8b.json", gpus=8, gpu_memory_gb=80, global_batch=32, ep=[2], progress=False)
+
+
+def test_the_notebook_form_plans_a_config_file():
+    from ctrlmem.planner.views import PlanForm
+
+    form = PlanForm(str(DATA / "qwen2-0.5b.json"), 4, 80.0, 16, "a100", tp=[1], microbatch_sizes=[1],
+                    schedules=["1f1b"], progress=False)
+    df = form.run()
+    assert df is not None and df.attrs["settings"]["model_params"] == PUBLISHED["qwen2-0.5b"]
+    assert "layer_split" in form.table.value or "layers" in form.table.value

@@ -23,7 +23,8 @@ SHOW = [("rank", "rank", "{:>4.0f}"), ("schedule", "schedule", "{:<12}"), ("dp",
 
 
 def _cell(fmt: str, value) -> str:
-    width = int("".join(c for c in fmt.split(":")[1] if c.isdigit()).split(".")[0] or 0) if ":" in fmt else 0
+    spec = fmt.split(":")[1].split(".")[0] if ":" in fmt else ""
+    width = int("".join(c for c in spec if c.isdigit()) or 0)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–".rjust(width)
     try:
@@ -49,6 +50,22 @@ def format_table(df, rows: int = 15) -> str:
 def best_per_schedule(df):
     ok = df[df["status"] == "ok"]
     return ok.groupby("schedule", sort=False).head(1)
+
+
+def winner_memory(df) -> str:
+    """The fastest fitting row's memory on its fullest GPU, term by term."""
+    ok = df[df["status"] == "ok"]
+    if ok.empty:
+        return ""
+    r = ok.iloc[0]
+    recv = df.attrs["settings"]["allocator"]["ratio"] == 1.0
+    experts = f" (experts {r['expert_params_gb']:.1f})" if r.get("expert_params_gb") else ""
+    return (f"memory of the fastest row's fullest GPU (device {int(r['device'])} of the pipeline): params {r['params_gb']:.1f}"
+            f"{experts} + grads {r['grads_gb']:.1f} + optimizer {r['optimizer_gb']:.1f} + activation "
+            f"{r['activation_gb']:.1f} + " + (f"receive buffers {r['recv_gb']:.1f} + " if recv else "")
+            + f"allocator margin {r['margin_gb']:.1f}" + (f" + reserve {r['reserve_gb']:.1f}" if r["reserve_gb"] else "")
+            + f" = {r['total_gb']:.1f} GB of {r['gpu_memory_gb']:g}"
+            + ("" if recv else f" (receive buffers {r['recv_gb']:.1f} GB inside the measured margin)"))
 
 
 def write_plan(df, out_dir: str) -> tuple[str, str]:
@@ -133,6 +150,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             print("best per schedule:")
             print(format_table(best, len(best)))
         print()
+        line = winner_memory(df)
+        if line:
+            print(line)
         for note in a["notes"]:
             print(f"* {note}")
         print()
@@ -147,6 +167,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         paths = emit(df, args.emit, torchtitan=args.emit_torchtitan, tt_module=args.torchtitan_module,
                      tt_config=args.torchtitan_config)
         print("wrote " + ", ".join(v for k, v in paths.items() if k != "row") + " (the fastest configuration that fits)",
+              file=sys.stderr if args.json else sys.stdout)
+        with open(paths["row"]) as fh:
+            rec = json.load(fh)
+        mods = rec["module_fqns_per_model_part"]
+        short = " | ".join(f"{p[0]}…{p[-1]}" if len(p) > 2 else ",".join(p) for p in mods)
+        print(f"layers per stage {rec['layers_per_stage']}; Megatron --pipeline-model-parallel-layout "
+              f"{rec['megatron_layout']}; torchtitan module split: {short}",
               file=sys.stderr if args.json else sys.stdout)
     return 0
 

@@ -157,3 +157,15 @@ def test_the_02_toml_only_when_asked(tmp_path, monkeypatch):
     assert "torchtitan 0.2" in Path(paths["toml"]).read_text()
     with pytest.raises(ValueError, match="0.3.0"):
         emit(df, "c", torchtitan="0.4")
+
+
+def test_the_torchtitan_config_function_follows_the_model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    kw = dict(gpus=8, gpu_memory_gb=80, global_batch=32, schedules=["1f1b"], tp=[4], pp=[2], microbatch_sizes=[1],
+              recompute="none", progress=False)
+    big = emit(cm.plan(DATA / "llama-3-70b.json", **{**kw, "gpus": 64, "tp": [8], "pp": [8]}), "a")
+    assert "TT_CONFIG=${TT_CONFIG:-llama3_70b}" in Path(big["torchtitan"]).read_text()
+    other = Path(emit(cm.plan(DATA / "qwen2-7b.json", **kw), "b")["torchtitan"]).read_text()
+    assert "is a stand-in" in other   # a model torchtitan's Llama 3 configs do not describe says so
+    mine = Path(emit(cm.plan(DATA / "qwen2-7b.json", **kw), "c", tt_module="qwen3", tt_config="x")["torchtitan"])
+    assert "TT_MODULE=${TT_MODULE:-qwen3}" in mine.read_text() and "stand-in" not in mine.read_text()

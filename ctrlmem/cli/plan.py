@@ -246,11 +246,12 @@ def add_commands(subparsers) -> None:
                         "run.sh into DIR")
     p.add_argument("--emit-torchtitan", default="0.3.0", choices=["0.3.0", "0.2"],
                    help="torchtitan release to write for (0.2 adds its TOML job file torchtitan.toml)")
-    p.add_argument("--torchtitan-module", default="llama3",
+    p.add_argument("--torchtitan-module", default=None,
                    help="torchtitan config module of your model (torchtitan.models.<M>.config_registry; default "
                         "llama3)")
-    p.add_argument("--torchtitan-config", default="llama3_8b",
-                   help="torchtitan config function in that module (default llama3_8b)")
+    p.add_argument("--torchtitan-config", default=None,
+                   help="torchtitan config function in that module (default: llama3_8b / llama3_70b / llama3_405b "
+                        "for those Llama 3 shapes, else llama3_8b as a stand-in the script says to replace)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON instead of the table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_plan)

@@ -300,8 +300,21 @@ def _preset_layers(preset: str) -> int:
     return paper.MODELS[{"9.6b": "9.6B", "21b": "21B", "38.5b": "38.5B", "98.5b": "98.5B"}[preset]].num_layers
 
 
+_TT_LLAMA3 = {(32, 4096): "llama3_8b", (80, 8192): "llama3_70b", (126, 16384): "llama3_405b"}
+
+
+def torchtitan_target(model: dict) -> tuple[str, str, bool]:
+    """(config module, config function, whether it is known to be this model's) for a plan's
+    model settings: torchtitan's Llama 3 config functions by shape, else ``llama3`` /
+    ``llama3_8b`` to be replaced (``--torchtitan-module`` / ``--torchtitan-config``)."""
+    name = _TT_LLAMA3.get((model.get("num_layers"), model.get("hidden")))
+    if model.get("family") == "llama" and name:
+        return "llama3", name, True
+    return "llama3", "llama3_8b", False
+
+
 def emit(df, out_dir: str | os.PathLike, index: int | None = None, *, torchtitan: str = TORCHTITAN_VERSION,
-         tt_module: str = "llama3", tt_config: str = "llama3_8b") -> dict[str, str]:
+         tt_module: str | None = None, tt_config: str | None = None) -> dict[str, str]:
     """Write row ``index`` of a plan (default: the fastest row that fits) into ``out_dir``:
     ``schedule.csv`` (torch / torchtitan CSV), ``torchtitan.sh`` (the torchtitan 0.3.0 launch;
     with ``ctrlmem_torchtitan.py`` when the planned split is not torchtitan's even rule),
@@ -326,6 +339,9 @@ def emit(df, out_dir: str | os.PathLike, index: int | None = None, *, torchtitan
     if row["status"] not in ("ok", "bounded"):
         raise ValueError(f"row {index} does not fit ({row['status']}: {row['reason']}); emit a row that fits")
     schedule, costs = row_schedule(df, index)
+    guess_module, guess_config, known = torchtitan_target(df.attrs["settings"]["model"])
+    given = tt_module is not None or tt_config is not None
+    tt_module, tt_config = tt_module or guess_module, tt_config or guess_config
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     csv_rel = os.path.join(str(out_dir), "schedule.csv")
@@ -344,7 +360,9 @@ def emit(df, out_dir: str | os.PathLike, index: int | None = None, *, torchtitan
               f"{row['microbatch_size']}, m = {row['m']}, recompute {rc}, layers per stage {split or layers}\n"
               + (f"predicted {row['samples_per_s']:.4g} samples/s" if row["samples_per_s"] == row["samples_per_s"]
                  else "not simulated (bounded)")
-              + f", {row['total_gb']:.1f} GB per GPU ({s['costs_description']})")
+              + f", {row['total_gb']:.1f} GB per GPU ({s['costs_description']})"
+              + ("" if known or given else f"\nset TT_MODULE / TT_CONFIG (or --torchtitan-module / --torchtitan-config)"
+                 f" to your model's torchtitan config function: {tt_module}.{tt_config} is a stand-in"))
     over = launch_overrides(schedule, csv_rel, dp=int(row["dp"]), tp=int(row["tp"]), ep=ep,
                             microbatch_size=int(row["microbatch_size"]), seq_len=int(s["model"]["seq_len"]),
                             distributed_optimizer=bool(row["dist_opt"]), layers=layers, num_layers=L)

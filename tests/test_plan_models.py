@@ -94,12 +94,14 @@ def test_bad_config_files_are_one_clear_line(tmp_path):
         "gqa.json": json.dumps({**good, "num_key_value_heads": 7}),
         "family.json": json.dumps({**good, "model_type": "bert"}),
         "binary.json": b"\xff\xfe\x00garbage",
+        "deep.json": "[" * 200000 + "]" * 200000,
+        "digits.json": '{"hidden_size": ' + "9" * 5000 + "}",
     }
     needles = {"huge.json": "bytes", "notjson.json": "not JSON", "array.json": "not an object",
                "missing.json": "'hidden_size' is missing", "negative.json": "num_hidden_layers must be an integer >= 1",
                "boolean.json": "vocab_size must be an integer", "absurd.json": "larger than any model",
                "gqa.json": "not a multiple of num_key_value_heads", "family.json": "model_type 'bert'",
-               "binary.json": "not JSON"}
+               "binary.json": "not JSON", "deep.json": "nests deeper", "digits.json": "not JSON"}
     for name, text in cases.items():
         p = tmp_path / name
         if text is None:
@@ -115,6 +117,9 @@ def test_bad_config_files_are_one_clear_line(tmp_path):
         assert "\n" not in msg and needles[name] in msg, (name, msg)
     with pytest.raises(ValueError, match="no such file"):
         model_spec(str(tmp_path / "absent.json"))
+    (tmp_path / "dir.json").mkdir()
+    with pytest.raises(ValueError, match="not a regular file"):
+        model_spec(str(tmp_path / "dir.json"))
 
 
 def test_cli_refuses_a_bad_config_in_one_line(tmp_path, capsys):

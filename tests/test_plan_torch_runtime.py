@@ -101,7 +101,7 @@ def _reference(S: int, m: int, mb: int):
         losses.append(((h - y[k * mb:(k + 1) * mb]) ** 2).mean())
     total = torch.stack(losses).mean()
     total.backward()
-    return [l.detach() for l in losses], {s: [p.grad for p in mods[s].parameters()] for s in range(S)}
+    return [loss.detach() for loss in losses], {s: [p.grad for p in mods[s].parameters()] for s in range(S)}
 
 
 P2_SCHEDULES = ["zb-h1", "v-half"]

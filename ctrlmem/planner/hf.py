@@ -43,6 +43,8 @@ FAMILIES = {
 def read_config(path: "str | os.PathLike") -> dict:
     """The JSON object in ``path`` (size-checked first). ``ValueError`` names the problem."""
     p = Path(path)
+    if p.exists() and not p.is_file():
+        raise ValueError(f"model config {str(p)!r} is not a regular file; give the path of a Hugging Face config.json")
     if not p.is_file():
         raise ValueError(f"model config {str(p)!r}: no such file; give the path of a Hugging Face config.json "
                          "(or a preset: 9.6b, 21b, 38.5b, 98.5b)")
@@ -53,9 +55,12 @@ def read_config(path: "str | os.PathLike") -> dict:
     try:
         with open(p, "rb") as fh:
             data = json.loads(fh.read(MAX_CONFIG_BYTES + 1).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"model config {str(p)!r} is not JSON ({str(e).splitlines()[0]}); give a Hugging Face "
+    except RecursionError:
+        raise ValueError(f"model config {str(p)!r} nests deeper than any config; give a Hugging Face "
                          "config.json") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer of too many digits
+        first = (str(e).splitlines() or [type(e).__name__])[0][:200]
+        raise ValueError(f"model config {str(p)!r} is not JSON ({first}); give a Hugging Face config.json") from None
     if not isinstance(data, dict):
         raise ValueError(f"model config {str(p)!r} holds a JSON {type(data).__name__}, not an object; give a Hugging "
                          "Face config.json")

@@ -68,9 +68,9 @@ def test_more_gb_never_gives_a_slower_best_plan(plans):
 
 def _independent_memory(row, spec, S, placement):
     """The fullest device's memory from first principles (not the planner's code)."""
-    h, V, _s = spec.hidden, spec.vocab, spec.seq_len
+    h, V = spec.hidden, spec.vocab
     layers = stage_layers(spec.num_layers, S)
-    tp, _dp, _mb = row["tp"], row["dp"], row["microbatch_size"]
+    tp = row["tp"]
     p = row["pp"]
     dev = ([(d, 2 * p - 1 - d) for d in range(p)] if placement == "v-shape" else [(d,) for d in range(p)])
     params = [sum(12 * h * h * layers[x] + (V * h if x in (0, S - 1) else 0) for x in st) / tp for st in dev]

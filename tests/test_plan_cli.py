@@ -89,7 +89,7 @@ def test_emit_nothing_fits_is_one_line(capsys):
                                                        ("interleaved-1f1b", "interleaved", 2)])
 def test_emit_writes_a_csv_toml_and_run_line_for_the_winner(schedule, placement, chunks, tmp_path):
     df = cm.plan(schedules=[schedule], pp=[2], **PLAN_KW)
-    paths = emit(df, "em")
+    paths = emit(df, "em", torchtitan="0.2")
     row = df.iloc[0]
     assert row["status"] == "ok"
     # the CSV is the winner's schedule, and torch's loader reads it
@@ -226,7 +226,7 @@ def test_ctrlmem_run_takes_the_emitted_csv(tmp_path):
     with the planned microbatch size; a CSV with another number of ranks is refused."""
     launch = pytest.importorskip("ctrlmem.runtime.launch")
     df = cm.plan(schedules=["v-half"], pp=[2], **PLAN_KW)
-    paths = emit(df, "em")
+    paths = emit(df, "em", torchtitan="0.2")
     row = df.iloc[0]
     cfg = launch.RunConfig(schedule=paths["csv"], num_devices=2, num_microbatches=int(row["m"]), model="tiny",
                            model_overrides={"microbatch_size": 2, "num_layers": 6})

@@ -120,7 +120,7 @@ def _launch(schedules: list[str], p: int, base: Path) -> dict[str, tuple[dict, P
                          schedules=[schedule], tp=[1], pp=[p], microbatch_sizes=[2], progress=False)
             assert df.iloc[0]["status"] == "ok" and df.iloc[0]["schedule"] == schedule
             (base / schedule).mkdir()
-            runs[schedule] = (emit(df, os.path.join(schedule, "emitted")), base / schedule)
+            runs[schedule] = (emit(df, os.path.join(schedule, "emitted"), torchtitan="0.2"), base / schedule)
     (base / "worker.py").write_text(WORKER)
     jobs = [arg for paths, out in runs.values() for arg in (paths["toml"], str(out))]
     procs = [subprocess.Popen([sys.executable, "worker.py", str(r), str(p), str(WIDTH), *jobs], cwd=base,

@@ -1,5 +1,6 @@
 """``ctrlmem plan``: the fastest configuration that fits, printed, written as CSV/JSON, and
-(``--emit DIR``) turned into a torch CSV, a torchtitan TOML fragment and a ``ctrlmem run`` line."""
+(``--emit DIR``) turned into a torch CSV, a torchtitan 0.3.0 launch script, Megatron arguments and a
+``ctrlmem run`` line."""
 
 from __future__ import annotations
 
@@ -18,14 +19,16 @@ from ctrlmem.planner.sources import LayerCosts, cost_source
 __all__ = ["add_commands", "format_table", "write_plan"]
 
 SHOW = [("rank", "rank", "{:>4.0f}"), ("schedule", "schedule", "{:<12}"), ("dp", "DP", "{:>3}"),
-        ("tp", "TP", "{:>3}"), ("pp", "PP", "{:>3}"), ("microbatch_size", "mb", "{:>3}"), ("m", "m", "{:>4}"),
+        ("tp", "TP", "{:>3}"), ("pp", "PP", "{:>3}"), ("ep", "EP", "{:>3}"), ("recompute", "recomp", "{:<6}"),
+        ("microbatch_size", "mb", "{:>3}"), ("m", "m", "{:>4}"),
         ("samples_per_s", "samples/s", "{:>9.4g}"), ("mfu", "MFU %", "{:>6.1%}"), ("bubble_rate", "bubble", "{:>6.3f}"),
         ("step_s", "step s", "{:>7.3f}"), ("total_gb", "GB/GPU", "{:>6.1f}"), ("activation_gb", "act GB", "{:>6.1f}"),
-        ("status", "status", "{:<12}")]
+        ("status", "status", "{:<12}"), ("layer_split", "layers per stage", "{:<16}")]
 
 
 def _cell(fmt: str, value) -> str:
-    width = int("".join(c for c in fmt.split(":")[1] if c.isdigit()).split(".")[0] or 0) if ":" in fmt else 0
+    spec = fmt.split(":")[1].split(".")[0] if ":" in fmt else ""
+    width = int("".join(c for c in spec if c.isdigit()) or 0)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–".rjust(width)
     try:
@@ -51,6 +54,22 @@ def format_table(df, rows: int = 15) -> str:
 def best_per_schedule(df):
     ok = df[df["status"] == "ok"]
     return ok.groupby("schedule", sort=False).head(1)
+
+
+def winner_memory(df) -> str:
+    """The fastest fitting row's memory on its fullest GPU, term by term."""
+    ok = df[df["status"] == "ok"]
+    if ok.empty:
+        return ""
+    r = ok.iloc[0]
+    recv = df.attrs["settings"]["allocator"]["ratio"] == 1.0
+    experts = f" (experts {r['expert_params_gb']:.1f})" if r.get("expert_params_gb") else ""
+    return (f"memory of the fastest row's fullest GPU (device {int(r['device'])} of the pipeline): params {r['params_gb']:.1f}"
+            f"{experts} + grads {r['grads_gb']:.1f} + optimizer {r['optimizer_gb']:.1f} + activation "
+            f"{r['activation_gb']:.1f} + " + (f"receive buffers {r['recv_gb']:.1f} + " if recv else "")
+            + f"allocator margin {r['margin_gb']:.1f}" + (f" + reserve {r['reserve_gb']:.1f}" if r["reserve_gb"] else "")
+            + f" = {r['total_gb']:.1f} GB of {r['gpu_memory_gb']:g}"
+            + ("" if recv else f" (receive buffers {r['recv_gb']:.1f} GB inside the measured margin)"))
 
 
 def write_plan(df, out_dir: str) -> tuple[str, str]:
@@ -101,7 +120,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
               flash_attention=not args.no_flash_attention,
               allocator=allocator, reserve_gb=args.reserve_gb, dp_gbs=args.dp_gbs, gpus_per_node=args.gpus_per_node,
               exhaustive=args.exhaustive, top=args.per_schedule,
-              progress=not args.no_progress and sys.stderr.isatty())
+              progress=not args.no_progress and sys.stderr.isatty(), layer_split=args.layer_split, ep=args.ep,
+              recompute=args.recompute, nvlink_gbs=args.nvlink_gbs, ib_gbs=args.ib_gbs)
     a = df.attrs
     s = a["settings"]
     counts = df["status"].value_counts()
@@ -114,7 +134,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(payload, indent=1))
     else:
         m = s["model"]
-        print(f"ctrlmem plan: {m['name']} ({m['num_layers']} layers, h {m['hidden']}, seq {m['seq_len']}) on "
+        print(f"ctrlmem plan: {m['name']} ({m['num_layers']} layers, h {m['hidden']}, seq {m['seq_len']}, "
+              f"{s['model_params'] / 1e9:.2f}B parameters"
+              + (f", {s['model_active_params'] / 1e9:.2f}B active" if m.get("experts") else "") + ") on "
               f"{s['gpus']} GPUs × {s['gpu_memory_gb']:g} GB, global batch {s['global_batch']}; "
               f"{s['costs_description']}")
         print(f"searched {len(df)} configurations in {a['seconds']:.1f} s ({a['builds']} schedule builds, "
@@ -127,6 +149,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             print("best per schedule:")
             print(format_table(best, len(best)))
         print()
+        line = winner_memory(df)
+        if line:
+            print(line)
         for note in a["notes"]:
             print(f"* {note}")
         print()
@@ -138,8 +163,16 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     csv_path, json_path = write_plan(df, args.out)
     print(f"wrote {csv_path} and {json_path}", file=sys.stderr if args.json else sys.stdout)
     if args.emit:
-        paths = emit(df, args.emit)
-        print(f"wrote {paths['csv']}, {paths['toml']}, {paths['run']} (the fastest configuration that fits)",
+        paths = emit(df, args.emit, torchtitan=args.emit_torchtitan, tt_module=args.torchtitan_module,
+                     tt_config=args.torchtitan_config)
+        print("wrote " + ", ".join(v for k, v in paths.items() if k != "row") + " (the fastest configuration that fits)",
+              file=sys.stderr if args.json else sys.stdout)
+        with open(paths["row"]) as fh:
+            rec = json.load(fh)
+        mods = rec["module_fqns_per_model_part"]
+        short = " | ".join(f"{p[0]}…{p[-1]}" if len(p) > 2 else ",".join(p) for p in mods)
+        print(f"layers per stage {rec['layers_per_stage']}; Megatron --pipeline-model-parallel-layout "
+              f"{rec['megatron_layout']}; torchtitan module split: {short}",
               file=sys.stderr if args.json else sys.stdout)
     return 0
 
@@ -153,8 +186,9 @@ def add_commands(subparsers) -> None:
                     "and marked. Writes OUT/plan.csv and OUT/plan.json; --emit DIR writes the winner's torch CSV, a "
                     "torchtitan TOML fragment and its `ctrlmem run` line. See docs/plan.md.")
     p.add_argument("--model", default="98.5b",
-                   help="a paper preset (9.6b, 21b, 38.5b, 98.5b) or 'custom' with --layers/--hidden/--heads "
-                        "(default 98.5b)")
+                   help="a paper preset (9.6b, 21b, 38.5b, 98.5b), the path of a Hugging Face config.json (Llama, "
+                        "Mistral, Qwen2/3, Mixtral, Qwen-MoE, DeepSeek-V2/V3), or 'custom' with --layers/--hidden/"
+                        "--heads (default 98.5b)")
     p.add_argument("--layers", type=int, default=None, help="transformer layers (custom model, or override)")
     p.add_argument("--hidden", type=int, default=None, help="hidden size (custom model, or override)")
     p.add_argument("--heads", type=int, default=None, help="attention heads (custom model, or override)")
@@ -187,6 +221,18 @@ def add_commands(subparsers) -> None:
     p.add_argument("--dp-gbs", type=float, default=25.0, help="data-parallel gradient bandwidth, GB/s (default 25)")
     p.add_argument("--p2p-gbs", type=float, default=None, help="pipeline hop bandwidth, GB/s (default 25)")
     p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (TP stays within one; default 8)")
+    p.add_argument("--layer-split", default="auto", choices=["auto", "balanced", "even"],
+                   help="layers per stage: balanced (the busiest device's time, embedding and head included), even "
+                        "(torchtitan's rule) or auto (balanced for a config.json model, even for the presets)")
+    p.add_argument("--ep", default=None, help="comma-separated expert-parallel candidates (MoE; default every degree "
+                                               "dividing the experts and DP × TP)")
+    p.add_argument("--recompute", default="auto",
+                   help="comma-separated levers among none, selective, full (default auto: none,full for a config.json "
+                        "model, none for the presets)")
+    p.add_argument("--nvlink-gbs", type=float, default=150.0,
+                   help="MoE all-to-all bandwidth per GPU within a node, GB/s (default 150)")
+    p.add_argument("--ib-gbs", type=float, default=25.0,
+                   help="MoE all-to-all bandwidth per GPU across nodes, GB/s (default 25)")
     p.add_argument("--exhaustive", action="store_true",
                    help="simulate every configuration that fits (default: skip those whose no-bubble bound cannot "
                         "beat their schedule's best, marked bounded)")
@@ -195,7 +241,16 @@ def add_commands(subparsers) -> None:
     p.add_argument("--top", type=int, default=15, help="rows to print (default 15)")
     p.add_argument("--out", default="build/plan", help="folder for plan.csv and plan.json (default build/plan)")
     p.add_argument("--emit", metavar="DIR", default=None,
-                   help="write the winner's schedule.csv, torchtitan.toml and run.sh into DIR")
+                   help="write the winner's schedule.csv, torchtitan.sh (torchtitan 0.3.0 launch), megatron.txt and "
+                        "run.sh into DIR")
+    p.add_argument("--emit-torchtitan", default="0.3.0", choices=["0.3.0", "0.2"],
+                   help="torchtitan release to write for (0.2 adds its TOML job file torchtitan.toml)")
+    p.add_argument("--torchtitan-module", default=None,
+                   help="torchtitan config module of your model (torchtitan.models.<M>.config_registry; default "
+                        "llama3)")
+    p.add_argument("--torchtitan-config", default=None,
+                   help="torchtitan config function in that module (default: llama3_8b / llama3_70b / llama3_405b "
+                        "for those Llama 3 shapes, else llama3_8b as a stand-in the script says to replace)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON instead of the table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_plan)

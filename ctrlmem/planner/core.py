@@ -29,6 +29,7 @@ stage activations, the granularity of any schedule's peak, so nearby budgets sha
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -40,7 +41,10 @@ from ctrlmem.model import paper
 from ctrlmem.model.costs import Costs, MemoryModel
 from ctrlmem.schedules import SCHEDULES, build
 from ctrlmem.model.simulate import simulate
-from ctrlmem.planner.model import BYTES_GRAD, BYTES_OPTIMIZER, BYTES_WEIGHT, ModelSpec, StageBytes, default_global_batch, model_spec, stage_bytes
+from ctrlmem.planner import arch
+from ctrlmem.planner import split as split_mod
+from ctrlmem.planner.model import (BYTES_GRAD, BYTES_OPTIMIZER, BYTES_WEIGHT, ModelSpec, StageBytes, default_global_batch,
+                                   layer_bytes, model_spec, stage_bytes)
 from ctrlmem.planner.sources import AllocatorMargin, CostSource, cost_source
 from ctrlmem.planner.sources import cost_source as _cs
 import numpy as np
@@ -66,12 +70,14 @@ unequal size can move its peak by a few per cent)."""
 MAX_AUTO_LIMIT = 2.0
 """Largest budget (fraction of 1F1B's peak) an auto-budgeted ``v-shape`` / ``zb`` gets."""
 
-COLUMNS = ["rank", "status", "fits", "schedule", "method", "placement", "dp", "tp", "pp", "microbatch_size", "m",
-           "dist_opt", "memory_limit", "samples_per_s", "tokens_per_s", "mfu", "step_s", "pipeline_s", "dp_sync_s",
-           "bubble_rate", "params_gb", "grads_gb", "optimizer_gb", "activation_gb", "margin_gb", "reserve_gb",
-           "total_gb", "gpu_memory_gb", "free_gb", "device", "memory_how", "upper_bound_samples_per_s", "reason"]
+COLUMNS = ["rank", "status", "fits", "schedule", "method", "placement", "dp", "tp", "pp", "ep", "recompute",
+           "microbatch_size", "m", "dist_opt", "memory_limit", "layer_split", "samples_per_s", "tokens_per_s", "mfu", "step_s", "pipeline_s", "dp_sync_s",
+           "bubble_rate", "a2a_s", "p2p_gb", "a2a_hidden_samples_per_s", "params_gb", "expert_params_gb",
+           "grads_gb", "optimizer_gb", "activation_gb", "recv_gb", "margin_gb", "reserve_gb", "total_gb", "gpu_memory_gb", "free_gb", "device", "memory_how", "upper_bound_samples_per_s", "reason"]
 """The DataFrame's columns: ``total_gb`` = params + grads + optimizer + activation + margin +
-reserve on ``device`` (the device that needs most); ``fits`` is ``total_gb <= gpu_memory_gb``;
+reserve (+ ``recv_gb``, torch's receive buffers) on ``device`` (the device that needs most;
+``params_gb`` includes ``expert_params_gb``; ``recv_gb`` is added only without a measured
+allocator margin, which already holds them); ``fits`` is ``total_gb <= gpu_memory_gb``;
 ``status``: ``ok`` (simulated, fits), ``does not fit``, ``bounded`` (fits, not simulated: its
 no-bubble bound is below its schedule's best), ``m < pp``, ``too many stages``."""
 
@@ -148,16 +154,31 @@ def parse_schedules(schedules: Iterable[str] | str) -> list[ScheduleChoice]:
     return list(dict.fromkeys(out))
 
 
-_PLACEMENTS: dict[str, tuple[str, int]] = {}
+_PLACEMENTS: dict[str, tuple[str, int, bool]] = {}
+
+
+def _shape_of(name: str) -> tuple[str, int, bool]:
+    if name not in _PLACEMENTS:
+        kw = {"memory_limit": 1.0} if SCHEDULES[name].memory_limit else {}
+        s = build(name, 2, 4, **kw)
+        _PLACEMENTS[name] = (s.placement.kind, s.placement.num_chunks, s.split_backward)
+    return _PLACEMENTS[name]
 
 
 def placement_of(name: str) -> tuple[str, int]:
     """(placement kind, stages per device) of a registered schedule, from a small build."""
-    if name not in _PLACEMENTS:
-        kw = {"memory_limit": 1.0} if SCHEDULES[name].memory_limit else {}
-        s = build(name, 2, 4, **kw)
-        _PLACEMENTS[name] = (s.placement.kind, s.placement.num_chunks)
-    return _PLACEMENTS[name]
+    kind, v, _ = _shape_of(name)
+    return kind, v
+
+
+def split_backward(name: str) -> bool:
+    """Whether a registered schedule runs ``B`` and ``W`` as separate passes."""
+    return _shape_of(name)[2]
+
+
+RECOMPUTE = ("none", "selective", "full")
+"""The recomputation levers (Korthikanti et al. 2022): keep every activation; recompute the
+attention core (drop its ``s × s`` tensors); recompute every layer from its input."""
 
 
 # ---- the build cache ---------------------------------------------------------------------------
@@ -241,6 +262,9 @@ class _Layout:
     start_ms: tuple[float, ...]   # earliest start of each device (the forward chain before it)
     work_ms: tuple[float, ...]    # one microbatch's F + B + W per device
     c_max_gb: float           # the largest stage activation of one microbatch
+    a2a_ms: tuple[float, ...] = ()     # per device: one microbatch's all-to-all time (F + B)
+    hop_bytes: float = 0.0             # bytes of one activation hop (per GPU)
+    transient_gb: float = 0.0          # one layer rematerialised during B under recomputation
 
 
 def _device_stages(kind: str, p: int, v: int) -> tuple[tuple[int, ...], ...]:
@@ -259,7 +283,8 @@ class Planner:
                  source: CostSource, schedules: Sequence[ScheduleChoice], microbatch_sizes: Sequence[int],
                  tp: Sequence[int], pp: Sequence[int] | None, min_pp: int, distributed_optimizer: bool | str,
                  flash_attention: bool, margin: AllocatorMargin, reserve_gb: float, dp_gbs: float,
-                 gpus_per_node: int, batch_note: str = "") -> None:
+                 gpus_per_node: int, batch_note: str = "", split: str = "even", ep: Sequence[int] | None = None,
+                 recompute: Sequence[str] = ("none",), nvlink_gbs: float = 150.0, ib_gbs: float = 25.0) -> None:
         self.model, self.gpus, self.gpu_gb, self.batch = model, gpus, float(gpu_memory_gb), global_batch
         self.source, self.choices, self.mbs = source, list(schedules), sorted(set(microbatch_sizes))
         self.tps, self.pps, self.min_pp = sorted(set(tp)), (sorted(set(pp)) if pp else None), min_pp
@@ -268,6 +293,12 @@ class Planner:
         self.dp_bw = float(dp_gbs) * 1e9
         self.gpus_per_node = gpus_per_node
         self.batch_note = batch_note
+        self.split = split
+        self.eps = sorted(set(ep)) if ep else None
+        self.recompute = list(dict.fromkeys(recompute))
+        # a measured allocator margin already holds the receive buffers of the runs it was fitted on
+        self.count_recv = margin.ratio == 1.0 and not margin.bytes_per_logit and not margin.bytes_per_embedding_param
+        self.nvlink_bw, self.ib_bw = float(nvlink_gbs) * 1e9, float(ib_gbs) * 1e9
         self.layer_act = source.layer_activation(model, flash_attention)
         self._layouts: dict[tuple, _Layout] = {}
         self.skipped: list[str] = []
@@ -300,31 +331,95 @@ class Planner:
                     if dp == 1:
                         opts = [opts[0]]
                     for z in opts:
-                        out.append((dp, tp, pp, mb, z))
+                        for ep in self.ep_choices(dp * tp):
+                            for rc in self.recompute:
+                                out.append((dp, tp, pp, mb, z, ep, rc))
         return out
 
-    def layout(self, kind: str, v: int, pp: int, tp: int, mb: int) -> _Layout:
-        key = (kind, v, pp, tp, mb)
+    def ep_choices(self, group: int) -> list[int]:
+        """Expert-parallel degrees for ``group`` = DP × TP ranks of a stage: those dividing both
+        it and the experts (experts not split by TP: expert-tensor parallelism 1, Megatron's
+        MoE parallel folding)."""
+        E = self.model.experts
+        if not E:
+            return [1]
+        cands = self.eps or [e for e in range(1, group + 1) if group % e == 0]
+        ok = [e for e in cands if group % e == 0 and E % e == 0]
+        bad = [e for e in cands if e not in ok]
+        if bad:
+            self.skipped.append(f"EP {', '.join(map(str, bad))} does not divide both {E} experts and DP × TP = {group}")
+        return ok
+
+    def layer_times(self, tp: int, mb: int, ep: int, rc: str) -> tuple[list[tuple[float, float, float]], list[float]]:
+        """Per layer: (F, B, W) ms with recomputation and the all-to-all added, and the
+        all-to-all ms alone (F + B)."""
+        spec, src = self.model, self.source
+        base = src.layer_costs(spec, mb, tp)
+        shapes = spec.layer_shapes()
+        a2a = self.a2a_ms(tp, mb, ep)
+        out, comm = [], []
+        for (f, b, w), sh in zip(base, shapes):
+            extra_b = 0.0
+            if rc == "full":
+                extra_b = f
+            elif rc == "selective":
+                ff, _, _ = arch.layer_flops_per_token(spec, sh)
+                extra_b = f * arch.attention_core_flops(spec) / ff
+            x = a2a if sh.moe else 0.0
+            out.append(((f * 1e3 + x), (b + extra_b) * 1e3 + x, w * 1e3))
+            comm.append(2 * x)
+        return out, comm
+
+    def a2a_ms(self, tp: int, mb: int, ep: int) -> float:
+        """One MoE layer's all-to-all for one microbatch, one direction of the pass (dispatch
+        + combine), ms: each GPU's ``mb·s/tp`` tokens (sequence parallel) sent to ``top_k``
+        experts in bf16, ``(ep − 1)/ep`` of them leaving the GPU, at NVLink bandwidth when the
+        EP group fits in a node, else the inter-node bandwidth."""
+        spec = self.model
+        if not spec.experts or ep == 1:
+            return 0.0
+        tokens = mb * spec.seq_len / tp
+        bytes_one_way = tokens * spec.top_k * spec.hidden * 2.0 * (ep - 1) / ep
+        bw = self.nvlink_bw if ep <= self.gpus_per_node else self.ib_bw
+        return 2.0 * bytes_one_way / bw * 1e3
+
+    def stage_split(self, kind: str, v: int, pp: int, times, ef: float, hf: float) -> list[int] | None:
+        """Layers per stage: the balanced split (:mod:`ctrlmem.planner.split`) or ``None`` for the
+        even rule."""
+        S = v * pp
+        if self.split != "balanced" or S > self.model.num_layers or S == 1:
+            return None
+        return split_mod.balanced_split([sum(t) for t in times], ef, hf, S, _device_stages(kind, pp, v))
+
+    def layout(self, kind: str, v: int, pp: int, tp: int, mb: int, ep: int = 1, rc: str = "none") -> _Layout:
+        key = (kind, v, pp, tp, mb, ep, rc)
         if key in self._layouts:
             return self._layouts[key]
         spec, src = self.model, self.source
         S = v * pp
-        sb = stage_bytes(spec, S, mb, tp, self.layer_act)
-        lf, lb, lw = src.layer(spec, mb, tp)
+        times, comm = self.layer_times(tp, mb, ep, rc)
         hf, hb, hw = src.head(spec, mb, tp)
         ef, eb, ew = src.embedding(spec, mb, tp)
-        fs, bs, ws = [], [], []
+        split = self.stage_split(kind, v, pp, times, (ef + eb + ew) * 1e3, (hf + hb + hw) * 1e3)
+        sb = stage_bytes(spec, S, mb, tp, self.layer_act, layers=split, ep=ep, flash_attention=self.flash,
+                         recompute=rc)
+        fs, bs, ws, a2a_stage = [], [], [], []
+        start_l = 0
         for s, n in enumerate(sb.layers):
-            f, b, w = n * lf, n * lb, n * lw
+            mine = range(start_l, start_l + n)
+            start_l += n
+            f, b, w = (sum(times[i][k] for i in mine) for k in range(3))
             if s == 0:
-                f, b, w = f + ef, b + eb, w + ew
+                f, b, w = f + ef * 1e3, b + eb * 1e3, w + ew * 1e3
             if s == S - 1:
-                f, b, w = f + hf, b + hb, w + hw
-            fs.append(f * 1e3), bs.append(b * 1e3), ws.append(w * 1e3)
+                f, b, w = f + hf * 1e3, b + hb * 1e3, w + hw * 1e3
+            fs.append(f), bs.append(b), ws.append(w)
+            a2a_stage.append(sum(comm[i] for i in mine))
         hop_ms = src.hop(spec, mb, tp) * 1e3
         costs = Costs(fs, bs, ws, comm=hop_ms)
         act_gb = [_gb(x) for x in sb.activation]
-        memory = MemoryModel(activation=act_gb, release_at_b=max(0.0, 1.0 - sb.w_kept))
+        release = 1.0 if (rc == "full") else max(0.0, 1.0 - sb.w_kept)
+        memory = MemoryModel(activation=act_gb, release_at_b=release)
         dev = _device_stages(kind, pp, v)
         device_of = {s: d for d, ss in enumerate(dev) for s in ss}
         arrive, t = [], 0.0
@@ -333,18 +428,47 @@ class Planner:
             t += fs[s] + (hop_ms if s + 1 < S and device_of[s + 1] != device_of[s] else 0.0)
         start = tuple(min(arrive[s] for s in ss) for ss in dev)
         work = tuple(sum(fs[s] + bs[s] + ws[s] for s in ss) for ss in dev)
-        lay = _Layout(S, v, kind, sb, costs, memory, dev, start, work, max(act_gb))
+        transient = 0.0
+        if rc != "none":  # one layer's full activation rematerialised during its B
+            full = max(layer_bytes(spec, self.layer_act, self.flash, "none"))
+            kept = min(layer_bytes(spec, self.layer_act, self.flash, rc))
+            transient = _gb(mb * spec.seq_len * (full - kept) / tp)
+        lay = _Layout(S, v, kind, sb, costs, memory, dev, start, work, max(act_gb),
+                      tuple(sum(a2a_stage[s] for s in ss) for ss in dev),
+                      2.0 * mb * spec.seq_len * spec.hidden / tp, transient)
         self._layouts[key] = lay
         return lay
 
-    def states(self, lay: _Layout, dp: int, dist_opt: bool) -> list[tuple[float, float, float]]:
-        """Per device: (params, grads, optimizer) GB."""
+    def states(self, lay: _Layout, dp: int, dist_opt: bool, tp: int = 1,
+               ep: int = 1) -> list[tuple[float, float, float, float]]:
+        """Per device: (params, grads, optimizer, of the params the routed experts') GB. Dense
+        optimizer states are sharded over DP, the experts' over the expert-data-parallel
+        ``DP·TP/EP`` ranks (with a distributed optimizer)."""
         out = []
+        edp = dp * tp // ep
         for ss in lay.device_stages:
             n = sum(lay.sb.params[s] for s in ss)
-            opt = BYTES_OPTIMIZER / (dp if dist_opt else 1)
-            out.append((_gb(n * BYTES_WEIGHT), _gb(n * BYTES_GRAD), _gb(n * opt)))
+            e = sum(lay.sb.expert_params[s] for s in ss) if lay.sb.expert_params else 0.0
+            opt = n * BYTES_OPTIMIZER / (dp if dist_opt else 1) + e * BYTES_OPTIMIZER / (edp if dist_opt else 1)
+            out.append((_gb((n + e) * BYTES_WEIGHT), _gb((n + e) * BYTES_GRAD), _gb(opt), _gb(e * BYTES_WEIGHT)))
         return out
+
+    def recv_buffers(self, lay: _Layout, m: int) -> list[float]:
+        """Per device: GB of the receive buffers torch's pipelining allocates up front, one per
+        microbatch for each stage input from another device (activations) and each output
+        gradient from another device (torch.distributed.pipelining.stage)."""
+        dev = lay.device_stages
+        device_of = {s: d for d, ss in enumerate(dev) for s in ss}
+        out = []
+        for d, ss in enumerate(dev):
+            n = sum((s > 0 and device_of[s - 1] != d) + (s < lay.S - 1 and device_of[s + 1] != d) for s in ss)
+            out.append(_gb(n * m * lay.hop_bytes))
+        return out
+
+    def p2p_gb(self, lay: _Layout, m: int) -> float:
+        """GB the busiest device sends per step over pipeline hops (activations forward,
+        gradients backward; the V-shape's two stages per device send twice)."""
+        return max(self.recv_buffers(lay, m))
 
     def transient(self, lay: _Layout, mb: int, tp: int) -> list[float]:
         """Per device: the allocator margin's fixed terms (GB): logits on the LM head's device,
@@ -362,30 +486,39 @@ class Planner:
             out.append(_gb(x))
         return out
 
-    def dp_sync_s(self, lay: _Layout, dp: int) -> float:
+    def dp_sync_s(self, lay: _Layout, dp: int, tp: int = 1, ep: int = 1) -> float:
         """Ring all-reduce (or reduce-scatter + all-gather) of the bf16 gradients of the device
-        holding most parameters, over ``dp`` replicas, not overlapped with the pipeline."""
-        if dp == 1:
-            return 0.0
-        grads = max(sum(lay.sb.params[s] for s in ss) for ss in lay.device_stages) * BYTES_GRAD
-        return 2.0 * (dp - 1) / dp * grads / self.dp_bw
+        holding most parameters, over ``dp`` replicas (routed experts' over ``DP·TP/EP``), not
+        overlapped with the pipeline."""
+        edp = dp * tp // ep
+        worst = 0.0
+        for ss in lay.device_stages:
+            n = sum(lay.sb.params[s] for s in ss) * BYTES_GRAD
+            e = (sum(lay.sb.expert_params[s] for s in ss) if lay.sb.expert_params else 0.0) * BYTES_GRAD
+            t = (2.0 * (dp - 1) / dp * n if dp > 1 else 0.0) + (2.0 * (edp - 1) / edp * e if edp > 1 else 0.0)
+            worst = max(worst, t)
+        return worst / self.dp_bw
 
-    def memory(self, lay, peaks_gb, states, transient) -> tuple[int, dict]:
+    def memory(self, lay, peaks_gb, states, transient, recv=None) -> tuple[int, dict]:
         """The device that needs most and its breakdown (GB)."""
         best = None
-        for d, (pk, st, tr) in enumerate(zip(peaks_gb, states, transient)):
+        recv = recv or [0.0] * len(states)
+        for d, (pk, st, tr, rb) in enumerate(zip(peaks_gb, states, transient, recv)):
+            pk = pk + lay.transient_gb
             margin = (self.margin.ratio - 1.0) * pk + tr
-            total = sum(st) + pk + margin + self.reserve_gb
+            total = st[0] + st[1] + st[2] + pk + margin + (rb if self.count_recv else 0.0) + self.reserve_gb
             if best is None or total > best[1]["total_gb"] + 1e-12:
-                best = (d, {"params_gb": st[0], "grads_gb": st[1], "optimizer_gb": st[2], "activation_gb": pk,
-                            "margin_gb": margin, "reserve_gb": self.reserve_gb, "total_gb": total})
+                best = (d, {"params_gb": st[0], "expert_params_gb": st[3], "grads_gb": st[1], "optimizer_gb": st[2],
+                            "activation_gb": pk, "recv_gb": rb, "margin_gb": margin, "reserve_gb": self.reserve_gb,
+                            "total_gb": total})
         return best  # type: ignore[return-value]
 
-    def auto_limit(self, lay: _Layout, states, transient) -> tuple[float | None, str]:
+    def auto_limit(self, lay: _Layout, states, transient, recv=None) -> tuple[float | None, str]:
         """The budget (fraction of 1F1B's peak) the remaining memory allows: whole stage
         activations of the largest stage, on the device with least room; ``None`` and why when
         not even one microbatch per device fits."""
-        room = min(self.gpu_gb - self.reserve_gb - sum(st) - tr for st, tr in zip(states, transient))
+        room = min(self.gpu_gb - self.reserve_gb - st[0] - st[1] - st[2] - tr for st, tr in zip(states, transient))
+        room -= lay.transient_gb + (max(recv or [0.0]) if self.count_recv else 0.0)
         k = math.floor(max(0.0, room) / (self.margin.ratio * lay.c_max_gb) + 1e-9) if lay.c_max_gb > 0 else 0
         k = min(k, int(MAX_AUTO_LIMIT * lay.S))
         if k < lay.v:
@@ -409,12 +542,18 @@ class Planner:
         return rows
 
     def _search(self, configs, rows: list[dict], pending: list, bar, exhaustive: bool, top: int) -> None:
-        for ci, (dp, tp, pp, mb, z) in enumerate(configs):
+        for ci, (dp, tp, pp, mb, z, ep, rc) in enumerate(configs):
             m = self.batch // (dp * mb)
             for oi, ch in enumerate(self.choices):
                 bar.update(1)
                 kind, v = placement_of(ch.name)
-                row = {"schedule": ch.label, "method": ch.method, "placement": kind, "dp": dp, "tp": tp, "pp": pp,
+                if rc != "none" and split_backward(ch.name):
+                    self.skipped.append(f"{rc} recomputation with {ch.name}: its W passes run after B and need the "
+                                        "recomputed inputs, which a checkpointed layer frees at B (planned with "
+                                        "fused-backward schedules: 1f1b, interleaved-1f1b, 1f1b-v, gpipe)")
+                    continue
+                row = {"schedule": ch.label, "method": ch.method + ("" if rc == "none" else f" + {rc} recompute"),
+                       "placement": kind, "dp": dp, "tp": tp, "pp": pp, "ep": ep, "recompute": rc,
                        "microbatch_size": mb, "m": m, "dist_opt": bool(z), "memory_limit": ch.limit,
                        "gpu_memory_gb": self.gpu_gb, "reason": "", "_order": (oi, ci)}
                 rows.append(row)
@@ -422,18 +561,22 @@ class Planner:
                     row.update(status="too many stages", fits=False,
                                reason=f"{v * pp} stages for {self.model.num_layers} layers + embedding + head")
                     continue
-                lay = self.layout(kind, v, pp, tp, mb)
-                states = self.states(lay, dp, z)
+                lay = self.layout(kind, v, pp, tp, mb, ep, rc)
+                row["layer_split"] = split_mod.split_text(lay.sb.layers)
+                states = self.states(lay, dp, z, tp, ep)
                 trans = self.transient(lay, mb, tp)
-                sync = self.dp_sync_s(lay, dp)
+                recv = self.recv_buffers(lay, m)
+                sync = self.dp_sync_s(lay, dp, tp, ep)
+                row["p2p_gb"] = max(recv)
+                row["a2a_s"] = m * max(lay.a2a_ms) / 1e3 if lay.a2a_ms else 0.0
                 limit = ch.limit
                 how = "simulated"
                 if ch.auto:
-                    limit, why = self.auto_limit(lay, states, trans)
+                    limit, why = self.auto_limit(lay, states, trans, recv)
                     row["memory_limit"] = limit
                     if limit is None:
                         # the least it could need: one microbatch in flight per device (budget 1/p)
-                        d, mem = self.memory(lay, [lay.v * lay.c_max_gb] * pp, states, trans)
+                        d, mem = self.memory(lay, [lay.v * lay.c_max_gb] * pp, states, trans, recv)
                         row.update(mem, device=d, status="does not fit", fits=False, reason=why,
                                    memory_how="the smallest budget (one microbatch per device)")
                         continue
@@ -448,7 +591,7 @@ class Planner:
                 if not exact:
                     # memory estimate from the unit-cost pattern (same memory level, no search)
                     _, peaks, _, _ = _sim(ch.name, pp, m, None, limit, Costs(), lay.memory)
-                    d, mem = self.memory(lay, peaks, states, trans)
+                    d, mem = self.memory(lay, peaks, states, trans, recv)
                     how = "estimated (unit-cost pattern)"
                     if mem["total_gb"] > self.gpu_gb * (1 + ESTIMATE_TOLERANCE):
                         row.update(mem, device=d, status="does not fit", fits=False, memory_how=how,
@@ -457,7 +600,7 @@ class Planner:
                         continue
                 elif not ch.auto:
                     _, peaks, _, _ = _sim(ch.name, pp, m, lay.costs, limit, lay.costs, lay.memory)
-                    d, mem = self.memory(lay, peaks, states, trans)
+                    d, mem = self.memory(lay, peaks, states, trans, recv)
                     if mem["total_gb"] > self.gpu_gb + 1e-9:
                         row.update(mem, device=d, status="does not fit", fits=False, memory_how=how,
                                    reason=_over(mem, self.gpu_gb))
@@ -466,7 +609,7 @@ class Planner:
                 ub = self.batch / (bound_ms / 1e3 + sync)
                 row["upper_bound_samples_per_s"] = ub
                 pending.append((ub, len(pending), row, {"choice": ch, "lay": lay, "states": states, "trans": trans,
-                                                        "sync": sync, "limit": limit}))
+                                                        "sync": sync, "limit": limit, "recv": recv}))
         pending.sort(key=lambda x: (-x[0], x[1]))
         found: dict[str, list[float]] = {}  # per schedule: the best `top` samples/s simulated so far
         bar.add(len(pending))
@@ -492,7 +635,7 @@ class Planner:
         pp, m = row["pp"], row["m"]
         if ch.auto:  # not built: its activation is at most the budget it was given
             budget = w["limit"] * lay.S * lay.c_max_gb
-            d, mem = self.memory(lay, [budget] * pp, w["states"], w["trans"])
+            d, mem = self.memory(lay, [budget] * pp, w["states"], w["trans"], w["recv"])
             row.update(mem, device=d, memory_how="at most its budget (not built)")
             return
         if not SCHEDULES[ch.name].uses_costs:
@@ -501,7 +644,7 @@ class Planner:
         else:
             _, peaks, _, _ = _sim(ch.name, pp, m, None, w["limit"], Costs(), lay.memory)
             how = "estimated (unit-cost pattern)"
-        d, mem = self.memory(lay, peaks, w["states"], w["trans"])
+        d, mem = self.memory(lay, peaks, w["states"], w["trans"], w["recv"])
         row.update(mem, device=d, memory_how=how)
         row["fits"] = mem["total_gb"] <= self.gpu_gb + 1e-9
         if not row["fits"]:
@@ -511,13 +654,15 @@ class Planner:
         ch, lay = w["choice"], w["lay"]
         pp, m = row["pp"], row["m"]
         span_ms, peaks, bubble, _ = _sim(ch.name, pp, m, lay.costs, w["limit"], lay.costs, lay.memory)
-        d, mem = self.memory(lay, peaks, w["states"], w["trans"])
+        d, mem = self.memory(lay, peaks, w["states"], w["trans"], w["recv"])
         step = span_ms / 1e3 + w["sync"]
         row.update(mem, device=d, memory_how="simulated", pipeline_s=span_ms / 1e3, dp_sync_s=w["sync"], step_s=step,
                    bubble_rate=bubble, samples_per_s=self.batch / step,
                    tokens_per_s=self.batch * self.model.seq_len / step)
         row["mfu"] = (self.batch * self.model.flops_per_sample() / (step * self.gpus * self.peak)
                       if self.peak else math.nan)
+        if row.get("a2a_s"):  # the all-to-all hidden behind the other microbatch's compute (F&B overlap)
+            row["a2a_hidden_samples_per_s"] = self.batch / max(step - row["a2a_s"], 1e-12)
         fits = mem["total_gb"] <= self.gpu_gb + 1e-9
         row["fits"] = fits
         row["status"] = "ok" if fits else "does not fit"
@@ -525,6 +670,19 @@ class Planner:
             row["reason"] = _over(mem, self.gpu_gb) + (f"; {row['reason']}" if row["reason"] else "")
 
     # -- words ----------------------------------------------------------------------------------
+    def _moe_assumptions(self) -> list[str]:
+        spec = self.model
+        if not spec.experts:
+            return []
+        return [f"mixture of experts: {spec.experts} routed experts, top {spec.top_k}; expert parallelism EP divides "
+                "DP × TP (experts not split by TP: Megatron's MoE parallel folding, expert-tensor parallelism 1); a "
+                "GPU holds 1/EP of the routed experts, their optimizer states sharded over DP·TP/EP ranks; each MoE "
+                "layer's all-to-all (dispatch and combine, forward and backward) sends mb·s/tp tokens × top_k × h "
+                f"bf16 values, (EP − 1)/EP of them off the GPU, at {self.nvlink_bw / 1e9:g} GB/s within a node of "
+                f"{self.gpus_per_node} GPUs, {self.ib_bw / 1e9:g} GB/s across nodes, added to F and B (not "
+                "overlapped); a2a_hidden_samples_per_s is the same step with the all-to-all hidden entirely, "
+                "the most a DualPipe-style overlap of one microbatch's F with another's B can give"]
+
     def assumptions(self) -> list[str]:
         spec, src = self.model, self.source
         z = {True: "a distributed optimizer (optimizer states sharded over DP, Megatron's "
@@ -542,13 +700,32 @@ class Planner:
             f"data parallelism: the bf16 gradients of the fullest device exchanged by a ring (2·(dp − 1)/dp of them) "
             f"at {self.dp_bw / 1e9:g} GB/s after the pipeline, not overlapped; the optimizer step, data loading and "
             "kernel launch gaps are not modelled (predicted MFU is an upper estimate; ratios compare)",
-            "stages: torchtitan's split of the layers with the embedding and the LM head counting one layer each "
-            "(the paper's k·S − 2 rule when it divides)",
-            f"memory per GPU: bf16 weights (2 B/param) and gradients (2 B/param), fp32 master weights and Adam "
-            f"moments (12 B/param) with {z}; embedding and LM head untied, V·h each",
+            ("stages: the balanced split — the layers per stage (each >= 1) that minimise the busiest device's "
+             "F + B + W time, the embedding's on stage 0 and the LM head's on the last (V-shape: stages r and "
+             "2p − 1 − r share a device), column layer_split (E = embedding, H = head)" if self.split == "balanced"
+             else "stages: torchtitan's split of the layers with the embedding and the LM head counting one layer each "
+             "(the paper's k·S − 2 rule when it divides)"),
+            (f"memory per GPU: bf16 weights (2 B/param) and gradients (2 B/param), fp32 master weights and Adam "
+             f"moments (12 B/param) with {z}; embedding and LM head untied, V·h each" if spec.arch == "gpt" else
+             f"memory per GPU: bf16 weights (2 B/param) and gradients (2 B/param), fp32 master weights and Adam "
+             f"moments (12 B/param) with {z}; the parameters counted from the config ({spec.num_params:,} in all"
+             + (f", {spec.num_active_params:,} active" if spec.experts else "") + "), the embedding on the first "
+             "stage, the final norm and LM head on the last (a tied head is a copy there); dense parameters divided "
+             "by TP"),
+            *self._moe_assumptions(),
+            "receive buffers: torch's pipelining allocates one per microbatch up front for every stage input and "
+            "output gradient that crosses devices (2·mb·s·h/tp bytes each), column recv_gb; "
+            + ("added to the total (no measured allocator margin)" if self.count_recv else
+               "inside the measured allocator margin (the replayed runs had them), so not added again"),
+            ("recomputation (Korthikanti et al. 2022): full keeps each layer's input (2h bytes per token) and adds "
+             "the layers' forward to B; selective drops the attention core's s × s tensors and adds the attention "
+             "core's forward to B; during B one layer is rematerialised (counted with the activation); levers "
+             f"planned: {', '.join(self.recompute)}" if self.recompute != ["none"] else
+             "no recomputation (every activation kept; recompute='none,full' adds the lever)"),
             src.activation_note(spec, self.flash) + "; the LM head stage also keeps 4·V + 4·h bytes per token "
             "(fp32 logits for the loss, final norm); tensor parallelism divides activations by tp (sequence "
-            "parallelism); 32·h bytes per layer and token wait for W",
+            "parallelism); " + ("32·h bytes per layer and token wait for W" if spec.arch == "gpt" else
+                                "the inputs of a layer's weight matrices wait for W"),
             "activation peak: the schedule's own order simulated with every stage's bytes (peak on each device)",
             self.margin.describe(),
             f"reserve {self.reserve_gb:g} GB per GPU for the CUDA context, NCCL buffers and fragmentation"
@@ -641,7 +818,8 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
          distributed_optimizer: bool | str = True, flash_attention: bool = True,
          allocator: "AllocatorMargin | str | None" = "replay", reserve_gb: float = 0.0, dp_gbs: float = 25.0,
          p2p_gbs: float | None = None, gpus_per_node: int = 8, exhaustive: bool = False, top: int = 1,
-         progress: bool = True):
+         progress: bool = True, layer_split: str = "auto", ep: Sequence[int] | None = None,
+         recompute: "Sequence[str] | str" = "auto", nvlink_gbs: float = 150.0, ib_gbs: float = 25.0):
     """Rank every configuration of ``model`` on ``gpus`` GPUs of ``gpu_memory_gb`` GB by predicted
     throughput (see the module doc); returns a pandas DataFrame (:data:`COLUMNS`, best first;
     ``df.attrs``: ``settings``, ``assumptions``, ``notes``, ``skipped``, ``seconds``, ``builds``).
@@ -669,6 +847,16 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
         top: how many configurations per schedule are guaranteed simulated and ranked exactly
             (the best ``top`` of each schedule; default 1).
         progress: show a progress bar when the search takes more than a second.
+        layer_split: ``"balanced"`` (search the layers per stage that balance the busiest
+            device, embedding and LM head included), ``"even"`` (torchtitan's rule) or ``"auto"``
+            (balanced for a config model, even for the paper's presets, as the paper ran them).
+        ep: expert-parallel candidates for an MoE model (default: every degree dividing the
+            experts and DP × TP).
+        recompute: levers among ``"none"``, ``"selective"``, ``"full"`` (a list or comma-separated);
+            ``"auto"``: none and full for a config model (selective too without FlashAttention),
+            none for the paper's presets.
+        nvlink_gbs, ib_gbs: per-GPU bandwidth of the MoE all-to-all within a node of
+            ``gpus_per_node`` and across nodes, GB/s.
     """
     import pandas as pd  # noqa: PLC0415 - pandas takes ~0.4 s to import; only tables need it
 
@@ -691,7 +879,7 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
     if bad:
         raise ValueError(f"tp {bad}: this cost source prices TP {sorted(paper.FIG12_SINGLE_PASS_MFU)} only "
                          "(Fig. 12's efficiency)")
-    bad = [t for t in tps if spec.heads % t or spec.hidden % t]
+    bad = [t for t in tps if spec.heads % t or spec.hidden % t or spec.kv_heads_ % t]
     if bad and tp is not None:
         raise ValueError(f"tp {bad} does not divide the {spec.heads} heads / hidden {spec.hidden} of {spec.name}")
     wide = [t for t in tps if t > gpus_per_node]
@@ -704,6 +892,10 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
         raise ValueError(f"no tensor-parallel degree in 1, 2, 4, 8 divides the {spec.heads} heads of {spec.name}; give "
                          "tp explicitly")
     pps = _int_list("pp", pp) if pp is not None else None
+    split, eps, levers = _dimensions(spec, layer_split, ep, recompute, flash_attention)
+    for name, x in (("nvlink_gbs", nvlink_gbs), ("ib_gbs", ib_gbs)):
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+            raise ValueError(f"{name} must be a positive number of GB/s, got {x!r}")
     _positive_int("min_pp", min_pp)
     if distributed_optimizer not in (True, False, "both"):
         raise ValueError(f"distributed_optimizer must be True, False or 'both', got {distributed_optimizer!r}")
@@ -723,7 +915,7 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
                       schedules=choices, microbatch_sizes=mbs, tp=tps, pp=pps, min_pp=min_pp,
                       distributed_optimizer=distributed_optimizer, flash_attention=bool(flash_attention),
                       margin=margin, reserve_gb=reserve_gb, dp_gbs=dp_gbs, gpus_per_node=gpus_per_node,
-                      batch_note=note)
+                      batch_note=note, split=split, ep=eps, recompute=levers, nvlink_gbs=nvlink_gbs, ib_gbs=ib_gbs)
     planner.skipped += skipped
     before = cache_info()
     top = _positive_int("top", top)
@@ -735,15 +927,16 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
             df[col] = math.nan
     df = _rank(df)
     settings = {
-        "model": {"name": spec.name, "num_layers": spec.num_layers, "hidden": spec.hidden, "heads": spec.heads,
-                  "vocab": spec.vocab, "seq_len": spec.seq_len, "source": spec.source},
+        "model": {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(spec).items()},
         "gpus": gpus, "gpu_memory_gb": float(gpu_memory_gb), "global_batch": global_batch,
         "costs": source.spec(), "costs_description": source.describe(), "gpu": source.gpu,
         "schedules": [c.label for c in choices], "microbatch_sizes": mbs, "tp": tps, "pp": pps, "min_pp": min_pp,
         "distributed_optimizer": distributed_optimizer, "flash_attention": bool(flash_attention),
         "allocator": margin.spec(), "reserve_gb": float(reserve_gb), "dp_gbs": float(dp_gbs),
         "p2p_gbs": source.p2p_bytes_per_s / 1e9, "gpus_per_node": gpus_per_node, "exhaustive": exhaustive,
-        "top": top,
+        "top": top, "layer_split": split, "ep": eps, "recompute": levers, "nvlink_gbs": float(nvlink_gbs),
+        "ib_gbs": float(ib_gbs),
+        "model_params": spec.num_params, "model_active_params": spec.num_active_params,
     }
     df.attrs.update({
         "settings": settings,
@@ -758,6 +951,26 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
     log.info("plan: %d rows, %d fit, %.2f s, %d builds (%d reused)", len(df), int(df["fits"].fillna(False).sum()),
              planner.seconds, df.attrs["builds"], df.attrs["build_hits"])
     return df
+
+
+def _dimensions(spec: ModelSpec, layer_split, ep, recompute, flash: bool):
+    """(split, EP candidates, recompute levers) from :func:`plan`'s arguments."""
+    if layer_split not in ("auto", "balanced", "even"):
+        raise ValueError(f"layer_split must be 'auto', 'balanced' or 'even', got {layer_split!r}")
+    split = ("balanced" if spec.arch != "gpt" else "even") if layer_split == "auto" else layer_split
+    eps = _int_list("ep", ep) if ep is not None else None
+    if eps and not spec.experts and eps != [1]:
+        raise ValueError(f"ep {eps}: {spec.name} has no experts; expert parallelism applies to MoE models only")
+    if isinstance(recompute, str) and recompute != "auto":
+        recompute = [x.strip() for x in recompute.split(",") if x.strip()]
+    if recompute == "auto":
+        levers = ["none"] if spec.arch == "gpt" else ["none", "full"] + ([] if flash else ["selective"])
+    else:
+        levers = [str(x) for x in recompute]
+        bad = [x for x in levers if x not in RECOMPUTE]
+        if bad or not levers:
+            raise ValueError(f"recompute {bad or levers!r}: choose among {', '.join(RECOMPUTE)} (or 'auto')")
+    return split, eps, list(dict.fromkeys(levers))
 
 
 def _rank(df):
@@ -804,7 +1017,7 @@ def insights(df) -> list[str]:
         return notes
     v = vrows.iloc[0]
     same = df[(df["schedule"] == "1f1b") & (df["dp"] == v["dp"]) & (df["tp"] == v["tp"]) & (df["pp"] == v["pp"])
-              & (df["dist_opt"] == v["dist_opt"])]
+              & (df["dist_opt"] == v["dist_opt"]) & (df["ep"] == v["ep"]) & (df["recompute"] == v["recompute"])]
     at = same[same["microbatch_size"] == v["microbatch_size"]]
     fit_mb = same[same["fits"]]["microbatch_size"]
     lead = "first" if v.name == win.name else f"best V row ({_row_text(v)}, {v['samples_per_s']:.3g} samples/s)"
@@ -819,8 +1032,8 @@ def insights(df) -> list[str]:
         o = at.iloc[0]
         more = (f"; it holds more activation than 1F1B there ({v['activation_gb']:.1f} against {o['activation_gb']:.1f} "
                 f"GB, a budget of {v['memory_limit']:.3g} × 1F1B's peak), so the spare memory buys it a smaller bubble, "
-                "not a larger microbatch" if v["activation_gb"] > o["activation_gb"] + 1e-9 and v["memory_limit"] == v[
-                    "memory_limit"] else "")
+                "not a larger microbatch" if v["activation_gb"] > o["activation_gb"] + 1e-9 and isinstance(
+                    v["memory_limit"], (int, float)) and v["memory_limit"] == v["memory_limit"] else "")
         if o["status"] == "ok":
             notes.append(f"V ranks {lead}; its memory saving buys no larger microbatch here: 1F1B fits the same "
                          f"configuration too ({o['total_gb']:.1f} of {v['gpu_memory_gb']:g} GB), so memory is not "
@@ -847,10 +1060,14 @@ def row_schedule(df, index: int = 0):
                       source=source, schedules=parse_schedules(s["schedules"]), microbatch_sizes=s["microbatch_sizes"],
                       tp=s["tp"], pp=s["pp"], min_pp=s["min_pp"], distributed_optimizer=s["distributed_optimizer"],
                       flash_attention=s["flash_attention"], margin=margin, reserve_gb=s["reserve_gb"],
-                      dp_gbs=s["dp_gbs"], gpus_per_node=s["gpus_per_node"])
+                      dp_gbs=s["dp_gbs"], gpus_per_node=s["gpus_per_node"], split=s.get("layer_split", "even"),
+                      ep=s.get("ep"), recompute=s.get("recompute", ["none"]), nvlink_gbs=s.get("nvlink_gbs", 150.0),
+                      ib_gbs=s.get("ib_gbs", 25.0))
     name = str(row["schedule"]).partition("@")[0]
     kind, v = placement_of(name)
-    lay = planner.layout(kind, v, int(row["pp"]), int(row["tp"]), int(row["microbatch_size"]))
+    ep = int(row["ep"]) if "ep" in row and row["ep"] == row["ep"] else 1
+    rc = str(row["recompute"]) if "recompute" in row and isinstance(row["recompute"], str) else "none"
+    lay = planner.layout(kind, v, int(row["pp"]), int(row["tp"]), int(row["microbatch_size"]), ep, rc)
     limit = row["memory_limit"]
     limit = None if limit is None or (isinstance(limit, float) and math.isnan(limit)) else float(limit)
     sched, _ = _build(name, int(row["pp"]), int(row["m"]), lay.costs, limit)

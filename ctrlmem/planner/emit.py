@@ -1,5 +1,10 @@
-"""Run the planner's answer: the winner's torch CSV, a torchtitan TOML fragment, and the
-``ctrlmem run`` / Slurm line for the same configuration (``ctrlmem plan --emit DIR``).
+"""Run the planner's answer (``ctrlmem plan --emit DIR``): the winner's torch CSV, a launch
+script for torchtitan **0.3.0** (``torchrun -m torchtitan.train --module M --config FN`` with
+``--section.key value`` overrides and the activation-checkpointing subcommand), a config function
+that sets the planned layer split when torchtitan's own rule would split differently, the
+Megatron-LM arguments (``--pipeline-model-parallel-layout``), and the ``ctrlmem run`` / Slurm line
+for the same configuration. torchtitan 0.2's TOML job file only with ``torchtitan="0.2"``
+(``--emit-torchtitan 0.2``).
 
 torchtitan runs a schedule CSV (``[parallelism] pipeline_parallel_schedule_csv``) with torch's
 ``_PipelineScheduleRuntime``, but it places the stages on the ranks from
@@ -21,8 +26,21 @@ from pathlib import Path
 from ctrlmem.model.ir import Schedule
 from ctrlmem.model import paper
 from ctrlmem.planner.core import row_schedule
+from ctrlmem.planner.model import stage_layers
+from ctrlmem.planner.split import megatron_layout
+from ctrlmem.planner.split import parse_split_text, torchtitan_modules
 
-__all__ = ["torchtitan_schedule", "toml_fragment", "emit", "run_lines", "TORCHTITAN_NAMES"]
+__all__ = ["torchtitan_schedule", "toml_fragment", "emit", "run_lines", "TORCHTITAN_NAMES", "TORCHTITAN_VERSION",
+           "launch_overrides", "launch_script", "config_function", "megatron_args", "AC_SUBCOMMAND"]
+
+TORCHTITAN_VERSION = "0.3.0"
+"""The torchtitan release the launch script is written for."""
+
+AC_SUBCOMMAND = {"none": "activation-checkpoint:none", "selective": "activation-checkpoint:selective",
+                 "full": "activation-checkpoint:full"}
+"""ctrlmem's recompute lever -> torchtitan 0.3.0's activation-checkpointing subcommand (a
+positional token after every ``--flag``). torchtitan's ``selective`` is per-op selective
+checkpointing, not exactly Korthikanti et al.'s attention-core recomputation the planner prices."""
 
 TORCHTITAN_NAMES = {"sequential": "1F1B", "interleaved": "Interleaved1F1B", "v-shape": "ZBVZeroBubble"}
 """Placement -> the ``pipeline_parallel_schedule`` that makes torchtitan place stages that way."""
@@ -64,7 +82,8 @@ def _comment(text: str) -> str:
 
 
 def toml_fragment(schedule: Schedule, csv_path: str, *, dp: int, tp: int, microbatch_size: int, seq_len: int,
-                  distributed_optimizer: bool, num_layers: int | None = None, header: str = "") -> str:
+                  distributed_optimizer: bool, num_layers: int | None = None, header: str = "",
+                  recompute: str = "none") -> str:
     """The ``[parallelism]`` / ``[training]`` / ``[activation_checkpoint]`` lines of a torchtitan
     job config that run ``schedule`` from ``csv_path`` (see the module doc)."""
     name, why = torchtitan_schedule(schedule)
@@ -103,11 +122,137 @@ def toml_fragment(schedule: Schedule, csv_path: str, *, dp: int, tp: int, microb
         f"seq_len = {seq_len}",
         "",
         "[activation_checkpoint]",
-        '# the plan assumes every activation is kept (no recomputation)',
-        'mode = "none"',
+        ('# the plan assumes every activation is kept (no recomputation)' if recompute == "none" else
+         f"# the plan's recompute lever: {recompute}"),
+        f'mode = "{recompute}"',
         "",
     ]
     return "\n".join(lines)
+
+
+def _even_rule(num_layers: int, S: int) -> list[int]:
+
+    return stage_layers(num_layers, S)
+
+
+def launch_overrides(schedule: Schedule, csv_path: str, *, dp: int, tp: int, ep: int, microbatch_size: int,
+                     seq_len: int, distributed_optimizer: bool, layers: list[int] | None,
+                     num_layers: int) -> list[tuple[str, str | None, str]]:
+    """torchtitan 0.3.0 ``(--section.key, value or None for a flag, why)`` overrides for a row."""
+    name, why = torchtitan_schedule(schedule)
+    p, m, v = schedule.num_devices, schedule.num_microbatches, schedule.placement.num_chunks
+    S = p * v
+    out: list[tuple[str, str | None, str]] = [
+        ("parallelism.pipeline_parallel_degree", str(p), f"{p} pipeline ranks"),
+        ("parallelism.pipeline_parallel_schedule", name, why),
+        ("parallelism.pipeline_parallel_schedule_csv", csv_path, "the planned pass order, relative to where torchrun "
+                                                                 "starts"),
+        ("parallelism.pipeline_parallel_microbatch_size", str(microbatch_size), f"{m} microbatches per step"),
+    ]
+    even = _even_rule(num_layers, S)
+    if layers is None or list(layers) == even:
+        if v != 2:
+            if (num_layers + 2) % S == 0:
+                out.append(("parallelism.pipeline_parallel_layers_per_stage", str((num_layers + 2) // S),
+                            f"{S} stages, {v} per rank (torchtitan's default is 2 per rank)"))
+    if distributed_optimizer and dp > 1:
+        out += [("parallelism.data_parallel_shard_degree", str(dp), "FSDP: shards weights, gradients and optimizer "
+                                                                    "states (at most the plan's memory)"),
+                ("parallelism.data_parallel_replicate_degree", "1", "")]
+    else:
+        out += [("parallelism.data_parallel_shard_degree", "1", ""),
+                ("parallelism.data_parallel_replicate_degree", str(dp), "DDP: every replica holds all states")]
+    out.append(("parallelism.tensor_parallel_degree", str(tp), ""))
+    if ep > 1:
+        out.append(("parallelism.expert_parallel_degree", str(ep), "EP borrows ranks from FSDP and TP"))
+    out += [("training.local_batch_size", str(m * microbatch_size), f"per data-parallel rank: {m} microbatches of "
+                                                                    f"{microbatch_size}"),
+            ("training.global_batch_size", str(m * microbatch_size * dp), ""),
+            ("training.seq_len", str(seq_len), "")]
+    if p > 1:
+        out.append(("training.disable_cuda_graphs", None, "torchtitan 0.3.0 refuses pipeline parallelism with CUDA "
+                                                          "graphs"))
+    return out
+
+
+def launch_script(overrides, *, recompute: str, world: int, gpus_per_node: int, module: str, config: str,
+                  split_module: str | None, header: str) -> str:
+    """A ``torchrun -m torchtitan.train`` script for torchtitan 0.3.0."""
+    nodes = max(1, math.ceil(world / gpus_per_node))
+    per_node = world // nodes if world % nodes == 0 else gpus_per_node
+    lines = ["#!/bin/sh", _comment(header), f"# torchtitan version: {TORCHTITAN_VERSION} (check: python -c 'import "
+             "torchtitan; print(torchtitan.__version__)')", "# TT_MODULE / TT_CONFIG name your model's config "
+             "function (torchtitan.models.<TT_MODULE>.config_registry.<TT_CONFIG>)",
+             f"TT_MODULE=${{TT_MODULE:-{shlex.quote(module)}}}", f"TT_CONFIG=${{TT_CONFIG:-{shlex.quote(config)}}}",
+             "export TT_MODULE TT_CONFIG"]
+    if split_module:
+        here = os.path.dirname(split_module) or "."
+        lines += [_comment("the planned layer split differs from torchtitan's even rule: the config function in "
+                           f"{os.path.basename(split_module)} loads $TT_MODULE/$TT_CONFIG and sets "
+                           "parallelism.module_fqns_per_model_part"),
+                  f'export PYTHONPATH="{here}${{PYTHONPATH:+:$PYTHONPATH}}"']
+        target = ["--module", "ctrlmem_torchtitan", "--config", "plan"]
+    else:
+        target = ["--module", '"$TT_MODULE"', "--config", '"$TT_CONFIG"']
+    cmd = [f"torchrun --nnodes {nodes} --nproc_per_node {per_node} -m torchtitan.train " + " ".join(target)]
+    for key, value, _why in overrides:
+        cmd.append(f"--{key}" + ("" if value is None else " " + shlex.quote(value)))
+    cmd.append(AC_SUBCOMMAND[recompute])
+    lines.append(" \\\n    ".join(cmd))
+    notes = [f"#   --{k}: {why}" for k, _, why in overrides if why]
+    return "\n".join(lines + ["", "# why each override:", *notes,
+                               f"#   {AC_SUBCOMMAND[recompute]}: the plan's recompute lever ({recompute}); positional, "
+                               "after every --flag", ""])
+
+
+def config_function(modules: list[list[str]], module: str, config: str) -> str:
+    """A torchtitan 0.3.0 config module (``--module ctrlmem_torchtitan --config plan``) that sets
+    the planned ``module_fqns_per_model_part`` on the user's config."""
+    return "\n".join([
+        f'"""torchtitan {TORCHTITAN_VERSION} config function written by `ctrlmem plan`: your model\'s config with '
+        'the planned layer split."""',
+        "import importlib",
+        "import os",
+        "",
+        f"TORCHTITAN_VERSION = {TORCHTITAN_VERSION!r}",
+        f"MODULE_FQNS_PER_MODEL_PART = {json.dumps(modules)}",
+        "",
+        "",
+        "def plan():",
+        f'    registry = importlib.import_module(f"torchtitan.models.{{os.environ.get(\'TT_MODULE\', {module!r})}}'
+        '.config_registry")',
+        f"    config = getattr(registry, os.environ.get('TT_CONFIG', {config!r}))()",
+        "    config.parallelism.module_fqns_per_model_part = MODULE_FQNS_PER_MODEL_PART",
+        "    return config",
+        ""])
+
+
+def megatron_args(row, settings: dict, layers: list[int], placement: str) -> str:
+    """Megatron-LM arguments for a row (``--pipeline-model-parallel-layout`` from the split)."""
+
+    dp, tp, pp, mb, m = (int(row[k]) for k in ("dp", "tp", "pp", "microbatch_size", "m"))
+    ep = int(row["ep"]) if row.get("ep") == row.get("ep") and row.get("ep") else 1
+    args = ["--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp),
+            "--pipeline-model-parallel-layout", megatron_layout(layers),
+            "--micro-batch-size", str(mb), "--global-batch-size", str(dp * m * mb),
+            "--seq-length", str(settings["model"]["seq_len"])]
+    if tp > 1:
+        args.append("--sequence-parallel")
+    if ep > 1:
+        args += ["--expert-model-parallel-size", str(ep), "--expert-tensor-parallel-size", "1"]
+    if row.get("dist_opt"):
+        args.append("--use-distributed-optimizer")
+    rc = row.get("recompute") or "none"
+    if rc == "full":
+        args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    elif rc == "selective":
+        args += ["--recompute-granularity", "selective"]
+    notes = ["# Megatron-LM arguments for the plan's row (E embedding, t layer, L loss/head; | between stages, "
+             "in stage order)"]
+    if placement == "v-shape":
+        notes.append("# the row's schedule is V-shaped (rank r holds stages r and 2p-1-r); Megatron places the "
+                     "layout's stages looped, so run this split with torchtitan, or as a looped schedule")
+    return "\n".join(notes + [" ".join(shlex.quote(a) for a in args), ""])
 
 
 def _runtime_model(name: str) -> str | None:
@@ -157,12 +302,33 @@ def _preset_layers(preset: str) -> int:
     return paper.MODELS[{"9.6b": "9.6B", "21b": "21B", "38.5b": "38.5B", "98.5b": "98.5B"}[preset]].num_layers
 
 
-def emit(df, out_dir: str | os.PathLike, index: int | None = None) -> dict[str, str]:
-    """Write row ``index`` of a plan (default: the fastest row that fits) into ``out_dir``:
-    ``schedule.csv`` (torch / torchtitan CSV), ``torchtitan.toml``, ``run.sh`` (``ctrlmem run``
-    and its Slurm form) and ``plan-row.json``. Returns ``{kind: path}``. Paths inside the files
-    are ``out_dir`` as given (relative paths mean the current directory)."""
+_TT_LLAMA3 = {(32, 4096): "llama3_8b", (80, 8192): "llama3_70b", (126, 16384): "llama3_405b"}
 
+
+def torchtitan_target(model: dict) -> tuple[str, str, bool]:
+    """(config module, config function, whether it is known to be this model's) for a plan's
+    model settings: torchtitan's Llama 3 config functions by shape, else ``llama3`` /
+    ``llama3_8b`` to be replaced (``--torchtitan-module`` / ``--torchtitan-config``)."""
+    name = _TT_LLAMA3.get((model.get("num_layers"), model.get("hidden")))
+    if model.get("family") == "llama" and name:
+        return "llama3", name, True
+    return "llama3", "llama3_8b", False
+
+
+def emit(df, out_dir: str | os.PathLike, index: int | None = None, *, torchtitan: str = TORCHTITAN_VERSION,
+         tt_module: str | None = None, tt_config: str | None = None) -> dict[str, str]:
+    """Write row ``index`` of a plan (default: the fastest row that fits) into ``out_dir``:
+    ``schedule.csv`` (torch / torchtitan CSV), ``torchtitan.sh`` (the torchtitan 0.3.0 launch;
+    with ``ctrlmem_torchtitan.py`` when the planned split is not torchtitan's even rule),
+    ``megatron.txt``, ``run.sh`` (``ctrlmem run`` and its Slurm form) and ``plan-row.json``;
+    ``torchtitan="0.2"`` writes ``torchtitan.toml`` (the 0.2 job file) as well. Returns
+    ``{kind: path}``. Paths inside the files are ``out_dir`` as given (relative paths mean the
+    current directory). ``tt_module`` / ``tt_config``: the config function of your model in
+    torchtitan (``torchtitan.models.<module>.config_registry.<config>``)."""
+
+    if torchtitan not in (TORCHTITAN_VERSION, "0.2"):
+        raise ValueError(f"torchtitan {torchtitan!r}: the launch is written for {TORCHTITAN_VERSION} (default), or "
+                         "0.2 for its TOML job file")
     if index is None:
         ok = df.index[df["status"] == "ok"]
         if len(ok) == 0:
@@ -173,30 +339,61 @@ def emit(df, out_dir: str | os.PathLike, index: int | None = None) -> dict[str, 
     if row["status"] not in ("ok", "bounded"):
         raise ValueError(f"row {index} does not fit ({row['status']}: {row['reason']}); emit a row that fits")
     schedule, costs = row_schedule(df, index)
+    guess_module, guess_config, known = torchtitan_target(df.attrs["settings"]["model"])
+    given = tt_module is not None or tt_config is not None
+    tt_module, tt_config = tt_module or guess_module, tt_config or guess_config
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     csv_rel = os.path.join(str(out_dir), "schedule.csv")
-    paths = {"csv": str(out / "schedule.csv"), "toml": str(out / "torchtitan.toml"), "run": str(out / "run.sh"),
-             "row": str(out / "plan-row.json")}
+    paths = {"csv": str(out / "schedule.csv"), "torchtitan": str(out / "torchtitan.sh"),
+             "megatron": str(out / "megatron.txt"), "run": str(out / "run.sh"), "row": str(out / "plan-row.json")}
     schedule.to_torch_csv(paths["csv"])
     s = df.attrs["settings"]
-    header = (f"torchtitan fragment written by `ctrlmem plan`: {s['model']['name']} on {s['gpus']} GPUs of "
-              f"{s['gpu_memory_gb']:g} GB, global batch {s['global_batch']}\n"
-              f"row {index}: {row['method']} at DP {row['dp']}, TP {row['tp']}, PP {row['pp']}, microbatch "
-              f"{row['microbatch_size']}, m = {row['m']}\n"
+    L = int(s["model"]["num_layers"])
+    split = row.get("layer_split")
+    layers = parse_split_text(split) if isinstance(split, str) and split else _even_rule(L, schedule.num_stages)
+    rc = row.get("recompute") if isinstance(row.get("recompute"), str) else "none"
+    ep = int(row["ep"]) if row.get("ep") == row.get("ep") and row.get("ep") else 1
+    header = (f"written by `ctrlmem plan` for torchtitan {TORCHTITAN_VERSION}: {s['model']['name']} on {s['gpus']} "
+              f"GPUs of {s['gpu_memory_gb']:g} GB, global batch {s['global_batch']}\n"
+              f"row {index}: {row['method']} at DP {row['dp']}, TP {row['tp']}, PP {row['pp']}, EP {ep}, microbatch "
+              f"{row['microbatch_size']}, m = {row['m']}, recompute {rc}, layers per stage {split or layers}\n"
               + (f"predicted {row['samples_per_s']:.4g} samples/s" if row["samples_per_s"] == row["samples_per_s"]
                  else "not simulated (bounded)")
-              + f", {row['total_gb']:.1f} GB per GPU ({s['costs_description']})\n"
-              "merge these sections into your torchtitan job config (model, optimizer and data sections are yours)")
-    text = toml_fragment(schedule, csv_rel, dp=int(row["dp"]), tp=int(row["tp"]),
-                         microbatch_size=int(row["microbatch_size"]), seq_len=int(s["model"]["seq_len"]),
-                         distributed_optimizer=bool(row["dist_opt"]), num_layers=int(s["model"]["num_layers"]),
-                         header=header)
-    Path(paths["toml"]).write_text(text)
+              + f", {row['total_gb']:.1f} GB per GPU ({s['costs_description']})"
+              + ("" if known or given else f"\nset TT_MODULE / TT_CONFIG (or --torchtitan-module / --torchtitan-config)"
+                 f" to your model's torchtitan config function: {tt_module}.{tt_config} is a stand-in"))
+    over = launch_overrides(schedule, csv_rel, dp=int(row["dp"]), tp=int(row["tp"]), ep=ep,
+                            microbatch_size=int(row["microbatch_size"]), seq_len=int(s["model"]["seq_len"]),
+                            distributed_optimizer=bool(row["dist_opt"]), layers=layers, num_layers=L)
+    split_module = None
+    if layers != _even_rule(L, schedule.num_stages):
+        paths["torchtitan_config"] = str(out / "ctrlmem_torchtitan.py")
+        split_module = os.path.join(str(out_dir), "ctrlmem_torchtitan.py")
+        Path(paths["torchtitan_config"]).write_text(config_function(torchtitan_modules(layers), tt_module, tt_config))
+    world = int(row["dp"]) * int(row["tp"]) * int(row["pp"])
+    Path(paths["torchtitan"]).write_text(launch_script(over, recompute=rc, world=world,
+                                                       gpus_per_node=int(s.get("gpus_per_node", 8)), module=tt_module,
+                                                       config=tt_config, split_module=split_module, header=header))
+    os.chmod(paths["torchtitan"], 0o755)
+    Path(paths["megatron"]).write_text(megatron_args(row, s, layers, str(row["placement"])))
+    if torchtitan == "0.2":
+        paths["toml"] = str(out / "torchtitan.toml")
+        text = toml_fragment(schedule, csv_rel, dp=int(row["dp"]), tp=int(row["tp"]),
+                             microbatch_size=int(row["microbatch_size"]), seq_len=int(s["model"]["seq_len"]),
+                             distributed_optimizer=bool(row["dist_opt"]), num_layers=L,
+                             header=header.replace(f"torchtitan {TORCHTITAN_VERSION}", "torchtitan 0.2 (TOML job "
+                                                   "file)") + "\nmerge these sections into your torchtitan job "
+                                                   "config (model, optimizer and data sections are yours)",
+                             recompute=rc)
+        Path(paths["toml"]).write_text(text)
     Path(paths["run"]).write_text(run_lines(row, csv_rel, s, str(out_dir)))
     record = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.to_dict().items()}
     record = {k: (v.item() if hasattr(v, "item") else v) for k, v in record.items()}
     Path(paths["row"]).write_text(json.dumps({"row": record, "index": index, "settings": s,
+                                              "torchtitan_version": TORCHTITAN_VERSION,
                                               "torchtitan_schedule": torchtitan_schedule(schedule)[0],
+                                              "layers_per_stage": layers, "megatron_layout": megatron_layout(layers),
+                                              "module_fqns_per_model_part": torchtitan_modules(layers),
                                               "costs_ms": costs.to_dict()}, indent=1, default=str) + "\n")
     return paths

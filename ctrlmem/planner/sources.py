@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ctrlmem.model import paper
+from ctrlmem.planner import arch
 from ctrlmem.planner.model import ModelSpec, layer_activation_formula, runtime_stage_layers, stage_layers
 from ctrlmem.schedules import SCHEDULES, build
 from ctrlmem.model.replayfile import default_replay_path, gpu_label, load_replay
@@ -49,10 +50,20 @@ def _flops_kinds(h: int, s: int) -> tuple[float, float, float]:
     return paper.layer_flops(h, s)
 
 
+def _layer_flops(spec: ModelSpec) -> tuple[float, float, float]:
+    """(F, B, W) FLOPs per token of the model's most common layer."""
+    if spec.arch == "gpt":
+        return _flops_kinds(spec.hidden, spec.seq_len)
+    shapes = spec.layer_shapes()
+    kinds = {sh.kind: sh for sh in shapes}
+    common = max(kinds, key=lambda k: sum(sh.kind == k for sh in shapes))
+    return arch.layer_flops_per_token(spec, kinds[common])
+
+
 def _head_ratio(spec: ModelSpec) -> tuple[float, float, float]:
     """LM head FLOPs over one layer's, per pass kind (``2·h·V`` each for F, B, W)."""
     head = 2.0 * spec.hidden * spec.vocab
-    return tuple(head / x for x in _flops_kinds(spec.hidden, spec.seq_len))  # type: ignore[return-value]
+    return tuple(head / x for x in _layer_flops(spec))  # type: ignore[return-value]
 
 
 class CostSource:
@@ -64,6 +75,19 @@ class CostSource:
 
     def layer(self, spec: ModelSpec, mb: int, tp: int) -> tuple[float, float, float]:
         raise NotImplementedError
+
+    def layer_costs(self, spec: ModelSpec, mb: int, tp: int) -> list[tuple[float, float, float]]:
+        """(F, B, W) seconds of every layer: :meth:`layer` for the paper's GPT model; for a config
+        model :meth:`layer` is its most common layer kind and the others scale by their FLOPs."""
+        base = self.layer(spec, mb, tp)
+        if spec.arch == "gpt":
+            return [base] * spec.num_layers
+        shapes = spec.layer_shapes()
+        flops = {sh.kind: arch.layer_flops_per_token(spec, sh) for sh in shapes}
+        common = max(flops, key=lambda k: sum(sh.kind == k for sh in shapes))
+        ref = flops[common]
+        scaled = {k: tuple(x * f / r for x, f, r in zip(base, v, ref)) for k, v in flops.items()}
+        return [scaled[sh.kind] for sh in shapes]
 
     def head(self, spec: ModelSpec, mb: int, tp: int) -> tuple[float, float, float]:
         """The LM head (and loss) on the last stage, on top of its layers."""
@@ -86,6 +110,12 @@ class CostSource:
         return layer_activation_formula(spec, flash_attention)
 
     def activation_note(self, spec: ModelSpec, flash_attention: bool) -> str:
+        if spec.arch != "gpt":
+            per = [arch.activation_per_token(spec, sh, flash_attention) for sh in spec.layer_shapes()]
+            return (f"activation per layer and token counted from the config ({min(per) / spec.hidden:.1f}·h to "
+                    f"{max(per) / spec.hidden:.1f}·h bytes: norms, QKV, attention output, MLP intermediates"
+                    + (", routed copies" if spec.experts else "") + "; ctrlmem.planner.arch)"
+                    + ("" if flash_attention else " with the s × s softmax output"))
         return ("activation per layer and token 34·h + 5·heads·s bytes (docs/theory.md §10)" if not flash_attention
                 else "activation per layer and token 34·h bytes (FlashAttention: no s × s scores; docs/theory.md §10)")
 
@@ -132,11 +162,17 @@ class A100Costs(CostSource):
 
     def layer(self, spec, mb, tp):
         eff = paper.tp_efficiency(tp)
+        if spec.arch != "gpt":
+            rate = paper.A100_PEAK_FLOPS * eff * tp
+            return tuple(mb * spec.seq_len * x / rate for x in _layer_flops(spec))
         f, b, w = paper.pass_times(spec.preset, 1, mb, spec.seq_len, eff, vocab=spec.vocab)
         return f / tp, b / tp, w / tp
 
     def head(self, spec, mb, tp):
         eff = paper.tp_efficiency(tp)
+        if spec.arch != "gpt":
+            x = mb * spec.seq_len * 2.0 * spec.hidden * spec.vocab / (paper.A100_PEAK_FLOPS * eff * tp)
+            return x, x, x
         f, b, w = paper.pass_times(spec.preset, 0, mb, spec.seq_len, eff, vocab=spec.vocab, head_share=1.0)
         return f / tp, b / tp, w / tp
 
@@ -145,6 +181,14 @@ class A100Costs(CostSource):
                 f"{paper.A100_PEAK_FLOPS / 1e12:.0f} TFLOP/s)")
 
     def assumptions(self, spec):
+        if spec.arch != "gpt":
+            f, b, w = _layer_flops(spec)
+            return [f"pass times: FLOPs counted from the config ({spec.name}'s most common layer: F {f / 1e9:.3g}, B "
+                    f"{b / 1e9:.3g}, W {w / 1e9:.3g} GFLOP per token — 2 per matrix parameter a token goes through, "
+                    "the attention core 4·s·q for F and 8·s·q for B; other layer kinds by their own count), the LM "
+                    f"head 2hV each, at {paper.DEFAULT_EFFICIENCY:.0%} of the A100's "
+                    f"{paper.A100_PEAK_FLOPS / 1e12:.0f} TFLOP/s; tensor parallelism at Fig. 12(a)'s single-pass MFU "
+                    "ratio; linear in the microbatch size"]
         return [
             f"pass times: the A100 cost model of ctrlmem.model.paper — per layer and token F = 24h² + 4sh, B = 24h² + 8sh, "
             f"W = 24h² FLOPs, the LM head 2hV each, at {paper.DEFAULT_EFFICIENCY:.0%} of the A100's "

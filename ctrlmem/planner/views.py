@@ -1,6 +1,7 @@
 """What ``notebooks/30_plan.ipynb`` shows of a plan: the Pareto front of predicted throughput
 against memory per GPU, the figure of every simulated configuration, the winner's schedule
-diagram, and a small widget form (model, GPUs, GB, batch, cost source) that re-plans."""
+diagram, and a small widget form (model — a preset or a config.json path —, GPUs, GB, batch,
+cost source) that re-plans."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ __all__ = ["pareto_front", "throughput_memory_figure", "winner_figure", "table_h
 
 log = logging.getLogger(__name__)
 
-TABLE_COLUMNS = ["rank", "schedule", "dp", "tp", "pp", "microbatch_size", "m", "samples_per_s", "mfu", "bubble_rate",
-                 "total_gb", "activation_gb", "status"]
+TABLE_COLUMNS = ["rank", "schedule", "dp", "tp", "pp", "ep", "recompute", "microbatch_size", "m", "samples_per_s", "mfu",
+                 "bubble_rate", "total_gb", "activation_gb", "layer_split", "status"]
 
 
 def pareto_front(df):
@@ -103,7 +104,9 @@ class PlanForm:
 
 
         style = {"description_width": "initial"}
-        self.model = W.Dropdown(options=list(PRESET_NAMES), value=model.lower(), description="model", style=style)
+        # a preset from the list, or the path of a Hugging Face config.json typed in
+        self.model = W.Combobox(options=list(PRESET_NAMES), value=str(model), description="model (preset or config.json)",
+                                ensure_option=False, style=style, layout=W.Layout(width="360px"))
         self.gpus = W.BoundedIntText(value=gpus, min=1, max=100000, description="GPUs", style=style,
                                      layout=W.Layout(width="150px"))
         self.gb = W.BoundedFloatText(value=gpu_memory_gb, min=0.1, max=10000, description="GB per GPU", style=style,

@@ -14,7 +14,9 @@ import ctrlmem as cm  # noqa: E402
 from ctrlmem.model.ir import Op  # noqa: E402
 from ctrlmem.runtime import adapter, launch, measure, models  # noqa: E402
 
-GRID = [(name, p, m) for name in cm.SCHEDULES for p in (2, 4) for m in (p, 2 * p)]
+# dualpipe-v needs m >= 2p (torch's ScheduleDualPipeV too): it takes 2p and 3p
+GRID = [(name, p, m) for name in cm.SCHEDULES for p in (2, 4)
+        for m in ((2 * p, 3 * p) if name == "dualpipe-v" else (p, 2 * p))]
 
 
 def test_import_ctrlmem_does_not_import_torch():

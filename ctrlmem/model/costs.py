@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence, Union
 
 __all__ = ["Costs", "MemoryModel", "MAX_COST"]
@@ -45,6 +45,14 @@ def _check_value(name: str, value: Number, allow_zero: bool = True) -> float:
     if x > MAX_COST:
         raise ValueError(f"{name}={value!r} is larger than {MAX_COST:g} (ctrlmem.model.costs.MAX_COST); sums of many "
                          f"passes would overflow or lose precision; express the times in a larger unit")
+    return x
+
+
+def _check_fraction(name: str, value: Number) -> float:
+    x = _check_value(name, value)
+    if not 0 < x <= 1:
+        raise ValueError(f"{name} is the time of an overlapped pair as a fraction of F + B, in (0, 1], got {value!r}; "
+                         "1.0 is no gain (a pair that runs slower overlapped should not overlap)")
     return x
 
 
@@ -85,17 +93,25 @@ class Costs:
         b: input-backward time (same convention).
         w: weight-backward time (same convention).
         comm: latency of one cross-device send (a single number).
+        fb_overlap: (keyword-only) the time of an overlapped forward + backward pair
+            (:attr:`ctrlmem.Schedule.overlaps`, DualPipe's F&B) as a fraction of ``F + B``, in
+            (0, 1]; 1.0 (the default) is no gain. Measure it as DualPipe's authors do: time one
+            forward alone, one backward alone, and the two run together (two CUDA streams, or one
+            stream with the all-to-all of one hidden under the other's compute); the ratio is
+            ``t(F&B) / (t(F) + t(B))`` (docs/theory.md, DualPipe).
     """
 
     f: PerStage = 1.0
     b: PerStage = 1.0
     w: PerStage = 1.0
     comm: Number = 0.0
+    fb_overlap: Number = field(default=1.0, kw_only=True)
 
     def __post_init__(self) -> None:
         for name in ("f", "b", "w"):
             object.__setattr__(self, name, _normalise(name, getattr(self, name)))
         object.__setattr__(self, "comm", _check_value("comm", self.comm))
+        object.__setattr__(self, "fb_overlap", _check_fraction("fb_overlap", self.fb_overlap))
         if _total(self.f) + _total(self.b) + _total(self.w) == 0:
             raise ValueError("f + b + w must be > 0 (on at least one stage): a schedule with free passes has no "
                              "bubble rate")
@@ -112,9 +128,9 @@ class Costs:
         if isinstance(value, str):
             return cls.parse(value)
         if isinstance(value, Mapping):
-            unknown = sorted(set(map(str, value)) - {"f", "b", "w", "comm"})
+            unknown = sorted(set(map(str, value)) - {"f", "b", "w", "comm", "fb_overlap"})
             if unknown:
-                raise TypeError(f"{name}: unknown key(s) {unknown}; a costs mapping takes f, b, w, comm")
+                raise TypeError(f"{name}: unknown key(s) {unknown}; a costs mapping takes f, b, w, comm, fb_overlap")
             return cls(**value)
         if isinstance(value, (list, tuple)) and not isinstance(value, bool):
             if len(value) not in (3, 4):
@@ -151,7 +167,10 @@ class Costs:
         )
 
     def to_dict(self) -> dict:
-        return {"f": self.f, "b": self.b, "w": self.w, "comm": self.comm}
+        out = {"f": self.f, "b": self.b, "w": self.w, "comm": self.comm}
+        if self.fb_overlap != 1.0:
+            out["fb_overlap"] = self.fb_overlap
+        return out
 
 
 @dataclass(frozen=True)

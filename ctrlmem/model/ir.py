@@ -190,6 +190,12 @@ class Schedule:
         placement: which device holds each stage; ``placement.num_stages`` is ``S``.
         device_passes: ``device_passes[d]`` is device ``d``'s passes in execution order.
         params: the generator's parameters (for display and export), e.g. ``{"num_chunks": 2}``.
+        overlaps: (keyword-only) per device, the positions ``i`` where passes ``i`` and ``i + 1``
+            run as one overlapped unit (one forward and one backward of different microbatches or
+            stages, as DualPipe overlaps them to hide all-to-all; torch's ``OVERLAP_F_B``): both
+            start together when both inputs are ready and both end after
+            ``Costs.fb_overlap · (their two times)``. Empty (the default) when nothing overlaps;
+            otherwise one sorted tuple per device. :func:`ctrlmem.validate` checks the pairs' kinds.
 
     A ``Schedule`` is only data; :func:`ctrlmem.validate` checks it and
     :func:`ctrlmem.simulate` times it.
@@ -201,8 +207,10 @@ class Schedule:
     placement: Placement
     device_passes: tuple[tuple[Pass, ...], ...]
     params: tuple[tuple[str, object], ...] = ()
+    overlaps: tuple[tuple[int, ...], ...] = field(default=(), kw_only=True)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "overlaps", _normal_overlaps(self.overlaps, self.device_passes))
         if self.placement.num_devices != self.num_devices:
             raise ValueError(
                 f"placement has {self.placement.num_devices} devices but the schedule has {self.num_devices}"
@@ -222,8 +230,10 @@ class Schedule:
         num_microbatches: int,
         orders: Iterable[Iterable[Pass | tuple[Op, int, int]]],
         params: dict | None = None,
+        overlaps: Iterable[Iterable[int]] = (),
     ) -> "Schedule":
-        """Build a schedule from per-device sequences of passes (or ``(op, stage, mb)`` tuples)."""
+        """Build a schedule from per-device sequences of passes (or ``(op, stage, mb)`` tuples);
+        ``overlaps`` as :attr:`overlaps` (per device, the first positions of overlapped pairs)."""
         rows = tuple(
             tuple(x if isinstance(x, Pass) else Pass(Op(x[0]), int(x[1]), int(x[2])) for x in order)
             for order in orders
@@ -235,6 +245,7 @@ class Schedule:
             placement=placement,
             device_passes=rows,
             params=tuple(sorted((params or {}).items())),
+            overlaps=tuple(tuple(row) for row in overlaps),
         )
 
     # -- derived ---------------------------------------------------------------------------
@@ -251,6 +262,21 @@ class Schedule:
         """True when the schedule uses separate B and W passes (zero-bubble family)."""
         return any(ps.op is Op.W for row in self.device_passes for ps in row)
 
+    def overlap_starts(self, device: int) -> frozenset[int]:
+        """The positions on ``device`` that start an overlapped pair (see :attr:`overlaps`)."""
+        return frozenset(self.overlaps[device]) if self.overlaps else frozenset()
+
+    def units(self, device: int) -> list[tuple[Pass, ...]]:
+        """``device``'s order as units: a pass alone, or an overlapped pair (two passes)."""
+        row, starts = self.device_passes[device], self.overlap_starts(device)
+        out: list[tuple[Pass, ...]] = []
+        i = 0
+        while i < len(row):
+            n = 2 if i in starts else 1
+            out.append(tuple(row[i:i + n]))
+            i += n
+        return out
+
     def __str__(self) -> str:
         return self.to_text()
 
@@ -259,7 +285,8 @@ class Schedule:
         """Compact, human-readable text that :meth:`from_text` parses back exactly.
 
         ``schedule NAME p=P m=M placement=KIND:DEV,DEV,...`` then one line per device,
-        ``dN: 0F0 0F1 ...``.
+        ``dN: 0F0 0F1 ...``; an overlapped pair is one token, its two passes joined by ``+``
+        (``0F7+7BW3``).
         """
         head = (
             f"schedule {self.name} p={self.num_devices} m={self.num_microbatches} "
@@ -272,8 +299,8 @@ class Schedule:
             head += " " + " ".join(f"{'param.' + k if k in _HEADER_KEYS else k}={shlex.quote(str(v))}"
                                    for k, v in self.params)
         lines = [head]
-        for d, row in enumerate(self.device_passes):
-            lines.append(f"d{d}: " + " ".join(map(str, row)))
+        for d in range(self.num_devices):
+            lines.append(f"d{d}: " + " ".join("+".join(map(str, unit)) for unit in self.units(d)))
         return "\n".join(lines) + "\n"
 
     @classmethod
@@ -339,6 +366,7 @@ class Schedule:
                              f"only {upper:,} passes and every stage needs at least one")
         placement = Placement(kind, stage_device, p)
         rows: list[tuple[Pass, ...] | None] = [None] * p
+        overlaps: list[list[int]] = [[] for _ in range(p)]
         read = 0
         for no, line in numbered[1:]:
             label, sep, rest = line.partition(":")
@@ -352,12 +380,19 @@ class Schedule:
                 raise ValueError(f"line {no}: device line {label!r} is given twice")
             row = []
             for tok in rest.split():
-                try:
-                    ps = Pass.parse(tok)
-                except ValueError as exc:
-                    raise ValueError(f"line {no}: {exc}") from None
-                _check_range(ps, placement.num_stages, m, f"line {no}")
-                row.append(ps)
+                parts = tok.split("+")
+                if len(parts) > 2:
+                    raise ValueError(f"line {no}: {tok[:60]!r} joins {len(parts)} passes; an overlapped pair is "
+                                     "two passes, e.g. '0F7+7BW3'")
+                if len(parts) == 2:
+                    overlaps[d].append(len(row))
+                for part in parts:
+                    try:
+                        ps = Pass.parse(part)
+                    except ValueError as exc:
+                        raise ValueError(f"line {no}: {exc}") from None
+                    _check_range(ps, placement.num_stages, m, f"line {no}")
+                    row.append(ps)
             rows[d] = tuple(row)
             read += len(row)
             if limit is not None and read > limit:
@@ -365,19 +400,21 @@ class Schedule:
         _check_counts("schedule text", placement.num_stages, m, sum(len(r or ()) for r in rows))
         params = tuple(sorted((k[len("param."):] if k.startswith("param.") else k, _parse_literal(v))
                               for k, v in fields.items()))
-        return cls(name, p, m, placement, tuple(r or () for r in rows), params)
+        return cls(name, p, m, placement, tuple(r or () for r in rows), params,
+                   overlaps=tuple(map(tuple, overlaps)))
 
     # -- torch CSV ---------------------------------------------------------------------------
     def to_torch_csv(self, path: str | PathLike | None = None) -> str:
         """Write (and return) the schedule in ``torch.distributed.pipelining``'s CSV format.
 
         One row per rank, one cell per action, in torch's letters: ``F``, ``I`` (our B),
-        ``W``, ``B`` (our BW); for example ``0F3,7I2,7W2,1B0``.
+        ``W``, ``B`` (our BW); for example ``0F3,7I2,7W2,1B0``. An overlapped pair is torch's
+        ``(0F7;7B3)OVERLAP_F_B`` (its two sub-actions in our order).
         """
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
-        for row in self.device_passes:
-            writer.writerow([ps.to_torch() for ps in row])
+        for d in range(self.num_devices):
+            writer.writerow([_torch_cell(unit) for unit in self.units(d)])
         text = buf.getvalue()
         if path is not None:  # atomically: a failed write keeps the old file (ctrlmem.util.fileio)
             from ctrlmem.util.fileio import atomic_write
@@ -398,7 +435,8 @@ class Schedule:
         rank, one action per cell, ``0F0``, ``1I0``, ``1W0``, ``0B0`` (torch's ``I`` is our B,
         its ``B`` our BW). Its compute+comms variant loads too: communication and FSDP actions
         (``SEND_F``, ``RECV_B``, ``UNSHARD``, ``RESHARD``, ``REDUCE_GRAD``) are dropped, since
-        they follow from the compute order, and ``(a;b)OVERLAP_F_B`` becomes ``a`` then ``b``.
+        they follow from the compute order, and ``(a;b)OVERLAP_F_B`` becomes ``a`` then ``b`` as
+        an overlapped pair (:attr:`Schedule.overlaps`).
         The placement is inferred from which rank runs each stage; ``m`` from the largest
         microbatch index unless given. ``path`` is always a file name (commas included); for
         CSV text use :meth:`from_torch_csv_text`. Sizes are checked as :meth:`load` checks them."""
@@ -435,6 +473,7 @@ class Schedule:
             raise ValueError(f"{source} is empty: expected one row of actions per rank")
         last = max(i for i, ln in enumerate(lines) if ln.strip(" ,\t"))
         rows: list[tuple[Pass, ...]] = []
+        overlaps: list[tuple[int, ...]] = []
         read = 0
         for i in range(first, last + 1):
             no, rank = i + 1, i - first
@@ -443,10 +482,15 @@ class Schedule:
                 raise ValueError(f"{source}, line {no}: blank line between ranks (rank {rank} would "
                                  "have no actions); remove it")
             row: list[Pass] = []
+            pairs: list[int] = []
             for col, cell in enumerate(c.strip() for c in cells):
                 if cell:
-                    row += _torch_actions(cell, f"{source}, line {no} (rank {rank}), column {col + 1}")
+                    got = _torch_actions(cell, f"{source}, line {no} (rank {rank}), column {col + 1}")
+                    if len(got) == 2:  # an OVERLAP_F_B with two compute sub-actions
+                        pairs.append(len(row))
+                    row += got
             rows.append(tuple(row))
+            overlaps.append(tuple(pairs))
             read += len(row)
             if limit is not None and read > limit:
                 raise _too_many(source, limit)
@@ -475,7 +519,7 @@ class Schedule:
             raise ValueError(f"{source}, line {no}: microbatch {largest} is outside 0..{num_microbatches - 1} "
                              f"(m={num_microbatches})")
         _check_counts(source, num_stages, num_microbatches, total)
-        return cls(name, p, num_microbatches, placement, tuple(rows))
+        return cls(name, p, num_microbatches, placement, tuple(rows), overlaps=tuple(overlaps))
 
     @classmethod
     def load(cls, path: str | PathLike, num_microbatches: int | None = None, allow_large: bool = False) -> "Schedule":
@@ -500,6 +544,34 @@ _COMMS = {"SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_
 _TORCH_ACTION_RE = re.compile(r"^(\d+)(F|I|B|W|UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)(\d*)$")
 
 
+def _torch_cell(unit: tuple[Pass, ...]) -> str:
+    """One unit of :meth:`Schedule.units` as a torch action cell."""
+    if len(unit) == 1:
+        return unit[0].to_torch()
+    return "(" + ";".join(ps.to_torch() for ps in unit) + ")OVERLAP_F_B"
+
+
+def _normal_overlaps(overlaps, device_passes) -> tuple[tuple[int, ...], ...]:
+    """:attr:`Schedule.overlaps` as stored: ``()`` when nothing overlaps, else one sorted tuple
+    per device; ``ValueError`` for a position without a next pass or two pairs sharing a pass."""
+    rows = tuple(tuple(sorted(int(i) for i in row)) for row in overlaps)
+    if not any(rows):
+        return ()
+    if len(rows) != len(device_passes):
+        raise ValueError(f"overlaps has {len(rows)} rows but the schedule has {len(device_passes)} devices; "
+                         "give one tuple of positions per device")
+    for d, (row, passes) in enumerate(zip(rows, device_passes)):
+        for a, b in zip(row, row[1:]):
+            if b - a < 2:
+                raise ValueError(f"device {d}: overlapped pairs at positions {a} and {b} share a pass; a pass "
+                                 "overlaps with at most one other")
+        bad = [i for i in row if not 0 <= i < len(passes) - 1]
+        if bad:
+            raise ValueError(f"device {d}: an overlapped pair starts at position {bad[0]}, but the device's passes "
+                             f"are at 0..{len(passes) - 1} and a pair needs this one and the next")
+    return rows
+
+
 def _torch_actions(cell: str, where: str) -> list[Pass]:
     """The compute passes of one torch action cell (none for a communication action)."""
     if cell.startswith("(") and cell.endswith(")OVERLAP_F_B"):
@@ -507,6 +579,9 @@ def _torch_actions(cell: str, where: str) -> list[Pass]:
         for sub in cell[1:-len(")OVERLAP_F_B")].split(";"):
             if sub.strip():
                 out += _torch_actions(sub.strip(), where)
+        if len(out) > 2:
+            raise ValueError(f"{where}: {cell[:60]!r} overlaps {len(out)} compute actions; ctrlmem overlaps a "
+                             "forward with one backward (two sub-actions)")
         return out
     match = _TORCH_ACTION_RE.match(cell)
     if not match:

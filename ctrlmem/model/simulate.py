@@ -150,6 +150,17 @@ def pass_durations(index: ScheduleIndex, f, b, w) -> list[float]:
     return durations
 
 
+def _scale_overlapped(index: ScheduleIndex, durations: list[float], fb_overlap: float) -> None:
+    """An overlapped pair's two passes take ``fb_overlap`` of their times (their sum is the unit's
+    time, so each device's work stays the sum of its durations)."""
+    if index.partner is None or fb_overlap == 1.0:
+        return
+    for k, k2 in enumerate(index.partner):
+        if k2 >= 0:
+            durations[k] *= fb_overlap
+            durations[k2] *= fb_overlap
+
+
 def simulate(
     schedule: Schedule,
     costs: Costs | None = None,
@@ -174,6 +185,7 @@ def simulate(
     sm = S * m
     fused = index.fused
     durations = pass_durations(index, f, b, w)
+    _scale_overlapped(index, durations, costs.fb_overlap)
     start, end = execute(schedule, index, durations, float(costs.comm))
 
     rb = memory.release_at_b

@@ -108,6 +108,7 @@ class ScheduleIndex:
     where: list[int]
     dep: list[int]
     fused: bytearray  # per (stage * m + mb): 1 when the backward is a fused BW
+    partner: list[int] | None = None  # per key: the key of the pass it overlaps with, when it starts a pair
 
     def pass_of(self, key: int) -> Pass:
         sm = self.num_stages * self.num_microbatches
@@ -201,7 +202,27 @@ def index_schedule(schedule: Schedule) -> ScheduleIndex:
     mixed = num_fused and num_w and any(device[2 * sm + r] >= 0 for r in range(sm) if fused[r])
     if mixed or total != 3 * sm - num_fused or num_w != sm - num_fused or -1 in device[: 2 * sm]:
         _check_complete(schedule, device, where, fused)
-    return ScheduleIndex(S, m, device_keys, device, where, dep, fused)
+    partner = _overlap_partners(schedule, device_keys, n) if schedule.overlaps else None
+    return ScheduleIndex(S, m, device_keys, device, where, dep, fused, partner)
+
+
+def _overlap_partners(schedule: Schedule, device_keys: list[list[int]], n: int) -> list[int]:
+    """Per key, the key of the second pass of the overlapped pair it starts (-1 elsewhere);
+    :class:`ScheduleError` for a pair that is not one forward and one backward (``B`` or ``BW``)
+    of two different microbatches (a microbatch's backward needs its own forward finished)."""
+    partner = [-1] * n
+    for d, starts in enumerate(schedule.overlaps):
+        row = schedule.device_passes[d]
+        for i in starts:
+            kinds = {row[i].op, row[i + 1].op}
+            if Op.F not in kinds or not kinds & {Op.B, Op.BW}:
+                _fail(schedule, f"device {d}, step {i}: overlapped pair {row[i]}+{row[i + 1]} must be one forward and "
+                                "one backward (B or BW)", d, i, row[i])
+            if row[i].microbatch == row[i + 1].microbatch:
+                _fail(schedule, f"device {d}, step {i}: overlapped pair {row[i]}+{row[i + 1]} runs one microbatch twice; its "
+                                "backward needs its forward finished, so pair passes of different microbatches", d, i, row[i])
+            partner[device_keys[d][i]] = device_keys[d][i + 1]
+    return partner
 
 
 def _check_complete(schedule: Schedule, device: list[int], where: list[int], fused: bytearray) -> None:
@@ -244,11 +265,14 @@ def execute(
     """Run every pass as soon as possible, keeping each device's order (the paper's squeeze).
 
     ``durations[key]`` is the time of each pass; ``comm`` is added on every dependency that
-    crosses devices. Returns ``(start, end)`` indexed by key. Raises :class:`ScheduleError` on
-    deadlock, naming the blocked pass, what it waits for and where that pass sits.
+    crosses devices. An overlapped pair (``index.partner``) starts when the device is free and
+    both inputs are ready, and both passes end after the sum of their durations. Returns
+    ``(start, end)`` indexed by key. Raises :class:`ScheduleError` on deadlock, naming the blocked
+    pass, what it waits for and where that pass sits.
     """
     dev = index.device
     dep = index.dep
+    partner = index.partner
     n = len(dev)
     start = [-1.0] * n
     end = [-1.0] * n
@@ -277,6 +301,14 @@ def execute(
                     e += comm
                 if e > t:
                     t = e
+            if partner is not None and partner[k] >= 0:
+                t = _pair_ready(partner[k], t, d, dep, dev, end, comm, waiting)
+                if t < 0.0:
+                    break
+                _run_pair(k, partner[k], t, durations, start, end, waiting, queue)
+                i += 2
+                t_free = end[k]
+                continue
             start[k] = t
             t_free = t + durations[k]
             end[k] = t_free
@@ -288,8 +320,47 @@ def execute(
         free[d] = t_free
     blocked = [d for d in range(p) if ptr[d] < len(orders[d])]
     if blocked:
-        _raise_deadlock(schedule, index, ptr, blocked)
+        _raise_deadlock(schedule, index, _blocked_positions(index, ptr, blocked, end), blocked)
     return start, end
+
+
+def _blocked_positions(index: ScheduleIndex, ptr: list[int], blocked: list[int], end: list[float]) -> list[int]:
+    """Where each device is stuck: its next position, or the pair's second pass when a pair waits
+    for that one's input only."""
+    if index.partner is None:
+        return ptr
+    out = list(ptr)
+    for d in blocked:
+        k = index.device_keys[d][ptr[d]]
+        q = index.dep[k]
+        if index.partner[k] >= 0 and (q < 0 or end[q] >= 0.0):
+            out[d] += 1
+    return out
+
+
+def _pair_ready(k2: int, t: float, d: int, dep, dev, end, comm: float, waiting: dict) -> float:
+    """The start of an overlapped pair whose first pass could start at ``t``: also after the
+    second pass's input; -1 (and ``d`` waits for that input) when it has not run yet."""
+    q = dep[k2]
+    if q < 0:
+        return t
+    e = end[q]
+    if e < 0.0:
+        waiting.setdefault(q, []).append(d)
+        return -1.0
+    if dev[q] != dev[k2]:
+        e += comm
+    return e if e > t else t
+
+
+def _run_pair(k: int, k2: int, t: float, durations, start, end, waiting: dict, queue: list) -> None:
+    """Time the overlapped pair ``k``, ``k2`` from ``t`` (one unit); wake what waits for either."""
+    start[k] = start[k2] = t
+    end[k] = end[k2] = t + durations[k] + durations[k2]
+    for key in (k, k2):
+        woken = waiting.pop(key, None)
+        if woken:
+            queue.extend(woken)
 
 
 def _raise_deadlock(schedule: Schedule, index: ScheduleIndex, ptr: list[int], blocked: list[int]):

@@ -1,0 +1,67 @@
+"""Overlapped forward + backward pairs (Schedule.overlaps, Costs.fb_overlap): timing, checks, and
+DualPipeV's closed forms (DualPipe README: bubble (PP/2 − 1)(F&B + B − 3W), PP + 1 activations,
+with PP = 2p chunks on p devices)."""
+
+import pytest
+
+import ctrlmem as cm
+from ctrlmem import Op, Pass, Placement, Schedule, ScheduleError
+
+
+def two_devices(pair_at=1, d1=None):
+    """1F1B-like order on two devices; device 1 runs positions ``pair_at``, ``pair_at + 1`` as a pair."""
+    rows = [[Pass(Op.F, 0, 0), Pass(Op.F, 0, 1), Pass(Op.BW, 0, 0), Pass(Op.BW, 0, 1)],
+            d1 or [Pass(Op.F, 1, 0), Pass(Op.F, 1, 1), Pass(Op.BW, 1, 0), Pass(Op.BW, 1, 1)]]
+    return Schedule.from_orders("t", Placement.sequential(2), 2, rows, overlaps=((), (pair_at,)))
+
+
+def test_a_pair_starts_when_both_inputs_are_ready_and_takes_fb_overlap_of_its_two_times():
+    # stage 0's forward takes 2: 1F1's input is ready at 4, 1BW0's (1F0) at 3; the pair waits for both
+    r = cm.simulate(two_devices(), cm.Costs([2, 1], 1, 1, fb_overlap=0.5))
+    assert r.timing(1, 1) == r.timing(1, 2) == (4.0, 4.0 + 0.5 * (1 + 2))
+    assert r.device_work[1] == 1 + 0.5 * 3 + 2  # the work counts the pair once, at its overlapped time
+    assert r.timing(1, 3)[0] == 5.5  # 1BW1 follows the pair
+    full = cm.simulate(two_devices(), cm.Costs([2, 1], 1, 1))
+    assert full.timing(1, 1) == (4.0, 7.0)  # fb_overlap = 1: the pair takes F + BW
+
+
+def test_pairs_are_checked():
+    with pytest.raises(ScheduleError, match="one forward and one backward"):
+        cm.validate(two_devices(pair_at=0))  # 1F0 + 1F1
+    with pytest.raises(ScheduleError, match="runs one microbatch twice"):
+        cm.validate(two_devices(d1=[Pass(Op.F, 1, 0), Pass(Op.BW, 1, 0), Pass(Op.F, 1, 1), Pass(Op.BW, 1, 1)],
+                                pair_at=0))
+    with pytest.raises(ValueError, match="needs this one and the next"):
+        two_devices(pair_at=3)
+    rows = two_devices().device_passes
+    with pytest.raises(ValueError, match="share a pass"):
+        Schedule.from_orders("t", Placement.sequential(2), 2, rows, overlaps=((), (1, 2)))
+    with pytest.raises(ValueError, match="fraction of F"):
+        cm.Costs(fb_overlap=0)
+
+
+def test_text_form_writes_a_pair_as_one_token():
+    s = two_devices()
+    assert "d1: 1F0 1F1+1BW0 1BW1" in s.to_text()
+    assert Schedule.from_text(s.to_text()) == s
+    with pytest.raises(ValueError, match="joins 3 passes"):
+        Schedule.from_text(s.to_text().replace("1F1+1BW0", "1F1+1BW0+1BW1"))
+
+
+CLOSED_FORM_CASES = ([(p, w, 1.0) for p in (2, 4, 8) for w in (1.0, 0.5, 0.25)]
+                     + [(2, w, fb) for w in (1.0, 0.5) for fb in (0.9, 0.75)])
+
+
+@pytest.mark.parametrize("p,w,fb", CLOSED_FORM_CASES)
+def test_dualpipe_v_closed_forms(p, w, fb):
+    """Chunk times F = B (input backward) = 1 and W; F&B = fb · (F + B + W). The README's bubble
+    holds exactly on device 0 (the fullest) for any W when F&B = F + B + W, and at p = 2 with a gain
+    too (at p > 2 with a gain the simulated bubble differs: docs/theory.md, DualPipe). Peak
+    PP + 1 = 2p + 1 chunk activations (a/2 each), for every m."""
+    F = B = 1.0
+    for m in (2 * p, 3 * p + 1):
+        r = cm.simulate(cm.build("dualpipe-v", p, m), cm.Costs(2 * F, 2 * B, 2 * w, fb_overlap=fb))
+        readme = (p - 1) * (fb * (F + B + w) + (B + w) - 3 * w)  # (PP/2 − 1)(F&B + B_full − 3W)
+        assert r.device_bubbles[0] == pytest.approx(readme)
+        assert max(r.device_bubbles) == r.device_bubbles[0]
+        assert r.peak_memory[0] == (2 * p + 1) / 2

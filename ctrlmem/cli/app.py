@@ -100,7 +100,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _check_outputs(args: argparse.Namespace) -> None:
     """``export``'s output arguments, checked before any work: none empty, never one file twice."""
-    for flag, value in (("--torch-csv", args.torch_csv), ("--text", args.text)):
+    for flag, value in (("--torch-csv", args.torch_csv), ("--text", args.text), ("--trace", args.trace)):
         if value is not None and not value.strip():
             raise CliError(f"{flag} is empty ({value!r}); give a file name, or '-' to print to stdout")
     if args.torch_csv == "-" and args.text == "-":
@@ -109,7 +109,12 @@ def _check_outputs(args: argparse.Namespace) -> None:
         if os.path.realpath(args.torch_csv) == os.path.realpath(args.text):
             raise CliError(f"--torch-csv {args.torch_csv} and --text {args.text} name the same file; the second "
                            f"would overwrite the first: give two different files")
-    for value in (args.torch_csv, args.text):
+    if args.trace == "-" and "-" in (args.torch_csv, args.text):
+        raise CliError("--trace - and another '-' output both ask for stdout; write one of them to a file")
+    files = [os.path.realpath(v) for v in (args.torch_csv, args.text, args.trace) if v and v != "-"]
+    if args.trace and args.trace != "-" and files.count(os.path.realpath(args.trace)) > 1:
+        raise CliError(f"--trace {args.trace} names the file of another output; give it its own file")
+    for value in (args.torch_csv, args.text, args.trace):
         if value and value != "-":
             check_output_path(value)  # a folder, a missing folder: said before the schedule is built
 
@@ -146,9 +151,26 @@ def _cmd_export(args: argparse.Namespace) -> int:
     elif args.text:
         atomic_write(args.text, schedule.to_text())
         print(f"wrote {args.text}", file=sys.stderr if args.torch_csv == "-" else sys.stdout)
-    if not (args.torch_csv or args.text):
+    if args.trace:
+        _write_trace(args, schedule, costs)
+    if not (args.torch_csv or args.text or args.trace):
         sys.stdout.write(schedule.to_text())
     return 0
+
+
+def _write_trace(args: argparse.Namespace, schedule, costs) -> None:
+    """``--trace``: the simulated timeline as Chrome / Perfetto trace-event JSON."""
+    from ctrlmem.plots.trace import trace_events, write_trace
+
+    result = simulate(schedule, costs)
+    if args.trace == "-":
+        sys.stdout.write(json.dumps(trace_events(result)) + "\n")
+        return
+    write_trace(result, args.trace)
+    where = sys.stderr if "-" in (args.torch_csv, args.text) else sys.stdout
+    print(f"wrote {args.trace} (Chrome trace-event JSON: {schedule.num_devices} device tracks, "
+          f"{len(result.transfers())} transfers, makespan {result.makespan:g}; open it in ui.perfetto.dev "
+          f"or chrome://tracing, 1 ms there = 1 time unit)", file=where)
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -177,6 +199,9 @@ def make_parser() -> argparse.ArgumentParser:
     p_exp.add_argument("--torch-csv", metavar="FILE",
                        help="torch.distributed.pipelining / torchtitan CSV ('-' prints it)")
     p_exp.add_argument("--text", metavar="FILE", help="ctrlmem's text form ('-' prints it)")
+    p_exp.add_argument("--trace", metavar="FILE.json",
+                       help="the simulated timeline (under --costs) as Chrome / Perfetto trace-event JSON: a "
+                            "track per device, send lanes, flow arrows, memory counters ('-' prints it)")
     p_exp.set_defaults(func=_cmd_export)
 
     missing = []

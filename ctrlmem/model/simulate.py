@@ -23,7 +23,7 @@ from ctrlmem.model.costs import Costs, MemoryModel
 from ctrlmem.model.ir import Op, Schedule
 from ctrlmem.model.validate import ScheduleIndex, execute, index_schedule
 
-__all__ = ["simulate", "SimResult", "TimedPass"]
+__all__ = ["simulate", "SimResult", "TimedPass", "Transfer"]
 
 
 class TimedPass(NamedTuple):
@@ -33,6 +33,14 @@ class TimedPass(NamedTuple):
     microbatch: int
     start: float
     end: float
+
+
+class Transfer(NamedTuple):
+    """One cross-device dependency of a timeline: ``sender``'s output goes to ``receiver``'s device
+    (sent at ``sender.end``, arriving ``comm`` later)."""
+
+    sender: TimedPass
+    receiver: TimedPass
 
 
 def _clean(x: float) -> float:
@@ -77,6 +85,20 @@ class SimResult:
             for key in keys:
                 ps = idx.pass_of(key)
                 out.append(TimedPass(d, ps.op, ps.stage, ps.microbatch, start[key], end[key]))
+        return out
+
+    def transfers(self) -> list[Transfer]:
+        """Every dependency that crosses devices (an activation forward, a gradient backward), in
+        the receivers' device-major order."""
+        idx, start, end = self._index, self._start, self._end
+        out = []
+        for d, keys in enumerate(idx.device_keys):
+            for key in keys:
+                q = idx.dep[key]
+                if q >= 0 and idx.device[q] != d:
+                    a, b = idx.pass_of(q), idx.pass_of(key)
+                    out.append(Transfer(TimedPass(idx.device[q], a.op, a.stage, a.microbatch, start[q], end[q]),
+                                        TimedPass(d, b.op, b.stage, b.microbatch, start[key], end[key])))
         return out
 
     def timing(self, device: int, position: int) -> tuple[float, float]:

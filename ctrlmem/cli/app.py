@@ -119,15 +119,31 @@ def _check_outputs(args: argparse.Namespace) -> None:
             check_output_path(value)  # a folder, a missing folder: said before the schedule is built
 
 
-def _torchtitan_line(schedule, csv: str) -> str:
+def _torchtitan_line(schedule, csv: str, chosen: str | None = None) -> str:
+    from ctrlmem.model.torchnames import placement_check
     from ctrlmem.planner.emit import torchtitan_schedule
 
     try:
         name, why = torchtitan_schedule(schedule)
     except ValueError as exc:
         return f"torchtitan: {exc}"
+    name = chosen or name
     return (f"torchtitan: pipeline_parallel_schedule = \"{name}\" ({why}) with pipeline_parallel_schedule_csv = "
-            f"\"{csv}\"; another name places the stages differently and the run hangs or fails")
+            f"\"{csv}\"; {placement_check(schedule)}: another name places the stages differently and the run "
+            f"hangs or fails (--torch-schedule NAME checks a name)")
+
+
+def _torch_schedule(args: argparse.Namespace, schedule) -> str | None:
+    """``--torch-schedule``: the class name the user will run the CSV under, refused unless torch
+    places the stages under it as the schedule does."""
+    if args.torch_schedule is None:
+        return None
+    from ctrlmem.model.torchnames import check_torch_class
+
+    try:
+        return check_torch_class(schedule, args.torch_schedule)
+    except ValueError as exc:
+        raise CliError(f"--torch-schedule {args.torch_schedule}: {exc}") from None
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -138,14 +154,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
     schedule, opt = optimize_schedule(args, schedule, costs)
     if opt is not None:
         print(optimize_summary(opt), file=sys.stderr)
+    chosen = _torch_schedule(args, schedule)
     if args.torch_csv == "-":
         sys.stdout.write(schedule.to_torch_csv())
-        print(_torchtitan_line(schedule, "FILE.csv"), file=sys.stderr)
+        print(_torchtitan_line(schedule, "FILE.csv", chosen), file=sys.stderr)
     elif args.torch_csv:
         schedule.to_torch_csv(args.torch_csv)
         where = sys.stderr if args.text == "-" else sys.stdout
         print(f"wrote {args.torch_csv} ({schedule.num_passes} actions on {schedule.num_devices} ranks)", file=where)
-        print(_torchtitan_line(schedule, args.torch_csv), file=where)
+        print(_torchtitan_line(schedule, args.torch_csv, chosen), file=where)
     if args.text == "-":
         sys.stdout.write(schedule.to_text())
     elif args.text:
@@ -199,6 +216,9 @@ def make_parser() -> argparse.ArgumentParser:
     p_exp.add_argument("--torch-csv", metavar="FILE",
                        help="torch.distributed.pipelining / torchtitan CSV ('-' prints it)")
     p_exp.add_argument("--text", metavar="FILE", help="ctrlmem's text form ('-' prints it)")
+    p_exp.add_argument("--torch-schedule", metavar="CLASS",
+                       help="the torch / torchtitan schedule class (pipeline_parallel_schedule) the CSV will run "
+                            "under; refused, naming the right one, unless it places the stages as the CSV does")
     p_exp.add_argument("--trace", metavar="FILE.json",
                        help="the simulated timeline (under --costs) as Chrome / Perfetto trace-event JSON: a "
                             "track per device, send lanes, flow arrows, memory counters ('-' prints it)")

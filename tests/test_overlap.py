@@ -65,3 +65,22 @@ def test_dualpipe_v_closed_forms(p, w, fb):
         assert r.device_bubbles[0] == pytest.approx(readme)
         assert max(r.device_bubbles) == r.device_bubbles[0]
         assert r.peak_memory[0] == (2 * p + 1) / 2
+
+
+def test_the_side_by_side_table_in_the_docs_is_the_simulators():
+    """docs/theory.md §13's table (p = 8, m = 20, F = B = W = 1): every simulated number in it."""
+    from pathlib import Path
+
+    text = Path(__file__).resolve().parents[1].joinpath("docs", "theory.md").read_text()
+    rows = [ln for ln in text.split("## 13 ", 1)[1].splitlines() if ln.startswith("| `")]
+    checked = 0
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        name = cells[0].split("`")[1]
+        fb = float(cells[0].split("`fb_overlap` ")[1]) if "fb_overlap" in cells[0] else 1.0
+        r = cm.simulate(cm.build(name, 8, 20), cm.Costs(1, 1, 1, 0, fb_overlap=fb))
+        assert float(cells[1].split()[0]) == r.device_bubbles[0], row
+        assert float(cells[2]) == r.makespan and float(cells[3]) == round(r.bubble_rate, 4), row
+        assert float(cells[4].split()[0]) == max(r.peak_memory), row
+        checked += 1
+    assert checked == 6

@@ -84,3 +84,15 @@ def test_the_side_by_side_table_in_the_docs_is_the_simulators():
         assert float(cells[4].split()[0]) == max(r.peak_memory), row
         checked += 1
     assert checked == 6
+
+
+def test_the_command_line_takes_fb_overlap(capsys):
+    from ctrlmem.cli import main
+
+    assert main(["simulate", "dualpipe-v", "-p", "4", "-m", "8", "--fb-overlap", "0.8", "--json"]) == 0
+    got = __import__("json").loads(capsys.readouterr().out)
+    want = cm.simulate(cm.build("dualpipe-v", 4, 8), cm.Costs(fb_overlap=0.8))
+    assert got["makespan"] == want.makespan < cm.simulate(cm.build("dualpipe-v", 4, 8)).makespan
+    assert got["costs"]["fb_overlap"] == 0.8
+    assert main(["simulate", "dualpipe-v", "-p", "4", "-m", "8", "--fb-overlap", "1.5"]) == 2
+    assert "in (0, 1]" in capsys.readouterr().err

@@ -77,7 +77,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                    costs, memory)
     ref = max(one.peak_memory)
     print(f"{schedule.name}: p={schedule.num_devices} m={schedule.num_microbatches} "
-          f"stages={schedule.num_stages} ({schedule.placement.kind}) costs={args.costs}")
+          f"stages={schedule.num_stages} ({schedule.placement.kind}) costs={args.costs}"
+          + (f" fb_overlap={costs.fb_overlap:g}" if costs.fb_overlap != 1.0 else ""))
     if opt is not None:
         print(f"  {optimize_summary(opt)}")
     print(f"  makespan      {result.makespan:g}   (1f1b: {one.makespan:g}, speed-up {one.makespan / result.makespan:.3f}x)")

@@ -5,12 +5,13 @@ error type. Feature modules import these from here, never from :mod:`ctrlmem.cli
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 from typing import Sequence
 
 from ctrlmem.model.costs import Costs
-from ctrlmem.schedules import SCHEDULES, build
+from ctrlmem.schedules import build
 from ctrlmem.schedules.registry import is_schedule_file
 
 __all__ = ["CliError", "Terminated", "Parser", "add_schedule_arguments", "add_memory_gb_arguments",
@@ -125,6 +126,11 @@ def add_schedule_arguments(parser: argparse.ArgumentParser, name: bool = True) -
         help="F,B,W[,COMM]: pass times of one full device-stage and the hop latency (default 1,1,1,0)",
     )
     parser.add_argument(
+        "--fb-overlap", type=float, default=1.0, metavar="X",
+        help="time of an overlapped forward + backward pair (DualPipe's F&B) as a fraction of F + B, in (0, 1] "
+             "(default 1: no gain; docs/theory.md §13)",
+    )
+    parser.add_argument(
         "--memory-limit", type=memory_limit_arg, default=None,
         help="activation budget as a fraction of 1F1B's peak (memory-budgeted schedules only)",
     )
@@ -217,6 +223,8 @@ def schedule_from_args(args: argparse.Namespace, name: str | None = None):
     validated and simulated as it is: its own p and m; ``-p``/``-m`` given explicitly must
     agree (``-m`` may name more microbatches than a CSV's largest index)."""
     costs = Costs.parse(args.costs)
+    if getattr(args, "fb_overlap", 1.0) != 1.0:
+        costs = dataclasses.replace(costs, fb_overlap=args.fb_overlap)
     name = name or args.name
     apply_memory_gb(args, name)
     if is_schedule_file(name):

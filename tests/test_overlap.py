@@ -83,7 +83,7 @@ def test_the_side_by_side_table_in_the_docs_is_the_simulators():
         assert float(cells[2]) == r.makespan and float(cells[3]) == round(r.bubble_rate, 4), row
         assert float(cells[4].split()[0]) == max(r.peak_memory), row
         checked += 1
-    assert checked == 6
+    assert checked == 8
 
 
 def test_the_command_line_takes_fb_overlap(capsys):
@@ -96,3 +96,47 @@ def test_the_command_line_takes_fb_overlap(capsys):
     assert got["costs"]["fb_overlap"] == 0.8
     assert main(["simulate", "dualpipe-v", "-p", "4", "-m", "8", "--fb-overlap", "1.5"]) == 2
     assert "in (0, 1]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize("w", [1.0, 0.5])
+def test_dualpipe_closed_forms(p, w):
+    """Bidirectional DualPipe, stage times F = B = 1, W, F&B = F + B + W: the README's bubble
+    (PP/2 − 1)(F&B + B_full − 3W) on every device, PP + 1 stage activations ((p + 1)·a) at the peak."""
+    for m in (2 * p, 2 * p + 4):
+        r = cm.simulate(cm.build("dualpipe", p, m), cm.Costs(1, 1, w))
+        assert max(r.device_bubbles) == pytest.approx((p // 2 - 1) * ((1 + 1 + w) + (1 + w) - 3 * w))
+        assert r.peak_memory == [p + 1.0] * p
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (8, 20)])
+def test_dualpipe_is_dualpipe_v_cut_in_half(p, m):
+    """DualPipe on p devices, m microbatches times like DualPipeV on p/2 devices and m/2 (its chunks
+    the same size: 1/p of the model), each DualPipeV device's order run by a device and its mirror."""
+    costs = cm.Costs(1, 2, 1, fb_overlap=0.8)
+    two = cm.simulate(cm.build("dualpipe", p, m), costs)
+    v = cm.simulate(cm.build("dualpipe-v", p // 2, m // 2), cm.Costs(2, 4, 2, fb_overlap=0.8))
+    assert two.makespan == v.makespan
+    for d in range(p):
+        h = min(d, p - 1 - d)
+        assert [two.timing(d, i) for i in range(len(two.schedule.device_passes[d]))] == \
+               [v.timing(h, i) for i in range(len(v.schedule.device_passes[h]))]
+
+
+def test_dualpipe_holds_two_copies_that_torch_cannot_run(tmp_path):
+    s = cm.build("dualpipe", 4, 8)
+    assert s.copies == 2 and {s.copy_of_microbatch(ps.microbatch) for ps in s.device_passes[0]} == {0, 1}
+    assert all(s.copy_of_stage(ps.stage) == s.copy_of_microbatch(ps.microbatch) for row in s.device_passes for ps in row)
+    assert Schedule.from_text(s.to_text()) == s and "copies=2" in s.to_text()
+    with pytest.raises(ValueError, match="export dualpipe-v"):
+        s.to_torch_csv()
+    rows = [list(row) for row in s.device_passes]
+    i = next(i for i, ps in enumerate(rows[0]) if ps.stage == 0)
+    rows[0][i] = rows[0][i]._replace(microbatch=4 + rows[0][i].microbatch % 4)  # a second-copy microbatch on copy 0
+    bad = Schedule.from_orders("x", s.placement, 8, rows, overlaps=s.overlaps, copies=2)
+    with pytest.raises(ScheduleError, match="runs microbatches 0..3 only"):
+        cm.validate(bad)
+    from ctrlmem.runtime.launch import RunConfig, RunError, _schedule_of
+
+    with pytest.raises(RunError, match="run dualpipe-v"):
+        _schedule_of(RunConfig("dualpipe", 4, 8, out=str(tmp_path)))

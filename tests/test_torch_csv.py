@@ -14,7 +14,12 @@ def _sizes(name):
     return [(2, 4), (4, 8), (3, 6)]
 
 
-@pytest.mark.parametrize("name", sorted(cm.SCHEDULES))
+# every schedule but bidirectional DualPipe, whose two model copies torch's CSV cannot express (its
+# to_torch_csv refuses, tests/test_overlap.py)
+ONE_COPY = sorted(n for n in cm.SCHEDULES if n != "dualpipe")
+
+
+@pytest.mark.parametrize("name", ONE_COPY)
 def test_torch_parses_and_validates_our_csv(name, tmp_path):
     for p, m in _sizes(name):
         s = cm.build(name, p, m)

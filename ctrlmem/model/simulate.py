@@ -201,8 +201,9 @@ def simulate(
     costs = Costs.coerce(costs, "costs")
     memory = MemoryModel.coerce(memory, "memory")
     S, m, p = schedule.num_stages, schedule.num_microbatches, schedule.num_devices
-    f, b, w = costs.stage_times(S, p)
-    act = memory.stage_activation(S, p)
+    # a model copy's layers are split over S / copies stages (two copies: each stage is 1/p of the model)
+    f, b, w = costs.stage_times(S, p * schedule.copies)
+    act = memory.stage_activation(S, p * schedule.copies)
     index = index_schedule(schedule)
     sm = S * m
     fused = index.fused

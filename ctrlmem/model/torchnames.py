@@ -50,7 +50,10 @@ def torch_placement(name: str, num_devices: int, num_stages: int) -> Placement |
 
 
 def classes_for(schedule: Schedule) -> list[str]:
-    """The torch class names whose placement is the schedule's (empty for a custom placement)."""
+    """The torch class names whose placement is the schedule's (empty for a custom placement, and
+    for a schedule of two model copies, which torch's CSV cannot express)."""
+    if schedule.copies != 1:
+        return []
     p, S = schedule.num_devices, schedule.num_stages
     return [n for n in TORCH_CLASS_STYLE
             if (pl := torch_placement(n, p, S)) is not None and pl.stage_device == schedule.placement.stage_device]
@@ -76,7 +79,7 @@ def placement_check(schedule: Schedule) -> str:
     """One sentence stating the placement check for the schedule's CSV."""
     fits = classes_for(schedule)
     if not fits:
-        return "no torch class places these stages (a custom placement)"
+        return ("no torch class runs this schedule (a custom placement, or two model copies)")
     style = TORCH_CLASS_STYLE[fits[0]]
     return (f"placement check: the CSV is {schedule.placement.kind} ({_STYLE_TEXT[style]}), which torch builds "
             f"only under {', '.join(fits)}")

@@ -151,7 +151,9 @@ def index_schedule(schedule: Schedule) -> ScheduleIndex:
     dep = [-1] * n
     fused = bytearray(sm)
     device_keys: list[list[int]] = []
-    last = S - 1
+    copies = schedule.copies
+    per_s, per_m = S // copies, m // copies  # stages and microbatches of one model copy
+    last = per_s - 1
     op_f, op_w, op_bw = Op.F, Op.W, Op.BW
     num_w = 0
     for d, row in enumerate(schedule.device_passes):
@@ -170,16 +172,18 @@ def index_schedule(schedule: Schedule) -> ScheduleIndex:
                     d, pos, ps,
                 )
             r = s * m + k
+            if copies != 1 and k // per_m != s // per_s:
+                _fail_copy(schedule, d, pos, ps, per_s, per_m)
             if op is op_f:
                 key = r
-                need = r - m if s > 0 else -1
+                need = r - m if s % per_s else -1  # F(s-1), none at a copy's first stage
             elif op is op_w:
                 key = 2 * sm + r
                 need = sm + r
                 num_w += 1
             else:
                 key = sm + r
-                need = key + m if s < last else r  # B(s+1) or, at the loss, F(S-1)
+                need = key + m if s % per_s != last else r  # B(s+1) or, at a copy's loss, its own F
                 if op is op_bw:
                     fused[r] = 1
             if device[key] >= 0:
@@ -200,10 +204,17 @@ def index_schedule(schedule: Schedule) -> ScheduleIndex:
     # BW with W; only then can the detailed scan be skipped.
     num_fused = sum(fused)
     mixed = num_fused and num_w and any(device[2 * sm + r] >= 0 for r in range(sm) if fused[r])
-    if mixed or total != 3 * sm - num_fused or num_w != sm - num_fused or -1 in device[: 2 * sm]:
+    slots = sm // copies  # the (stage, microbatch) pairs that run: each copy's own
+    if copies != 1 or mixed or total != 3 * slots - num_fused or num_w != slots - num_fused or -1 in device[: 2 * sm]:
         _check_complete(schedule, device, where, fused)
     partner = _overlap_partners(schedule, device_keys, n) if schedule.overlaps else None
     return ScheduleIndex(S, m, device_keys, device, where, dep, fused, partner)
+
+
+def _fail_copy(schedule: Schedule, d: int, pos: int, ps: Pass, per_s: int, per_m: int) -> None:
+    c = ps.stage // per_s
+    _fail(schedule, f"device {d}, step {pos}: pass {ps} runs microbatch {ps.microbatch} on stage {ps.stage} of model "
+                    f"copy {c}, which runs microbatches {c * per_m}..{(c + 1) * per_m - 1} only", d, pos, ps)
 
 
 def _overlap_partners(schedule: Schedule, device_keys: list[list[int]], n: int) -> list[int]:
@@ -228,8 +239,10 @@ def _overlap_partners(schedule: Schedule, device_keys: list[list[int]], n: int) 
 def _check_complete(schedule: Schedule, device: list[int], where: list[int], fused: bytearray) -> None:
     S, m = schedule.num_stages, schedule.num_microbatches
     sm = S * m
+    per_m = m // schedule.copies
     for s in range(S):
-        for k in range(m):
+        first = schedule.copy_of_stage(s) * per_m
+        for k in range(first, first + per_m):
             r = s * m + k
             f_key, b_key, w_key = r, sm + r, 2 * sm + r
             missing = None

@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ctrlmem.util import proctree
-from ctrlmem.model.costs import Costs
 from ctrlmem.util.fileio import atomic_write, describe_os_error, make_output_folder
 from ctrlmem.model.ir import Schedule
 from ctrlmem.schedules import build
@@ -123,7 +122,6 @@ def prepare(config: RunConfig, local: bool = True) -> tuple[Schedule, dict]:
     Raises :class:`RunError` naming what is wrong and how to fix it.
     """
     check_config(config)  # plain numbers first: nothing is imported or launched for a bad one
-    import torch
 
     from ctrlmem.runtime.adapter import UnsupportedTorch, check_torch_version
     from ctrlmem.runtime.models import get_preset, layers_per_stage
@@ -195,7 +193,11 @@ def _schedule_of(config: RunConfig) -> Schedule:
     names (a torch / torchtitan CSV, e.g. one ``ctrlmem plan --emit`` wrote, or ctrlmem's text
     form), which must have ``p`` ranks."""
     if not is_schedule_file(config.schedule):
-        return build(config.schedule, config.num_devices, config.num_microbatches, **config.schedule_params)
+        schedule = build(config.schedule, config.num_devices, config.num_microbatches, **config.schedule_params)
+        if schedule.copies != 1:
+            raise RunError(f"{config.schedule} holds {schedule.copies} model copies; ctrlmem run (like torch's runtime) "
+                           "runs one: run dualpipe-v, its one-copy V-shape form")
+        return schedule
     path = config.schedule
     if not os.path.isfile(path):
         raise RunError(f"{path}: no such file, and not a registered schedule (see `ctrlmem list`)")
@@ -529,7 +531,7 @@ def culprit(errors: list[dict], failures: list[dict]) -> str | None:
 
 def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
     """``result.json`` from every rank's measurements (called on rank 0)."""
-    from ctrlmem.runtime.measure import costs_from_records, stage_pass_times, summarize, theory_peak_bytes
+    from ctrlmem.runtime.measure import costs_from_records, summarize, theory_peak_bytes
 
     ranks = sorted(ranks, key=lambda r: r["rank"])
     model = worker["model"]

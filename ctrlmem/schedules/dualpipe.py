@@ -10,7 +10,7 @@ from collections import defaultdict
 from ctrlmem.model.ir import Op, Pass, Placement, Schedule
 from ctrlmem.schedules.registry import register
 
-__all__ = ["dualpipe_v"]
+__all__ = ["dualpipe", "dualpipe_v"]
 
 
 class _Rank:
@@ -101,3 +101,30 @@ def dualpipe_v(num_devices: int, num_microbatches: int) -> Schedule:
     ranks = [_dualpipe_v_rank(p, m, r) for r in range(p)]
     return Schedule.from_orders("dualpipe-v", Placement.v_shape(p), m, [r.order for r in ranks],
                                 overlaps=[r.overlaps for r in ranks])
+
+
+@register("dualpipe", source="DeepSeek-AI, DeepSeek-V3 technical report (arXiv 2412.19437) §3.2.1; github.com/deepseek-ai/DualPipe")
+def dualpipe(num_devices: int, num_microbatches: int) -> Schedule:
+    """DualPipe: two copies of the model fed from both ends, forwards overlapped with backwards.
+
+    Microbatches ``0 … m/2−1`` run down the first copy (stages ``0 … p−1``, stage ``s`` on device
+    ``s``), microbatches ``m/2 … m−1`` up the second (stages ``p … 2p−1``, stage ``p+u`` on device
+    ``p−1−u``): every device holds one stage of each copy, twice 1F1B's parameters. Device ``i`` and
+    its mirror ``p−1−i`` run DualPipeV's order for ``p/2`` devices and ``m/2`` microbatches
+    (DualPipe's own step loop has that form: half-rank ``min(i, p−1−i)``), the two copies' roles
+    swapped between them. Needs even ``p`` and ``m`` with ``m ≥ 2p``. Bubble
+    ``(p/2−1)(F&B + B − 3W)`` in stage times, peak ``p + 1`` stage activations (``(p+1)·a``).
+    """
+    p, m = num_devices, num_microbatches
+    if p % 2 or m % 2 or m < 2 * p:
+        raise ValueError(f"dualpipe needs an even p, an even m and m >= 2p (DualPipe's own checks), got p={p}, m={m}; "
+                         f"use p={p + p % 2}, m={max(2 * (p + p % 2), m + m % 2)}")
+    half, h_m = p // 2, m // 2
+    orders, overlaps = [], []
+    for r in range(p):
+        v = _dualpipe_v_rank(half, h_m, min(r, p - 1 - r))
+        down_low = r < half  # on the first half, the V's first chunk is the first copy's stage
+        orders.append([ps if (ps.stage < half) == down_low else Pass(ps.op, p + ps.stage, h_m + ps.microbatch)
+                       for ps in v.order])
+        overlaps.append(v.overlaps)
+    return Schedule.from_orders("dualpipe", Placement.v_shape(p), m, orders, overlaps=overlaps, copies=2)

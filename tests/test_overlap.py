@@ -140,3 +140,10 @@ def test_dualpipe_holds_two_copies_that_torch_cannot_run(tmp_path):
 
     with pytest.raises(RunError, match="run dualpipe-v"):
         _schedule_of(RunConfig("dualpipe", 4, 8, out=str(tmp_path)))
+
+
+@pytest.mark.parametrize("name", ["dualpipe-v", "dualpipe"])
+def test_the_search_refuses_what_it_does_not_model(name):
+    """cm.improve times plain one-copy orders: overlapped pairs and two copies are refused, not mistimed."""
+    with pytest.raises(ValueError, match="which the search does not model"):
+        cm.improve(cm.build(name, 4, 8), time_limit=1)

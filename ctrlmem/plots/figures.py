@@ -404,7 +404,7 @@ def fmt_ratio(x: float) -> str:
 
 
 def costs_label(costs: Costs | None) -> str:
-    """``F=6 B=8 W=4 comm=0.2``; per-stage lists as their range and flagged, e.g.
+    """``F=6 B=8 W=4 comm=0.2`` (and ``F&B=0.8·(F+B)`` with an overlap gain); per-stage lists as their range and flagged, e.g.
     ``F=0.5–2.55 B=0.5–1.5 W=0.5–1.5 (per stage) comm=0`` (a list whose stages are all equal is
     one number; the first and last stage alone would hide the middle ones)."""
     c = costs if costs is not None else Costs()
@@ -422,7 +422,8 @@ def costs_label(costs: Costs | None) -> str:
         return f"{lo:g}–{hi:g}"
 
     text = f"F={one(c.f)} B={one(c.b)} W={one(c.w)}"
-    return f"{text}{' (per stage)' if per_stage else ''} comm={c.comm:g}"
+    overlap = f" F&B={c.fb_overlap:g}·(F+B)" if c.fb_overlap != 1.0 else ""
+    return f"{text}{' (per stage)' if per_stage else ''} comm={c.comm:g}{overlap}"
 
 
 def costs_table(costs: Costs | None, num_stages: int, num_devices: int | None = None) -> list[tuple]:

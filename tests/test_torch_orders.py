@@ -53,3 +53,12 @@ def test_overlapped_pairs_round_trip_through_text_and_torch_csv(tmp_path):
     cell = next(c for c in s.to_torch_csv().splitlines()[0].split(",") if c.endswith("OVERLAP_F_B"))
     act = schedules._Action.from_str(cell)
     assert act.computation_type == schedules.OVERLAP_F_B and str(act) == cell and len(act.sub_actions) == 2
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 9), (8, 16)])
+def test_torchs_own_dualpipe_v_orders_read_back_as_ours(p, m):
+    """torch's actions, OVERLAP_F_B cells as torch prints them, load as the same schedule, pairs included."""
+    text = "\n".join(",".join(row) for row in torch_orders(schedules.ScheduleDualPipeV, p, m, 2)) + "\n"
+    back = cm.Schedule.from_torch_csv_text(text, num_microbatches=m, name="dualpipe-v")
+    s = cm.build("dualpipe-v", p, m)
+    assert back.device_passes == s.device_passes and back.overlaps == s.overlaps and back.placement == s.placement

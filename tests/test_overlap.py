@@ -125,15 +125,15 @@ def test_dualpipe_is_dualpipe_v_cut_in_half(p, m):
 
 def test_dualpipe_holds_two_copies_that_torch_cannot_run(tmp_path):
     s = cm.build("dualpipe", 4, 8)
-    assert s.copies == 2 and {s.copy_of_microbatch(ps.microbatch) for ps in s.device_passes[0]} == {0, 1}
+    assert s.model_copies == 2 and {s.copy_of_microbatch(ps.microbatch) for ps in s.device_passes[0]} == {0, 1}
     assert all(s.copy_of_stage(ps.stage) == s.copy_of_microbatch(ps.microbatch) for row in s.device_passes for ps in row)
-    assert Schedule.from_text(s.to_text()) == s and "copies=2" in s.to_text()
+    assert Schedule.from_text(s.to_text()) == s and "model_copies=2" in s.to_text()
     with pytest.raises(ValueError, match="export dualpipe-v"):
         s.to_torch_csv()
     rows = [list(row) for row in s.device_passes]
     i = next(i for i, ps in enumerate(rows[0]) if ps.stage == 0)
     rows[0][i] = rows[0][i]._replace(microbatch=4 + rows[0][i].microbatch % 4)  # a second-copy microbatch on copy 0
-    bad = Schedule.from_orders("x", s.placement, 8, rows, overlaps=s.overlaps, copies=2)
+    bad = Schedule.from_orders("x", s.placement, 8, rows, overlaps=s.overlaps, model_copies=2)
     with pytest.raises(ScheduleError, match="runs microbatches 0..3 only"):
         cm.validate(bad)
     from ctrlmem.runtime.launch import RunConfig, RunError, _schedule_of

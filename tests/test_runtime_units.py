@@ -133,7 +133,7 @@ def test_theory_peak_matches_simulator_units(p):
     for name in cm.SCHEDULES:
         kw = {"time_limit": 1} if name == "optimal" else {}  # (the exact solver's own tests time it)
         s = cm.build(name, p, 2 * p, **kw)
-        share = a * p * s.copies / s.num_stages  # a copy's layers over its S / copies stages
+        share = a * p * s.model_copies / s.num_stages  # a copy's layers over its S / copies stages
         got = measure.theory_peak_bytes(s, [share] * s.num_stages, [share] * s.num_stages)
         sim = cm.simulate(s).peak_memory
         assert got == pytest.approx([x * a for x in sim]), name

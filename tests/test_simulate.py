@@ -182,8 +182,8 @@ def test_timeline_properties(case):
     cm.validate(s)
     r = cm.simulate(s, costs)
     S = s.num_stages
-    per = S // s.copies  # the stages of one model copy
-    f, b, w = costs.stage_times(S, s.num_devices * s.copies)
+    per = S // s.model_copies  # the stages of one model copy
+    f, b, w = costs.stage_times(S, s.num_devices * s.model_copies)
     paired = {(d, i + j) for d in range(s.num_devices) for i in s.overlap_starts(d) for j in (0, 1)}
     times = {(tp.op, tp.stage, tp.microbatch): tp for tp in r.passes}
     assert len(times) == len(r.passes) == s.num_passes

@@ -175,7 +175,7 @@ class Placement:
         return f"{self.kind}:" + ",".join(map(str, self.stage_device))
 
 
-_HEADER_KEYS = frozenset({"p", "m", "placement", "copies"})
+_HEADER_KEYS = frozenset({"p", "m", "placement", "model_copies"})
 """Keys of the text header that a generator parameter of the same name must not shadow."""
 
 
@@ -196,7 +196,7 @@ class Schedule:
             start together when both inputs are ready and both end after
             ``Costs.fb_overlap · (their two times)``. Empty (the default) when nothing overlaps;
             otherwise one sorted tuple per device. :func:`ctrlmem.validate` checks the pairs' kinds.
-        copies: (keyword-only) model copies the stages hold (1 by default; 2 for bidirectional
+        model_copies: (keyword-only) model copies the stages hold (1 by default; 2 for bidirectional
             DualPipe). The stages split into ``copies`` consecutive blocks of ``S / copies``, each
             a whole model with its own loss; copy ``c`` runs microbatches
             ``c·m/copies … (c+1)·m/copies − 1`` only (each microbatch goes through one copy).
@@ -212,11 +212,11 @@ class Schedule:
     device_passes: tuple[tuple[Pass, ...], ...]
     params: tuple[tuple[str, object], ...] = ()
     overlaps: tuple[tuple[int, ...], ...] = field(default=(), kw_only=True)
-    copies: int = field(default=1, kw_only=True)
+    model_copies: int = field(default=1, kw_only=True)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "overlaps", _normal_overlaps(self.overlaps, self.device_passes))
-        _check_copies(self.copies, self.placement.num_stages, self.num_microbatches)
+        _check_copies(self.model_copies, self.placement.num_stages, self.num_microbatches)
         if self.placement.num_devices != self.num_devices:
             raise ValueError(
                 f"placement has {self.placement.num_devices} devices but the schedule has {self.num_devices}"
@@ -237,7 +237,7 @@ class Schedule:
         orders: Iterable[Iterable[Pass | tuple[Op, int, int]]],
         params: dict | None = None,
         overlaps: Iterable[Iterable[int]] = (),
-        copies: int = 1,
+        model_copies: int = 1,
     ) -> "Schedule":
         """Build a schedule from per-device sequences of passes (or ``(op, stage, mb)`` tuples);
         ``overlaps`` as :attr:`overlaps` (per device, the first positions of overlapped pairs)."""
@@ -253,7 +253,7 @@ class Schedule:
             device_passes=rows,
             params=tuple(sorted((params or {}).items())),
             overlaps=tuple(tuple(row) for row in overlaps),
-            copies=copies,
+            model_copies=model_copies,
         )
 
     # -- derived ---------------------------------------------------------------------------
@@ -272,11 +272,11 @@ class Schedule:
 
     def copy_of_stage(self, stage: int) -> int:
         """The model copy (0 .. copies − 1) that ``stage`` belongs to."""
-        return stage // (self.num_stages // self.copies)
+        return stage // (self.num_stages // self.model_copies)
 
     def copy_of_microbatch(self, microbatch: int) -> int:
         """The model copy that runs ``microbatch``."""
-        return microbatch // (self.num_microbatches // self.copies)
+        return microbatch // (self.num_microbatches // self.model_copies)
 
     def overlap_starts(self, device: int) -> frozenset[int]:
         """The positions on ``device`` that start an overlapped pair (see :attr:`overlaps`)."""
@@ -307,7 +307,7 @@ class Schedule:
         head = (
             f"schedule {self.name} p={self.num_devices} m={self.num_microbatches} "
             f"placement={self.placement.to_text()}"
-        ) + (f" copies={self.copies}" if self.copies != 1 else "")
+        ) + (f" model_copies={self.model_copies}" if self.model_copies != 1 else "")
         if self.params:
             # a value with spaces or quotes (e.g. a search's description of what it chose) is quoted
             # shell-style, so the header stays one token per key
@@ -361,7 +361,7 @@ class Schedule:
             fields[key] = value
         try:
             p, m = int(fields.pop("p")), int(fields.pop("m"))
-            copies = int(fields.pop("copies", "1"))
+            copies = int(fields.pop("model_copies", "1"))
             kind, _, mapping = fields.pop("placement").partition(":")
         except KeyError as exc:
             raise ValueError(f"line {head_no}: schedule header is missing {exc.args[0]}=...") from None
@@ -418,7 +418,7 @@ class Schedule:
         params = tuple(sorted((k[len("param."):] if k.startswith("param.") else k, _parse_literal(v))
                               for k, v in fields.items()))
         return cls(name, p, m, placement, tuple(r or () for r in rows), params,
-                   overlaps=tuple(map(tuple, overlaps)), copies=copies)
+                   overlaps=tuple(map(tuple, overlaps)), model_copies=copies)
 
     # -- torch CSV ---------------------------------------------------------------------------
     def to_torch_csv(self, path: str | PathLike | None = None) -> str:
@@ -429,8 +429,8 @@ class Schedule:
         ``(0F7;7B3)OVERLAP_F_B`` (its two sub-actions in our order). A schedule of two model copies
         (bidirectional DualPipe) has no torch form and is refused.
         """
-        if self.copies != 1:
-            raise ValueError(f"schedule {self.name!r} holds {self.copies} model copies (each microbatch through one); "
+        if self.model_copies != 1:
+            raise ValueError(f"schedule {self.name!r} holds {self.model_copies} model copies (each microbatch through one); "
                              "torch's CSV chains every stage into the next, so it has no form for it: export "
                              "dualpipe-v (one copy, V-shape) for torch")
         buf = io.StringIO()
@@ -575,9 +575,9 @@ def _torch_cell(unit: tuple[Pass, ...]) -> str:
 
 def _check_copies(copies: object, num_stages: int, num_microbatches: int) -> None:
     if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
-        raise ValueError(f"copies must be an integer >= 1, got {copies!r}")
+        raise ValueError(f"model_copies must be an integer >= 1, got {copies!r}")
     if num_stages % copies or num_microbatches % copies:
-        raise ValueError(f"copies={copies} must divide the stages ({num_stages}) and the microbatches "
+        raise ValueError(f"model_copies={copies} must divide the stages ({num_stages}) and the microbatches "
                          f"({num_microbatches}): each copy is a whole model running its share of the microbatches")
 
 

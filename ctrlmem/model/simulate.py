@@ -202,8 +202,8 @@ def simulate(
     memory = MemoryModel.coerce(memory, "memory")
     S, m, p = schedule.num_stages, schedule.num_microbatches, schedule.num_devices
     # a model copy's layers are split over S / copies stages (two copies: each stage is 1/p of the model)
-    f, b, w = costs.stage_times(S, p * schedule.copies)
-    act = memory.stage_activation(S, p * schedule.copies)
+    f, b, w = costs.stage_times(S, p * schedule.model_copies)
+    act = memory.stage_activation(S, p * schedule.model_copies)
     index = index_schedule(schedule)
     sm = S * m
     fused = index.fused

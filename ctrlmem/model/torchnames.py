@@ -52,7 +52,7 @@ def torch_placement(name: str, num_devices: int, num_stages: int) -> Placement |
 def classes_for(schedule: Schedule) -> list[str]:
     """The torch class names whose placement is the schedule's (empty for a custom placement, and
     for a schedule of two model copies, which torch's CSV cannot express)."""
-    if schedule.copies != 1:
+    if schedule.model_copies != 1:
         return []
     p, S = schedule.num_devices, schedule.num_stages
     return [n for n in TORCH_CLASS_STYLE

@@ -151,7 +151,7 @@ def index_schedule(schedule: Schedule) -> ScheduleIndex:
     dep = [-1] * n
     fused = bytearray(sm)
     device_keys: list[list[int]] = []
-    copies = schedule.copies
+    copies = schedule.model_copies
     per_s, per_m = S // copies, m // copies  # stages and microbatches of one model copy
     last = per_s - 1
     op_f, op_w, op_bw = Op.F, Op.W, Op.BW
@@ -239,7 +239,7 @@ def _overlap_partners(schedule: Schedule, device_keys: list[list[int]], n: int) 
 def _check_complete(schedule: Schedule, device: list[int], where: list[int], fused: bytearray) -> None:
     S, m = schedule.num_stages, schedule.num_microbatches
     sm = S * m
-    per_m = m // schedule.copies
+    per_m = m // schedule.model_copies
     for s in range(S):
         first = schedule.copy_of_stage(s) * per_m
         for k in range(first, first + per_m):

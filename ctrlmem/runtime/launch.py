@@ -194,8 +194,8 @@ def _schedule_of(config: RunConfig) -> Schedule:
     form), which must have ``p`` ranks."""
     if not is_schedule_file(config.schedule):
         schedule = build(config.schedule, config.num_devices, config.num_microbatches, **config.schedule_params)
-        if schedule.copies != 1:
-            raise RunError(f"{config.schedule} holds {schedule.copies} model copies; ctrlmem run (like torch's runtime) "
+        if schedule.model_copies != 1:
+            raise RunError(f"{config.schedule} holds {schedule.model_copies} model copies; ctrlmem run (like torch's runtime) "
                            "runs one: run dualpipe-v, its one-copy V-shape form")
         return schedule
     path = config.schedule

@@ -127,4 +127,4 @@ def dualpipe(num_devices: int, num_microbatches: int) -> Schedule:
         orders.append([ps if (ps.stage < half) == down_low else Pass(ps.op, p + ps.stage, h_m + ps.microbatch)
                        for ps in v.order])
         overlaps.append(v.overlaps)
-    return Schedule.from_orders("dualpipe", Placement.v_shape(p), m, orders, overlaps=overlaps, copies=2)
+    return Schedule.from_orders("dualpipe", Placement.v_shape(p), m, orders, overlaps=overlaps, model_copies=2)

@@ -457,7 +457,7 @@ def _check_plain(schedule: Schedule) -> None:
     """The search times plain orders of one model copy: ``ValueError`` for overlapped F&B pairs or
     two copies (DualPipe), which it would time wrongly."""
     what = ("overlapped forward + backward pairs" if schedule.overlaps else
-            f"{schedule.copies} model copies" if schedule.copies != 1 else None)
+            f"{schedule.model_copies} model copies" if schedule.model_copies != 1 else None)
     if what:
         raise ValueError(f"improve: schedule {schedule.name!r} has {what}, which the search does not model; "
                          "simulate it as it is (drop --optimize)")

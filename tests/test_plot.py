@@ -33,7 +33,7 @@ def pass_boxes(fig, panel=0):
         assert len(tr.y) == len(tr.base) == len(tr.x) == len(tr.customdata)
         for dev, base, dur, (stage, mb, start, end) in zip(tr.y, tr.base, tr.x, tr.customdata):
             assert base == start and np.isclose(base + dur, end)
-            boxes.append((int(dev), meta["op"], int(stage), int(mb), float(base), float(base + dur)))
+            boxes.append((int(round(dev)), meta["op"], int(stage), int(mb), float(base), float(base + dur)))
     return boxes
 
 
@@ -394,3 +394,27 @@ def test_time_axis_names_its_unit():
     last = [k for k in blocks.layout.to_plotly_json() if k.startswith("xaxis")][-1]
     assert blocks.layout[last].title.text == plot.SLOTS_TITLE
     assert any("slots" in a.text for a in blocks.layout.annotations)
+
+
+def test_an_overlapped_pair_is_drawn_as_one_framed_slot_of_two_half_boxes():
+    """dualpipe-v: each pair's two passes share the slot (upper half F or B, lower half the other),
+    with one frame around the pair; passes alone keep the full row."""
+    r = cm.simulate(cm.build("dualpipe-v", 4, 8), cm.Costs(2, 2, 1, fb_overlap=0.8))
+    fig = plot.schedule_figure(r)
+    frames = [tr for tr in fig.data if (tr.meta or {}).get("kind") == "overlap"]
+    assert len(frames) == 1 and len(frames[0].y) == sum(map(len, r.schedule.overlaps))
+    starts = {(int(d), float(b)) for d, b in zip(frames[0].y, frames[0].base)}
+    paired = alone = 0
+    for tr in fig.data:
+        if (tr.meta or {}).get("kind") != "pass":
+            continue
+        widths = np.broadcast_to(tr.width, (len(tr.y),))
+        for y, base, width in zip(tr.y, tr.base, widths):
+            d = int(round(y))
+            if (d, float(base)) in starts and not np.isclose(y, d):
+                assert np.isclose(width, frames[0].width / 2) and np.isclose(abs(y - d), width / 2)  # half a row
+                paired += 1
+            else:
+                assert np.isclose(y, d) and np.isclose(width, frames[0].width)  # the full row
+                alone += 1
+    assert paired == 2 * len(frames[0].y) and alone == r.schedule.num_passes - paired

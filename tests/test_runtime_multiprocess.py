@@ -49,7 +49,8 @@ def test_one_small_run_is_exact_and_complete(tmp_path):
     assert time.monotonic() - t0 < 240
 
 
-# The issue's list; at 2 processes every registered schedule runs, at 4 these (to keep the slow
+# The issue's list; at 2 processes every registered schedule runs (but dualpipe, whose two model
+# copies ctrlmem run refuses), at 4 these (to keep the slow
 # suite under 5 minutes on 2 cores).
 FOUR_PROCESS_SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "v-min", "v-half", "v-zb")
 V_AT_2 = [n for n in ("v-half",) if n in cm.SCHEDULES] or ["zb-v"]
@@ -67,7 +68,7 @@ def every_schedule(tmp_path_factory):
 
     def get(p: int) -> dict[str, dict]:
         if p not in launches:
-            names = list(cm.SCHEDULES) if p == 2 else [n for n in FOUR_PROCESS_SCHEDULES if n in cm.SCHEDULES]
+            names = [n for n in cm.SCHEDULES if n != "dualpipe"] if p == 2 else [n for n in FOUR_PROCESS_SCHEDULES if n in cm.SCHEDULES]
             v = V_AT_2 if p == 2 else V_AT_4
             names = [n for n in v if n in names] + [n for n in names if n not in v]
             out = tmp_path_factory.mktemp(f"every-p{p}")
@@ -86,7 +87,7 @@ def test_every_schedule_is_exact_and_follows_its_memory_theory(every_schedule, p
     are registered), gloo, m = 2p: gradients within 1e-5 of the reference's scale; saved-tensor
     peak within 5 % of theory on every rank."""
     results = every_schedule(p)
-    want = list(cm.SCHEDULES) if p == 2 else [n for n in FOUR_PROCESS_SCHEDULES if n in cm.SCHEDULES]
+    want = [n for n in cm.SCHEDULES if n != "dualpipe"] if p == 2 else [n for n in FOUR_PROCESS_SCHEDULES if n in cm.SCHEDULES]
     assert sorted(results) == sorted(want)
     for name, result in results.items():
         _check_exact(result)

@@ -14,7 +14,12 @@ def _sizes(name):
     return [(2, 4), (4, 8), (3, 6)]
 
 
-@pytest.mark.parametrize("name", sorted(cm.SCHEDULES))
+# every schedule but bidirectional DualPipe, whose two model copies torch's CSV cannot express (its
+# to_torch_csv refuses, tests/test_overlap.py)
+ONE_COPY = sorted(n for n in cm.SCHEDULES if n != "dualpipe")
+
+
+@pytest.mark.parametrize("name", ONE_COPY)
 def test_torch_parses_and_validates_our_csv(name, tmp_path):
     for p, m in _sizes(name):
         s = cm.build(name, p, m)
@@ -26,7 +31,8 @@ def test_torch_parses_and_validates_our_csv(name, tmp_path):
         # torch's letters are ours translated: I = B, B = BW
         ours = [[(ps.stage, {"B": "I", "BW": "B"}.get(ps.op.value, ps.op.value), ps.microbatch)
                  for ps in row] for row in s.compute_only().device_passes]  # R passes: no torch action
-        theirs = [[(a.stage_index, a.computation_type.value, a.microbatch_index) for a in actions[r]]
+        theirs = [[(a.stage_index, a.computation_type.value, a.microbatch_index)
+                   for unit in actions[r] for a in (unit.sub_actions or (unit,))]  # OVERLAP_F_B: its two
                   for r in range(p)]
         assert theirs == ours
         stage_to_rank = schedules._validate_schedule(actions, p, s.num_stages, m)

@@ -177,6 +177,27 @@ def test_unknown_schedule_name_is_a_message():
     assert list(e.view.stats["schedule"]) == ["1f1b"]
 
 
+def test_export_trace_is_each_schedules_simulated_trace(explorer, tmp_path):
+    """The trace export (file and button) is ctrlmem.plots.trace of each shown schedule's simulation."""
+    import base64
+    import io
+    import json
+    import zipfile
+
+    from ctrlmem.plots.trace import trace_events
+
+    paths = explorer.export("trace", tmp_path)
+    assert [p.rsplit("_", 1)[1] for p in paths] == ["1f1b.trace.json", "zb-v.trace.json"]
+    for path, name in zip(paths, ["1f1b", "zb-v"]):
+        assert json.loads(open(path).read()) == json.loads(json.dumps(trace_events(cm.simulate(cm.build(name, 4, 8)))))
+    explorer.export_dir = str(tmp_path / "button")
+    explorer._export_clicked("trace")
+    (offered,) = explorer.downloads.files
+    assert offered["name"].endswith("_traces.zip")
+    zf = zipfile.ZipFile(io.BytesIO(base64.b64decode(offered["b64"])))
+    assert sorted(zf.namelist()) == sorted(p.rsplit("/", 1)[1] for p in paths)
+
+
 def test_compute_is_a_plain_function():
     """ui.compute needs no widgets and gives the same numbers as cm.simulate."""
     view = ui.compute(ui.Settings(schedules=("zb-h2",), num_devices=3, num_microbatches=9, f=2, b=1, w=1))

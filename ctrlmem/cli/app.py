@@ -25,6 +25,8 @@ from ctrlmem.cli.args import CliError, Parser, Terminated, add_optimize_argument
 from ctrlmem.schedules import SCHEDULES
 from ctrlmem.planner.gb import simulated_gb
 from ctrlmem.planner.emit import torchtitan_schedule
+from ctrlmem.model.torchnames import check_torch_class, placement_check
+from ctrlmem.plots.trace import trace_events, write_trace
 
 __all__ = ["main", "make_parser", "COMMAND_MODULES"]
 
@@ -81,6 +83,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     print(f"{schedule.name}: p={schedule.num_devices} m={schedule.num_microbatches} "
           f"stages={schedule.num_stages} ({schedule.placement.kind}) costs={args.costs}"
           + (f" offload-cost={costs.offload:g}" if costs.offload else "")
+          + (f" fb_overlap={costs.fb_overlap:g}" if costs.fb_overlap != 1.0 else "")
           + (f" levers: {_levers_text(schedule)}" if schedule.recomputes or schedule.offloads else ""))
     if opt is not None:
         print(f"  {optimize_summary(opt)}")
@@ -116,7 +119,7 @@ def _levers_text(schedule) -> str:
 
 def _check_outputs(args: argparse.Namespace) -> None:
     """``export``'s output arguments, checked before any work: none empty, never one file twice."""
-    for flag, value in (("--torch-csv", args.torch_csv), ("--text", args.text)):
+    for flag, value in (("--torch-csv", args.torch_csv), ("--text", args.text), ("--trace", args.trace)):
         if value is not None and not value.strip():
             raise CliError(f"{flag} is empty ({value!r}); give a file name, or '-' to print to stdout")
     if args.torch_csv == "-" and args.text == "-":
@@ -125,7 +128,12 @@ def _check_outputs(args: argparse.Namespace) -> None:
         if os.path.realpath(args.torch_csv) == os.path.realpath(args.text):
             raise CliError(f"--torch-csv {args.torch_csv} and --text {args.text} name the same file; the second "
                            f"would overwrite the first: give two different files")
-    for value in (args.torch_csv, args.text):
+    if args.trace == "-" and "-" in (args.torch_csv, args.text):
+        raise CliError("--trace - and another '-' output both ask for stdout; write one of them to a file")
+    files = [os.path.realpath(v) for v in (args.torch_csv, args.text, args.trace) if v and v != "-"]
+    if args.trace and args.trace != "-" and files.count(os.path.realpath(args.trace)) > 1:
+        raise CliError(f"--trace {args.trace} names the file of another output; give it its own file")
+    for value in (args.torch_csv, args.text, args.trace):
         if value and value != "-":
             check_output_path(value)  # a folder, a missing folder: said before the schedule is built
 
@@ -146,15 +154,28 @@ def _levers_note(schedule) -> str | None:
             + "; ".join(parts))
 
 
-def _torchtitan_line(schedule, csv: str) -> str:
-
+def _torchtitan_line(schedule, csv: str, chosen: str | None = None) -> str:
     schedule = schedule.compute_only()
     try:
         name, why = torchtitan_schedule(schedule)
     except ValueError as exc:
         return f"torchtitan: {exc}"
+    name = chosen or name
     return (f"torchtitan: pipeline_parallel_schedule = \"{name}\" ({why}) with pipeline_parallel_schedule_csv = "
-            f"\"{csv}\"; another name places the stages differently and the run hangs or fails")
+            f"\"{csv}\"; {placement_check(schedule)}: another name places the stages differently and the run "
+            f"hangs or fails (--torch-schedule NAME checks a name)")
+
+
+def _torch_schedule(args: argparse.Namespace, schedule) -> str | None:
+    """``--torch-schedule``: the class name the user will run the CSV under, refused unless torch
+    places the stages under it as the schedule does."""
+    if args.torch_schedule is None:
+        return None
+
+    try:
+        return check_torch_class(schedule, args.torch_schedule)
+    except ValueError as exc:
+        raise CliError(f"--torch-schedule {args.torch_schedule}: {exc}") from None
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -168,22 +189,39 @@ def _cmd_export(args: argparse.Namespace) -> int:
     note = _levers_note(schedule) if args.torch_csv else None
     if note:
         print(note, file=sys.stderr)
+    chosen = _torch_schedule(args, schedule)
     if args.torch_csv == "-":
         sys.stdout.write(schedule.to_torch_csv())
-        print(_torchtitan_line(schedule, "FILE.csv"), file=sys.stderr)
+        print(_torchtitan_line(schedule, "FILE.csv", chosen), file=sys.stderr)
     elif args.torch_csv:
         schedule.to_torch_csv(args.torch_csv)
         where = sys.stderr if args.text == "-" else sys.stdout
         print(f"wrote {args.torch_csv} ({schedule.compute_only().num_passes} actions on {schedule.num_devices} ranks)", file=where)
-        print(_torchtitan_line(schedule, args.torch_csv), file=where)
+        print(_torchtitan_line(schedule, args.torch_csv, chosen), file=where)
     if args.text == "-":
         sys.stdout.write(schedule.to_text())
     elif args.text:
         atomic_write(args.text, schedule.to_text())
         print(f"wrote {args.text}", file=sys.stderr if args.torch_csv == "-" else sys.stdout)
-    if not (args.torch_csv or args.text):
+    if args.trace:
+        _write_trace(args, schedule, costs)
+    if not (args.torch_csv or args.text or args.trace):
         sys.stdout.write(schedule.to_text())
     return 0
+
+
+def _write_trace(args: argparse.Namespace, schedule, costs) -> None:
+    """``--trace``: the simulated timeline as Chrome / Perfetto trace-event JSON."""
+
+    result = simulate(schedule, costs)
+    if args.trace == "-":
+        sys.stdout.write(json.dumps(trace_events(result)) + "\n")
+        return
+    write_trace(result, args.trace)
+    where = sys.stderr if "-" in (args.torch_csv, args.text) else sys.stdout
+    print(f"wrote {args.trace} (Chrome trace-event JSON: {schedule.num_devices} device tracks, "
+          f"{len(result.transfers())} transfers, makespan {result.makespan:g}; open it in ui.perfetto.dev "
+          f"or chrome://tracing, 1 ms there = 1 time unit)", file=where)
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -212,6 +250,12 @@ def make_parser() -> argparse.ArgumentParser:
     p_exp.add_argument("--torch-csv", metavar="FILE",
                        help="torch.distributed.pipelining / torchtitan CSV ('-' prints it)")
     p_exp.add_argument("--text", metavar="FILE", help="ctrlmem's text form ('-' prints it)")
+    p_exp.add_argument("--torch-schedule", metavar="CLASS",
+                       help="the torch / torchtitan schedule class (pipeline_parallel_schedule) the CSV will run "
+                            "under; refused, naming the right one, unless it places the stages as the CSV does")
+    p_exp.add_argument("--trace", metavar="FILE.json",
+                       help="the simulated timeline (under --costs) as Chrome / Perfetto trace-event JSON: a "
+                            "track per device, send lanes, flow arrows, memory counters ('-' prints it)")
     p_exp.set_defaults(func=_cmd_export)
 
     missing = []

@@ -22,6 +22,8 @@ from ctrlmem.model.validate import validate
 from ctrlmem.solver.optimal import MAX_TIME_LIMIT
 from ctrlmem.solver.improve import improve
 import math
+from ctrlmem.model.levers import lever_mode, offload_choice
+from ctrlmem.schedules.registry import apply_levers
 
 __all__ = ["CliError", "Terminated", "Parser", "add_schedule_arguments", "add_memory_gb_arguments",
            "apply_memory_gb", "parse_params", "schedule_from_args", "os_error_message",
@@ -129,6 +131,11 @@ def add_schedule_arguments(parser: argparse.ArgumentParser, name: bool = True) -
         "--costs",
         default="1,1,1,0",
         help="F,B,W[,COMM]: pass times of one full device-stage and the hop latency (default 1,1,1,0)",
+    )
+    parser.add_argument(
+        "--fb-overlap", type=float, default=1.0, metavar="X",
+        help="time of an overlapped forward + backward pair (DualPipe's F&B) as a fraction of F + B, in (0, 1] "
+             "(default 1: no gain; docs/theory.md §14)",
     )
     parser.add_argument(
         "--memory-limit", type=memory_limit_arg, default=None,
@@ -240,14 +247,14 @@ def schedule_from_args(args: argparse.Namespace, name: str | None = None):
     if getattr(args, "offload_cost", None) is not None:
         costs = dataclasses.replace(costs, offload=args.offload_cost)
     levers = {"recompute": getattr(args, "recompute", "none"), "offload": getattr(args, "offload", "none")}
+    if getattr(args, "fb_overlap", 1.0) != 1.0:
+        costs = dataclasses.replace(costs, fb_overlap=args.fb_overlap)
     name = name or args.name
     apply_memory_gb(args, name)
     if is_schedule_file(name):
         if "auto" in levers.values():
             raise CliError(f"--recompute/--offload auto searches a generator's orders; {name} is a schedule file: "
                            "give a fixed lever (none, selective, full; an offload fraction)")
-        from ctrlmem.model.levers import lever_mode, offload_choice  # noqa: PLC0415
-        from ctrlmem.schedules.registry import apply_levers  # noqa: PLC0415
 
         schedule = _schedule_from_file(args, name)
         return apply_levers(schedule, lever_mode(levers["recompute"]), offload_choice(levers["offload"]), costs), costs

@@ -29,7 +29,7 @@ the lower bound and the gap).
 Below the two main plots the explorer compares the shown schedules (peak memory over time
 overlaid, memory against speed-up with the Pareto frontier, the bubble-vs-budget steps of
 ``v-shape`` and ``zb``, building blocks, lifespans). Exports (PNG/SVG/PDF of the diagram above
-the memory curves, the HTML report, torch CSV, the state file) are offered as downloads in the
+the memory curves, the HTML report, torch CSV, the simulated Chrome / Perfetto trace, the state file) are offered as downloads in the
 browser and written into ``export_dir`` (default ``build/explorer`` under the kernel's working
 directory, the notebook's folder in JupyterLab; ``None`` writes nothing); static images come
 from one Chromium kept open in a thread (:mod:`ctrlmem.plots.render`), so the widgets stay live.
@@ -50,11 +50,10 @@ import zipfile
 from dataclasses import replace
 from typing import Sequence
 
-import plotly.graph_objects as go
-
 from ctrlmem.plots import figures as plot
 from ctrlmem.explorer.background import BackgroundBuilds, Job
-from ctrlmem.explorer.views import EXPORT_KINDS, ORIGIN_STATE, PLOTLY_MIME, BuildCache, Settings, StageCosts, View, command_line, comparison_specs, compute, default_schedules, export_view, formula_html, jsonable, messages_html, mime_bundle, read_state, report_html, save_view, slug, state_dict, static_figure, stats_html, stats_table, verdict
+from ctrlmem.explorer.views import EXPORT_KINDS, export_files, PLOTLY_MIME, BuildCache, Settings, StageCosts, View, command_line, comparison_specs, compute, default_schedules, export_view, formula_html, messages_html, mime_bundle, read_state, report_html, save_view, slug, state_dict, static_figure, stats_html, stats_table, verdict
+from ctrlmem.explorer.views import jsonable  # noqa: F401  (re-exported: ui.jsonable)
 from ctrlmem.model.ir import Schedule
 from ctrlmem.schedules import SCHEDULES
 from ctrlmem.model.simulate import simulate
@@ -219,7 +218,7 @@ class Explorer:
         self.export_note = W.HTML()
         self.export_note.add_class("ctrlmem-export-note")
         labels = {"png": "PNG", "svg": "SVG", "pdf": "PDF", "html": "HTML report", "csv": "torch CSV",
-                  "state": "save state"}
+                  "trace": "trace JSON", "state": "save state"}
         self.buttons = {kind: W.Button(description=labels[kind], tooltip=f"download {labels[kind]}",
                                        layout=W.Layout(width="110px" if kind in ("png", "svg", "pdf") else "130px"))
                         for kind in EXPORT_KINDS}
@@ -741,18 +740,18 @@ class Explorer:
 
                 data = json.dumps(state_dict(view, self._style()), indent=1, sort_keys=True).encode("utf-8")
                 self._deliver(f"{stem}.state.json", "application/json", data, n)
-            elif kind == "csv":
-                files = {f"{stem}_{name.replace(' (file)', '')}.csv": r.schedule.to_torch_csv().encode("utf-8")
-                         for name, r in view.results.items()}
+            elif kind in ("csv", "trace"):
+                files = {f"{stem}_{suffix}": data for suffix, data in export_files(view, kind).items()}
                 if len(files) == 1:
                     (name, data), = files.items()
-                    self._deliver(name, "text/csv", data, n)
+                    self._deliver(name, "text/csv" if kind == "csv" else "application/json", data, n)
                 else:
                     buf = io.BytesIO()
                     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
                         for name, data in files.items():
                             zf.writestr(zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0)), data)
-                    self._deliver(f"{stem}_torch_csv.zip", "application/zip", buf.getvalue(), n)
+                    zipped = "torch_csv" if kind == "csv" else "traces"
+                    self._deliver(f"{stem}_{zipped}.zip", "application/zip", buf.getvalue(), n)
         except Exception as exc:  # kaleido/Chromium missing, unwritable folder
             log.exception("export failed")
             self.export_note.value = messages_html([f"Export {kind} failed: {_reason(exc)}"])

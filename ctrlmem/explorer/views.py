@@ -52,14 +52,14 @@ from ctrlmem.model.validate import ScheduleError
 __all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "stats_html", "verdict", "formula_html",
            "command_line", "messages_html", "jsonable", "mime_bundle", "export_view", "save_view",
            "state_dict", "write_state", "read_state", "state_view", "draw_state", "report_html", "comparison_specs", "default_schedules",
-           "EXPORT_KINDS", "ORIGIN_ADAPTED", "ORIGIN_FIXED", "ORIGIN_FILE", "ORIGIN_STATE"]
+           "EXPORT_KINDS", "export_files", "ORIGIN_ADAPTED", "ORIGIN_FIXED", "ORIGIN_FILE", "ORIGIN_STATE"]
 
 log = logging.getLogger(__name__)
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 #: What a view can be exported as: one image of the diagram above the memory curves (png, svg,
 #: pdf), the HTML report, each schedule's torch CSV, the state file.
-EXPORT_KINDS = ("png", "svg", "pdf", "html", "csv", "state")
+EXPORT_KINDS = ("png", "svg", "pdf", "html", "csv", "trace", "state")
 STATE_VERSION = 1
 
 #: How a shown order was obtained (the table's "order" column).
@@ -1035,12 +1035,29 @@ def report_html(view: View, style: dict | None = None) -> str:
     )
 
 
+def export_files(view: View, kind: str) -> dict[str, bytes]:
+    """One file per schedule of the view, by name suffix: its torch CSV (``kind="csv"``,
+    ``NAME.csv``) or its simulated trace (``kind="trace"``, ``NAME.trace.json``)."""
+    out = {}
+    for name, r in view.results.items():
+        base = name.replace(" (file)", "")
+        if kind == "csv":
+            out[f"{base}.csv"] = r.schedule.to_torch_csv().encode("utf-8")
+        else:
+            from ctrlmem.plots.trace import trace_events  # noqa: PLC0415
+
+            out[f"{base}.trace.json"] = json.dumps(trace_events(r)).encode("utf-8")
+    return out
+
+
 def export_view(view: View, kind: str, directory: str | os.PathLike = "build/explorer",
                 style: dict | None = None) -> list[str]:
     """Write ``view`` into ``directory`` (created; default ``build/explorer`` under the current
     directory): ``png`` / ``svg`` / ``pdf`` (the diagram above the memory curves, one file,
     :func:`static_figure`, kaleido), ``html`` (:func:`report_html`), ``csv`` (each schedule in
-    torch's pipelining CSV) or ``state`` (:func:`write_state`). Returns the paths written."""
+    torch's pipelining CSV), ``trace`` (each schedule's simulated timeline as Chrome / Perfetto
+    trace-event JSON, :mod:`ctrlmem.plots.trace`) or ``state`` (:func:`write_state`). Returns the
+    paths written."""
     if kind not in EXPORT_KINDS:
         raise ValueError(f"export kind must be one of {EXPORT_KINDS}, got {kind!r}")
     if not view.results:
@@ -1048,10 +1065,10 @@ def export_view(view: View, kind: str, directory: str | os.PathLike = "build/exp
     make_output_folder(directory)
     stem = os.path.join(str(directory), slug(view))
     paths: list[str] = []
-    if kind == "csv":
-        for name, r in view.results.items():
-            path = f"{stem}_{name.replace(' (file)', '')}.csv"
-            atomic_write(path, r.schedule.to_torch_csv().encode("utf-8"))
+    if kind in ("csv", "trace"):
+        for suffix, data in export_files(view, kind).items():
+            path = f"{stem}_{suffix}"
+            atomic_write(path, data)
             paths.append(path)
     elif kind == "html":
         path = f"{stem}.html"

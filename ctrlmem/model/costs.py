@@ -52,6 +52,14 @@ def _check_value(name: str, value: Number, allow_zero: bool = True) -> float:
     return x
 
 
+def _check_fraction(name: str, value: Number) -> float:
+    x = _check_value(name, value)
+    if not 0 < x <= 1:
+        raise ValueError(f"{name} is the time of an overlapped pair as a fraction of F + B, in (0, 1], got {value!r}; "
+                         "1.0 is no gain (a pair that runs slower overlapped should not overlap)")
+    return x
+
+
 def _normalise(name: str, value: PerStage, allow_zero: bool = True) -> float | tuple[float, ...]:
     if _is_number(value):
         return _check_value(name, value, allow_zero)
@@ -104,6 +112,12 @@ class Costs:
             The default is Korthikanti et al.'s GPT-3 175B layer (h = 12288, 96 heads, s = 2048):
             ``34 / (34 + 5·96·2048/12288)`` kept, ``s / (6h + s)`` of the forward recomputed;
             :meth:`selective_pair` computes it for another model.
+        fb_overlap: (keyword-only) the time of an overlapped forward + backward pair
+            (:attr:`ctrlmem.Schedule.overlaps`, DualPipe's F&B) as a fraction of ``F + B``, in
+            (0, 1]; 1.0 (the default) is no gain. Measure it as DualPipe's authors do: time one
+            forward alone, one backward alone, and the two run together (two CUDA streams, or one
+            stream with the all-to-all of one hidden under the other's compute); the ratio is
+            ``t(F&B) / (t(F) + t(B))`` (docs/theory.md, DualPipe).
     """
 
     f: PerStage = 1.0
@@ -114,12 +128,14 @@ class Costs:
     offload: Number = field(default=0.0, kw_only=True)
     input_fraction: Number = field(default=2 / 34, kw_only=True)
     selective: tuple[float, float] = field(default=(34 / 114, 2048 / 75776), kw_only=True)
+    fb_overlap: Number = field(default=1.0, kw_only=True)
 
     def __post_init__(self) -> None:
         for name in ("f", "b", "w"):
             object.__setattr__(self, name, _normalise(name, getattr(self, name)))
         object.__setattr__(self, "comm", _check_value("comm", self.comm))
         self._check_levers()
+        object.__setattr__(self, "fb_overlap", _check_fraction("fb_overlap", self.fb_overlap))
         if _total(self.f) + _total(self.b) + _total(self.w) == 0:
             raise ValueError("f + b + w must be > 0 (on at least one stage): a schedule with free passes has no "
                              "bubble rate")
@@ -223,7 +239,7 @@ class Costs:
 
 
 _LEVER_DEFAULTS = {"recompute": None, "offload": 0.0, "input_fraction": 2 / 34,
-                   "selective": (34 / 114, 2048 / 75776)}
+                   "selective": (34 / 114, 2048 / 75776), "fb_overlap": 1.0}
 _KEYS = ("f", "b", "w", "comm", *_LEVER_DEFAULTS)
 
 

@@ -230,7 +230,7 @@ class Placement:
         return f"{self.kind}:" + ",".join(map(str, self.stage_device))
 
 
-_HEADER_KEYS = frozenset({"p", "m", "placement", "recompute"})
+_HEADER_KEYS = frozenset({"p", "m", "placement", "recompute", "model_copies"})
 """Keys of the text header that a generator parameter of the same name must not shadow."""
 
 
@@ -248,6 +248,16 @@ class Schedule:
         recompute_mode: keyword-only; what the ``R`` passes recompute, ``"full"`` (default) or
             ``"selective"`` (:data:`RECOMPUTE_MODES`); meaningless without ``R`` passes.
         copies: keyword-only; per device, its activation copies (:class:`Copy`), ``()`` for none.
+        overlaps: (keyword-only) per device, the positions ``i`` where passes ``i`` and ``i + 1``
+            run as one overlapped unit (one forward and one backward of different microbatches or
+            stages, as DualPipe overlaps them to hide all-to-all; torch's ``OVERLAP_F_B``): both
+            start together when both inputs are ready and both end after
+            ``Costs.fb_overlap · (their two times)``. Empty (the default) when nothing overlaps;
+            otherwise one sorted tuple per device. :func:`ctrlmem.validate` checks the pairs' kinds.
+        model_copies: (keyword-only) model copies the stages hold (1 by default; 2 for bidirectional
+            DualPipe). The stages split into ``copies`` consecutive blocks of ``S / copies``, each
+            a whole model with its own loss; copy ``c`` runs microbatches
+            ``c·m/copies … (c+1)·m/copies − 1`` only (each microbatch goes through one copy).
 
     A ``Schedule`` is only data; :func:`ctrlmem.validate` checks it and
     :func:`ctrlmem.simulate` times it.
@@ -261,6 +271,8 @@ class Schedule:
     params: tuple[tuple[str, object], ...] = ()
     recompute_mode: str = field(default="full", kw_only=True)
     copies: tuple[tuple[Copy, ...], ...] = field(default=(), kw_only=True)
+    overlaps: tuple[tuple[int, ...], ...] = field(default=(), kw_only=True)
+    model_copies: int = field(default=1, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.recompute_mode not in RECOMPUTE_MODES:
@@ -268,6 +280,8 @@ class Schedule:
         if self.copies and len(self.copies) != self.num_devices:
             raise ValueError(f"copies has {len(self.copies)} rows but the schedule has {self.num_devices} devices; "
                              "give one tuple of copies per device (or none at all)")
+        object.__setattr__(self, "overlaps", _normal_overlaps(self.overlaps, self.device_passes))
+        _check_copies(self.model_copies, self.placement.num_stages, self.num_microbatches)
         if self.placement.num_devices != self.num_devices:
             raise ValueError(
                 f"placement has {self.placement.num_devices} devices but the schedule has {self.num_devices}"
@@ -287,8 +301,11 @@ class Schedule:
         num_microbatches: int,
         orders: Iterable[Iterable[Pass | tuple[Op, int, int]]],
         params: dict | None = None,
+        overlaps: Iterable[Iterable[int]] = (),
+        model_copies: int = 1,
     ) -> "Schedule":
-        """Build a schedule from per-device sequences of passes (or ``(op, stage, mb)`` tuples)."""
+        """Build a schedule from per-device sequences of passes (or ``(op, stage, mb)`` tuples);
+        ``overlaps`` as :attr:`overlaps` (per device, the first positions of overlapped pairs)."""
         rows = tuple(
             tuple(x if isinstance(x, Pass) else Pass(Op(x[0]), int(x[1]), int(x[2])) for x in order)
             for order in orders
@@ -300,6 +317,8 @@ class Schedule:
             placement=placement,
             device_passes=rows,
             params=tuple(sorted((params or {}).items())),
+            overlaps=tuple(tuple(row) for row in overlaps),
+            model_copies=model_copies,
         )
 
     # -- derived ---------------------------------------------------------------------------
@@ -332,6 +351,29 @@ class Schedule:
         """True when the schedule uses separate B and W passes (zero-bubble family)."""
         return any(ps.op is Op.W for row in self.device_passes for ps in row)
 
+    def copy_of_stage(self, stage: int) -> int:
+        """The model copy (0 .. copies − 1) that ``stage`` belongs to."""
+        return stage // (self.num_stages // self.model_copies)
+
+    def copy_of_microbatch(self, microbatch: int) -> int:
+        """The model copy that runs ``microbatch``."""
+        return microbatch // (self.num_microbatches // self.model_copies)
+
+    def overlap_starts(self, device: int) -> frozenset[int]:
+        """The positions on ``device`` that start an overlapped pair (see :attr:`overlaps`)."""
+        return frozenset(self.overlaps[device]) if self.overlaps else frozenset()
+
+    def units(self, device: int) -> list[tuple[Pass, ...]]:
+        """``device``'s order as units: a pass alone, or an overlapped pair (two passes)."""
+        row, starts = self.device_passes[device], self.overlap_starts(device)
+        out: list[tuple[Pass, ...]] = []
+        i = 0
+        while i < len(row):
+            n = 2 if i in starts else 1
+            out.append(tuple(row[i:i + n]))
+            i += n
+        return out
+
     def __str__(self) -> str:
         return self.to_text()
 
@@ -341,12 +383,13 @@ class Schedule:
 
         ``schedule NAME p=P m=M placement=KIND:DEV,DEV,...`` then one line per device,
         ``dN: 0F0 0F1 ...``; a schedule with ``R`` passes adds ``recompute=MODE`` to the header,
-        one with copies a line ``cN: 0O0 0L0@5 ...`` per device after the device lines.
+        one with copies a line ``cN: 0O0 0L0@5 ...`` per device after the device lines; an
+        overlapped pair is one token, its two passes joined by ``+`` (``0F7+7BW3``).
         """
         head = (
             f"schedule {self.name} p={self.num_devices} m={self.num_microbatches} "
             f"placement={self.placement.to_text()}"
-        )
+        ) + (f" model_copies={self.model_copies}" if self.model_copies != 1 else "")
         if self.params:
             # a value with spaces or quotes (e.g. a search's description of what it chose) is quoted
             # shell-style, so the header stays one token per key
@@ -356,8 +399,8 @@ class Schedule:
         if self.recomputes:
             head += f" recompute={self.recompute_mode}"
         lines = [head]
-        for d, row in enumerate(self.device_passes):
-            lines.append(f"d{d}: " + " ".join(map(str, row)))
+        for d in range(self.num_devices):
+            lines.append(f"d{d}: " + " ".join("+".join(map(str, unit)) for unit in self.units(d)))
         for d, row in enumerate(self.copies):
             lines.append(f"c{d}: " + " ".join(map(str, row)))
         return "\n".join(lines) + "\n"
@@ -404,6 +447,7 @@ class Schedule:
             fields[key] = value
         try:
             p, m = int(fields.pop("p")), int(fields.pop("m"))
+            model_copies = int(fields.pop("model_copies", "1"))
             kind, _, mapping = fields.pop("placement").partition(":")
         except KeyError as exc:
             raise ValueError(f"line {head_no}: schedule header is missing {exc.args[0]}=...") from None
@@ -429,6 +473,7 @@ class Schedule:
         placement = Placement(kind, stage_device, p)
         rows: list[tuple[Pass, ...] | None] = [None] * p
         copies: list[tuple[Copy, ...] | None] = [None] * p
+        overlaps: list[list[int]] = [[] for _ in range(p)]
         read = 0
         for no, line in numbered[1:]:
             label, sep, rest = line.partition(":")
@@ -445,12 +490,19 @@ class Schedule:
                 raise ValueError(f"line {no}: device line {label!r} is given twice")
             row = []
             for tok in rest.split():
-                try:
-                    ps = Pass.parse(tok)
-                except ValueError as exc:
-                    raise ValueError(f"line {no}: {exc}") from None
-                _check_range(ps, placement.num_stages, m, f"line {no}")
-                row.append(ps)
+                parts = tok.split("+")
+                if len(parts) > 2:
+                    raise ValueError(f"line {no}: {tok[:60]!r} joins {len(parts)} passes; an overlapped pair is "
+                                     "two passes, e.g. '0F7+7BW3'")
+                if len(parts) == 2:
+                    overlaps[d].append(len(row))
+                for part in parts:
+                    try:
+                        ps = Pass.parse(part)
+                    except ValueError as exc:
+                        raise ValueError(f"line {no}: {exc}") from None
+                    _check_range(ps, placement.num_stages, m, f"line {no}")
+                    row.append(ps)
             rows[d] = tuple(row)
             read += len(row)
             if limit is not None and read > limit:
@@ -459,7 +511,8 @@ class Schedule:
         params = tuple(sorted((k[len("param."):] if k.startswith("param.") else k, _parse_literal(v))
                               for k, v in fields.items()))
         lanes = tuple(c or () for c in copies) if any(c is not None for c in copies) else ()
-        return cls(name, p, m, placement, tuple(r or () for r in rows), params, recompute_mode=mode, copies=lanes)
+        return cls(name, p, m, placement, tuple(r or () for r in rows), params, recompute_mode=mode, copies=lanes,
+                   overlaps=tuple(map(tuple, overlaps)), model_copies=model_copies)
 
     # -- torch CSV ---------------------------------------------------------------------------
     def to_torch_csv(self, path: str | PathLike | None = None) -> str:
@@ -473,11 +526,17 @@ class Schedule:
         forward keeps only the checkpoint's inputs and the backward recomputes right before it
         runs, which is where ctrlmem places the ``R``; ``ctrlmem run --recompute``), an offload onto
         ``torch.autograd.graph.saved_tensors_hooks`` packing saved tensors to host memory.
+        An overlapped pair is torch's ``(0F7;7B3)OVERLAP_F_B`` (its two sub-actions in our order). A
+        schedule of two model copies (bidirectional DualPipe) has no torch form and is refused.
         """
+        if self.model_copies != 1:
+            raise ValueError(f"schedule {self.name!r} holds {self.model_copies} model copies (each microbatch through one); "
+                             "torch's CSV chains every stage into the next, so it has no form for it: export "
+                             "dualpipe-v (one copy, V-shape) for torch")
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
-        for row in self.device_passes:
-            writer.writerow([ps.to_torch() for ps in row if ps.op is not Op.R])
+        for d in range(self.num_devices):
+            writer.writerow([_torch_cell(unit) for unit in self.units(d) if unit[0].op is not Op.R])
         text = buf.getvalue()
         if path is not None:  # atomically: a failed write keeps the old file (ctrlmem.util.fileio)
 
@@ -497,7 +556,8 @@ class Schedule:
         rank, one action per cell, ``0F0``, ``1I0``, ``1W0``, ``0B0`` (torch's ``I`` is our B,
         its ``B`` our BW). Its compute+comms variant loads too: communication and FSDP actions
         (``SEND_F``, ``RECV_B``, ``UNSHARD``, ``RESHARD``, ``REDUCE_GRAD``) are dropped, since
-        they follow from the compute order, and ``(a;b)OVERLAP_F_B`` becomes ``a`` then ``b``.
+        they follow from the compute order, and ``(a;b)OVERLAP_F_B`` becomes ``a`` then ``b`` as
+        an overlapped pair (:attr:`Schedule.overlaps`).
         The placement is inferred from which rank runs each stage; ``m`` from the largest
         microbatch index unless given. ``path`` is always a file name (commas included); for
         CSV text use :meth:`from_torch_csv_text`. Sizes are checked as :meth:`load` checks them."""
@@ -534,6 +594,7 @@ class Schedule:
             raise ValueError(f"{source} is empty: expected one row of actions per rank")
         last = max(i for i, ln in enumerate(lines) if ln.strip(" ,\t"))
         rows: list[tuple[Pass, ...]] = []
+        overlaps: list[tuple[int, ...]] = []
         read = 0
         for i in range(first, last + 1):
             no, rank = i + 1, i - first
@@ -542,10 +603,15 @@ class Schedule:
                 raise ValueError(f"{source}, line {no}: blank line between ranks (rank {rank} would "
                                  "have no actions); remove it")
             row: list[Pass] = []
+            pairs: list[int] = []
             for col, cell in enumerate(c.strip() for c in cells):
                 if cell:
-                    row += _torch_actions(cell, f"{source}, line {no} (rank {rank}), column {col + 1}")
+                    got = _torch_actions(cell, f"{source}, line {no} (rank {rank}), column {col + 1}")
+                    if len(got) == 2:  # an OVERLAP_F_B with two compute sub-actions
+                        pairs.append(len(row))
+                    row += got
             rows.append(tuple(row))
+            overlaps.append(tuple(pairs))
             read += len(row)
             if limit is not None and read > limit:
                 raise _too_many(source, limit)
@@ -574,7 +640,7 @@ class Schedule:
             raise ValueError(f"{source}, line {no}: microbatch {largest} is outside 0..{num_microbatches - 1} "
                              f"(m={num_microbatches})")
         _check_counts(source, num_stages, num_microbatches, total)
-        return cls(name, p, num_microbatches, placement, tuple(rows))
+        return cls(name, p, num_microbatches, placement, tuple(rows), overlaps=tuple(overlaps))
 
     @classmethod
     def load(cls, path: str | PathLike, num_microbatches: int | None = None, allow_large: bool = False) -> "Schedule":
@@ -599,6 +665,42 @@ _COMMS = {"SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_
 _TORCH_ACTION_RE = re.compile(r"^(\d+)(F|I|B|W|UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)(\d*)$")
 
 
+def _torch_cell(unit: tuple[Pass, ...]) -> str:
+    """One unit of :meth:`Schedule.units` as a torch action cell."""
+    if len(unit) == 1:
+        return unit[0].to_torch()
+    return "(" + ";".join(ps.to_torch() for ps in unit) + ")OVERLAP_F_B"
+
+
+def _check_copies(copies: object, num_stages: int, num_microbatches: int) -> None:
+    if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
+        raise ValueError(f"model_copies must be an integer >= 1, got {copies!r}")
+    if num_stages % copies or num_microbatches % copies:
+        raise ValueError(f"model_copies={copies} must divide the stages ({num_stages}) and the microbatches "
+                         f"({num_microbatches}): each copy is a whole model running its share of the microbatches")
+
+
+def _normal_overlaps(overlaps, device_passes) -> tuple[tuple[int, ...], ...]:
+    """:attr:`Schedule.overlaps` as stored: ``()`` when nothing overlaps, else one sorted tuple
+    per device; ``ValueError`` for a position without a next pass or two pairs sharing a pass."""
+    rows = tuple(tuple(sorted(int(i) for i in row)) for row in overlaps)
+    if not any(rows):
+        return ()
+    if len(rows) != len(device_passes):
+        raise ValueError(f"overlaps has {len(rows)} rows but the schedule has {len(device_passes)} devices; "
+                         "give one tuple of positions per device")
+    for d, (row, passes) in enumerate(zip(rows, device_passes)):
+        for a, b in zip(row, row[1:]):
+            if b - a < 2:
+                raise ValueError(f"device {d}: overlapped pairs at positions {a} and {b} share a pass; a pass "
+                                 "overlaps with at most one other")
+        bad = [i for i in row if not 0 <= i < len(passes) - 1]
+        if bad:
+            raise ValueError(f"device {d}: an overlapped pair starts at position {bad[0]}, but the device's passes "
+                             f"are at 0..{len(passes) - 1} and a pair needs this one and the next")
+    return rows
+
+
 def _torch_actions(cell: str, where: str) -> list[Pass]:
     """The compute passes of one torch action cell (none for a communication action)."""
     if cell.startswith("(") and cell.endswith(")OVERLAP_F_B"):
@@ -606,6 +708,9 @@ def _torch_actions(cell: str, where: str) -> list[Pass]:
         for sub in cell[1:-len(")OVERLAP_F_B")].split(";"):
             if sub.strip():
                 out += _torch_actions(sub.strip(), where)
+        if len(out) > 2:
+            raise ValueError(f"{where}: {cell[:60]!r} overlaps {len(out)} compute actions; ctrlmem overlaps a "
+                             "forward with one backward (two sub-actions)")
         return out
     match = _TORCH_ACTION_RE.match(cell)
     if not match:

@@ -29,7 +29,7 @@ from ctrlmem.model.costs import Costs, MemoryModel
 from ctrlmem.model.ir import Op, Schedule
 from ctrlmem.model.validate import ScheduleIndex, execute, index_schedule
 
-__all__ = ["simulate", "SimResult", "TimedPass"]
+__all__ = ["simulate", "SimResult", "TimedPass", "Transfer"]
 
 
 class TimedPass(NamedTuple):
@@ -39,6 +39,14 @@ class TimedPass(NamedTuple):
     microbatch: int
     start: float
     end: float
+
+
+class Transfer(NamedTuple):
+    """One cross-device dependency of a timeline: ``sender``'s output goes to ``receiver``'s device
+    (sent at ``sender.end``, arriving ``comm`` later)."""
+
+    sender: TimedPass
+    receiver: TimedPass
 
 
 def _clean(x: float) -> float:
@@ -96,6 +104,20 @@ class SimResult:
             for key in keys:
                 ps = idx.pass_of(key)
                 out.append(TimedPass(d, ps.op, ps.stage, ps.microbatch, start[key], end[key]))
+        return out
+
+    def transfers(self) -> list[Transfer]:
+        """Every dependency that crosses devices (an activation forward, a gradient backward), in
+        the receivers' device-major order."""
+        idx, start, end = self._index, self._start, self._end
+        out = []
+        for d, keys in enumerate(idx.device_keys):
+            for key in keys:
+                q = idx.dep[key]
+                if q >= 0 and idx.device[q] != d:
+                    a, b = idx.pass_of(q), idx.pass_of(key)
+                    out.append(Transfer(TimedPass(idx.device[q], a.op, a.stage, a.microbatch, start[q], end[q]),
+                                        TimedPass(d, b.op, b.stage, b.microbatch, start[key], end[key])))
         return out
 
     def timing(self, device: int, position: int) -> tuple[float, float]:
@@ -172,6 +194,17 @@ def pass_durations(index: ScheduleIndex, f, b, w) -> list[float]:
     return durations
 
 
+def _scale_overlapped(index: ScheduleIndex, durations: list[float], fb_overlap: float) -> None:
+    """An overlapped pair's two passes take ``fb_overlap`` of their times (their sum is the unit's
+    time, so each device's work stays the sum of its durations)."""
+    if index.partner is None or fb_overlap == 1.0:
+        return
+    for k, k2 in enumerate(index.partner):
+        if k2 >= 0:
+            durations[k] *= fb_overlap
+            durations[k2] *= fb_overlap
+
+
 def simulate(
     schedule: Schedule,
     costs: Costs | None = None,
@@ -190,8 +223,9 @@ def simulate(
     costs = Costs.coerce(costs, "costs")
     memory = MemoryModel.coerce(memory, "memory")
     S, m, p = schedule.num_stages, schedule.num_microbatches, schedule.num_devices
-    f, b, w = costs.stage_times(S, p)
-    act = memory.stage_activation(S, p)
+    # a model copy's layers are split over S / copies stages (two copies: each stage is 1/p of the model)
+    f, b, w = costs.stage_times(S, p * schedule.model_copies)
+    act = memory.stage_activation(S, p * schedule.model_copies)
     index = index_schedule(schedule)
     sm = S * m
     fused = index.fused
@@ -199,6 +233,7 @@ def simulate(
     keep = _kept(schedule, index, costs, act) if index.kinds > 3 else None
     if keep is not None:
         _lever_durations(schedule, index, costs, durations, keep)
+    _scale_overlapped(index, durations, costs.fb_overlap)
     start, end = execute(schedule, index, durations, float(costs.comm))
 
     rb = memory.release_at_b

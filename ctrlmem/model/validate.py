@@ -121,6 +121,7 @@ class ScheduleIndex:
     lane_owner: list[int] = field(default_factory=list)
     extra_dep: dict[int, tuple[int, ...]] = field(default_factory=dict)
     fractions: dict[int, float] = field(default_factory=dict)  # offload key -> fraction copied
+    partner: list[int] | None = None  # per key: the key of the pass it overlaps with, when it starts a pair
 
     @property
     def kinds(self) -> int:
@@ -186,7 +187,9 @@ def index_schedule(schedule: Schedule) -> ScheduleIndex:
     dep = [-1] * n
     fused = bytearray(sm)
     device_keys: list[list[int]] = []
-    last = S - 1
+    copies = schedule.model_copies
+    per_s, per_m = S // copies, m // copies  # stages and microbatches of one model copy
+    last = per_s - 1
     op_f, op_w, op_bw = Op.F, Op.W, Op.BW
     num_w = num_r = 0
     for d, row in enumerate(schedule.device_passes):
@@ -205,6 +208,8 @@ def index_schedule(schedule: Schedule) -> ScheduleIndex:
                     d, pos, ps,
                 )
             r = s * m + k
+            if copies != 1 and k // per_m != s // per_s:
+                _fail_copy(schedule, d, pos, ps, per_s, per_m)
             if op is Op.R:
                 if len(device) < 4 * sm:
                     _grow(sm, device, where, dep)
@@ -212,14 +217,14 @@ def index_schedule(schedule: Schedule) -> ScheduleIndex:
                 num_r += 1
             elif op is op_f:
                 key = r
-                need = r - m if s > 0 else -1
+                need = r - m if s % per_s else -1  # F(s-1), none at a copy's first stage
             elif op is op_w:
                 key = 2 * sm + r
                 need = sm + r
                 num_w += 1
             else:
                 key = sm + r
-                need = key + m if s < last else r  # B(s+1) or, at the loss, F(S-1)
+                need = key + m if s % per_s != last else r  # B(s+1) or, at a copy's loss, its own F
                 if op is op_bw:
                     fused[r] = 1
             if device[key] >= 0:
@@ -240,10 +245,13 @@ def index_schedule(schedule: Schedule) -> ScheduleIndex:
     # BW with W; only then can the detailed scan be skipped.
     num_fused = sum(fused)
     mixed = num_fused and num_w and any(device[2 * sm + r] >= 0 for r in range(sm) if fused[r])
-    index = ScheduleIndex(S, m, device_keys, device, where, dep, fused)
+    slots = sm // copies  # the (stage, microbatch) pairs that run: each copy's own
+    # pair partners sized for every key kind (R and copy keys included: the simulator looks them up)
+    partner = _overlap_partners(schedule, device_keys, 6 * sm) if schedule.overlaps else None
+    index = ScheduleIndex(S, m, device_keys, device, where, dep, fused, partner=partner)
     if num_r:
         _check_recomputes(schedule, index)
-    if mixed or total != 3 * sm - num_fused or num_w != sm - num_fused or -1 in device[: 2 * sm]:
+    if copies != 1 or mixed or total != 3 * slots - num_fused or num_w != slots - num_fused or -1 in device[: 2 * sm]:
         _check_complete(schedule, device, where, fused)
     if schedule.offloads:
         _index_copies(schedule, index)
@@ -345,11 +353,38 @@ def _check_copy(schedule: Schedule, index: ScheduleIndex, d: int, cp, offs: dict
               d, b_pos, back, Pass(Op.F, s, k))
 
 
+def _fail_copy(schedule: Schedule, d: int, pos: int, ps: Pass, per_s: int, per_m: int) -> None:
+    c = ps.stage // per_s
+    _fail(schedule, f"device {d}, step {pos}: pass {ps} runs microbatch {ps.microbatch} on stage {ps.stage} of model "
+                    f"copy {c}, which runs microbatches {c * per_m}..{(c + 1) * per_m - 1} only", d, pos, ps)
+
+
+def _overlap_partners(schedule: Schedule, device_keys: list[list[int]], n: int) -> list[int]:
+    """Per key, the key of the second pass of the overlapped pair it starts (-1 elsewhere);
+    :class:`ScheduleError` for a pair that is not one forward and one backward (``B`` or ``BW``)
+    of two different microbatches (a microbatch's backward needs its own forward finished)."""
+    partner = [-1] * n
+    for d, starts in enumerate(schedule.overlaps):
+        row = schedule.device_passes[d]
+        for i in starts:
+            kinds = {row[i].op, row[i + 1].op}
+            if Op.F not in kinds or not kinds & {Op.B, Op.BW}:
+                _fail(schedule, f"device {d}, step {i}: overlapped pair {row[i]}+{row[i + 1]} must be one forward and "
+                                "one backward (B or BW)", d, i, row[i])
+            if row[i].microbatch == row[i + 1].microbatch:
+                _fail(schedule, f"device {d}, step {i}: overlapped pair {row[i]}+{row[i + 1]} runs one microbatch twice; its "
+                                "backward needs its forward finished, so pair passes of different microbatches", d, i, row[i])
+            partner[device_keys[d][i]] = device_keys[d][i + 1]
+    return partner
+
+
 def _check_complete(schedule: Schedule, device: list[int], where: list[int], fused: bytearray) -> None:
     S, m = schedule.num_stages, schedule.num_microbatches
     sm = S * m
+    per_m = m // schedule.model_copies
     for s in range(S):
-        for k in range(m):
+        first = schedule.copy_of_stage(s) * per_m
+        for k in range(first, first + per_m):
             r = s * m + k
             f_key, b_key, w_key = r, sm + r, 2 * sm + r
             missing = None
@@ -385,11 +420,14 @@ def execute(
     """Run every pass as soon as possible, keeping each device's order (the paper's squeeze).
 
     ``durations[key]`` is the time of each pass; ``comm`` is added on every dependency that
-    crosses devices. Returns ``(start, end)`` indexed by key. Raises :class:`ScheduleError` on
-    deadlock, naming the blocked pass, what it waits for and where that pass sits.
+    crosses devices. An overlapped pair (``index.partner``) starts when the device is free and
+    both inputs are ready, and both passes end after the sum of their durations. Returns
+    ``(start, end)`` indexed by key. Raises :class:`ScheduleError` on deadlock, naming the blocked
+    pass, what it waits for and where that pass sits.
     """
     dev = index.device
     dep = index.dep
+    partner = index.partner
     n = len(dev)
     start = [-1.0] * n
     end = [-1.0] * n
@@ -425,6 +463,14 @@ def execute(
                 t = _extra_ready(extra[k], t, end, waiting, d)
                 if t < 0.0:
                     break
+            if partner is not None and partner[k] >= 0:
+                t = _pair_ready(partner[k], t, d, dep, dev, end, comm, waiting)
+                if t < 0.0:
+                    break
+                _run_pair(k, partner[k], t, durations, start, end, waiting, queue)
+                i += 2
+                t_free = end[k]
+                continue
             start[k] = t
             t_free = t + durations[k]
             end[k] = t_free
@@ -436,7 +482,7 @@ def execute(
         free[d] = t_free
     blocked = [d for d in range(len(index.device_keys)) if ptr[d] < len(orders[d])]
     if blocked:
-        _raise_deadlock(schedule, index, ptr, blocked)
+        _raise_deadlock(schedule, index, _blocked_positions(index, ptr, blocked, end), blocked)
     return start, end
 
 
@@ -451,6 +497,45 @@ def _extra_ready(needs: tuple[int, ...], t: float, end: list[float], waiting: di
         if e > t:
             t = e
     return t
+
+
+def _blocked_positions(index: ScheduleIndex, ptr: list[int], blocked: list[int], end: list[float]) -> list[int]:
+    """Where each device is stuck: its next position, or the pair's second pass when a pair waits
+    for that one's input only."""
+    if index.partner is None:
+        return ptr
+    out = list(ptr)
+    for d in blocked:
+        k = index.device_keys[d][ptr[d]]
+        q = index.dep[k]
+        if index.partner[k] >= 0 and (q < 0 or end[q] >= 0.0):
+            out[d] += 1
+    return out
+
+
+def _pair_ready(k2: int, t: float, d: int, dep, dev, end, comm: float, waiting: dict) -> float:
+    """The start of an overlapped pair whose first pass could start at ``t``: also after the
+    second pass's input; -1 (and ``d`` waits for that input) when it has not run yet."""
+    q = dep[k2]
+    if q < 0:
+        return t
+    e = end[q]
+    if e < 0.0:
+        waiting.setdefault(q, []).append(d)
+        return -1.0
+    if dev[q] != dev[k2]:
+        e += comm
+    return e if e > t else t
+
+
+def _run_pair(k: int, k2: int, t: float, durations, start, end, waiting: dict, queue: list) -> None:
+    """Time the overlapped pair ``k``, ``k2`` from ``t`` (one unit); wake what waits for either."""
+    start[k] = start[k2] = t
+    end[k] = end[k2] = t + durations[k] + durations[k2]
+    for key in (k, k2):
+        woken = waiting.pop(key, None)
+        if woken:
+            queue.extend(woken)
 
 
 def _raise_deadlock(schedule: Schedule, index: ScheduleIndex, ptr: list[int], blocked: list[int]):

@@ -193,10 +193,24 @@ class _Columns:
     microbatch: np.ndarray
     start: np.ndarray
     end: np.ndarray
+    pair: np.ndarray | None = None  # per pass: 1 first / 2 second of an overlapped pair, 0 alone (None: no pairs)
 
     @property
     def makespan(self) -> float:
         return float(self.end.max()) if len(self.end) else 0.0
+
+
+def _pair_column(sched: Schedule) -> np.ndarray | None:
+    """:attr:`_Columns.pair` of a schedule's passes in device-major order (None without pairs)."""
+    if not sched.overlaps:
+        return None
+    out = np.zeros(sched.num_passes, np.int8)
+    k = 0
+    for d, row in enumerate(sched.device_passes):
+        for i in sched.overlap_starts(d):
+            out[k + i], out[k + i + 1] = 1, 2
+        k += len(row)
+    return out
 
 
 _ORDERS: dict[int, tuple] = {}
@@ -248,7 +262,7 @@ def _columns(item: Item, costs: Costs | None, title: str | None) -> _Columns:
         dev, op, stage, mb = _order_columns(sched)
         start, end = _times(item)
         return _Columns(title if title is not None else _default_title(item), sched.num_devices,
-                        sched.placement, dev, op, stage, mb, start, end)
+                        sched.placement, dev, op, stage, mb, start, end, _pair_column(sched))
     tl = PassTimeline.of(item, costs, title)
     n = len(tl.passes)
     op_index = {o: i for i, o in enumerate(_OPS)}
@@ -393,7 +407,7 @@ def fmt_ratio(x: float) -> str:
 
 
 def costs_label(costs: Costs | None) -> str:
-    """``F=6 B=8 W=4 comm=0.2``; per-stage lists as their range and flagged, e.g.
+    """``F=6 B=8 W=4 comm=0.2`` (and ``F&B=0.8·(F+B)`` with an overlap gain); per-stage lists as their range and flagged, e.g.
     ``F=0.5–2.55 B=0.5–1.5 W=0.5–1.5 (per stage) comm=0`` (a list whose stages are all equal is
     one number; the first and last stage alone would hide the middle ones)."""
     c = costs if costs is not None else Costs()
@@ -411,7 +425,8 @@ def costs_label(costs: Costs | None) -> str:
         return f"{lo:g}–{hi:g}"
 
     text = f"F={one(c.f)} B={one(c.b)} W={one(c.w)}"
-    return f"{text}{' (per stage)' if per_stage else ''} comm={c.comm:g}"
+    overlap = f" F&B={c.fb_overlap:g}·(F+B)" if c.fb_overlap != 1.0 else ""
+    return f"{text}{' (per stage)' if per_stage else ''} comm={c.comm:g}{overlap}"
 
 
 def costs_table(costs: Costs | None, num_stages: int, num_devices: int | None = None) -> list[tuple]:
@@ -582,13 +597,14 @@ def _box_traces(tl: _Columns, chunk: np.ndarray, panel: int, horizon: float, col
             if not len(sel):
                 continue
             start, end = tl.start[sel], tl.end[sel]
+            y, width = _box_rows(tl, sel, 1 - box_gap)
             custom = np.column_stack([tl.stage[sel], tl.microbatch[sel], start, end]).astype(float)
             name = _kind_name(op, c, tl.placement.num_chunks)
             fill = pass_color(op, c, colors)
             chunk_text = f", chunk {c}" if tl.placement.num_chunks > 1 else ""
             trace = {
                 "type": "bar", "orientation": "h", "xaxis": xa, "yaxis": ya,
-                "y": tl.device[sel], "base": start, "x": end - start, "width": 1 - box_gap,
+                "y": y, "base": start, "x": end - start, "width": width,
                 "marker": {"color": fill, "line": {"color": "white", "width": 0.6}},
                 "customdata": custom,
                 "name": name, "legendgroup": name, "showlegend": name not in shown,
@@ -612,7 +628,35 @@ def _box_traces(tl: _Columns, chunk: np.ndarray, panel: int, horizon: float, col
                 trace["textposition"] = "none"
             out.append(trace)
             shown.add(name)
-    return out
+    return out + _pair_outlines(tl, panel, 1 - box_gap, shown)
+
+
+def _box_rows(tl: _Columns, sel: np.ndarray, height: float) -> tuple[np.ndarray, float | np.ndarray]:
+    """Row positions and heights of the boxes ``sel``: an overlapped pair's two passes share their
+    slot, the first in the upper half of the device's row, the second in the lower half."""
+    if tl.pair is None:
+        return tl.device[sel], height
+    pair = tl.pair[sel]
+    offset = np.where(pair == 1, -height / 4, np.where(pair == 2, height / 4, 0.0))  # rows run downwards
+    return tl.device[sel] + offset, np.where(pair > 0, height / 2, height)
+
+
+def _pair_outlines(tl: _Columns, panel: int, height: float, shown: set[str]) -> list[dict]:
+    """One black frame around each overlapped pair (DualPipe's drawing of F&B)."""
+    if tl.pair is None:
+        return []
+    sel = np.flatnonzero(tl.pair == 1)
+    xa, ya = _axis_names(panel)
+    name = "F&B overlapped"
+    trace = {
+        "type": "bar", "orientation": "h", "xaxis": xa, "yaxis": ya, "y": tl.device[sel],
+        "base": tl.start[sel], "x": tl.end[sel] - tl.start[sel], "width": height,
+        "marker": {"color": "rgba(0,0,0,0)", "line": {"color": "black", "width": 1.2}},
+        "name": name, "legendgroup": name, "showlegend": name not in shown, "hoverinfo": "skip",
+        "textposition": "none", "meta": {"kind": "overlap", "panel": panel},
+    }
+    shown.add(name)
+    return [trace]
 
 
 #: The widest plot area (pixels) a label is assumed to get: boxes too narrow for their label

@@ -211,8 +211,12 @@ def _schedule_of(config: RunConfig) -> Schedule:
     if mode == "auto":
         raise RunError("recompute='auto' is a search under a memory budget; a run takes none, selective or full")
     if not is_schedule_file(config.schedule):
-        return build(config.schedule, config.num_devices, config.num_microbatches, recompute=mode,
-                     **config.schedule_params)
+        schedule = build(config.schedule, config.num_devices, config.num_microbatches, recompute=mode,
+                         **config.schedule_params)
+        if schedule.model_copies != 1:
+            raise RunError(f"{config.schedule} holds {schedule.model_copies} model copies; ctrlmem run (like torch's runtime) "
+                           "runs one: run dualpipe-v, its one-copy V-shape form")
+        return schedule
     path = config.schedule
     if not os.path.isfile(path):
         raise RunError(f"{path}: no such file, and not a registered schedule (see `ctrlmem list`)")

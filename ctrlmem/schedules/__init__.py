@@ -6,6 +6,7 @@ ZB-V). Importing this package registers them all.
 
 from ctrlmem.schedules import classic, zero_bubble  # noqa: F401  (registration side effect)
 from ctrlmem.schedules import budgeted as adaptive, v_shape  # noqa: F401  (registration side effect)
+from ctrlmem.schedules import dualpipe  # noqa: F401  (registration side effect)
 from ctrlmem.schedules.registry import SCHEDULES, ScheduleSpec, build, register
 
 __all__ = ["SCHEDULES", "ScheduleSpec", "build", "register"]

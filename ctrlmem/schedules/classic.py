@@ -1,4 +1,4 @@
-"""Classic fused-backward schedules: GPipe, 1F1B and interleaved 1F1B (docs/theory.md §8)."""
+"""Classic fused-backward schedules: GPipe, 1F1B, interleaved 1F1B and looped BFS (docs/theory.md §8)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from ctrlmem.model.ir import Op, Pass, Placement, Schedule
 from ctrlmem.model.levers import with_recompute
 from ctrlmem.schedules.registry import register
 
-__all__ = ["gpipe", "one_f_one_b", "one_f_one_b_r", "interleaved_1f1b"]
+__all__ = ["gpipe", "one_f_one_b", "one_f_one_b_r", "interleaved_1f1b", "looped_bfs"]
 
 
 @register("gpipe", source="Huang et al., GPipe (2019); docs/theory.md §8, Fig. 18(e)")
@@ -110,3 +110,24 @@ def interleaved_1f1b(num_devices: int, num_microbatches: int, num_chunks: int = 
     return Schedule.from_orders(
         "interleaved-1f1b", Placement.interleaved(p, v), m, orders, params={"num_chunks": v}
     )
+
+
+@register("looped-bfs", source="Lamy-Poirier, Breadth-First Pipeline Parallelism (MLSys 2023); torch's ScheduleLoopedBFS")
+def looped_bfs(num_devices: int, num_microbatches: int, num_chunks: int = 2) -> Schedule:
+    """Looped BFS: ``v = num_chunks`` stages per device (looped placement), breadth first.
+
+    Device ``i`` holds stages ``i, i+p, …``; it runs the forwards of every microbatch on its
+    lowest stage, then on the next, and so on, then the fused backwards stage by stage from its
+    highest, microbatches in reverse (``m−1`` first): torch's ``ScheduleLoopedBFS`` action for
+    action. Peak activation ``v·m`` chunks (``m·a``), like GPipe.
+    """
+    p, m, v = num_devices, num_microbatches, num_chunks
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"num_chunks must be an integer >= 1, got {num_chunks!r}")
+    orders = []
+    for i in range(p):
+        stages = range(i, p * v, p)
+        order = [Pass(Op.F, s, k) for s in stages for k in range(m)]
+        order += [Pass(Op.BW, s, k) for s in reversed(stages) for k in reversed(range(m))]
+        orders.append(order)
+    return Schedule.from_orders("looped-bfs", Placement.interleaved(p, v), m, orders, params={"num_chunks": v})

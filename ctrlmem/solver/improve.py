@@ -456,6 +456,16 @@ def _check(schedule, costs, memory_limit, time_limit, workers, seed, determinist
     return costs, limit, seconds, threads, seed, deterministic
 
 
+def _check_plain(schedule: Schedule) -> None:
+    """The search times plain orders of one model copy: ``ValueError`` for overlapped F&B pairs or
+    two copies (DualPipe), which it would time wrongly."""
+    what = ("overlapped forward + backward pairs" if schedule.overlaps else
+            f"{schedule.model_copies} model copies" if schedule.model_copies != 1 else None)
+    if what:
+        raise ValueError(f"improve: schedule {schedule.name!r} has {what}, which the search does not model; "
+                         "simulate it as it is (drop --optimize)")
+
+
 def improve(
     schedule: Schedule,
     costs: Costs | None = None,
@@ -489,6 +499,7 @@ def improve(
     costs, limit, seconds, threads, seed, deterministic = _check(
         schedule, costs, memory_limit, time_limit, workers, seed, deterministic)
     sim = simulate(schedule, costs)  # raises ScheduleError for a malformed or deadlocking input
+    _check_plain(schedule)
     p, S, m = schedule.num_devices, schedule.num_stages, schedule.num_microbatches
     act = p / S
     peak = max(sim.peak_memory)

@@ -12,6 +12,7 @@ from typing import Sequence
 from ctrlmem.model.costs import Costs
 from ctrlmem.schedules import SCHEDULES, build
 from ctrlmem.schedules.registry import is_schedule_file
+from ctrlmem.util.userfile import MAX_JSON_DEPTH, nesting_depth
 
 __all__ = ["CliError", "Terminated", "Parser", "add_schedule_arguments", "add_memory_gb_arguments",
            "apply_memory_gb", "parse_params", "schedule_from_args", "os_error_message",
@@ -202,10 +203,16 @@ def parse_params(items: Sequence[str]) -> dict[str, object]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise CliError(f"--param expects KEY=VALUE, got {item!r}")
+        too_deep = CliError(f"--param {key[:40]}: the value nests lists / objects more than {MAX_JSON_DEPTH} deep; "
+                            "give a number, text or a short list")
         try:
             params[key] = json.loads(value)
         except json.JSONDecodeError:
             params[key] = value
+        except RecursionError:
+            raise too_deep from None
+        if nesting_depth(params[key]) > MAX_JSON_DEPTH:
+            raise too_deep
     return params
 
 

@@ -19,6 +19,12 @@ API:
   the fix (the command line prints it; library errors carry the same facts).
 
 A symlink at the target is followed: the file it points to is replaced, the link kept.
+
+**What may be replaced: only a regular file.** A character device (``/dev/null``, a terminal) or
+a FIFO at the target is written in place (opened for writing, never created, truncated, chmod-ed
+or renamed over; its temporary file lives in the system's temporary folder), so it stays what it
+is; a FIFO that no process reads is refused at once (``ENXIO``) instead of blocking. Anything
+else that is not a regular file (a block device, a socket) is refused (``EINVAL``) and left alone.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import contextlib
 import errno as _errno
 import logging
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator
@@ -37,15 +44,62 @@ __all__ = ["atomic_write", "atomic_path", "atomic_open", "describe_os_error", "m
 log = logging.getLogger(__name__)
 
 
+def _special_kind(path: str | os.PathLike) -> str | None:
+    """``None`` for a regular file or nothing at ``path`` (links followed); else what is there:
+    ``"a character device"`` or ``"a FIFO"`` (written directly, never replaced), ``OSError`` for
+    anything else that is not a regular file (a block device, a socket: never written)."""
+    try:
+        st = os.stat(path)
+    except OSError:  # nothing there (or unreachable): the write itself reports it
+        return None
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return None
+    if stat.S_ISCHR(st.st_mode):
+        return "a character device"
+    if stat.S_ISFIFO(st.st_mode):
+        return "a FIFO"
+    kind = "a block device" if stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file"
+    raise OSError(_errno.EINVAL, f"not a regular file ({kind}), which ctrlmem never writes or replaces; give a file "
+                                 "name", os.fspath(path))
+
+
 def _target(path: str | os.PathLike) -> Path:
     path = Path(os.fspath(path))
     if str(path) == "":
         raise FileNotFoundError(_errno.ENOENT, "empty file name; give a file name", "''")
+    if _special_kind(path) is not None:  # written in place, through the name given (/dev/stdout too)
+        return path
     if path.is_symlink():  # replace what the link points to, keep the link
         path = Path(os.path.realpath(path))
     if path.is_dir():
         raise IsADirectoryError(_errno.EISDIR, "Is a directory", str(path))
     return path
+
+
+def _write_special(tmp: Path, target: Path, kind: str) -> None:
+    """Copy the finished temporary file into the character device or FIFO ``target`` (opened for
+    writing, never created, truncated or renamed over). A FIFO nobody reads is refused at once
+    (``ENXIO``) instead of waiting for a reader forever."""
+    flags = os.O_WRONLY | getattr(os, "O_NOCTTY", 0)
+    if kind == "a FIFO":
+        flags |= os.O_NONBLOCK
+    try:
+        fd = os.open(target, flags)
+    except OSError as exc:
+        if exc.errno == _errno.ENXIO and kind == "a FIFO":
+            raise OSError(_errno.ENXIO, "a FIFO that no process reads; start its reader first, or give a file name",
+                          str(target)) from None
+        raise
+    try:
+        if kind == "a FIFO":
+            os.set_blocking(fd, True)  # a reader is there: a full pipe waits for it, as a pipe does
+        with open(tmp, "rb") as src:
+            while chunk := src.read(1 << 20):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def _mode_for(path: Path) -> int:
@@ -88,8 +142,10 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]
     ``OSError`` names ``path``. ``suffix`` ends the temporary name (e.g. ``".png"`` for writers
     that read the format from it)."""
     target = _target(path)
+    special = _special_kind(target)  # a device or FIFO: written in place, its temporary file elsewhere
     try:
-        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=suffix)
+        fd, tmp_name = tempfile.mkstemp(dir=None if special else target.parent, prefix=f".{target.name}.",
+                                        suffix=suffix)
     except OSError as exc:  # the folder is missing, not writable, full...: name the target
         raise _renamed(exc, target, Path(os.fspath(exc.filename)) if exc.filename else None) from None
     os.close(fd)
@@ -98,6 +154,10 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]
         yield tmp
         if not tmp.exists():
             raise FileNotFoundError(_errno.ENOENT, "the writer produced no file", str(target))
+        if special:
+            _write_special(tmp, target, special)
+            _remove(tmp)
+            return
         fd = os.open(tmp, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -166,6 +226,10 @@ def check_output_path(path: str | os.PathLike) -> Path:
     target = Path(text)
     if target.is_dir():
         raise IsADirectoryError(_errno.EISDIR, "Is a directory", str(target))
+    if _special_kind(target) is not None:  # a character device or FIFO, written in place: its folder never is
+        if not os.access(target, os.W_OK):
+            raise PermissionError(_errno.EACCES, "Permission denied", str(target))
+        return target
     parent = target.parent
     if not parent.exists():
         for up in parent.parents:

@@ -10,7 +10,7 @@ import os
 from typing import Sequence
 
 from ctrlmem.model.costs import Costs
-from ctrlmem.schedules import SCHEDULES, build
+from ctrlmem.schedules import build
 from ctrlmem.schedules.registry import is_schedule_file
 from ctrlmem.util.userfile import MAX_JSON_DEPTH, nesting_depth
 
@@ -69,8 +69,9 @@ def int_arg(minimum: int = 1, maximum: int | None = None, what: str = ""):
     return parse
 
 
-def float_arg(positive: bool = True, maximum: float | None = None, what: str = ""):
-    """An argparse ``type``: a finite number (``> 0`` when ``positive``; ``<= maximum``)."""
+def float_arg(positive: bool = True, maximum: float | None = None, what: str = "", minimum: float | None = None):
+    """An argparse ``type``: a finite number (``> 0`` when ``positive``; ``>= minimum``;
+    ``<= maximum``)."""
     import math
 
     extra = f" ({what})" if what else ""
@@ -84,6 +85,8 @@ def float_arg(positive: bool = True, maximum: float | None = None, what: str = "
             raise argparse.ArgumentTypeError(f"must be a finite number{extra}, got {text!r}")
         if positive and not value > 0:
             raise argparse.ArgumentTypeError(f"must be > 0{extra}, got {text!r}")
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum:g}{extra}, got {text!r}")
         if maximum is not None and value > maximum:
             raise argparse.ArgumentTypeError(f"must be at most {maximum:g}{extra}, got {text!r}")
         return value
@@ -144,14 +147,14 @@ def add_memory_gb_arguments(parser: argparse.ArgumentParser) -> None:
     """``--memory-gb`` beside ``--memory-limit``, with the model it needs to convert GB into a
     fraction of 1F1B's peak (:func:`ctrlmem.planner.gb.memory_limit_from_gb`)."""
     group = parser.add_argument_group("memory in GB (instead of --memory-limit)")
-    group.add_argument("--memory-gb", type=float, default=None,
+    group.add_argument("--memory-gb", type=float_arg(maximum=1e6, what="GB"), default=None,
                        help="activation budget per device in GB for --model (converted to a fraction of 1F1B's peak)")
     group.add_argument("--model", default=None, help="paper model for --memory-gb and GB output: 9.6b, 21b, 38.5b, "
                                                      "98.5b")
-    group.add_argument("--microbatch-size", type=int, default=None,
+    group.add_argument("--microbatch-size", type=int_arg(1, 1_000_000), default=None,
                        help="sequences per microbatch for --model (default: the paper's, 4 / 2 / 1 / 1)")
-    group.add_argument("--seq-len", type=int, default=None, help="sequence length for --model (default 1024)")
-    group.add_argument("--tp", type=int, default=1, help="tensor-parallel degree for --model (default 1)")
+    group.add_argument("--seq-len", type=int_arg(1, 10_000_000), default=None, help="sequence length for --model (default 1024)")
+    group.add_argument("--tp", type=int_arg(1, 1_000_000), default=1, help="tensor-parallel degree for --model (default 1)")
 
 
 def apply_memory_gb(args: argparse.Namespace, name: str | None = None) -> str | None:

@@ -156,12 +156,21 @@ def _preset_layers(preset: str) -> int:
     return paper.MODELS[{"9.6b": "9.6B", "21b": "21B", "38.5b": "38.5B", "98.5b": "98.5B"}[preset]].num_layers
 
 
-def emit(df, out_dir: str | os.PathLike, index: int | None = None) -> dict[str, str]:
+EMIT_FILES = ("schedule.csv", "torchtitan.toml", "run.sh", "plan-row.json")
+"""What :func:`emit` writes into its folder."""
+
+
+def emit(df, out_dir: str | os.PathLike, index: int | None = None, force: bool = False) -> dict[str, str]:
     """Write row ``index`` of a plan (default: the fastest row that fits) into ``out_dir``:
     ``schedule.csv`` (torch / torchtitan CSV), ``torchtitan.toml``, ``run.sh`` (``ctrlmem run``
-    and its Slurm form) and ``plan-row.json``. Returns ``{kind: path}``. Paths inside the files
-    are ``out_dir`` as given (relative paths mean the current directory)."""
+    and its Slurm form) and ``plan-row.json``, each atomically. Returns ``{kind: path}``. Paths
+    inside the files are ``out_dir`` as given (relative paths mean the current directory). A file
+    of those names that ctrlmem did not write is refused unless ``force``
+    (:func:`ctrlmem.util.fileio.check_output_folder`)."""
     from ctrlmem.planner.core import row_schedule
+    from ctrlmem.util.fileio import atomic_write, check_output_folder, record_outputs
+
+    check_output_folder(out_dir, EMIT_FILES, force, "--emit")
 
     if index is None:
         ok = df.index[df["status"] == "ok"]
@@ -192,11 +201,12 @@ def emit(df, out_dir: str | os.PathLike, index: int | None = None) -> dict[str, 
                          microbatch_size=int(row["microbatch_size"]), seq_len=int(s["model"]["seq_len"]),
                          distributed_optimizer=bool(row["dist_opt"]), num_layers=int(s["model"]["num_layers"]),
                          header=header)
-    Path(paths["toml"]).write_text(text)
-    Path(paths["run"]).write_text(run_lines(row, csv_rel, s, str(out_dir)))
+    atomic_write(paths["toml"], text)
+    atomic_write(paths["run"], run_lines(row, csv_rel, s, str(out_dir)))
     record = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.to_dict().items()}
     record = {k: (v.item() if hasattr(v, "item") else v) for k, v in record.items()}
-    Path(paths["row"]).write_text(json.dumps({"row": record, "index": index, "settings": s,
-                                              "torchtitan_schedule": torchtitan_schedule(schedule)[0],
-                                              "costs_ms": costs.to_dict()}, indent=1, default=str) + "\n")
+    atomic_write(paths["row"], json.dumps({"row": record, "index": index, "settings": s,
+                                          "torchtitan_schedule": torchtitan_schedule(schedule)[0],
+                                          "costs_ms": costs.to_dict()}, indent=1, default=str) + "\n")
+    record_outputs(out, EMIT_FILES)
     return paths

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import IO, Iterator
 
 __all__ = ["atomic_write", "atomic_path", "atomic_open", "describe_os_error", "make_output_folder",
-           "check_output_path"]
+           "check_output_path", "check_output_folder", "record_outputs", "OUTPUTS_RECORD"]
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +243,60 @@ def check_output_path(path: str | os.PathLike) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise PermissionError(_errno.EACCES, "Permission denied", str(target))
     return target
+
+
+OUTPUTS_RECORD = ".ctrlmem-outputs"
+"""The file in an output folder listing the files ctrlmem wrote there (one name a line): those it
+may replace on the next run; any other file at one of its names is the user's."""
+
+
+def _recorded(folder: Path) -> set[str]:
+    try:
+        with open(folder / OUTPUTS_RECORD, encoding="utf-8") as fh:
+            return {ln.strip() for ln in fh.read(1 << 16).splitlines() if ln.strip() and not ln.startswith("#")}
+    except (OSError, UnicodeDecodeError):
+        return set()
+
+
+def check_output_folder(folder: str | os.PathLike, names: tuple[str, ...] | list[str], force: bool = False,
+                        option: str = "the output folder") -> Path:
+    """Check, before any work, that ``names`` can be written into ``folder``: a non-empty name, a
+    folder (or nothing yet, under a writable folder) that can be written to, and no file at one of
+    ``names`` that ctrlmem did not write there (:data:`OUTPUTS_RECORD`) unless ``force``. Raises
+    the ``OSError`` the writes would meet, or ``ValueError`` naming the user's file and the fix
+    (``--force``). Returns the folder's path."""
+    text = os.fspath(folder)
+    if not str(text).strip():
+        raise ValueError(f"{option} is empty ({text!r}); give a folder")
+    path = Path(text)
+    if path.exists() or path.is_symlink():
+        if not path.is_dir():
+            raise NotADirectoryError(_errno.ENOTDIR, "Not a directory", str(path))
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(_errno.EACCES, "Permission denied", str(path))
+    else:  # created with its parents: the nearest that exists must be a folder we can write to
+        up = next((u for u in path.absolute().parents if u.exists()), None)
+        if up is not None and not up.is_dir():
+            raise NotADirectoryError(_errno.ENOTDIR, "Not a directory", str(path))
+        if up is not None and not os.access(up, os.W_OK | os.X_OK):
+            raise PermissionError(_errno.EACCES, "Permission denied", str(path))
+    if force:
+        return path
+    ours = _recorded(path)
+    for name in names:
+        target = path / name
+        if os.path.lexists(target) and name not in ours:
+            raise ValueError(f"{target} already exists and ctrlmem did not write it; pass --force to replace it, or "
+                             f"choose another folder for {option}")
+    return path
+
+
+def record_outputs(folder: str | os.PathLike, names: tuple[str, ...] | list[str]) -> None:
+    """Add ``names`` to ``folder``'s :data:`OUTPUTS_RECORD` (after writing them)."""
+    path = Path(folder)
+    names_all = sorted(_recorded(path) | set(names))
+    atomic_write(path / OUTPUTS_RECORD, "# files written by ctrlmem (it may replace these)\n" + "\n".join(names_all)
+                 + "\n")
 
 
 def make_output_folder(path: str | os.PathLike, ignore: bool = True) -> Path:

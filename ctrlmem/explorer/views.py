@@ -963,8 +963,9 @@ def read_state(source) -> tuple[Settings, dict[str, Schedule], dict]:
     ``ValueError`` naming what is wrong."""
     from ctrlmem.util.userfile import parse_json  # noqa: PLC0415
 
+    text = _state_text(source)
     try:
-        data = parse_json(_state_text(source), "the state")
+        data = parse_json(text, "the state")
     except ValueError as exc:
         raise ValueError(f"not a ctrlmem state file ({exc})") from None
     if not isinstance(data, dict) or "ctrlmem_state" not in data:

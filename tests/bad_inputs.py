@@ -186,7 +186,9 @@ def state_file(path: Path, **change) -> None:
     rec = data["orders"]["1f1b"]
     if bomb is not None:
         rec.pop("text")
-        rec["text_zlib_base64"] = base64.b64encode(zlib.compress(b"a" * bomb, 9)).decode()
+        z, chunk = zlib.compressobj(9), b"a" * (1 << 20)  # a MiB at a time: the maker stays small
+        data_z = b"".join(z.compress(chunk) for _ in range(bomb >> 20)) + z.compress(b"a" * (bomb % (1 << 20)))
+        rec["text_zlib_base64"] = base64.b64encode(data_z + z.flush()).decode()
     if name is not None:
         rec["text"] = rec["text"].replace("schedule 1f1b", f"schedule {name}", 1)
         data["orders"] = {name: rec}

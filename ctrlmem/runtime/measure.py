@@ -219,11 +219,10 @@ def costs_from_result(result: dict | str) -> Costs:
     """The measured per-stage :class:`ctrlmem.Costs` of a ``result.json`` (a dict or a path), for
     ``cm.build(..., costs=...)`` and ``cm.simulate``."""
     if isinstance(result, str) or hasattr(result, "__fspath__"):
-        import json
+        from ctrlmem.util.userfile import read_json  # the one reader of user files: bounded, regular files only
 
-        with open(result) as fh:
-            result = json.load(fh)
-    c = result.get("measured_costs")
-    if not c:
-        raise ValueError("this result has no measured costs: run with --steps 1 or more")
+        result = read_json(result, "result file", fix="give the result.json `ctrlmem run` wrote")
+    c = result.get("measured_costs") if isinstance(result, dict) else None
+    if not isinstance(c, dict) or any(k not in c for k in ("f", "b", "w", "comm")):
+        raise ValueError("this result has no measured costs (f, b, w, comm): run with --steps 1 or more")
     return Costs(f=c["f"], b=c["b"], w=c["w"], comm=c["comm"])

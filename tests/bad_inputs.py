@@ -217,6 +217,7 @@ def _replay_without(key: str):
     return make
 
 
+_SETTINGS = {"schedules": ["1f1b"], "num_devices": 2, "num_microbatches": 4}
 _NOT_ZLIB = {"orders": {"1f1b": {"name": "1f1b", "text_zlib_base64": "bm90IHpsaWI="}}}
 _PLAN = ["plan", "--model", "9.6b", "--gpus", "8", "--gpu-memory-gb", "80", "--no-progress"]
 
@@ -242,6 +243,11 @@ ROUND3 = [
      {"s.json": lambda p: state_file(p, bomb=512 << 20)}, "inflates to more than"),
     ("9", "300 MB state read unread", ["draw", "--state", "s.json", "-o", "r.html"], {"s.json": _sparse_300mb},
      "larger than 67,108,864 bytes"),
+    ("9", "draw -p 100000 (a 35 s, multi-GB raster before)", ["draw", "1f1b", "-p", "100000", "-m", "4", "-o", "x.html"],
+     {}, "a figure draws at most 4,096 devices"),
+    ("9", "state with p = 100000", ["draw", "--state", "s.json", "-o", "r.html"],
+     {"s.json": lambda p: state_file(p, orders={}, settings={**_SETTINGS, "num_devices": 100_000})},
+     "more than the 4,096 devices"),
     ("9", "FIFO as a state", ["draw", "--state", "s.json", "-o", "r.html"], {"s.json": _fifo}, "(a FIFO)"),
     ("9", "FIFO as a replay", ["reproduce", "--only", "gpu-replay", "--replay", "r.json", "--out", "o"],
      {"r.json": _fifo}, "(a FIFO)"),

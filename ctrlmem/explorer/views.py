@@ -978,6 +978,9 @@ def read_state(source) -> tuple[Settings, dict[str, Schedule], dict]:
     if not isinstance(records, dict) or not isinstance(data.get("settings", {}), dict):
         raise ValueError("state file: 'settings' and 'orders' must be objects (orders: name -> {name, text}); save "
                          "the state again with the explorer")
+    p = data.get("settings", {}).get("num_devices")
+    if isinstance(p, int) and p > plot.MAX_DRAWN_DEVICES:  # said before anything that large is built
+        raise ValueError(f"state file: p={p:,} is more than the {plot.MAX_DRAWN_DEVICES:,} devices a figure draws")
     budget = [MAX_STATE_TEXT]
     settings = Settings.from_dict(data.get("settings", {}), budget)
     orders = {str(name): _schedule_from_record(rec, budget) for name, rec in records.items()}

@@ -119,19 +119,20 @@ def test_explorer_report_and_draw_state_inject_nothing(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- ctrlmem draw
 
-def _draw(name: str, tmp_path: Path) -> str:
+def _draw(name: str, tmp_path: Path, view: str) -> str:
     src = tmp_path / f"s{len(name)}.txt"
     src.write_text(named(cm.build("1f1b", 2, 4), name).to_text())
-    out = tmp_path / f"d{len(name)}.html"
+    out = tmp_path / f"d{len(name)}-{view}.html"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "ctrlmem.cli", "draw", str(src), "--compare", "zb-h1", "-o", str(out)],
-                          capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "ctrlmem.cli", "draw", str(src), "--compare", "zb-h1", "--view", view,
+                           "-o", str(out)], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return out.read_text(encoding="utf-8")
 
 
-def test_cli_draw_html_injects_nothing(tmp_path):
-    assert_same_structure(_draw(HOSTILE, tmp_path), _draw(BENIGN, tmp_path))
+@pytest.mark.parametrize("view", ["schedule", "memory", "lifespans"])
+def test_cli_draw_html_injects_nothing(tmp_path, view):
+    assert_same_structure(_draw(HOSTILE, tmp_path, view), _draw(BENIGN, tmp_path, view))
 
 
 # ---------------------------------------------------------------------------------------------- reproduction tables

@@ -8,10 +8,14 @@ and that no success record is left for a failed run.
 
 Usage: ``python scripts/probe_inputs.py [--faults] [-v] [-k TEXT]`` (run from anywhere; every probe
 runs in a fresh temporary working directory and the checkout is compared before and after). With
-``--faults`` it also runs the process fault probes and the five classes of "bounded and atomic"
+``--faults`` it also runs the process fault probes, the five classes of "bounded and atomic"
 (``[1]`` tiny inputs that would expand without bound, ``[2]`` writes on a full disk, ``[3]``
 numbers checked before work starts, ``[4]`` sweeps that check what they find, ``[5]`` API
-parity): each must answer within :data:`FAST_S` seconds and :data:`MAX_RSS_MIB` MiB. The summary
+parity) and round 3's (issue 31: ``[6]`` script injection, ``[7]`` special files as outputs,
+``[8]`` former tracebacks, ``[9]`` formerly unbounded inputs, ``[10]`` signals of ``optimal``,
+``[11]`` plan outputs, ``[12]`` inputs silently accepted before, ``[13]`` ``cm.plan``'s argument
+types): each must answer within :data:`FAST_S` seconds and :data:`MAX_RSS_MIB` MiB. The inputs
+are the tables of ``tests/bad_inputs.py``, which the tests assert on too. The summary
 prints the slowest probe and the worst peak RSS (from ``wait4``) of any process a probe started.
 Exit status 1 when a probe is not clean.
 """
@@ -32,7 +36,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-from bad_inputs import FILL, NUMBERS, WRAPPER, expanding, unshare_flags  # noqa: E402  (after the path it needs)
+from bad_inputs import (FILL, HOSTILE_NAME, NUMBERS, PLAN_API, ROUND3, WRAPPER, expanding, state_file,  # noqa: E402
+                        unshare_flags)
 
 NOTEBOOK = REPO / "notebooks" / "10_experiment.ipynb"
 PY = sys.executable
@@ -46,7 +51,7 @@ MEASURED: list[tuple[float, float]] = []
 def run_measured(cmd, cwd, timeout=60, env=None, preexec_fn=None):
     """Run ``cmd``; (rc, stdout, stderr) or (None, '', 'timeout'). Its own peak RSS and wall time go
     to :data:`MEASURED`; output goes through files (a pipe could fill and block)."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
+    with tempfile.TemporaryFile("w+", errors="replace") as out, tempfile.TemporaryFile("w+", errors="replace") as err, \
             tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
         t0 = time.monotonic()
         proc = subprocess.Popen([PY, "-S", "-c", WRAPPER, rss.name, *cmd], cwd=cwd, stdout=out, stderr=err,
@@ -253,6 +258,7 @@ def probes(tmp: Path, faults: bool):
         add("run --timeout leaves nothing running, no ok record", lambda: fault_run_timeout(d("f1")))
         add("SIGTERM to run: 143, one line, nothing left", lambda: fault_run_signal(d("f2"), signal.SIGTERM, 143))
         bounded_probes(d, add)
+        round3_probes(d, add)
     return out
 
 
@@ -557,6 +563,132 @@ def bounded_probes(d, add) -> None:
         plot.schedule_figure(r), str(d("p1") / "x.png"), scale=0), needle="scale"))
 
 
+# ---------------------------------------------------------------- issue 31: round 3
+
+def _page_tags(page: str):
+    """The start tags of an HTML page, counted."""
+    from collections import Counter
+    from html.parser import HTMLParser
+
+    tags: Counter = Counter()
+
+    class P(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            tags[tag] += 1
+
+    P().feed(page)
+    return tags
+
+
+def _html_of(cwd: Path, args: list[str], files) -> str | None:
+    rc, _, _ = cli(args, cwd, 120, files=files)
+    out = cwd / args[args.index("-o") + 1]
+    return out.read_text(encoding="utf-8") if rc == 0 and out.is_file() else None
+
+
+def injection(cwd: Path, kind: str):
+    """[6] a hostile schedule name gives a page with the elements a benign name gives."""
+    import ctrlmem as cm
+
+    pages = []
+    for i, name in enumerate((HOSTILE_NAME, "benign-name")):
+        text = cm.build("1f1b", 2, 4).to_text().replace("schedule 1f1b", f"schedule {name}", 1)
+        if kind == "draw":
+            page = _html_of(cwd, ["draw", f"s{i}.txt", "-o", f"x{i}.html"], {f"s{i}.txt": text})
+        else:
+            page = _html_of(cwd, ["draw", "--state", f"s{i}.json", "-o", f"x{i}.html"],
+                            {f"s{i}.json": lambda p, n=name: state_file(p, name=n)})
+        if page is None:
+            return False, f"no page for {name!r}"
+        pages.append(page)
+    hostile, benign = (_page_tags(p) for p in pages)
+    ok = hostile == benign and "img" not in hostile and HOSTILE_NAME not in pages[0]
+    return ok, f"tags {dict(hostile - benign) or 'as benign'}; script elements {hostile['script']}"
+
+
+def char_device(cwd: Path):
+    """[7] export to a private null device node: it stays a character device."""
+    import stat
+
+    node = cwd / "null"
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except OSError as exc:
+        return True, f"skipped: no device node can be made here ({exc})"
+    rc, _, err = cli(["export", "1f1b", "--torch-csv", str(node)], cwd)
+    st = os.stat(node)
+    return rc == 0 and stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3), f"rc={rc} err={err.strip()[-200:]!r}"
+
+
+def fifo_target(cwd: Path):
+    """[7] a FIFO nobody reads as an output: refused at once, still a FIFO."""
+    import stat
+
+    os.mkfifo(cwd / "p.csv")
+    ok, detail = clean_cli(cli(["export", "1f1b", "--torch-csv", "p.csv"], cwd, 30), needle="no process reads")
+    return ok and stat.S_ISFIFO(os.stat(cwd / "p.csv").st_mode), detail
+
+
+def optimal_signal(cwd: Path, sig, want: int):
+    """[10] `ctrlmem optimal` signalled mid-search: the status at once, no result, nothing left."""
+    token = f"o{os.getpid()}{time.time()}"
+    env = {**os.environ, "CTRLMEM_PROBE": token}
+    proc = subprocess.Popen([PY, "-m", "ctrlmem.cli", "optimal", "-p", "8", "-m", "32", "--time-limit", "60"],
+                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    t0 = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        so, se = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return False, "did not end within 30 s"
+    took = time.monotonic() - t0
+    left = _descendants_alive(token)
+    ok = proc.returncode == want and took < 5 and not so and not left and len(se.strip().splitlines()) == 1
+    return ok, f"rc={proc.returncode} in {took:.1f} s, stdout {len(so)} chars, left={left}"
+
+
+def plan_atomic(cwd: Path):
+    """[11] plan past ``ulimit -f``: the old plan.csv stays, the line names it."""
+    import resource
+
+    args = ["plan", "--model", "9.6b", "--gpus", "8", "--gpu-memory-gb", "80", "--no-progress", "--schedules", "1f1b",
+            "--out", "o"]
+    rc, _, err = cli(args, cwd, 120)
+    old = (cwd / "o" / "plan.csv").read_bytes() if rc == 0 else b""
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (len(old) // 2, len(old) // 2))
+
+    # stdout to /dev/null: the limit must meet plan.csv, not the probe's file holding the printed table
+    proc = subprocess.run([PY, "-m", "ctrlmem.cli", *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True, timeout=120, preexec_fn=limit)
+    ok, detail = clean_cli((proc.returncode, "", proc.stderr), needle="plan.csv: file too large")
+    return bool(ok and old and (cwd / "o" / "plan.csv").read_bytes() == old), detail
+
+
+def round3_probes(d, add) -> None:
+    """Issue 31's classes: [6] script injection, [7] special files, [8] tracebacks, [9] unbounded,
+    [10] signals of `optimal`, [11] plan outputs, [12] silently accepted, [13] cm.plan's types."""
+    import ctrlmem as cm
+
+    add("[6] ctrlmem draw -o x.html of a hostile name", lambda: fast(injection(d("h1"), "draw")))
+    add("[6] draw --state -o r.html of a hostile name", lambda: fast(injection(d("h2"), "state")))
+    add("[7] export to a private char device: still a device", lambda: fast(char_device(d("k1"))))
+    add("[7] export to a FIFO nobody reads: refused at once", lambda: fast(fifo_target(d("k2"))))
+    for i, (klass, name, args, files, needle) in enumerate(ROUND3):
+        add(f"[{klass}] {name}", lambda a=args, f=files, n=needle, i=i: fast(clean_cli(cli(a, d(f"r3_{i}"), 60, files=f),
+                                                                                       needle=n)))
+    add("[10] optimal SIGINT: 130 at once, no result", lambda: optimal_signal(d("g1"), signal.SIGINT, 130))
+    add("[10] optimal SIGTERM: 143 at once, no result", lambda: optimal_signal(d("g2"), signal.SIGTERM, 143))
+    add("[11] plan past ulimit -f keeps the old plan.csv", lambda: plan_atomic(d("o1")))
+    for name, kwargs, needle in PLAN_API:
+        call = {"model": "9.6b", "gpus": 8, "gpu_memory_gb": 80, "progress": False, "schedules": "1f1b", **kwargs}
+        add(f"[13] cm.plan({name})", lambda c=call, n=needle: api(lambda: cm.plan(**c), needle=n, accept=n is None))
+
+
 def _descendants_alive(token: str) -> list[int]:
     import psutil
 
@@ -619,7 +751,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--faults", action="store_true", help="also run the (slow) process fault probes")
     ap.add_argument("-v", "--verbose", action="store_true")
-    ap.add_argument("-k", default=None, help="run only the probes whose name contains this text")
+    ap.add_argument("-k", action="append", default=None,
+                    help="run only the probes whose name contains this text (repeatable: any of them)")
     args = ap.parse_args()
     before = checkout_state()
     tmp = Path(tempfile.mkdtemp(prefix="ctrlmem-probe-"))
@@ -628,7 +761,7 @@ def main() -> int:
     timings: list[tuple[float, float, str]] = []  # (wall s, peak RSS MiB of its processes, name)
     try:
         for name, fn in probes(tmp, args.faults):
-            if args.k and args.k not in name:
+            if args.k and not any(k in name for k in args.k):
                 continue
             MEASURED.clear()
             t0 = time.monotonic()

@@ -14,6 +14,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
+
 # A child forked from a large process would count that process's memory in its peak RSS (the
 # kernel keeps the high-water mark across exec): a command starts from this small wrapper, which
 # forks it and writes the command's own peak (``wait4``, KiB) into the file named by its first
@@ -153,3 +155,137 @@ def fill(folder):
             pass
     os.close(fd)
 '''
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 31 (round 3): the surfaces added since issue 20 — explorer state files and HTML reports,
+# `ctrlmem plan` and its outputs, `--memory-gb` — as one table of command-line probes. Each row:
+# (class, id, ``ctrlmem`` arguments, files to create (name -> text, or a function making the file at
+# a path), text the one error line holds). Every row must answer with exit status 2 and that line,
+# within the probes' time and memory limits. The classes are the issue's: [6] script injection is
+# checked by tests/test_htmlsafe.py (it needs a page, not an error line) and the [6] rows of
+# scripts/probe_inputs.py; [10] signals by their own probes.
+
+HOSTILE_NAME = "</script><script>alert(1)</script><img/src=x/onerror=alert(2)>"
+"""A schedule name that closes a script element and opens an element of its own."""
+
+
+def state_file(path: Path, **change) -> None:
+    """A valid explorer state (1F1B, p = 2, m = 4) written to ``path``, with ``change`` applied
+    to its top level (``orders=[]``...); ``bomb=N`` replaces the order's text by zlib data that
+    inflates to N bytes; ``name=`` renames the order's schedule."""
+    import base64
+    import json
+    import zlib
+
+    from ctrlmem.explorer import views as V
+
+    view = V.compute(V.Settings(schedules=("1f1b",), num_devices=2, num_microbatches=4))
+    data = V.state_dict(view)
+    bomb, name = change.pop("bomb", None), change.pop("name", None)
+    rec = data["orders"]["1f1b"]
+    if bomb is not None:
+        rec.pop("text")
+        z, chunk = zlib.compressobj(9), b"a" * (1 << 20)  # a MiB at a time: the maker stays small
+        data_z = b"".join(z.compress(chunk) for _ in range(bomb >> 20)) + z.compress(b"a" * (bomb % (1 << 20)))
+        rec["text_zlib_base64"] = base64.b64encode(data_z + z.flush()).decode()
+    if name is not None:
+        rec["text"] = rec["text"].replace("schedule 1f1b", f"schedule {name}", 1)
+        data["orders"] = {name: rec}
+    data.update(change)
+    path.write_text(json.dumps(data))
+
+
+def _fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _sparse_300mb(path: Path) -> None:
+    os.truncate(path, 300 << 20)
+
+
+def _replay_without(key: str):
+    def make(path: Path) -> None:
+        import json
+
+        from ctrlmem.model.replayfile import default_replay_path
+
+        data = json.loads(default_replay_path().read_text())
+        data["rows"][0].pop(key)
+        path.write_text(json.dumps(data))
+    return make
+
+
+_SETTINGS = {"schedules": ["1f1b"], "num_devices": 2, "num_microbatches": 4}
+_NOT_ZLIB = {"orders": {"1f1b": {"name": "1f1b", "text_zlib_base64": "bm90IHpsaWI="}}}
+_PLAN = ["plan", "--model", "9.6b", "--gpus", "8", "--gpu-memory-gb", "80", "--no-progress"]
+
+ROUND3 = [
+    # [8] each traceback of the issue, one line now
+    ("8", "plan --gpu-memory-gb 1e308", _PLAN[:5] + ["--gpu-memory-gb", "1e308"], {}, "--gpu-memory-gb: must be at most"),
+    ("8", "simulate --memory-gb --tp 0", ["simulate", "v-shape", "--memory-gb", "5", "--model", "9.6b", "--tp", "0"], {},
+     "--tp: must be a positive integer"),
+    ("8", "draw --state nested 200,000 deep", ["draw", "--state", "s.json", "-o", "r.html"],
+     {"s.json": "[" * 200_000 + "]" * 200_000}, "more than 64 deep"),
+    ("8", "--param of 100,000 [", ["simulate", "interleaved-1f1b", "--param", "num_chunks=" + "[" * 100_000], {},
+     "more than 64 deep"),
+    ("8", "state whose orders is a list", ["draw", "--state", "s.json", "-o", "r.html"],
+     {"s.json": lambda p: state_file(p, orders=[])}, "must be objects"),
+    ("8", "state whose order is a string", ["draw", "--state", "s.json", "-o", "r.html"],
+     {"s.json": lambda p: state_file(p, orders={"1f1b": "x"})}, "must be an object"),
+    ("8", "text_zlib_base64 that is not zlib", ["draw", "--state", "s.json", "-o", "r.html"],
+     {"s.json": lambda p: state_file(p, **_NOT_ZLIB)}, "not zlib-compressed"),
+    # [9] unbounded before
+    ("9", "plan --gpus 963761198400", _PLAN[:3] + ["--gpus", "963761198400", "--gpu-memory-gb", "80"], {},
+     "--gpus: must be at most 1000000"),
+    ("9", "state inflating to 512 MiB", ["draw", "--state", "s.json", "-o", "r.html"],
+     {"s.json": lambda p: state_file(p, bomb=512 << 20)}, "inflates to more than"),
+    ("9", "300 MB state read unread", ["draw", "--state", "s.json", "-o", "r.html"], {"s.json": _sparse_300mb},
+     "larger than 67,108,864 bytes"),
+    ("9", "draw -p 100000 (a 35 s, multi-GB raster before)", ["draw", "1f1b", "-p", "100000", "-m", "4", "-o", "x.html"],
+     {}, "a figure draws at most 4,096 devices"),
+    ("9", "state with p = 100000", ["draw", "--state", "s.json", "-o", "r.html"],
+     {"s.json": lambda p: state_file(p, orders={}, settings={**_SETTINGS, "num_devices": 100_000})},
+     "more than the 4,096 devices"),
+    ("9", "FIFO as a state", ["draw", "--state", "s.json", "-o", "r.html"], {"s.json": _fifo}, "(a FIFO)"),
+    ("9", "FIFO as a replay", ["reproduce", "--only", "gpu-replay", "--replay", "r.json", "--out", "o"],
+     {"r.json": _fifo}, "(a FIFO)"),
+    # [11] plan outputs checked before the work
+    ("11", "--emit into a folder with the user's schedule.csv", _PLAN + ["--emit", "e"], {"e/schedule.csv": "mine"},
+     "ctrlmem did not write it; pass --force"),
+    ("11", "--emit FILE", _PLAN + ["--emit", "f"], {"f": "x"}, "is a file, not a folder"),
+    ("11", "--emit ''", _PLAN + ["--emit", ""], {}, "--emit is empty"),
+    ("11", "--out FILE", _PLAN + ["--out", "f"], {"f": "x"}, "is a file, not a folder"),
+    ("11", "--out holding the user's plan.csv", _PLAN + ["--out", "o"], {"o/plan.csv": "mine"}, "pass --force"),
+    # [12] silently accepted or unclear before
+    ("12", "--memory-gb --microbatch-size 0",
+     ["simulate", "v-shape", "--memory-gb", "5", "--model", "9.6b", "--microbatch-size", "0"], {},
+     "--microbatch-size: must be a positive integer"),
+    ("12", "plan --microbatch-sizes 1000000000", _PLAN + ["--microbatch-sizes", "1000000000"], {},
+     "microbatch_sizes must be at most"),
+    ("12", "replay row without peak_alloc_bytes", _PLAN + ["--allocator-margin", "r.json"],
+     {"r.json": _replay_without("peak_alloc_bytes")}, "lacks peak_alloc_bytes"),
+    ("12", "FIFO as --costs-from", _PLAN + ["--costs-from", "c.json"], {"c.json": _fifo}, "(a FIFO)"),
+    ("12", "--tp -2 named as --tp", ["simulate", "v-shape", "--memory-gb", "5", "--model", "9.6b", "--tp", "-2"], {},
+     "--tp: must be a positive integer"),
+    ("12", "a state's style reaching the plot unchecked", ["draw", "--state", "s.json", "-o", "r.html"],
+     {"s.json": lambda p: state_file(p, style={"diagram": {"colors": {"x": 1}}})}, "must be a number, text or a bool"),
+    ("12", "plan --top 0", _PLAN + ["--top", "0"], {}, "--top: must be a positive integer"),
+    ("12", "plan --reserve-gb -1", _PLAN + ["--reserve-gb", "-1"], {}, "--reserve-gb: must be >= 0"),
+]
+
+#: cm.plan's arguments (issue 31, [13]): (id, keyword arguments over gpus=8, gpu_memory_gb=80, text the
+#: ValueError / TypeError holds, or None where the call must be accepted).
+PLAN_API = [
+    ("gpus=np.int64(8) accepted", {"gpus": np.int64(8)}, None),
+    ("costs={'kind': 'layers'}", {"costs": {"kind": "layers"}}, "lacks f, b, w"),
+    ("schedules=123", {"schedules": 123}, "schedules must be names"),
+    ("flash_attention='no'", {"flash_attention": "no"}, "flash_attention must be True or False"),
+    ("gpus=True", {"gpus": True}, "gpus must be a positive integer"),
+    ("gpus=10**12", {"gpus": 10**12}, "gpus must be at most"),
+    ("gpu_memory_gb=inf", {"gpu_memory_gb": float("inf")}, "gpu_memory_gb must be a finite number"),
+    ("tp=[0]", {"tp": [0]}, "tp must be a positive integer"),
+    ("microbatch_sizes=np.int64(2) accepted", {"microbatch_sizes": np.int64(2)}, None),
+    ("exhaustive='yes'", {"exhaustive": "yes"}, "exhaustive must be True or False"),
+]

@@ -260,7 +260,7 @@ def test_a100_costs_equal_the_paper_cost_model():
     (dict(model="9.7b"), "unknown model '9.7b'"),
     (dict(model="custom"), "custom model needs layers, hidden, heads"),
     (dict(gpus=0), "gpus must be a positive integer"),
-    (dict(gpu_memory_gb=-1), "gpu_memory_gb must be a positive number"),
+    (dict(gpu_memory_gb=-1), "gpu_memory_gb must be > 0"),
     (dict(schedules=["v-haf"]), "unknown schedule 'v-haf'"),
     (dict(schedules=["v-half@0.5"]), "takes no @LIMIT"),
     (dict(schedules=["zb@x"]), "must be a number"),

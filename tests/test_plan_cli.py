@@ -58,8 +58,8 @@ def test_plan_json_output(capsys):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--gpus", "0", "--gpu-memory-gb", "80"], "gpus must be a positive integer"),
-    (["--gpus", "8", "--gpu-memory-gb", "0"], "gpu_memory_gb must be a positive number"),
+    (["--gpus", "0", "--gpu-memory-gb", "80"], "--gpus: must be a positive integer"),
+    (["--gpus", "8", "--gpu-memory-gb", "0"], "--gpu-memory-gb: must be > 0"),
     (["--gpus", "8", "--gpu-memory-gb", "80", "--costs-from", "nofile.json"], "no such file"),
     (["--gpus", "8", "--gpu-memory-gb", "80", "--model", "custom"], "custom model needs layers, hidden, heads"),
     (["--gpus", "8", "--gpu-memory-gb", "80", "--distributed-optimizer", "maybe"], "yes, no or both"),
@@ -188,7 +188,7 @@ def test_memory_gb_budget_is_met(gb, capsys):
 @pytest.mark.parametrize("args,needle", [
     (["simulate", "v-shape", "--memory-gb", "20"], "--memory-gb needs --model"),
     (["simulate", "v-shape", "--memory-gb", "20", "--model", "9.6b", "--memory-limit", "0.5"], "not both"),
-    (["simulate", "v-shape", "--memory-gb", "-1", "--model", "9.6b"], "positive number of GB"),
+    (["simulate", "v-shape", "--memory-gb", "-1", "--model", "9.6b"], "--memory-gb: must be > 0"),
     (["draw", "v-shape", "--memory-gb", "20", "--model", "9.7b", "-o", "x.html"], "unknown model '9.7b'"),
     (["export", "v-shape", "--microbatch-size", "2"], "give --model too"),
 ])

@@ -24,6 +24,7 @@ from ctrlmem.solver.improve import improve
 import math
 from ctrlmem.model.levers import lever_mode, offload_choice
 from ctrlmem.schedules.registry import apply_levers
+from ctrlmem.util.userfile import MAX_JSON_DEPTH, nesting_depth
 
 __all__ = ["CliError", "Terminated", "Parser", "add_schedule_arguments", "add_memory_gb_arguments",
            "apply_memory_gb", "parse_params", "schedule_from_args", "os_error_message",
@@ -79,8 +80,9 @@ def int_arg(minimum: int = 1, maximum: int | None = None, what: str = ""):
     return parse
 
 
-def float_arg(positive: bool = True, maximum: float | None = None, what: str = ""):
-    """An argparse ``type``: a finite number (``> 0`` when ``positive``; ``<= maximum``)."""
+def float_arg(positive: bool = True, maximum: float | None = None, what: str = "", minimum: float | None = None):
+    """An argparse ``type``: a finite number (``> 0`` when ``positive``; ``>= minimum``;
+    ``<= maximum``)."""
 
     extra = f" ({what})" if what else ""
 
@@ -93,6 +95,8 @@ def float_arg(positive: bool = True, maximum: float | None = None, what: str = "
             raise argparse.ArgumentTypeError(f"must be a finite number{extra}, got {text!r}")
         if positive and not value > 0:
             raise argparse.ArgumentTypeError(f"must be > 0{extra}, got {text!r}")
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum:g}{extra}, got {text!r}")
         if maximum is not None and value > maximum:
             raise argparse.ArgumentTypeError(f"must be at most {maximum:g}{extra}, got {text!r}")
         return value
@@ -172,14 +176,14 @@ def add_memory_gb_arguments(parser: argparse.ArgumentParser) -> None:
     """``--memory-gb`` beside ``--memory-limit``, with the model it needs to convert GB into a
     fraction of 1F1B's peak (:func:`ctrlmem.planner.gb.memory_limit_from_gb`)."""
     group = parser.add_argument_group("memory in GB (instead of --memory-limit)")
-    group.add_argument("--memory-gb", type=float, default=None,
+    group.add_argument("--memory-gb", type=float_arg(maximum=1e6, what="GB"), default=None,
                        help="activation budget per device in GB for --model (converted to a fraction of 1F1B's peak)")
     group.add_argument("--model", default=None, help="paper model for --memory-gb and GB output: 9.6b, 21b, 38.5b, "
                                                      "98.5b")
-    group.add_argument("--microbatch-size", type=int, default=None,
+    group.add_argument("--microbatch-size", type=int_arg(1, 1_000_000), default=None,
                        help="sequences per microbatch for --model (default: the paper's, 4 / 2 / 1 / 1)")
-    group.add_argument("--seq-len", type=int, default=None, help="sequence length for --model (default 1024)")
-    group.add_argument("--tp", type=int, default=1, help="tensor-parallel degree for --model (default 1)")
+    group.add_argument("--seq-len", type=int_arg(1, 10_000_000), default=None, help="sequence length for --model (default 1024)")
+    group.add_argument("--tp", type=int_arg(1, 1_000_000), default=1, help="tensor-parallel degree for --model (default 1)")
 
 
 def apply_memory_gb(args: argparse.Namespace, name: str | None = None) -> str | None:
@@ -229,10 +233,16 @@ def parse_params(items: Sequence[str]) -> dict[str, object]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise CliError(f"--param expects KEY=VALUE, got {item!r}")
+        too_deep = CliError(f"--param {key[:40]}: the value nests lists / objects more than {MAX_JSON_DEPTH} deep; "
+                            "give a number, text or a short list")
         try:
             params[key] = json.loads(value)
         except json.JSONDecodeError:
             params[key] = value
+        except RecursionError:
+            raise too_deep from None
+        if nesting_depth(params[key]) > MAX_JSON_DEPTH:
+            raise too_deep
     return params
 
 

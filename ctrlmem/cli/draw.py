@@ -129,6 +129,11 @@ def _cmd_draw(args: argparse.Namespace) -> int:
         return _cmd_draw_state(args)
     if not args.name:
         raise CliError("give a schedule name (see `ctrlmem list`) or a schedule file, or --state FILE")
+    from ctrlmem.plots.figures import MAX_DRAWN_DEVICES  # noqa: PLC0415 - imports plotly; loaded on first drawing, not with ctrlmem --help
+
+    if args.devices > MAX_DRAWN_DEVICES:  # said before a schedule that large is built
+        raise CliError(f"-p {args.devices}: a figure draws at most {MAX_DRAWN_DEVICES:,} devices; simulate it instead "
+                       "(ctrlmem simulate)")
     if args.view == "explorer":
         raise CliError("--view explorer draws an explorer state file: add --state FILE")
     text = apply_memory_gb(args)

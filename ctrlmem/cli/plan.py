@@ -10,11 +10,11 @@ import math
 import os
 import sys
 
-from ctrlmem.planner.core import DEFAULT_SCHEDULES
-from ctrlmem.cli.args import CliError
-from ctrlmem.planner.core import plan
-from ctrlmem.planner.emit import emit
+from ctrlmem.cli.args import CliError, float_arg, int_arg
+from ctrlmem.planner.core import DEFAULT_SCHEDULES, MAX_GPU_MEMORY_GB, MAX_GPUS, plan
+from ctrlmem.planner.emit import EMIT_FILES, emit
 from ctrlmem.planner.sources import LayerCosts, cost_source
+from ctrlmem.util.fileio import atomic_write, check_output_folder, make_output_folder, record_outputs
 
 __all__ = ["add_commands", "format_table", "write_plan"]
 
@@ -72,19 +72,33 @@ def winner_memory(df) -> str:
             + ("" if recv else f" (receive buffers {r['recv_gb']:.1f} GB inside the measured margin)"))
 
 
-def write_plan(df, out_dir: str) -> tuple[str, str]:
+PLAN_FILES = ("plan.csv", "plan.json")
+"""What :func:`write_plan` writes into its folder."""
+
+
+def write_plan(df, out_dir: str, force: bool = False) -> tuple[str, str]:
     """``out_dir/plan.csv`` (every row) and ``out_dir/plan.json`` (settings, assumptions, notes
-    and every row)."""
-    os.makedirs(out_dir, exist_ok=True)
+    and every row), each atomically (a failed write keeps the old file and names it); a file of
+    those names that ctrlmem did not write is refused unless ``force``."""
+
+    check_output_folder(out_dir, PLAN_FILES, force, "--out")
+    make_output_folder(out_dir)
     csv_path, json_path = os.path.join(out_dir, "plan.csv"), os.path.join(out_dir, "plan.json")
-    df.to_csv(csv_path, index=False)
+    atomic_write(csv_path, df.to_csv(index=False))
     payload = {k: df.attrs.get(k) for k in ("settings", "assumptions", "notes", "skipped", "seconds", "builds",
                                            "build_hits", "build_s")}
     payload["rows"] = json.loads(df.to_json(orient="records"))
-    with open(json_path, "w") as fh:
-        json.dump(payload, fh, indent=1)
-        fh.write("\n")
+    atomic_write(json_path, json.dumps(payload, indent=1) + "\n")
+    record_outputs(out_dir, PLAN_FILES)
     return csv_path, json_path
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """``--out`` and ``--emit``, checked before the plan runs (a file where a folder goes, a
+    read-only folder, a user's file in the way without ``--force``, an empty name)."""
+    check_output_folder(args.out, PLAN_FILES, args.force, "--out")
+    if args.emit is not None:
+        check_output_folder(args.emit, EMIT_FILES, args.force, "--emit")
 
 
 def _yes_no_both(text: str):
@@ -101,6 +115,7 @@ def _yes_no_both(text: str):
 
 def _cmd_plan(args: argparse.Namespace) -> int:
 
+    _check_outputs(args)
     source = cost_source(args.costs_from, p2p_gbs=args.p2p_gbs)
     if args.peak_tflops is not None:
         if not isinstance(source, LayerCosts):
@@ -111,8 +126,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if allocator not in ("replay", None) and not os.path.isfile(allocator):
         raise CliError(f"--allocator-margin {allocator!r}: give replay (the shipped H200 measurement), none, or a "
                        "replay.json that `ctrlmem replay` wrote")
-    if args.top < 1:
-        raise CliError(f"--top must be >= 1, got {args.top}")
     df = plan(args.model, args.gpus, args.gpu_memory_gb, args.global_batch, costs=source, seq_len=args.seq_len,
               layers=args.layers, hidden=args.hidden, heads=args.heads, vocab=args.vocab, schedules=args.schedules,
               microbatch_sizes=args.microbatch_sizes, tp=args.tp, pp=args.pp, min_pp=args.min_pp,
@@ -160,10 +173,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             print(f"  - {line}")
         if a["skipped"]:
             print("not planned: " + "; ".join(a["skipped"]))
-    csv_path, json_path = write_plan(df, args.out)
+    csv_path, json_path = write_plan(df, args.out, args.force)
     print(f"wrote {csv_path} and {json_path}", file=sys.stderr if args.json else sys.stdout)
-    if args.emit:
-        paths = emit(df, args.emit, torchtitan=args.emit_torchtitan, tt_module=args.torchtitan_module,
+    if args.emit is not None:
+        paths = emit(df, args.emit, force=args.force, torchtitan=args.emit_torchtitan, tt_module=args.torchtitan_module,
                      tt_config=args.torchtitan_config)
         print("wrote " + ", ".join(v for k, v in paths.items() if k != "row") + " (the fastest configuration that fits)",
               file=sys.stderr if args.json else sys.stdout)
@@ -189,19 +202,19 @@ def add_commands(subparsers) -> None:
                    help="a paper preset (9.6b, 21b, 38.5b, 98.5b), the path of a Hugging Face config.json (Llama, "
                         "Mistral, Qwen2/3, Mixtral, Qwen-MoE, DeepSeek-V2/V3), or 'custom' with --layers/--hidden/"
                         "--heads (default 98.5b)")
-    p.add_argument("--layers", type=int, default=None, help="transformer layers (custom model, or override)")
-    p.add_argument("--hidden", type=int, default=None, help="hidden size (custom model, or override)")
-    p.add_argument("--heads", type=int, default=None, help="attention heads (custom model, or override)")
-    p.add_argument("--vocab", type=int, default=None, help="vocabulary (default 50257)")
-    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default 1024)")
-    p.add_argument("--gpus", type=int, required=True, help="number of GPUs N (DP × TP × PP = N)")
-    p.add_argument("--gpu-memory-gb", type=float, required=True, help="memory of one GPU, GB (1e9 bytes)")
-    p.add_argument("--global-batch", type=int, default=None,
+    p.add_argument("--layers", type=int_arg(1, 1_000_000), default=None, help="transformer layers (custom model, or override)")
+    p.add_argument("--hidden", type=int_arg(1, 10_000_000), default=None, help="hidden size (custom model, or override)")
+    p.add_argument("--heads", type=int_arg(1, 1_000_000), default=None, help="attention heads (custom model, or override)")
+    p.add_argument("--vocab", type=int_arg(1, 100_000_000), default=None, help="vocabulary (default 50257)")
+    p.add_argument("--seq-len", type=int_arg(1, 10_000_000), default=None, help="sequence length (default 1024)")
+    p.add_argument("--gpus", type=int_arg(1, MAX_GPUS), required=True, help="number of GPUs N (DP × TP × PP = N)")
+    p.add_argument("--gpu-memory-gb", type=float_arg(maximum=MAX_GPU_MEMORY_GB, what="GB"), required=True, help="memory of one GPU, GB (1e9 bytes)")
+    p.add_argument("--global-batch", type=int_arg(1, 100_000_000), default=None,
                    help="sequences per step (default: the paper's for its presets)")
     p.add_argument("--costs-from", default="a100",
                    help="a100 (the paper's A100 cost model, default), h200 (the shipped H200 rank replay), a "
                         "replay.json of `ctrlmem replay`, or F,B,W[,HOP]: seconds per layer and sequence, hop seconds")
-    p.add_argument("--peak-tflops", type=float, default=None, help="GPU peak for MFU with per-layer costs")
+    p.add_argument("--peak-tflops", type=float_arg(maximum=1e9, what="TFLOP/s"), default=None, help="GPU peak for MFU with per-layer costs")
     p.add_argument("--schedules", default=",".join(DEFAULT_SCHEDULES),
                    help="comma-separated schedules; NAME@X fixes a budgeted one's limit (zb@1.0 = ZB-1P); "
                         "v-shape / zb alone take the budget the remaining memory allows")
@@ -209,18 +222,18 @@ def add_commands(subparsers) -> None:
                                                             "replayed ones)")
     p.add_argument("--tp", default=None, help="comma-separated TP candidates (default 1,2,4,8 within a node)")
     p.add_argument("--pp", default=None, help="comma-separated PP candidates (default every divisor >= --min-pp)")
-    p.add_argument("--min-pp", type=int, default=2, help="smallest pipeline (default 2)")
+    p.add_argument("--min-pp", type=int_arg(1, MAX_GPUS), default=2, help="smallest pipeline (default 2)")
     p.add_argument("--distributed-optimizer", default="yes",
                    help="yes (default: optimizer states sharded over DP), no, or both")
     p.add_argument("--no-flash-attention", action="store_true",
                    help="activation 34·h + 5·heads·s bytes per layer and token (default 34·h, FlashAttention)")
     p.add_argument("--allocator-margin", default="replay",
                    help="replay (measured on the shipped H200 replay, default), none, or a replay.json")
-    p.add_argument("--reserve-gb", type=float, default=0.0,
+    p.add_argument("--reserve-gb", type=float_arg(False, MAX_GPU_MEMORY_GB, "GB", minimum=0.0), default=0.0,
                    help="GB per GPU for the CUDA context, NCCL buffers, fragmentation (default 0)")
-    p.add_argument("--dp-gbs", type=float, default=25.0, help="data-parallel gradient bandwidth, GB/s (default 25)")
-    p.add_argument("--p2p-gbs", type=float, default=None, help="pipeline hop bandwidth, GB/s (default 25)")
-    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (TP stays within one; default 8)")
+    p.add_argument("--dp-gbs", type=float_arg(maximum=1e9, what="GB/s"), default=25.0, help="data-parallel gradient bandwidth, GB/s (default 25)")
+    p.add_argument("--p2p-gbs", type=float_arg(maximum=1e9, what="GB/s"), default=None, help="pipeline hop bandwidth, GB/s (default 25)")
+    p.add_argument("--gpus-per-node", type=int_arg(1, MAX_GPUS), default=8, help="GPUs per node (TP stays within one; default 8)")
     p.add_argument("--layer-split", default="auto", choices=["auto", "balanced", "even"],
                    help="layers per stage: balanced (the busiest device's time, embedding and head included), even "
                         "(torchtitan's rule) or auto (balanced for a config.json model, even for the presets)")
@@ -229,16 +242,16 @@ def add_commands(subparsers) -> None:
     p.add_argument("--recompute", default="auto",
                    help="comma-separated levers among none, selective, full (default auto: none,full for a config.json "
                         "model, none for the presets)")
-    p.add_argument("--nvlink-gbs", type=float, default=150.0,
+    p.add_argument("--nvlink-gbs", type=float_arg(maximum=1e9, what="GB/s"), default=150.0,
                    help="MoE all-to-all bandwidth per GPU within a node, GB/s (default 150)")
-    p.add_argument("--ib-gbs", type=float, default=25.0,
+    p.add_argument("--ib-gbs", type=float_arg(maximum=1e9, what="GB/s"), default=25.0,
                    help="MoE all-to-all bandwidth per GPU across nodes, GB/s (default 25)")
     p.add_argument("--exhaustive", action="store_true",
                    help="simulate every configuration that fits (default: skip those whose no-bubble bound cannot "
                         "beat their schedule's best, marked bounded)")
-    p.add_argument("--per-schedule", type=int, default=1,
+    p.add_argument("--per-schedule", type=int_arg(1, 1_000_000), default=1,
                    help="configurations per schedule guaranteed simulated and ranked exactly (default 1: its best)")
-    p.add_argument("--top", type=int, default=15, help="rows to print (default 15)")
+    p.add_argument("--top", type=int_arg(1, 1_000_000), default=15, help="rows to print (default 15)")
     p.add_argument("--out", default="build/plan", help="folder for plan.csv and plan.json (default build/plan)")
     p.add_argument("--emit", metavar="DIR", default=None,
                    help="write the winner's schedule.csv, torchtitan.sh (torchtitan 0.3.0 launch), megatron.txt and "
@@ -251,6 +264,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("--torchtitan-config", default=None,
                    help="torchtitan config function in that module (default: llama3_8b / llama3_70b / llama3_405b "
                         "for those Llama 3 shapes, else llama3_8b as a stand-in the script says to replace)")
+    p.add_argument("--force", action="store_true",
+                   help="replace files in --out / --emit that ctrlmem did not write there (refused by default)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON instead of the table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_plan)

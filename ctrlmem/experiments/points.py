@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from ctrlmem.model.simulate import simulate
 from ctrlmem.schedules import SCHEDULES
 import importlib
 import importlib.util
+from ctrlmem.util.userfile import read_json
 
 
 
@@ -49,11 +51,13 @@ def measured_costs(path: str | Path, num_devices: int) -> tuple[Costs, str]:
     """Full device-stage ``Costs`` from a ``ctrlmem run`` ``result.json`` (its ``measured_costs``):
     the measured per-stage times summed over stages and divided by ``num_devices``, so a
     measurement of one schedule prices another placement of the same model."""
+
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise ValueError(f"costs='result:{path}': no such file; give the result.json a `ctrlmem run` wrote")
-    c = json.loads(path.read_text()).get("measured_costs")
-    if not c:
+    data = read_json(path, "result file", fix="give the result.json a `ctrlmem run` wrote")
+    c = data.get("measured_costs") if isinstance(data, dict) else None
+    if not isinstance(c, dict) or any(k not in c for k in ("f", "b", "w")):
         raise ValueError(f"{path} has no measured_costs; rerun `ctrlmem run` with --steps 1 or more")
     total = {k: sum(c[k]) if isinstance(c[k], list) else float(c[k]) for k in ("f", "b", "w")}
     if total["w"] == 0:

@@ -384,6 +384,10 @@ class BackgroundBuilds:
 def _main(argv: Sequence[str]) -> None:  # pragma: no cover  (the worker's entry point)
     from multiprocessing.connection import Connection  # noqa: PLC0415
 
+    if len(argv) != 3 or not all(str(x).isdigit() for x in argv):
+        sys.stderr.write("ctrlmem.explorer.background: error: this is the explorer's background worker, started by "
+                         "the explorer with three numbers (FD_IN FD_OUT PARENT_PID); it is not a command to run\n")
+        raise SystemExit(2)
     fd_in, fd_out, parent = (int(x) for x in argv)
     _worker_main(Connection(fd_in, writable=False), Connection(fd_out, readable=False), parent)
 

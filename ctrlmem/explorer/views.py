@@ -44,6 +44,7 @@ from ctrlmem.plots import figures as plot
 from ctrlmem.explorer.background import Job, improved_name
 from ctrlmem.model.costs import Costs
 from ctrlmem.util.fileio import atomic_write, make_output_folder
+from ctrlmem.util.htmlsafe import script_json
 from ctrlmem.model.ir import Schedule
 from ctrlmem.schedules import SCHEDULES, build
 from ctrlmem.model.simulate import SimResult, simulate
@@ -171,8 +172,9 @@ class Settings:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "Settings":
-        """The inverse of :meth:`to_dict`; unknown keys are an error naming them."""
+    def from_dict(cls, data: Mapping, budget: list[int] | None = None) -> "Settings":
+        """The inverse of :meth:`to_dict`; unknown keys are an error naming them (``budget``:
+        what is left of :data:`MAX_STATE_TEXT` for loaded files' text)."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -183,7 +185,10 @@ class Settings:
         if "stage_weights" in values:
             values["stage_weights"] = tuple(float(x) for x in values["stage_weights"])
         if "loaded" in values:
-            values["loaded"] = tuple(_schedule_from_record(x) for x in values["loaded"])
+            if not isinstance(values["loaded"], (list, tuple)):
+                raise ValueError(f"settings: loaded must be a list of schedule records, got "
+                                 f"{type(values['loaded']).__name__}")
+            values["loaded"] = tuple(_schedule_from_record(x, budget) for x in values["loaded"])
         return cls(**values)
 
 
@@ -830,14 +835,99 @@ def _schedule_record(schedule: Schedule, **extra) -> dict:
     return record
 
 
-def _schedule_from_record(record: Mapping) -> Schedule:
+MAX_STATE_BYTES = 64 << 20
+"""Largest state file (or HTML report) read: a p = 32, m = 256 state is about 150 kB."""
+
+MAX_STATE_TEXT = 32 << 20
+"""Most schedule text one state may hold once inflated, all its orders together (a schedule of
+:data:`ctrlmem.model.ir.MAX_PASSES` passes is about 16 MB of text)."""
+
+
+def _schedule_from_record(record: Mapping, budget: list[int] | None = None) -> Schedule:
+    """The schedule of a state record; ``budget`` (one number, in a list) is what is left of
+    :data:`MAX_STATE_TEXT`, and shrinks by this record's text."""
+    from ctrlmem.util.userfile import b64_inflate  # noqa: PLC0415
+
+    if not isinstance(record, Mapping):
+        raise ValueError(f"state file: a schedule record must be an object with 'name' and 'text', got "
+                         f"{type(record).__name__}; save the state again")
+    name = str(record.get("name"))[:40]
+    left = MAX_STATE_TEXT if budget is None else budget[0]
     if "text" in record:
         text = record["text"]
+        if not isinstance(text, str):
+            raise ValueError(f"state file: the text of {name!r} must be text, got {type(text).__name__}")
     elif "text_zlib_base64" in record:
-        text = zlib.decompress(base64.b64decode(record["text_zlib_base64"])).decode("utf-8")
+        raw = b64_inflate(record["text_zlib_base64"], f"state file: the text_zlib_base64 of {name!r}", left)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"state file: the text of {name!r} is not UTF-8 text") from None
     else:
-        raise ValueError(f"schedule record {record.get('name')!r} has no 'text' or 'text_zlib_base64'")
+        raise ValueError(f"schedule record {name!r} has no 'text' or 'text_zlib_base64'")
+    if len(text) > left:
+        raise ValueError(f"state file: its schedules hold more than {MAX_STATE_TEXT:,} characters of text, more "
+                         f"than any state the explorer saves")
+    if budget is not None:
+        budget[0] -= len(text)
     return Schedule.from_text(text)
+
+
+def _state_text(source) -> str:
+    """The JSON text of a state (a path, the text itself or its bytes), out of an HTML report
+    when it is one; read through :func:`ctrlmem.util.userfile.read_text` (a regular file of at
+    most :data:`MAX_STATE_BYTES`)."""
+    from ctrlmem.util.userfile import read_text  # noqa: PLC0415
+
+    if isinstance(source, (bytes, bytearray)):
+        try:
+            text = bytes(source).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError("not a ctrlmem state file (not UTF-8 text)") from None
+    elif isinstance(source, str) and source.lstrip().startswith("{"):
+        text = source
+    else:
+        text = read_text(source, "state file", MAX_STATE_BYTES, fix="give a state the explorer saved")
+    if len(text) > MAX_STATE_BYTES:
+        raise ValueError(f"state text of {len(text):,} characters is more than a state file can be")
+    if text.lstrip()[:15].lower().startswith("<!doctype html"):  # an HTML report: the state inside it
+        start = text.find("<script type='application/json' id='ctrlmem-state'>")
+        if start < 0:
+            raise ValueError("an HTML file without a ctrlmem state inside (not an explorer report)")
+        start = text.index(">", start) + 1
+        end = text.find("</script>", start)
+        text = text[start:end if end >= 0 else len(text)]  # JSON reads the escapes it was written with
+    return text
+
+
+_STYLE_PARTS = ("diagram", "memory")
+
+
+def _check_style(style) -> dict:
+    """A state's figure style: ``{"diagram": {...}, "memory": {...}}`` whose keys are keyword
+    arguments of :func:`~ctrlmem.plots.figures.schedule_spec` / ``memory_spec`` and whose values
+    are JSON scalars; ``ValueError`` names the first that is not."""
+    import inspect  # noqa: PLC0415
+
+    if style is None:
+        return {}
+    if not isinstance(style, Mapping):
+        raise ValueError(f"state file: 'style' must be an object, got {type(style).__name__}")
+    for part, options in style.items():
+        if part not in _STYLE_PARTS:
+            continue  # written by a newer explorer (and "label_width" hints): not passed to a plot
+        if not isinstance(options, Mapping):
+            raise ValueError(f"state file: style[{part!r}] must be an object, got {type(options).__name__}")
+        fn = plot.schedule_spec if part == "diagram" else plot.memory_spec
+        known = [k for k, v in inspect.signature(fn).parameters.items() if v.kind is v.KEYWORD_ONLY]
+        for key, value in options.items():
+            if key not in known:
+                raise ValueError(f"state file: style[{part!r}] has {str(key)[:40]!r}, not an option of the "
+                                 f"{part} figure ({', '.join(known[:8])}, ...)")
+            if not (value is None or isinstance(value, (str, int, float, bool))):
+                raise ValueError(f"state file: style[{part!r}][{key!r}] must be a number, text or a bool, got "
+                                 f"{type(value).__name__}")
+    return dict(style)
 
 
 def _costs_json(costs: Costs | None):
@@ -871,37 +961,35 @@ def read_state(source) -> tuple[Settings, dict[str, Schedule], dict]:
     """``(settings, orders, style)`` from a state file or an HTML report holding one (a path, or
     its text / bytes); how each order was obtained is ``style["origins"]``. Raises
     ``ValueError`` naming what is wrong."""
-    if isinstance(source, (bytes, bytearray)):
-        text = bytes(source).decode("utf-8")
-    elif isinstance(source, str) and source.lstrip().startswith("{"):
-        text = source
-    else:
-        with open(source, encoding="utf-8") as fh:
-            text = fh.read()
-    if text.lstrip()[:15].lower().startswith("<!doctype html"):  # an HTML report: the state inside it
-        start = text.find("<script type='application/json' id='ctrlmem-state'>")
-        if start < 0:
-            raise ValueError("an HTML file without a ctrlmem state inside (not an explorer report)")
-        start = text.index(">", start) + 1
-        text = text[start:text.index("</script>", start)]  # JSON reads the "<\\/" it was written with
+    from ctrlmem.util.userfile import parse_json  # noqa: PLC0415
+
+    text = _state_text(source)
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not a ctrlmem state file (not JSON: {exc.msg} at line {exc.lineno})") from None
+        data = parse_json(text, "the state")
+    except ValueError as exc:
+        raise ValueError(f"not a ctrlmem state file ({exc})") from None
     if not isinstance(data, dict) or "ctrlmem_state" not in data:
         raise ValueError("not a ctrlmem state file (no 'ctrlmem_state' key); save one with the explorer's "
                          "'save state' button")
     if data["ctrlmem_state"] != STATE_VERSION:
         raise ValueError(f"state file version {data['ctrlmem_state']!r} is not supported (this ctrlmem reads "
                          f"{STATE_VERSION})")
-    settings = Settings.from_dict(data.get("settings", {}))
-    orders = {name: _schedule_from_record(rec) for name, rec in data.get("orders", {}).items()}
+    records = data.get("orders", {})
+    if not isinstance(records, dict) or not isinstance(data.get("settings", {}), dict):
+        raise ValueError("state file: 'settings' and 'orders' must be objects (orders: name -> {name, text}); save "
+                         "the state again with the explorer")
+    p = data.get("settings", {}).get("num_devices")
+    if isinstance(p, int) and p > plot.MAX_DRAWN_DEVICES:  # said before anything that large is built
+        raise ValueError(f"state file: p={p:,} is more than the {plot.MAX_DRAWN_DEVICES:,} devices a figure draws")
+    budget = [MAX_STATE_TEXT]
+    settings = Settings.from_dict(data.get("settings", {}), budget)
+    orders = {str(name): _schedule_from_record(rec, budget) for name, rec in records.items()}
     for name, sched in orders.items():
         if (sched.num_devices, sched.num_microbatches) != (settings.num_devices, settings.num_microbatches):
             raise ValueError(f"state file: the order of {name} has p={sched.num_devices}, m={sched.num_microbatches}, "
                              f"the settings p={settings.num_devices}, m={settings.num_microbatches}")
-    style = dict(data.get("style") or {})
-    style["origins"] = {name: rec.get("origin", ORIGIN_STATE) for name, rec in data.get("orders", {}).items()}
+    style = _check_style(data.get("style"))
+    style["origins"] = {str(name): str(rec.get("origin", ORIGIN_STATE)) for name, rec in records.items()}
     return settings, orders, style
 
 
@@ -978,8 +1066,8 @@ def static_figure(view: View, width: int = 1100) -> go.Figure:
 
 def _report_plot(div_id: str, spec: dict) -> str:
     payload = jsonable(spec)
-    data = json.dumps(payload.get("data", []), separators=(",", ":"), allow_nan=False)
-    layout = json.dumps(payload.get("layout", {}), separators=(",", ":"), allow_nan=False)
+    data = script_json(payload.get("data", []), separators=(",", ":"))  # names stay text: see util.htmlsafe
+    layout = script_json(payload.get("layout", {}), separators=(",", ":"))
     return (f"<div id='{div_id}' class='ctrlmem-report-plot'></div><script>Plotly.newPlot('{div_id}', {data}, "
             f"{layout}, {{\"displaylogo\": false, \"responsive\": true}});</script>")
 
@@ -1010,7 +1098,7 @@ def report_html(view: View, style: dict | None = None) -> str:
     plots = [_report_plot("ctrlmem-report-diagram", view.diagram_spec),
              _report_plot("ctrlmem-report-memory", view.memory_spec)]
     plots += [_report_plot(f"ctrlmem-report-{k}", sp) for k, sp in (("peaks", peaks), ("pareto", pareto)) if sp]
-    state = json.dumps(state_dict(view, style), sort_keys=True).replace("</", "<\\/")
+    state = script_json(state_dict(view, style), sort_keys=True)
     command = command_line(s)
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import csv
 import enum
-import errno
 import io
 import os
 import re
@@ -35,7 +34,7 @@ from dataclasses import dataclass, field
 from os import PathLike
 from typing import Iterable, NamedTuple, Sequence
 from ctrlmem.util.fileio import atomic_write
-import stat
+from ctrlmem.util.userfile import read_bytes
 
 __all__ = ["Op", "Pass", "Placement", "Schedule", "Copy", "RECOMPUTE_MODES"]
 
@@ -780,23 +779,13 @@ def _torch_passes(text: str) -> int:
 
 
 def _read_schedule_file(path: str | PathLike, allow_large: bool) -> bytes:
-    """The bytes of a schedule file: a path that is not a regular file is refused unopened (a
-    FIFO would block), a file above :data:`MAX_FILE_BYTES` unread (unless ``allow_large``)."""
+    """The bytes of a schedule file through the one user-file reader
+    (:func:`ctrlmem.util.userfile.read_bytes`): a path that is not a regular file is refused
+    unopened (a FIFO would block), a file above :data:`MAX_FILE_BYTES` unread (unless ``allow_large``)."""
 
-    st = os.stat(path)  # FileNotFoundError / PermissionError name the path
-    if stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
-    if not stat.S_ISREG(st.st_mode):
-        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
-                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a file")
-        raise ValueError(f"{path} is not a regular file ({kind}); give a schedule file (a torch CSV or ctrlmem's "
-                         f"text form)")
-    if not allow_large and st.st_size > MAX_FILE_BYTES:
-        raise ValueError(f"{path} is {st.st_size:,} bytes, more than a schedule file of up to "
-                         f"{_pass_limit(False):,} passes needs ({MAX_FILE_BYTES >> 20} MiB); pass allow_large=True "
-                         f"(--allow-large) to load it anyway")
-    with open(path, "rb") as fh:
-        return fh.read()
+    limit = MAX_FILE_BYTES if _pass_limit(allow_large) is not None else 1 << 62
+    return read_bytes(path, "schedule file", limit, fix=f"a schedule of up to {MAX_PASSES:,} passes needs "
+                      f"{MAX_FILE_BYTES >> 20} MiB; pass allow_large=True (--allow-large) to load it anyway")
 
 
 _MAX_QUOTED_HEADER = 100_000

@@ -10,12 +10,12 @@ Table 4's GPU columns (:mod:`ctrlmem.reproduce.gpu_replay`).
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
+from ctrlmem.util.userfile import read_json
 
 __all__ = ["DEFAULT_REPLAY", "MAX_REPLAY_BYTES", "ROW_KEYS", "default_replay_path", "load_replay", "gpu_label"]
 
@@ -32,27 +32,25 @@ def default_replay_path() -> Path:
     return Path(str(files("ctrlmem") / "data" / DEFAULT_REPLAY))
 
 
-def load_replay(path: str | Path) -> dict[str, Any]:
-    """Read and check a replay file; ``ValueError`` names the file and what is missing."""
+def load_replay(path: str | Path, need: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Read and check a replay file (through :func:`ctrlmem.util.userfile.read_json`: a regular
+    file of at most :data:`MAX_REPLAY_BYTES`, JSON of bounded nesting); ``ValueError`` names the
+    file and what is missing. ``need``: further row keys the caller reads, each a positive number
+    (e.g. ``peak_alloc_bytes`` for the allocator margin)."""
+
     path = Path(path)
-    if not path.is_file():
-        what = "is not a regular file" if path.exists() else "not found"
-        raise ValueError(f"replay file {str(path)!r} {what}; give the JSON that `ctrlmem replay` wrote")
-    if path.stat().st_size > MAX_REPLAY_BYTES:
-        raise ValueError(f"replay file {str(path)!r} is {path.stat().st_size:,} bytes, more than a replay file can be "
-                         f"({MAX_REPLAY_BYTES >> 20} MiB); give the JSON that `ctrlmem replay` wrote")
-    try:
-        data = json.loads(path.read_text())
-    except ValueError as exc:
-        raise ValueError(f"replay file {str(path)!r} is not JSON ({str(exc)[:200]})") from None
+    if not path.exists() and not path.is_symlink():
+        raise ValueError(f"replay file {str(path)!r} not found; give the JSON that `ctrlmem replay` wrote")
+    data = read_json(path, "replay file", MAX_REPLAY_BYTES, fix="give the JSON that `ctrlmem replay` wrote")
     rows = data.get("rows") if isinstance(data, dict) else None
     if not isinstance(rows, list) or not rows:
         raise ValueError(f"replay file {str(path)!r} has no 'rows' list; expected the form `ctrlmem replay` writes")
     for i, row in enumerate(rows):
-        missing = [k for k in ROW_KEYS if k not in row] if isinstance(row, dict) else list(ROW_KEYS)
+        missing = [k for k in (*ROW_KEYS, *need) if k not in row] if isinstance(row, dict) else list(ROW_KEYS)
         if missing:
-            raise ValueError(f"replay file {str(path)!r}: row {i} lacks {', '.join(missing)}")
-        problem = _row_problem(row)
+            raise ValueError(f"replay file {str(path)!r}: row {i} lacks {', '.join(missing)}; replay that device "
+                             f"again with `ctrlmem replay` (it records every one)")
+        problem = _row_problem(row, need)
         if problem:
             raise ValueError(f"replay file {str(path)!r}: row {i} ({str(row.get('schedule'))[:20]}, device "
                              f"{str(row.get('device'))[:10]}): {problem}; fix the row or replay that device again")
@@ -63,7 +61,7 @@ MAX_REPLAY_BYTES = 64 << 20
 """Largest replay file read."""
 
 
-def _row_problem(row: dict) -> str | None:
+def _row_problem(row: dict, need: tuple[str, ...] = ()) -> str | None:
     """Why a replay row's numbers cannot be used (``None`` when they can): the ratios divide by
     the peaks, so both must be positive finite numbers; ``p``, ``m`` and the device whole."""
     def real(x) -> bool:
@@ -74,7 +72,7 @@ def _row_problem(row: dict) -> str | None:
             return f"{key} must be a positive integer, got {str(row[key])[:20]!r}"
     if not (isinstance(row["device"], int) and not isinstance(row["device"], bool) and 0 <= row["device"] < row["p"]):
         return f"device must be an integer in 0..{row['p'] - 1}, got {str(row['device'])[:20]!r}"
-    for key in ("peak_saved_bytes", "theory_peak_bytes"):
+    for key in ("peak_saved_bytes", "theory_peak_bytes", *need):
         if not (real(row[key]) and row[key] > 0):
             return f"{key} must be a positive number of bytes, got {str(row[key])[:20]!r}"
     times = row["pass_times_s"]

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import numbers
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from ctrlmem.planner.model import (BYTES_GRAD, BYTES_OPTIMIZER, BYTES_WEIGHT, Mo
 from ctrlmem.planner.sources import AllocatorMargin, CostSource, cost_source
 from ctrlmem.planner.sources import cost_source as _cs
 import numpy as np
+from ctrlmem.util.checks import flag, integer, number, short_repr
 
 __all__ = ["plan", "DEFAULT_SCHEDULES", "METHOD_LABELS", "ScheduleChoice", "parse_schedules", "Planner",
            "row_schedule", "cache_info", "clear_cache", "ESTIMATE_TOLERANCE", "COLUMNS", "insights"]
@@ -276,6 +278,18 @@ def _device_stages(kind: str, p: int, v: int) -> tuple[tuple[int, ...], ...]:
     raise ValueError(f"the planner handles sequential, looped and V-shape placements, not {kind!r}")
 
 
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in increasing order, by trial division up to its square root."""
+    small, large, d = [], [], 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
+
+
 class Planner:
     """The search behind :func:`plan` (see the module doc); ``settings`` is the JSON of its inputs."""
 
@@ -316,7 +330,7 @@ class Planner:
             if N % tp:
                 continue
             rest = N // tp
-            pps = [p for p in (self.pps or range(1, rest + 1)) if rest % p == 0 and p >= self.min_pp]
+            pps = [p for p in (self.pps or _divisors(rest)) if rest % p == 0 and p >= self.min_pp]
             if self.pps:
                 bad = [p for p in self.pps if rest % p]
                 if bad:
@@ -788,23 +802,36 @@ def _progress(total: int, enabled: bool):
 
 # ---- the public function -----------------------------------------------------------------------
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
+MAX_GPUS = 1_000_000
+"""Largest cluster planned (``gpus``): more GPUs than any machine has; the divisor search of a
+larger number would take minutes."""
+
+MAX_GPU_MEMORY_GB = 1e6
+"""Largest ``gpu_memory_gb`` accepted (a PB per GPU: far beyond any GPU, so nothing changes)."""
 
 
-def _int_list(name: str, values) -> list[int]:
+def _positive_int(name: str, value: object, maximum: int | None = None) -> int:
+    """A positive integer (numpy integers too, never a bool): :func:`ctrlmem.util.checks.integer`
+    with the ``ValueError`` the planner has always raised."""
+    try:
+        return integer(name, value, 1, maximum)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _int_list(name: str, values, maximum: int | None = None) -> list[int]:
     if values is None:
         return []
-    if isinstance(values, (int,)) and not isinstance(values, bool):
+    if isinstance(values, numbers.Integral) and not isinstance(values, bool):
         values = [values]
     if isinstance(values, str):
         try:
             values = [int(x) for x in values.split(",") if x.strip()]
         except ValueError:
-            raise ValueError(f"{name} must be comma-separated positive integers, got {values!r}") from None
-    out = [_positive_int(name, v) for v in values]
+            raise ValueError(f"{name} must be comma-separated positive integers, got {short_repr(values)}") from None
+    if not isinstance(values, Iterable) or isinstance(values, (bytes, dict)):
+        raise ValueError(f"{name} must be a list of positive integers, got {type(values).__name__} {short_repr(values)}")
+    out = [_positive_int(name, v, maximum) for v in values]
     if not out:
         raise ValueError(f"{name} is empty; give at least one value")
     return out
@@ -861,20 +888,26 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
     import pandas as pd  # noqa: PLC0415 - pandas takes ~0.4 s to import; only tables need it
 
     spec = model_spec(model, layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len)
-    gpus = _positive_int("gpus", gpus)
-    if isinstance(gpu_memory_gb, bool) or not isinstance(gpu_memory_gb, (int, float)) or not (
-            math.isfinite(gpu_memory_gb) and gpu_memory_gb > 0):
-        raise ValueError(f"gpu_memory_gb must be a positive number of GB, got {gpu_memory_gb!r}")
+    gpus = _positive_int("gpus", gpus, MAX_GPUS)
+    try:
+        gpu_memory_gb = number("gpu_memory_gb", gpu_memory_gb, positive=True, maximum=MAX_GPU_MEMORY_GB, what="GB")
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
+    exhaustive, flash_attention, progress = (flag(k, v) for k, v in (
+        ("exhaustive", exhaustive), ("flash_attention", flash_attention), ("progress", progress)))
+    if not isinstance(schedules, (str, Iterable)) or isinstance(schedules, (bytes, dict)):
+        raise ValueError(f"schedules must be names (a list, or one comma-separated text), got "
+                         f"{type(schedules).__name__} {short_repr(schedules)}")
     note = ""
     if global_batch is None:
         global_batch, note = default_global_batch(spec)
     global_batch = _positive_int("global_batch", global_batch)
     source = cost_source(costs, p2p_gbs=p2p_gbs)
     choices = parse_schedules(schedules)
-    mbs = _int_list("microbatch_sizes", microbatch_sizes) if microbatch_sizes is not None else \
+    mbs = _int_list("microbatch_sizes", microbatch_sizes, global_batch) if microbatch_sizes is not None else \
         list(source.microbatch_sizes(spec))
-    _positive_int("gpus_per_node", gpus_per_node)
-    tps = _int_list("tp", tp) if tp is not None else [t for t in (1, 2, 4, 8) if t <= gpus_per_node]
+    gpus_per_node = _positive_int("gpus_per_node", gpus_per_node, MAX_GPUS)
+    tps = _int_list("tp", tp, gpus) if tp is not None else [t for t in (1, 2, 4, 8) if t <= gpus_per_node]
     bad = [t for t in tps if not source.tp_allowed(t)]
     if bad:
         raise ValueError(f"tp {bad}: this cost source prices TP {sorted(paper.FIG12_SINGLE_PASS_MFU)} only "
@@ -891,18 +924,19 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
     if not tps:
         raise ValueError(f"no tensor-parallel degree in 1, 2, 4, 8 divides the {spec.heads} heads of {spec.name}; give "
                          "tp explicitly")
-    pps = _int_list("pp", pp) if pp is not None else None
+    pps = _int_list("pp", pp, gpus) if pp is not None else None
     split, eps, levers = _dimensions(spec, layer_split, ep, recompute, flash_attention)
     for name, x in (("nvlink_gbs", nvlink_gbs), ("ib_gbs", ib_gbs)):
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
             raise ValueError(f"{name} must be a positive number of GB/s, got {x!r}")
-    _positive_int("min_pp", min_pp)
+    min_pp = _positive_int("min_pp", min_pp)
     if distributed_optimizer not in (True, False, "both"):
         raise ValueError(f"distributed_optimizer must be True, False or 'both', got {distributed_optimizer!r}")
-    for name, x in (("reserve_gb", reserve_gb), ("dp_gbs", dp_gbs)):
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0 or (
-                name == "dp_gbs" and x == 0):
-            raise ValueError(f"{name} must be a number {'> 0' if name == 'dp_gbs' else '>= 0'}, got {x!r}")
+    try:
+        reserve_gb = number("reserve_gb", reserve_gb, minimum=0.0, maximum=MAX_GPU_MEMORY_GB, what="GB")
+        dp_gbs = number("dp_gbs", dp_gbs, positive=True, maximum=1e9, what="GB/s")
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
     if allocator is None:
         margin = AllocatorMargin()
     elif isinstance(allocator, AllocatorMargin):
@@ -920,6 +954,10 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
     before = cache_info()
     top = _positive_int("top", top)
     rows = planner.run(exhaustive=exhaustive, progress=progress, top=top)
+    if not rows:
+        why = "; ".join(sorted(set(planner.skipped))[:3]) or "no DP × TP × PP factorization"
+        raise ValueError(f"no configuration to plan for {gpus} GPUs and a global batch of {global_batch}: {why}; "
+                         "change --microbatch-sizes / --tp / --pp / --global-batch")
     after = cache_info()
     df = pd.DataFrame(rows)
     for col in COLUMNS:

@@ -24,6 +24,7 @@ import shlex
 from pathlib import Path
 
 from ctrlmem.model.ir import Schedule
+from ctrlmem.util.fileio import atomic_write, check_output_folder, record_outputs
 from ctrlmem.model import paper
 from ctrlmem.planner.core import row_schedule
 from ctrlmem.planner.model import stage_layers
@@ -304,6 +305,11 @@ def _preset_layers(preset: str) -> int:
 
 _TT_LLAMA3 = {(32, 4096): "llama3_8b", (80, 8192): "llama3_70b", (126, 16384): "llama3_405b"}
 
+#: What :func:`emit` may write into its folder (a file of these names that ctrlmem did not write is
+#: refused unless ``force``).
+EMIT_FILES = ("schedule.csv", "torchtitan.sh", "ctrlmem_torchtitan.py", "megatron.txt", "run.sh", "plan-row.json",
+              "torchtitan.toml")
+
 
 def torchtitan_target(model: dict) -> tuple[str, str, bool]:
     """(config module, config function, whether it is known to be this model's) for a plan's
@@ -316,7 +322,7 @@ def torchtitan_target(model: dict) -> tuple[str, str, bool]:
 
 
 def emit(df, out_dir: str | os.PathLike, index: int | None = None, *, torchtitan: str = TORCHTITAN_VERSION,
-         tt_module: str | None = None, tt_config: str | None = None) -> dict[str, str]:
+         tt_module: str | None = None, tt_config: str | None = None, force: bool = False) -> dict[str, str]:
     """Write row ``index`` of a plan (default: the fastest row that fits) into ``out_dir``:
     ``schedule.csv`` (torch / torchtitan CSV), ``torchtitan.sh`` (the torchtitan 0.3.0 launch;
     with ``ctrlmem_torchtitan.py`` when the planned split is not torchtitan's even rule),
@@ -324,11 +330,14 @@ def emit(df, out_dir: str | os.PathLike, index: int | None = None, *, torchtitan
     ``torchtitan="0.2"`` writes ``torchtitan.toml`` (the 0.2 job file) as well. Returns
     ``{kind: path}``. Paths inside the files are ``out_dir`` as given (relative paths mean the
     current directory). ``tt_module`` / ``tt_config``: the config function of your model in
-    torchtitan (``torchtitan.models.<module>.config_registry.<config>``)."""
+    torchtitan (``torchtitan.models.<module>.config_registry.<config>``). Every file is written
+    atomically; a file of those names that ctrlmem did not write is refused unless ``force``
+    (:func:`ctrlmem.util.fileio.check_output_folder`)."""
 
     if torchtitan not in (TORCHTITAN_VERSION, "0.2"):
         raise ValueError(f"torchtitan {torchtitan!r}: the launch is written for {TORCHTITAN_VERSION} (default), or "
                          "0.2 for its TOML job file")
+    check_output_folder(out_dir, EMIT_FILES, force, "--emit")
     if index is None:
         ok = df.index[df["status"] == "ok"]
         if len(ok) == 0:
@@ -370,13 +379,13 @@ def emit(df, out_dir: str | os.PathLike, index: int | None = None, *, torchtitan
     if layers != _even_rule(L, schedule.num_stages):
         paths["torchtitan_config"] = str(out / "ctrlmem_torchtitan.py")
         split_module = os.path.join(str(out_dir), "ctrlmem_torchtitan.py")
-        Path(paths["torchtitan_config"]).write_text(config_function(torchtitan_modules(layers), tt_module, tt_config))
+        atomic_write(paths["torchtitan_config"], config_function(torchtitan_modules(layers), tt_module, tt_config))
     world = int(row["dp"]) * int(row["tp"]) * int(row["pp"])
-    Path(paths["torchtitan"]).write_text(launch_script(over, recompute=rc, world=world,
+    atomic_write(paths["torchtitan"], launch_script(over, recompute=rc, world=world,
                                                        gpus_per_node=int(s.get("gpus_per_node", 8)), module=tt_module,
                                                        config=tt_config, split_module=split_module, header=header))
     os.chmod(paths["torchtitan"], 0o755)
-    Path(paths["megatron"]).write_text(megatron_args(row, s, layers, str(row["placement"])))
+    atomic_write(paths["megatron"], megatron_args(row, s, layers, str(row["placement"])))
     if torchtitan == "0.2":
         paths["toml"] = str(out / "torchtitan.toml")
         text = toml_fragment(schedule, csv_rel, dp=int(row["dp"]), tp=int(row["tp"]),
@@ -386,14 +395,15 @@ def emit(df, out_dir: str | os.PathLike, index: int | None = None, *, torchtitan
                                                    "file)") + "\nmerge these sections into your torchtitan job "
                                                    "config (model, optimizer and data sections are yours)",
                              recompute=rc)
-        Path(paths["toml"]).write_text(text)
-    Path(paths["run"]).write_text(run_lines(row, csv_rel, s, str(out_dir)))
+        atomic_write(paths["toml"], text)
+    atomic_write(paths["run"], run_lines(row, csv_rel, s, str(out_dir)))
     record = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.to_dict().items()}
     record = {k: (v.item() if hasattr(v, "item") else v) for k, v in record.items()}
-    Path(paths["row"]).write_text(json.dumps({"row": record, "index": index, "settings": s,
+    atomic_write(paths["row"], json.dumps({"row": record, "index": index, "settings": s,
                                               "torchtitan_version": TORCHTITAN_VERSION,
                                               "torchtitan_schedule": torchtitan_schedule(schedule)[0],
                                               "layers_per_stage": layers, "megatron_layout": megatron_layout(layers),
                                               "module_fqns_per_model_part": torchtitan_modules(layers),
                                               "costs_ms": costs.to_dict()}, indent=1, default=str) + "\n")
+    record_outputs(out, EMIT_FILES)
     return paths

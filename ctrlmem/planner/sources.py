@@ -19,6 +19,7 @@ pipeline hop; each says what it assumed (:meth:`CostSource.assumptions`):
 from __future__ import annotations
 
 import math
+import os
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from typing import Any
 
 from ctrlmem.model import paper
 from ctrlmem.planner import arch
+from ctrlmem.util.checks import short_repr
 from ctrlmem.planner.model import ModelSpec, layer_activation_formula, runtime_stage_layers, stage_layers
 from ctrlmem.schedules import SCHEDULES, build
 from ctrlmem.model.replayfile import default_replay_path, gpu_label, load_replay
@@ -499,7 +501,7 @@ class AllocatorMargin:
         bytes per embedding parameter left over on devices holding the embedding."""
 
         p = Path(path) if path is not None else default_replay_path()
-        data = load_replay(p)
+        data = load_replay(p, need=("peak_alloc_bytes",))
         inner, head, emb = [], [], []
         for row in data["rows"]:
             S = _chunks(row["schedule"]) * int(row["p"])
@@ -547,8 +549,12 @@ def cost_source(value: Any = "a100", *, p2p_gbs: float | None = None) -> CostSou
         if kind == "replay":
             return ReplayCosts(value.get("path"), value.get("p2p_bytes_per_s", bw))
         if kind == "layers":
+            missing = [k for k in ("f", "b", "w") if k not in value]
+            if missing:
+                raise ValueError(f"costs {{'kind': 'layers'}} lacks {', '.join(missing)}: give f, b, w (seconds per "
+                                 "layer and sequence) and optionally hop_s, peak_tflops")
             return LayerCosts(value["f"], value["b"], value["w"], value.get("hop_s", 0.0), value.get("peak_tflops"))
-        raise ValueError(f"unknown cost source spec {value!r}")
+        raise ValueError(f"unknown cost source spec {short_repr(value)}: 'kind' must be a100, replay or layers")
     if isinstance(value, (tuple, list)) and len(value) in (3, 4):
         return LayerCosts(*[float(x) for x in value])
     if not isinstance(value, str):
@@ -566,7 +572,7 @@ def cost_source(value: Any = "a100", *, p2p_gbs: float | None = None) -> CostSou
             raise ValueError(f"costs {text!r}: per-layer costs are F,B,W[,HOP] numbers (seconds per layer and "
                              "sequence; HOP seconds per pipeline hop)") from None
         return LayerCosts(*nums)
-    if Path(text).is_file():
+    if os.path.lexists(text):  # a FIFO, a folder, a device: the replay reader says what it is
         return ReplayCosts(text, bw)
     raise ValueError(f"costs {text!r}: not 'a100', 'h200', a replay file (no such file) or F,B,W[,HOP] numbers")
 

@@ -358,6 +358,16 @@ COMPACT_POINTS = 20000
 OVERVIEW_PASSES = 3000
 #: Most time columns of the raster overview (about one per pixel of a wide figure).
 OVERVIEW_COLUMNS = 1200
+#: Most device rows (or curves) one figure draws: 4,096 rows take about 0.5 s; 100,000 took 35 s
+#: and several GB (the raster is rows × columns), for a picture no screen can show.
+MAX_DRAWN_DEVICES = 4096
+
+
+def _check_drawable(num_devices: int) -> None:
+    if num_devices > MAX_DRAWN_DEVICES:
+        raise ValueError(f"a figure of {num_devices:,} devices is more than the {MAX_DRAWN_DEVICES:,} rows one figure "
+                         "draws (ctrlmem.plots.figures.MAX_DRAWN_DEVICES); simulate it instead (ctrlmem simulate), or "
+                         "draw fewer devices")
 #: Pixels kept free at the top of a figure for plotly's toolbar (the mode bar), above the title:
 #: a title never runs under it.
 MODEBAR_PX = 30
@@ -525,6 +535,7 @@ def schedule_spec(
         raise ValueError(f"got {len(titles)} titles for {len(items)} schedules")
     timelines = [_columns(it, costs, None if titles is None else str(titles[i]))
                  for i, it in enumerate(items)]
+    _check_drawable(sum(t.num_devices for t in timelines))
     n = len(timelines)
     if overview is None:
         overview = sum(len(t.start) for t in timelines) > overview_passes
@@ -897,6 +908,7 @@ def memory_spec(
     results = [results] if isinstance(results, SimResult) else list(results)
     if not results:
         raise ValueError("memory_figure needs at least one simulation result")
+    _check_drawable(sum(getattr(getattr(r, "schedule", None), "num_devices", 0) for r in results))
     if budgets is None:
         budgets = [schedule_budget(r.schedule) for r in results]
     if theoretical_peaks is None:

@@ -73,6 +73,8 @@ class ClaimsTable(Table):
         def cell(text: str) -> str:  # escape, then turn the Markdown links of the evidence into <a>
             def link(mt: re.Match) -> str:
                 href = re.sub(r"[.]md$", ".html", mt.group(2))  # the HTML table links the HTML files
+                if re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", href) and not href.lower().startswith(("http:", "https:")):
+                    return mt.group(0)  # javascript:, data: ...: kept as text, never a link
                 return f"<a href='{href}'>{mt.group(1)}</a>"
 
             return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", link, html.escape(text.strip("*")))

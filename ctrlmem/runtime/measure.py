@@ -24,7 +24,7 @@ import torch
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Op, Schedule
 from ctrlmem.runtime.adapter import cpu_allocation_deltas
-import json
+from ctrlmem.util.userfile import read_json
 
 __all__ = ["SavedTensorMeter", "AllocatorPeak", "theory_peak_bytes", "costs_from_records", "costs_from_result",
            "sample_stats"]
@@ -231,9 +231,8 @@ def costs_from_result(result: dict | str) -> Costs:
     ``cm.build(..., costs=...)`` and ``cm.simulate``."""
     if isinstance(result, str) or hasattr(result, "__fspath__"):
 
-        with open(result) as fh:
-            result = json.load(fh)
-    c = result.get("measured_costs")
-    if not c:
-        raise ValueError("this result has no measured costs: run with --steps 1 or more")
+        result = read_json(result, "result file", fix="give the result.json `ctrlmem run` wrote")
+    c = result.get("measured_costs") if isinstance(result, dict) else None
+    if not isinstance(c, dict) or any(k not in c for k in ("f", "b", "w", "comm")):
+        raise ValueError("this result has no measured costs (f, b, w, comm): run with --steps 1 or more")
     return Costs(f=c["f"], b=c["b"], w=c["w"], comm=c["comm"])

@@ -39,13 +39,13 @@ from __future__ import annotations
 import logging
 import math
 import random
-import threading
 import time
 from dataclasses import dataclass
 
 from ctrlmem.util import checks
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Op, Pass, Schedule
+from ctrlmem.solver.threaded import solve
 from ctrlmem.solver.optimal import MAX_TIME_LIMIT, OptimalResult, integer_scale
 from ctrlmem.search.bounds import makespan_bounds
 from ctrlmem.model.simulate import simulate
@@ -230,7 +230,6 @@ def _solve(model, seconds: float, workers: int, deterministic: bool, seed: int, 
 
     solver = cp_model.CpSolver()
     prm = solver.parameters
-    prm.catch_sigint_signal = False
     prm.expand_reservoir_constraints = False
     prm.random_seed = seed
     if deterministic:
@@ -240,37 +239,7 @@ def _solve(model, seconds: float, workers: int, deterministic: bool, seed: int, 
     else:
         prm.max_time_in_seconds = max(0.01, min(seconds, wall_cap))
         prm.num_workers = workers
-    box: dict = {}
-    done = threading.Event()
-
-    def run():
-        try:
-            box["code"] = solver.Solve(model)
-        except BaseException as exc:  # noqa: BLE001 - pragma: no cover - the solver raising is a bug to surface
-            box["error"] = exc
-        finally:
-            done.set()
-
-    th = threading.Thread(target=run, name="ctrlmem-cp-sat", daemon=True)
-    try:
-        th.start()
-        while not done.wait(0.05):
-            pass
-    except BaseException:
-        # Ctrl-C or a termination signal: stop the search and wait for the solver thread
-        # (waiting on an Event, not Thread.join, which an interrupt can leave inconsistent)
-        solver.StopSearch()
-        while True:
-            try:
-                if done.wait(0.05) or not th.is_alive():
-                    break
-            except BaseException:  # noqa: BLE001 - a second Ctrl-C while stopping: keep stopping
-                solver.StopSearch()
-        raise
-    th.join(1.0)
-    if "error" in box:
-        raise box["error"]
-    return solver, box["code"]
+    return solver, solve(solver, model)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from ctrlmem.model.ir import Op, Pass, Placement, Schedule
 from ctrlmem.schedules.registry import register
 from ctrlmem.model.simulate import simulate
 from ctrlmem.schedules.registry import build
+from ctrlmem.solver.threaded import solve
 
 __all__ = ["OptimalResult", "optimal", "MAX_PASSES", "MAX_TIME_LIMIT",
            "PLACEMENTS"]
@@ -322,7 +323,7 @@ def optimal(
     # proved every instance of the tests faster (p = 4, m = 8, 6:8:4, budget 0.5: 2.8 s, not 12.8 s)
     solver.parameters.expand_reservoir_constraints = False
     t0 = time.perf_counter()
-    code = solver.Solve(model)
+    code = solve(solver, model)  # in a thread: Ctrl-C / SIGTERM stop it at once (ctrlmem.solver.threaded)
     wall = time.perf_counter() - t0
     bound = solver.BestObjectiveBound() / k if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
     if code == cp_model.INFEASIBLE:

@@ -19,6 +19,12 @@ API:
   the fix (the command line prints it; library errors carry the same facts).
 
 A symlink at the target is followed: the file it points to is replaced, the link kept.
+
+**What may be replaced: only a regular file.** A character device (``/dev/null``, a terminal) or
+a FIFO at the target is written in place (opened for writing, never created, truncated, chmod-ed
+or renamed over; its temporary file lives in the system's temporary folder), so it stays what it
+is; a FIFO that no process reads is refused at once (``ENXIO``) instead of blocking. Anything
+else that is not a regular file (a block device, a socket) is refused (``EINVAL``) and left alone.
 """
 
 from __future__ import annotations
@@ -27,25 +33,73 @@ import contextlib
 import errno as _errno
 import logging
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
 __all__ = ["atomic_write", "atomic_path", "atomic_open", "describe_os_error", "make_output_folder",
-           "check_output_path"]
+           "check_output_path", "check_output_folder", "record_outputs", "OUTPUTS_RECORD"]
 
 log = logging.getLogger(__name__)
+
+
+def _special_kind(path: str | os.PathLike) -> str | None:
+    """``None`` for a regular file or nothing at ``path`` (links followed); else what is there:
+    ``"a character device"`` or ``"a FIFO"`` (written directly, never replaced), ``OSError`` for
+    anything else that is not a regular file (a block device, a socket: never written)."""
+    try:
+        st = os.stat(path)
+    except OSError:  # nothing there (or unreachable): the write itself reports it
+        return None
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return None
+    if stat.S_ISCHR(st.st_mode):
+        return "a character device"
+    if stat.S_ISFIFO(st.st_mode):
+        return "a FIFO"
+    kind = "a block device" if stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file"
+    raise OSError(_errno.EINVAL, f"not a regular file ({kind}), which ctrlmem never writes or replaces; give a file "
+                                 "name", os.fspath(path))
 
 
 def _target(path: str | os.PathLike) -> Path:
     path = Path(os.fspath(path))
     if str(path) == "":
         raise FileNotFoundError(_errno.ENOENT, "empty file name; give a file name", "''")
+    if _special_kind(path) is not None:  # written in place, through the name given (/dev/stdout too)
+        return path
     if path.is_symlink():  # replace what the link points to, keep the link
         path = Path(os.path.realpath(path))
     if path.is_dir():
         raise IsADirectoryError(_errno.EISDIR, "Is a directory", str(path))
     return path
+
+
+def _write_special(tmp: Path, target: Path, kind: str) -> None:
+    """Copy the finished temporary file into the character device or FIFO ``target`` (opened for
+    writing, never created, truncated or renamed over). A FIFO nobody reads is refused at once
+    (``ENXIO``) instead of waiting for a reader forever."""
+    flags = os.O_WRONLY | getattr(os, "O_NOCTTY", 0)
+    if kind == "a FIFO":
+        flags |= os.O_NONBLOCK
+    try:
+        fd = os.open(target, flags)
+    except OSError as exc:
+        if exc.errno == _errno.ENXIO and kind == "a FIFO":
+            raise OSError(_errno.ENXIO, "a FIFO that no process reads; start its reader first, or give a file name",
+                          str(target)) from None
+        raise
+    try:
+        if kind == "a FIFO":
+            os.set_blocking(fd, True)  # a reader is there: a full pipe waits for it, as a pipe does
+        with open(tmp, "rb") as src:
+            while chunk := src.read(1 << 20):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def _mode_for(path: Path) -> int:
@@ -88,8 +142,10 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]
     ``OSError`` names ``path``. ``suffix`` ends the temporary name (e.g. ``".png"`` for writers
     that read the format from it)."""
     target = _target(path)
+    special = _special_kind(target)  # a device or FIFO: written in place, its temporary file elsewhere
     try:
-        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=suffix)
+        fd, tmp_name = tempfile.mkstemp(dir=None if special else target.parent, prefix=f".{target.name}.",
+                                        suffix=suffix)
     except OSError as exc:  # the folder is missing, not writable, full...: name the target
         raise _renamed(exc, target, Path(os.fspath(exc.filename)) if exc.filename else None) from None
     os.close(fd)
@@ -98,6 +154,10 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]
         yield tmp
         if not tmp.exists():
             raise FileNotFoundError(_errno.ENOENT, "the writer produced no file", str(target))
+        if special:
+            _write_special(tmp, target, special)
+            _remove(tmp)
+            return
         fd = os.open(tmp, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -166,6 +226,10 @@ def check_output_path(path: str | os.PathLike) -> Path:
     target = Path(text)
     if target.is_dir():
         raise IsADirectoryError(_errno.EISDIR, "Is a directory", str(target))
+    if _special_kind(target) is not None:  # a character device or FIFO, written in place: its folder never is
+        if not os.access(target, os.W_OK):
+            raise PermissionError(_errno.EACCES, "Permission denied", str(target))
+        return target
     parent = target.parent
     if not parent.exists():
         for up in parent.parents:
@@ -179,6 +243,60 @@ def check_output_path(path: str | os.PathLike) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise PermissionError(_errno.EACCES, "Permission denied", str(target))
     return target
+
+
+OUTPUTS_RECORD = ".ctrlmem-outputs"
+"""The file in an output folder listing the files ctrlmem wrote there (one name a line): those it
+may replace on the next run; any other file at one of its names is the user's."""
+
+
+def _recorded(folder: Path) -> set[str]:
+    try:
+        with open(folder / OUTPUTS_RECORD, encoding="utf-8") as fh:
+            return {ln.strip() for ln in fh.read(1 << 16).splitlines() if ln.strip() and not ln.startswith("#")}
+    except (OSError, UnicodeDecodeError):
+        return set()
+
+
+def check_output_folder(folder: str | os.PathLike, names: tuple[str, ...] | list[str], force: bool = False,
+                        option: str = "the output folder") -> Path:
+    """Check, before any work, that ``names`` can be written into ``folder``: a non-empty name, a
+    folder (or nothing yet, under a writable folder) that can be written to, and no file at one of
+    ``names`` that ctrlmem did not write there (:data:`OUTPUTS_RECORD`) unless ``force``. Raises
+    the ``OSError`` the writes would meet, or ``ValueError`` naming the user's file and the fix
+    (``--force``). Returns the folder's path."""
+    text = os.fspath(folder)
+    if not str(text).strip():
+        raise ValueError(f"{option} is empty ({text!r}); give a folder")
+    path = Path(text)
+    if path.exists() or path.is_symlink():
+        if not path.is_dir():
+            raise NotADirectoryError(_errno.ENOTDIR, "Not a directory", str(path))
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(_errno.EACCES, "Permission denied", str(path))
+    else:  # created with its parents: the nearest that exists must be a folder we can write to
+        up = next((u for u in path.absolute().parents if u.exists()), None)
+        if up is not None and not up.is_dir():
+            raise NotADirectoryError(_errno.ENOTDIR, "Not a directory", str(path))
+        if up is not None and not os.access(up, os.W_OK | os.X_OK):
+            raise PermissionError(_errno.EACCES, "Permission denied", str(path))
+    if force:
+        return path
+    ours = _recorded(path)
+    for name in names:
+        target = path / name
+        if os.path.lexists(target) and name not in ours:
+            raise ValueError(f"{target} already exists and ctrlmem did not write it; pass --force to replace it, or "
+                             f"choose another folder for {option}")
+    return path
+
+
+def record_outputs(folder: str | os.PathLike, names: tuple[str, ...] | list[str]) -> None:
+    """Add ``names`` to ``folder``'s :data:`OUTPUTS_RECORD` (after writing them)."""
+    path = Path(folder)
+    names_all = sorted(_recorded(path) | set(names))
+    atomic_write(path / OUTPUTS_RECORD, "# files written by ctrlmem (it may replace these)\n" + "\n".join(names_all)
+                 + "\n")
 
 
 def make_output_folder(path: str | os.PathLike, ignore: bool = True) -> Path:

@@ -50,17 +50,16 @@ import zipfile
 from dataclasses import replace
 from typing import Sequence
 
-import plotly.graph_objects as go
 
 from ctrlmem.plots import figures as plot
 from ctrlmem.explorer.background import BackgroundBuilds, Job
-from ctrlmem.explorer.views import EXPORT_KINDS, ORIGIN_STATE, PLOTLY_MIME, BuildCache, Settings, StageCosts, View, command_line, comparison_specs, compute, default_schedules, export_view, formula_html, jsonable, messages_html, mime_bundle, read_state, report_html, save_view, slug, state_dict, static_figure, stats_html, stats_table, verdict
+from ctrlmem.explorer.views import EXPORT_KINDS, PLOTLY_MIME, BuildCache, Settings, StageCosts, View, command_line, comparison_specs, compute, default_schedules, export_view, formula_html, jsonable, messages_html, mime_bundle, read_state, report_html, save_view, slug, state_dict, static_figure, stats_html, stats_table, verdict
 from ctrlmem.model.ir import Schedule
 from ctrlmem.schedules import SCHEDULES
 from ctrlmem.model.simulate import simulate
 from ctrlmem.model.validate import ScheduleError
 
-__all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "export_view", "save_view", "Explorer",
+__all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "export_view", "save_view", "jsonable", "Explorer",
            "explorer", "default_schedules", "COMPARISONS"]
 
 log = logging.getLogger(__name__)
@@ -80,6 +79,20 @@ def _reason(exc: BaseException) -> str:
         return exc.reason
     msg = exc.args[0] if exc.args else str(exc)
     return str(msg).splitlines()[0] if str(msg) else type(exc).__name__
+
+
+def _export_reason(kind: str, exc: BaseException | None) -> str:
+    """One line on why an export failed: for an image, what Chromium (kaleido) did."""
+    from ctrlmem.plots.render import ExportTimeout  # noqa: PLC0415
+
+    if exc is None:
+        return "unknown error"
+    if isinstance(exc, ExportTimeout) or kind not in ("png", "svg", "pdf"):
+        return _reason(exc)
+    text = str(exc.args[0]) if exc.args else ""
+    detail = f": {text.splitlines()[0][:160]}" if text else ""
+    return (f"Chromium (kaleido) did not draw the {kind.upper()} ({type(exc).__name__}{detail}); that Chromium "
+            "was stopped and the next try starts a fresh one")
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -226,6 +239,11 @@ class Explorer:
         for kind, button in self.buttons.items():
             button.add_class(f"ctrlmem-export-{kind}")
             button.on_click(lambda _b, kind=kind: self._export_clicked(kind))
+        self.retry_button = W.Button(description="retry", tooltip="try the failed export again",
+                                     layout=W.Layout(width="80px", display="none"))
+        self.retry_button.add_class("ctrlmem-export-retry")
+        self.retry_button.on_click(lambda _b: self._retry_export())
+        self._failed_export: str | None = None
         self.load_state_button = W.FileUpload(accept=".json,.html", multiple=False, description="load state",
                                               layout=W.Layout(width="130px"))
         self.load_state_button.observe(self._state_uploaded, names="value")
@@ -246,7 +264,7 @@ class Explorer:
             W.HBox([self.load_path, self.load_button, self.upload, self.clear_button]),
             W.HBox([W.HTML("<b style='margin-right:6px'>export</b>"), *self.buttons.values(),
                     self.load_state_button]),
-            W.HBox([self.downloads, self.export_note]),
+            W.HBox([self.downloads, self.export_note, self.retry_button]),
         ])
         results = W.VBox([
             W.HBox([self.pending_note, self.timing]),
@@ -726,12 +744,13 @@ class Explorer:
                                                     "be built for these settings"])
             return
         stem = slug(view)
+        self._export_failed(None)
         try:
             if kind in ("png", "svg", "pdf"):
                 future = self.renderer.submit(static_figure(view), kind, scale=2.0)
                 self._exports.append((future, kind, f"{stem}.{kind}", n))
                 self.export_note.value = (f"<small class='ctrlmem-exporting'>drawing {kind.upper()} of state {n} "
-                                          "(the widgets stay live)…</small>")
+                                          f"(the widgets stay live; at most {self.renderer.deadline:.0f} s)…</small>")
                 self._schedule_tick()
                 return
             if kind == "html":
@@ -755,7 +774,7 @@ class Explorer:
                     self._deliver(f"{stem}_torch_csv.zip", "application/zip", buf.getvalue(), n)
         except Exception as exc:  # kaleido/Chromium missing, unwritable folder
             log.exception("export failed")
-            self.export_note.value = messages_html([f"Export {kind} failed: {_reason(exc)}"])
+            self._export_failed(kind, exc)
 
     def _finish_exports(self) -> None:
         still = []
@@ -769,8 +788,21 @@ class Explorer:
                 self._deliver(name, mime, data, n)
             except Exception as exc:  # noqa: BLE001
                 log.exception("export failed")
-                self.export_note.value = messages_html([f"Export {kind} failed: {_reason(exc)}"])
+                self._export_failed(kind, exc)
         self._exports = still
+
+    def _export_failed(self, kind: str | None, exc: BaseException | None = None) -> None:
+        """Say in one line that the ``kind`` export failed and why, and offer to retry it
+        (``kind`` None: the retry offer goes)."""
+        self._failed_export = kind
+        self.retry_button.layout.display = "none" if kind is None else ""
+        if kind is not None:
+            reason = _export_reason(kind, exc)
+            self.export_note.value = messages_html([f"Export {kind} failed: {reason}. Click retry to try again."])
+
+    def _retry_export(self) -> None:
+        if self._failed_export is not None:
+            self._export_clicked(self._failed_export)
 
     def _deliver(self, name: str, mime: str, data: bytes, state: int) -> None:
         """Offer ``data`` as a browser download named ``name`` and write it into ``export_dir``."""

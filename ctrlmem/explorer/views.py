@@ -41,6 +41,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ctrlmem.plots import figures as plot
+from ctrlmem.plots.figio import without_hover_marks
 from ctrlmem.explorer.background import Job, improved_name
 from ctrlmem.model.costs import Costs
 from ctrlmem.util.fileio import atomic_write, make_output_folder
@@ -973,7 +974,7 @@ def static_figure(view: View, width: int = 1100) -> go.Figure:
     for i, tr in enumerate(fig.data):  # fixed trace ids: the SVG holds no random one
         if tr.uid is None:
             tr.uid = f"t{i}"
-    return plot.static_labels(fig, width)
+    return without_hover_marks(plot.static_labels(fig, width))
 
 
 def _report_plot(div_id: str, spec: dict) -> str:

@@ -71,9 +71,11 @@ class _Session:
         return await k.calc_fig(fig, opts=opts)
 
     def browser_alive(self) -> bool:
-        """False once the started Chromium (its wrapper process) has ended."""
+        """False once the started Chromium (its wrapper process) has ended or its pipe closed."""
         proc = getattr(self.kaleido, "subprocess", None)
-        return proc is None or proc.poll() is None
+        channel = getattr(self.kaleido, "_channel", None)
+        ready = getattr(channel, "is_ready", None)
+        return (proc is None or proc.poll() is None) and (ready is None or bool(ready()))
 
     def stop(self, wait: float = 20) -> None:
         """Close kaleido (kill its browser when closing does not answer), end the loop."""

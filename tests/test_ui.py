@@ -584,3 +584,35 @@ def test_the_image_exporter_outlives_a_dead_chromium_and_keeps_its_deadline():
         assert r.restarts == 2
     finally:
         r.close()
+
+
+def test_the_solver_option_improves_the_schedule_chosen_and_names_its_panel_improved():
+    """By default the solver option improves the first ticked schedule other than 1F1B (1F1B is
+    often optimal already); "improve" picks another; the improved panel and row are named
+    ``NAME+improved`` even when the solver hands back its input unchanged (1F1B here); the
+    command line improves the same schedule (draw --optimize improves the first it is given);
+    a chosen schedule that is not shown is one message."""
+    from ctrlmem.explorer.views import command_line
+
+    base = dict(schedules=("1f1b", "v-half"), num_devices=3, num_microbatches=6, optimize=2)
+    view = ui.compute(ui.Settings(**base))
+    assert list(view.results) == ["1f1b", "v-half", "v-half+improved"]
+    assert command_line(view.settings).startswith("ctrlmem draw v-half --compare 1f1b ")
+    chosen = ui.compute(ui.Settings(**base, improve="1f1b"))
+    assert list(chosen.results) == ["1f1b", "1f1b+improved", "v-half"]
+    assert chosen.results["1f1b+improved"].schedule.name == "1f1b+improved"
+    titles = [a["text"] for a in chosen.diagram_spec["layout"]["annotations"]]
+    assert any(t.startswith("1f1b+improved (p=3, m=6)") for t in titles), titles
+    missing = ui.compute(ui.Settings(**base, improve="zb-v"))
+    assert "optimize: zb-v is not shown; tick it, or choose a shown schedule to improve" in missing.messages
+    e = ui.explorer(schedules=["1f1b", "v-half"], num_devices=3, num_microbatches=6, background=False,
+                    export_dir=None)
+    try:
+        e.optimize.value = 2.0
+        e.optimize_on.value = True
+        assert list(e.view.results) == ["1f1b", "v-half", "v-half+improved"]
+        e.improve.value = "1f1b"
+        assert list(e.view.results) == ["1f1b", "1f1b+improved", "v-half"]
+        assert e.view.settings.improve == "1f1b"
+    finally:
+        e.close()

@@ -21,7 +21,8 @@ Several edits queued in the kernel are answered once (the work runs on the kerne
 after the queued widget messages). Without an event loop (a script, the tests), every edit is
 answered at once and :meth:`Explorer.wait` applies the background builds.
 
-The "optimize (solver)" option improves the first selected schedule with
+The "optimize (solver)" option improves the schedule chosen in "improve" (default: the first
+selected one other than 1F1B, which is often optimal already) with
 :func:`ctrlmem.improve` for the seconds given, in the same background worker, and shows the
 improved order right below it (``NAME+improved``, its row naming the makespan before and after,
 the lower bound and the gap).
@@ -183,6 +184,10 @@ class Explorer:
                                       layout=W.Layout(width="140px"))
         self.optimize = W.BoundedFloatText(value=s.optimize or 10.0, min=1.0, max=600.0, description="seconds",
                                            layout=W.Layout(width="150px"), **label)
+        self.improve = W.Dropdown(options=[("first other than 1f1b", "")] + [(n, n) for n in names],
+                                  value=s.improve if s.improve in SCHEDULES else "", description="improve",
+                                  layout=W.Layout(width="240px"), **label)
+        self.improve.add_class("ctrlmem-improve")
         from ctrlmem.planner.model import PRESET_NAMES
 
         self.model = W.Dropdown(options=[("none", "")] + [(n, n) for n in PRESET_NAMES.values()],
@@ -249,13 +254,14 @@ class Explorer:
         self.load_state_button.observe(self._state_uploaded, names="value")
         self._inputs = [self.schedules, self.devices, self.microbatches, self.f, self.b, self.w,
                         self.comm, self.first_extra, self.last_extra, self.weights, self.limit_on, self.limit,
-                        self.model, self.model_mb, self.optimize_on, self.optimize]
+                        self.model, self.model_mb, self.optimize_on, self.optimize, self.improve]
         for wdg in self._inputs:
             wdg.observe(self._edited, names="value")
         controls = W.VBox([
             W.HTML(_CSS + "<b>schedules</b> <small>(tick to compare; panels stack in the order ticked)</small>"),
             self.schedules,
-            W.HBox([self.devices, self.microbatches, self.limit_on, self.limit, self.optimize_on, self.optimize],
+            W.HBox([self.devices, self.microbatches, self.limit_on, self.limit, self.optimize_on, self.optimize,
+                    self.improve],
                    layout=W.Layout(flex_flow="row wrap")),  # wraps in a narrow notebook column
             W.HBox([self.f, self.b, self.w, self.comm]),
             W.HBox([self.first_extra, self.last_extra, self.weights]),
@@ -292,6 +298,7 @@ class Explorer:
             stage_weights=_parse_weights(self.weights.value), loaded=tuple(self.loaded),
             model=self.model.value or None, microbatch_size=int(self.model_mb.value) or None,
             optimize=float(self.optimize.value) if self.optimize_on.value else 0.0,
+            improve=self.improve.value or None,
         )
 
     def _edited(self, change=None) -> None:
@@ -692,7 +699,8 @@ class Explorer:
                               (self.weights, ",".join(f"{x:g}" for x in settings.stage_weights)),
                               (self.limit_on, settings.memory_limit is not None),
                               (self.model, settings.model or ""), (self.model_mb, settings.microbatch_size or 0),
-                              (self.optimize_on, bool(settings.optimize))):
+                              (self.optimize_on, bool(settings.optimize)),
+                              (self.improve, settings.improve if settings.improve in SCHEDULES else "")):
             self._set_quietly(widget, value)
         if settings.memory_limit is not None:
             self._set_quietly(self.limit, settings.memory_limit)
@@ -1197,17 +1205,19 @@ def explorer(schedules: Sequence[str] | None = None, num_devices: int = 4, num_m
              f: float = 1.0, b: float = 1.0, w: float = 1.0, comm: float = 0.0,
              first_stage_extra: float = 0.0, last_stage_extra: float = 0.0,
              memory_limit: float | None = None, stage_weights: Sequence[float] = (),
-             load: Sequence[str] = (), state: str | None = None, optimize: float = 0.0, **kwargs) -> Explorer:
+             load: Sequence[str] = (), state: str | None = None, optimize: float = 0.0, improve: str | None = None,
+             **kwargs) -> Explorer:
     """An :class:`Explorer` with these initial settings (display it in a notebook cell);
     ``load``: schedule files (torch / torchtitan CSV or text form) to compare as well;
-    ``optimize``: seconds of :func:`ctrlmem.improve` for the first schedule (0: off);
+    ``optimize``: seconds of :func:`ctrlmem.improve` for the schedule ``improve`` (default: the first
+    other than 1F1B; 0: off);
     ``state``: a state file to show instead (see :meth:`Explorer.apply_state`)."""
     settings = Settings(
         schedules=tuple(schedules) if schedules is not None else default_schedules(),
         num_devices=num_devices, num_microbatches=num_microbatches, f=f, b=b, w=w, comm=comm,
         first_stage_extra=first_stage_extra, last_stage_extra=last_stage_extra,
         memory_limit=memory_limit, stage_weights=tuple(stage_weights),
-        loaded=tuple(Schedule.load(x) for x in load), optimize=optimize,
+        loaded=tuple(Schedule.load(x) for x in load), optimize=optimize, improve=improve,
     )
     ex = Explorer(settings, **kwargs)
     if state:

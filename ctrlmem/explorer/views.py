@@ -102,9 +102,11 @@ class Settings:
         loaded: schedule files loaded into the comparison (simulated as they are).
         model: a paper model (``ctrlmem.planner.model``) whose activation bytes give the memory
             panel a GB axis, or ``None``; microbatch_size: its microbatch (``None``: the paper's).
-        optimize: seconds of :func:`ctrlmem.improve` for the first selected schedule (0: off,
-            the default): its improved order is shown right below it (``NAME+improved``), within
-            the memory limit when the schedule fits it, else within its own peak.
+        optimize: seconds of :func:`ctrlmem.improve` for one shown schedule (0: off, the
+            default): its improved order is shown right below it (``NAME+improved``, its panel
+            titled so), within the memory limit when the schedule fits it, else within its own peak.
+        improve: the schedule ``optimize`` improves (``None``: :func:`improve_target`'s
+            default, the first selected schedule other than 1F1B, which is often optimal already).
     """
 
     schedules: tuple[str, ...] = field(default_factory=default_schedules)
@@ -122,6 +124,7 @@ class Settings:
     model: str | None = None
     microbatch_size: int | None = None
     optimize: float = 0.0
+    improve: str | None = None
 
     @property
     def per_stage(self) -> bool:
@@ -502,9 +505,10 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
         messages.append(f"optimize: give the solver's seconds, a number in (0, 3600], got {seconds!r}")
         return results, origins
-    first = next((n for n in results if n in SCHEDULES), None)
+    first = improve_target(settings, results)
     if first is None:
-        messages.append("optimize improves the first selected registered schedule; none is shown")
+        messages.append(f"optimize: {settings.improve} is not shown; tick it, or choose a shown schedule to improve"
+                        if settings.improve else "optimize improves a selected registered schedule; none is shown")
         return results, origins
     label = first + IMPROVED_SUFFIX
     p, m = settings.num_devices, settings.num_microbatches
@@ -541,6 +545,8 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
             waiting.append(label)
     if sched is None:
         return results, origins
+    if sched.name != label:  # the solver hands back its input when it finds nothing better
+        sched = replace(sched, name=label)
     try:
         improved = simulate(sched, costs)
     except (ValueError, ScheduleError) as exc:
@@ -552,6 +558,15 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
         if n == first:
             out_results[label], out_origins[label] = improved, origin
     return out_results, out_origins
+
+
+def improve_target(settings: Settings, names) -> str | None:
+    """The shown schedule the solver option improves: ``settings.improve`` when it is among
+    ``names`` (None when it is not), else the first registered one other than 1F1B, else 1F1B."""
+    shown = [n for n in names if n in SCHEDULES]
+    if settings.improve:
+        return settings.improve if settings.improve in shown else None
+    return next((n for n in shown if n != "1f1b"), shown[0] if shown else None)
 
 
 def _add_gb_axis(memory_spec: dict, settings: Settings, messages: list[str]) -> None:
@@ -727,6 +742,9 @@ def command_line(settings: Settings, output: str | None = None) -> str:
     names = [n for n in s.schedules if n in SCHEDULES]
     if not names:
         return ""
+    target = improve_target(s, names) if s.optimize else None
+    if target is not None:  # `ctrlmem draw --optimize` improves the first schedule it is given
+        names = [target] + [n for n in names if n != target]
     costs = ",".join(f"{x:g}" for x in (s.f, s.b, s.w, s.comm))
     out = output or f"{_slug_of(names, s)}.html"
     cmd = f"ctrlmem draw {names[0]}"

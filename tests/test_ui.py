@@ -616,3 +616,20 @@ def test_the_solver_option_improves_the_schedule_chosen_and_names_its_panel_impr
         assert e.view.settings.improve == "1f1b"
     finally:
         e.close()
+
+
+def test_v_min_at_equal_costs_agrees_with_the_command_and_shows_simulated_next_to_closed_form():
+    """At F=B=W (p=8, m=32) the explorer's adapted V-Min is the order `ctrlmem simulate v-min -p 8
+    -m 32` prints (bubble rate 0.1070, 23 τ on the worst device), its formula row gives the
+    paper's closed form 4p−5 = 27 τ beside that simulated 23 τ, and the unit-cost pattern it
+    shows before adapting is simulated at exactly the closed form."""
+    import re
+
+    s = ui.Settings(schedules=("v-min",), num_devices=8, num_microbatches=32)
+    adapted = ui.compute(s)
+    cli = cm.simulate(cm.build("v-min", 8, 32, costs=cm.Costs(1, 1, 1, 0)), cm.Costs(1, 1, 1, 0))
+    assert adapted.results["v-min"].bubble_rate == pytest.approx(cli.bubble_rate) == pytest.approx(0.10698, abs=1e-4)
+    cells = lambda v: re.findall(r"<td>([^<]*)</td>", ui.formula_html(v))  # noqa: E731
+    assert cells(adapted)[:6] == ["v-min", "⌊(p+4)/3⌋ = 4", "4", "4p−5 = 27τ", "23τ", "adapted for these costs"]
+    pattern = ui.compute(s, adapt=False)
+    assert cells(pattern)[3:5] == ["4p−5 = 27τ", "27τ"]

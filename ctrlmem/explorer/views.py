@@ -644,6 +644,15 @@ def _closed_forms(name: str, p: int) -> tuple[str, str] | None:
     return forms.get(name)
 
 
+def _simulated_bubble(r: SimResult, s: Settings) -> str:
+    """The largest per-device bubble (span − work) of ``r``; in τ (half of F) when the costs are
+    the closed forms' (F=B=W, comm=0, no per-stage differences), else in time units."""
+    worst = max(r.device_bubbles)
+    if float(s.f) == float(s.b) == float(s.w) > 0 and not s.comm and not s.per_stage:
+        return f"{worst / (float(s.f) / 2):.4g}τ"
+    return plot.fmt_time(worst)
+
+
 def formula_html(view: View) -> str:
     """The closed forms of the shown schedules at this p next to the simulated numbers, and the
     V-Half / V-ZB conditions W+2B ≥ 2F and W+2F ≥ 2B evaluated on the current costs (per-stage
@@ -658,7 +667,8 @@ def formula_html(view: View) -> str:
         if forms is None:
             continue
         rows.append(f"<tr><td>{html.escape(name)}</td><td>{forms[0]}</td><td>{plot.fmt_time(max(r.peak_memory))}</td>"
-                    f"<td>{forms[1]}</td></tr>")
+                    f"<td>{forms[1]}</td><td>{_simulated_bubble(r, s)}</td>"
+                    f"<td>{html.escape(view.origins.get(name, ''))}</td></tr>")
     f, b, w = float(s.f), float(s.b), float(s.w)
     c1, c2 = w + 2 * b >= 2 * f - 1e-12, w + 2 * f >= 2 * b - 1e-12
     mark = lambda ok: "<b style='color:#1c5e20'>holds</b>" if ok else "<b style='color:#8a1c1c'>fails</b>"  # noqa: E731
@@ -670,9 +680,12 @@ def formula_html(view: View) -> str:
     table = ""
     if rows:
         table = ("<table class='ctrlmem-formulas' style='border-collapse:collapse'><tr><th>schedule</th>"
-                 "<th>peak, closed form (a)</th><th>peak, simulated</th><th>bubble per device, closed form</th></tr>"
-                 + "".join(rows) + "</table><small>closed forms for F=B=W, comm=0 (the paper's Sec. 3 and "
-                 "Table 1); τ is one pass over half a device-stage</small><br>")
+                 "<th>peak, closed form (a)</th><th>peak, simulated</th><th>bubble per device, closed form</th>"
+                 "<th>bubble per device, simulated (largest)</th><th>order</th></tr>"
+                 + "".join(rows) + "</table><small>closed forms: the paper's unit-cost patterns at F=B=W, comm=0 "
+                 "(Sec. 3 and Table 1); τ is one pass over half a device-stage. An order searched for the costs "
+                 "(\"adapted\") can be shorter than its pattern at the same peak: at F=B=W the V-Min search finds "
+                 "V-Shape's order under a budget of 0.5</small><br>")
     stage_table = ""
     if s.per_stage:
         try:

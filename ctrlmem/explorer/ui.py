@@ -69,8 +69,14 @@ log = logging.getLogger(__name__)
 COMPARISONS = ("peak memory & speed-up", "bubble vs budget", "building blocks", "lifespans", "none")
 #: Microbatches the building-block view draws (the construction repeats after a few).
 BLOCK_MICROBATCHES = 8
-#: Seconds between two looks at the background builds (progress line, finished builds).
-TICK_SECONDS = 0.4
+#: Seconds between two looks at the background builds (progress line, finished builds): the
+#: worker takes its next job only when a look collects the last one's result, so this is also
+#: the gap between two builds (16 budget builds at 0.4 s took 8.9 s at p = 16, m = 64).
+TICK_SECONDS = 0.1
+#: Budgets beyond 1 × 1F1B the bubble-vs-budget panel adds for a schedule whose bubble at 1.0
+#: is still above ``SWEEP_BUBBLE_LEFT`` (more memory can still buy speed there).
+SWEEP_BEYOND = (1.25, 1.5, 2.0)
+SWEEP_BUBBLE_LEFT = 0.005
 #: Seconds an edit waits for the next ones already queued in the kernel (answered together).
 COALESCE_SECONDS = 0.02
 
@@ -151,6 +157,7 @@ class Explorer:
         self._loop = _running_loop()
         self._exports: list[tuple] = []
         self._block_cache: dict[tuple, dict] = {}
+        self._sweep_sims: dict[tuple, object] = {}  # (build key, costs) -> SimResult of a budget point
         self._closed = False
         self.view: View | None = None
         names = list(SCHEDULES)
@@ -418,7 +425,7 @@ class Explorer:
         elif sweep and not self._flush_scheduled and self.view is not None and self.compare.value == "bubble vs budget":
             self._mark_pending()
             self.render(self.view, keep_main=True)
-            self._show_progress()
+            self._submit()  # a finished budget can ask for more (beyond 1.0 while a bubble is left)
         else:
             self._show_progress()
         return redraw or sweep
@@ -462,6 +469,8 @@ class Explorer:
         if prog is not None and prog.job is not None:
             def named(job):
                 text = job.name + (f" @ budget {job.memory_limit:g}" if job.memory_limit is not None else "")
+                if job.limits:
+                    text = f"{job.name} @ budgets {', '.join(f'{x:g}' for x in job.limits)}"
                 return f"improving {text} with the solver ({job.optimize:g} s)" if job.optimize else text
 
             then = list(dict.fromkeys(named(j) for j in prog.waiting))
@@ -595,40 +604,72 @@ class Explorer:
         return self._block_cache[key]
 
     def _sweep(self) -> tuple[dict | None, list[Job]]:
-        """The bubble-vs-budget steps of the budgeted schedules (``v-shape``, ``zb``) at the
-        current p, m and costs, from the builds done so far, and the builds still to do."""
+        """The bubble-vs-budget points of the budgeted schedules (``v-shape``, ``zb``) at the
+        current p, m and costs, from the builds done so far (the cache the shown schedules use
+        too), and the builds still to do, coarse budgets first so the curve's shape comes early."""
         view = self.view
         s = view.settings if view is not None else None
         if s is None or view.reference is None:
             return None, []
         budgeted = [n for n in ("v-shape", "zb") if n in SCHEDULES]
-        limits = sorted(set(plot.TRADEOFF_LIMITS) | ({s.memory_limit} if s.memory_limit is not None else set()))
         p, m = s.num_devices, s.num_microbatches
         ref_peak = max(view.reference.peak_memory)
-        points, jobs, todo = [], [], 0
+        points, jobs = [], []
         job_settings = StageCosts(replace(s, schedules=(), loaded=()))
         for name in budgeted:
-            for limit in limits:
-                stages = self.builds.num_stages(name, p, m, limit)
-                want = s.costs(stages) if stages is not None else s.costs()
-                key = self.builds.key(name, p, m, want, limit)
-                if key in self.builds.failed:
+            limits = _coarse_first(sorted(set(plot.TRADEOFF_LIMITS) | ({s.memory_limit} if s.memory_limit else set())),
+                                   s.memory_limit)
+            done: dict[float, dict] = {}
+            for group in (limits, SWEEP_BEYOND):
+                if group is SWEEP_BEYOND and not (1.0 in done and done[1.0]["bubble_rate"] > SWEEP_BUBBLE_LEFT):
                     continue
-                sched = self.builds.get(name, p, m, want, limit)
-                if sched is None:
-                    todo += 1
-                    jobs.append(Job(name, p, m, want, limit, None if stages is not None else job_settings))
-                    continue
-                r = simulate(sched, s.costs(sched.num_stages))
-                points.append(_point(name, limit, r, view.reference, ref_peak))
+                todo, want, stages = self._sweep_group(name, group, s, view, ref_peak, done)
+                if todo:  # one job per group: the worker builds its budgets back to back
+                    jobs.append(Job(name, p, m, want, None, None if stages is not None else job_settings,
+                                    limits=tuple(todo)))
+            points += [done[x] for x in sorted(done)]
         for name, r in view.results.items():
             if name not in budgeted:
                 points.append(_point(name, None, r, view.reference, ref_peak))
-        done = sum(1 for q in points if q["memory_limit"] is not None)
+        done_n = sum(1 for q in points if q["memory_limit"] is not None)
+        todo_n = sum(len(j.limits) for j in jobs)
         title = (f"bubble rate vs memory budget ({_settings_summary(s)}); "
-                 + (f"{done} of {done + todo} budget builds done" if todo else "all budget builds done"))
-        fig = plot.bubble_memory_figure(points, title=title).to_plotly_json() if points else _note_figure(title)
+                 + (f"{done_n} of {done_n + todo_n} budget builds done…" if jobs else "all budget builds done")
+                 + "; points: the budgets searched")
+        fig = (plot.bubble_memory_figure(points, title=title, steps=False).to_plotly_json() if points
+               else _note_figure(title))
         return fig, jobs
+
+    def _sweep_group(self, name: str, group, s: Settings, view: View, ref_peak: float, done: dict):
+        """Points of ``group``'s budgets already built go into ``done``; returns the budgets
+        still to build (not failed, not a build the view itself waits for), the costs to build
+        them for and the stage count when known."""
+        p, m = s.num_devices, s.num_microbatches
+        queued = {j.memory_limit for j in view.jobs if j.name == name}
+        todo, want, stages = [], s.costs(), None
+        for limit in group:
+            stages = self.builds.num_stages(name, p, m, limit)
+            want = s.costs(stages) if stages is not None else s.costs()
+            key = self.builds.key(name, p, m, want, limit)
+            if key in self.builds.failed:
+                continue
+            sched = self.builds.get(name, p, m, want, limit)
+            if sched is not None:
+                done[limit] = _point(name, limit, self._sweep_sim(key, sched, s), view.reference, ref_peak)
+            elif limit not in queued:
+                todo.append(limit)
+        return todo, want, stages
+
+    def _sweep_sim(self, key: tuple, sched: Schedule, s: Settings):
+        """The simulation of a budget point (kept: a sweep redrawn per finished build would
+        re-simulate every earlier point each time)."""
+        costs = s.costs(sched.num_stages)
+        memo = (key, costs)
+        if memo not in self._sweep_sims:
+            if len(self._sweep_sims) > 128:
+                self._sweep_sims.clear()
+            self._sweep_sims[memo] = simulate(sched, costs)
+        return self._sweep_sims[memo]
 
     # -- files ----------------------------------------------------------------------------------
 
@@ -866,6 +907,24 @@ def _close_tree(widget) -> None:
         widget.close()
     except Exception:  # noqa: BLE001  (closing twice, or a widget without a comm)
         pass
+
+
+def _coarse_first(limits: Sequence[float], first: float | None = None) -> list[float]:
+    """``limits`` (sorted) with ``first`` (the current budget) leading, then the two ends, then
+    midpoints of the gaps left, so that a sweep drawn as its builds finish shows its shape early."""
+    rest = [x for x in limits if x != first]
+    order = [first] if first is not None and first in limits else []
+    if rest:
+        order += [rest[-1]] + ([rest[0]] if len(rest) > 1 else [])
+        spans = [(0, len(rest) - 1)]
+        while spans:
+            lo, hi = spans.pop(0)
+            if hi - lo < 2:
+                continue
+            mid = (lo + hi) // 2
+            order.append(rest[mid])
+            spans += [(lo, mid), (mid, hi)]
+    return order
 
 
 def _point(name: str, limit, r, reference, ref_peak: float) -> dict:

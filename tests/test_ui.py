@@ -633,3 +633,19 @@ def test_v_min_at_equal_costs_agrees_with_the_command_and_shows_simulated_next_t
     assert cells(adapted)[:6] == ["v-min", "⌊(p+4)/3⌋ = 4", "4", "4p−5 = 27τ", "23τ", "adapted for these costs"]
     pattern = ui.compute(s, adapt=False)
     assert cells(pattern)[3:5] == ["4p−5 = 27τ", "27τ"]
+
+
+def test_building_block_title_names_its_panels_in_their_order():
+    """The building-block view's title lists the panels as they are stacked, each step in
+    words (no raw function name such as place_w)."""
+    e = ui.explorer(schedules=["v-half", "1f1b"], num_devices=4, num_microbatches=8, background=False,
+                    export_dir=None)
+    try:
+        e.compare.value = "building blocks"
+        fig = e.shown("compare-a")
+        panels = [a["text"].split(":")[0] for a in fig["layout"]["annotations"] if a.get("yanchor") == "bottom"]
+        title = fig["layout"]["title"]["text"]
+        assert panels[0] == "v-half" and "place_w" not in title and "place_w" not in " ".join(panels)
+        assert title.startswith("v-half: " + " → ".join(["building block"] + panels[1:]) + " (p=4, m=")
+    finally:
+        e.close()

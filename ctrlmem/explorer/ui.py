@@ -597,9 +597,11 @@ class Explorer:
         m = min(s.num_microbatches, BLOCK_MICROBATCHES)
         key = (name, s.num_devices, m, s.f, s.b, s.w, s.comm)
         if key not in self._block_cache:
-            fig = plot.block_figure(name, s.num_devices, m, costs=s.costs(),
-                                    title=f"{name}: building block → repeat → squeeze → reorder "
-                                          f"(p={s.num_devices}, m={m})")
+            fig = plot.block_figure(name, s.num_devices, m, costs=s.costs(), title=name)
+            # the title names the panels in their order: "building block", then each step's own name
+            panels = [a.text.split(":")[0] for a in fig.layout.annotations if a.yanchor == "bottom"]
+            steps = ["building block"] + panels[1:]
+            fig.layout.title.text = f"{name}: {' → '.join(steps)} (p={s.num_devices}, m={m})"
             self._block_cache = {key: fig.to_plotly_json()}
         return self._block_cache[key]
 

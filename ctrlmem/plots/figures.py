@@ -1054,7 +1054,8 @@ def block_timelines(name: str, num_devices: int, num_microbatches: int,
         for step, tl in steps.items():
             rows = [sp for row in tl.rows for sp in row]
             peak = max(tl.peak_memory())
-            out.append(slot_timeline(rows, tl.placement, f"{step}: {tl.end} slots, peak {peak:g} a"))
+            label = {"place_w": "place W"}.get(step, step)  # the step's name, in words
+            out.append(slot_timeline(rows, tl.placement, f"{label}: {tl.end} slots, peak {peak:g} a"))
         return out
     block_passes, placement, interval = _fallback_block(name, p, costs)
     rep = repeat_block(block_passes, m, interval)

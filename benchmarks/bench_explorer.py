@@ -3,7 +3,8 @@
 Python side (default): a cost edit at p=8/m=32, p=16/m=64 and p=32/m=256 → the instant answer
 (every shown schedule re-simulated with the order it has, stats, both figures encoded for the
 browser), and how long the cost-adapted builds then take in the background until the adapted
-state is drawn.
+state is drawn; then the bubble-vs-budget panel at p=16, m=64 opened on a running event loop
+(as in a kernel): its first budget point and its last.
 
 ``--gil``: why the background builds run in a process. A cost-adapted build (``v-min`` at
 p=32, m=256, F=2) runs in a thread of the explorer's process, then in the worker process, while
@@ -83,6 +84,38 @@ def python_side(names, repeats: int) -> None:
                   f"{target} [{load()}]", flush=True)
     finally:
         explorer.close()
+
+
+def sweep_panel(p: int = 16, m: int = 64) -> None:
+    """The bubble-vs-budget panel opened as in a kernel (the explorer on a running event loop,
+    its own ticks): until its first budget point is drawn and until every budget is."""
+    import asyncio
+
+    async def run() -> None:
+        explorer = ui.explorer(schedules=["1f1b", "v-half", "v-shape"], num_devices=p, num_microbatches=m,
+                               memory_limit=0.5, export_dir=None)
+        try:
+            while not explorer.background.idle:
+                await asyncio.sleep(0.05)
+            t0 = time.perf_counter()
+            explorer.compare.value = "bubble vs budget"
+            first = None
+            draws = set()
+            while True:
+                await asyncio.sleep(0.02)
+                title = ((explorer.shown("compare-a") or {}).get("layout", {}).get("title") or {}).get("text", "")
+                draws.add(title)
+                if first is None and "budget builds done" in title and " 0 of " not in title:
+                    first = time.perf_counter() - t0
+                if explorer.background.idle and "all budget builds done" in title:
+                    break
+            print(f"python  p={p:<3d} m={m:<4d} bubble vs budget: first budget point drawn {first:.2f} s, all "
+                  f"{len(draws)} states drawn, complete {time.perf_counter() - t0:.2f} s; target < 2 s [{load()}]",
+                  flush=True)
+        finally:
+            explorer.close()
+
+    asyncio.run(run())
 
 
 def gil(repeats: int, rounds: int = 3) -> None:
@@ -222,6 +255,7 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores; {load()} at start", flush=True)
     if not args.browser_only:
         python_side(names, args.repeats)
+        sweep_panel()
         if args.gil:
             gil(args.repeats)
     if args.browser or args.browser_only:

@@ -151,17 +151,33 @@ def test_comparisons_show_the_peak_memory_over_time_and_the_pareto_front(vexp):
     assert sorted(", ".join(labels).split(", ")) == sorted(vexp.view.results)
 
 
-def test_bubble_vs_budget_builds_in_the_background_and_draws_steps(vexp):
+def test_bubble_vs_budget_streams_sampled_budgets_and_goes_past_one_where_a_bubble_is_left(vexp):
+    """The panel asks one background sweep per budgeted schedule (its budgets back to back,
+    coarse ones first), draws the budgets searched as points joined by a dotted line in memory
+    order (sampled, not drawn as exact steps between them), each point one budget built, and
+    goes past 1.0 × 1F1B for a schedule that still has a bubble there (zb: ZB-1P at 1.0) but not
+    for one that has none (v-shape reaches ZB-V's zero bubble at 1.0)."""
+    from ctrlmem.explorer.ui import SWEEP_BEYOND
+
     vexp.compare.value = "bubble vs budget"
     jobs = [vexp.background.progress().job, *vexp.background.progress().waiting]
-    assert {j.name for j in jobs} == {"v-shape", "zb"} and {j.memory_limit for j in jobs} == set(plot.TRADEOFF_LIMITS)
+    assert sorted(j.name for j in jobs) == ["v-shape", "zb"]
+    for j in jobs:
+        assert sorted(j.limits) == sorted(plot.TRADEOFF_LIMITS) and j.limits[:2] == (1.0, 0.3)
+    assert "budget builds done…" in vexp.shown("compare-a")["layout"]["title"]["text"]
     vexp.wait()
     fig = vexp.shown("compare-a")
-    steps = {t["meta"]["name"]: t for t in fig["data"] if t["meta"]["kind"] == "steps"}
-    assert set(steps) == {"v-shape", "zb"} and all(t["line"]["shape"] == "hv" for t in steps.values())
-    for t in steps.values():  # a larger budget never needs more bubble
-        ys = t["y"]
-        assert all(b <= a + 1e-12 for a, b in zip(ys, ys[1:]))
+    assert not [t for t in fig["data"] if t["meta"]["kind"] == "steps"]
+    lines = {t["meta"]["name"]: t for t in fig["data"] if t["meta"]["kind"] == "samples"}
+    marks = {t["meta"]["name"]: t for t in fig["data"] if t["meta"]["kind"] == "bubble"}
+    assert set(lines) == {"v-shape", "zb"} and all(t["line"]["dash"] == "dot" for t in lines.values())
+    for name, line in lines.items():
+        assert line["x"] == marks[name]["x"] and line["y"] == marks[name]["y"]  # through the points only
+        assert list(line["x"]) == sorted(line["x"])
+    budgets = {name: {c[0] for c in marks[name]["customdata"]} for name in lines}
+    assert budgets["v-shape"] == set(plot.TRADEOFF_LIMITS)
+    assert budgets["zb"] == set(plot.TRADEOFF_LIMITS) | set(SWEEP_BEYOND)
+    assert max(marks["zb"]["x"]) > 1.0
     assert "all budget builds done" in fig["layout"]["title"]["text"]
 
 

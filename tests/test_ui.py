@@ -497,3 +497,176 @@ def test_save_records_settings_with_loaded_schedules(explorer, tmp_path):
     assert cm.Schedule.from_text(saved["settings"]["loaded"][0]["text"]).device_passes == \
         cm.Schedule.from_torch_csv(path).device_passes
     assert [r["schedule"] for r in saved["stats"]] == ["1f1b", "zb-v", "t (file)"]
+
+
+def test_static_exports_drop_the_hover_marks_the_browser_shows():
+    """With per-stage weights each panel title ends in "(i)" and shows the cost table on hover
+    in the browser; the figure a PNG/SVG/PDF export draws has neither (an image cannot hover),
+    and the figure on screen keeps both."""
+    import plotly.graph_objects as go
+
+    view = ui.compute(ui.Settings(schedules=("1f1b", "v-half"), num_devices=4, num_microbatches=8,
+                                  stage_weights=(1.5, 1, 1, 1.5)), adapt=False)
+    shown = [a for a in go.Figure(view.diagram_spec).layout.annotations if a.hovertext]
+    assert len(shown) == 2 and all(a.text.endswith(" (i)") for a in shown)
+    static = ui.static_figure(view).layout.annotations
+    assert not any("(i)" in (a.text or "") or a.hovertext for a in static)
+    assert [a.text for a in static[:2]] == [a.text[:-4] for a in shown]
+
+
+class _FlakyRenderer:
+    """Stands in for the Chromium session: the first image fails as given, later ones arrive."""
+
+    deadline = 90.0
+
+    def __init__(self, first_error: BaseException):
+        self.errors = [first_error]
+        self.calls = []
+
+    def submit(self, fig, fmt, **kw):
+        import concurrent.futures
+
+        self.calls.append(fmt)
+        fut = concurrent.futures.Future()
+        if self.errors:
+            fut.set_exception(self.errors.pop())
+        else:
+            fut.set_result(b"\x89PNG\r\n\x1a\n" + b"0" * 16)
+        return fut
+
+    def close(self):
+        pass
+
+
+def test_an_export_past_its_deadline_says_what_failed_and_retries(explorer, tmp_path):
+    """An image that does not arrive in time ends in one line naming the stage that did not
+    answer and a retry button (never an endless "drawing…"); retry draws it again and
+    downloads it, and the retry offer goes."""
+    from ctrlmem.plots.render import ExportTimeout
+
+    explorer.export_dir = str(tmp_path)
+    explorer._renderer = _FlakyRenderer(ExportTimeout("drawing the PNG in Chromium (kaleido) did not finish "
+                                                      "within 90 s (after 90 s)"))
+    explorer._export_clicked("png")
+    explorer.wait(5)
+    note = html.unescape(explorer.export_note.value)
+    assert "Export png failed: drawing the PNG in Chromium (kaleido) did not finish within 90 s" in note
+    assert "retry" in note and explorer.retry_button.layout.display != "none"
+    assert not explorer.downloads.files
+    explorer.retry_button.click()
+    explorer.wait(5)
+    assert explorer._renderer.calls == ["png", "png"]
+    (offered,) = explorer.downloads.files
+    assert offered["name"].endswith(".png") and "downloaded" in explorer.export_note.value
+    assert explorer.retry_button.layout.display == "none"
+
+
+def test_an_image_the_exporter_refuses_names_chromium(explorer, tmp_path):
+    """A render error (a crashed tab answers with a protocol error) is one line naming
+    Chromium (kaleido) and the error, with the retry offer."""
+    explorer.export_dir = str(tmp_path)
+    explorer._renderer = _FlakyRenderer(RuntimeError({"code": -32000, "message": "Cannot find context"}))
+    explorer._export_clicked("svg")
+    explorer.wait(5)
+    note = html.unescape(explorer.export_note.value)
+    assert "Export svg failed: Chromium (kaleido) did not draw the SVG (RuntimeError: " in note
+    assert "Cannot find context" in note and explorer.retry_button.layout.display != "none"
+
+
+@pytest.mark.slow
+def test_the_image_exporter_outlives_a_dead_chromium_and_keeps_its_deadline():
+    """The renderer's Chromium killed (as an out-of-memory kill does): the next image still
+    arrives, from a fresh Chromium (before, it never answered); an image that cannot be drawn
+    in its deadline fails with ExportTimeout naming the stage, and the one after it arrives."""
+    import os
+    import signal
+    import subprocess
+
+    from ctrlmem.plots.render import ExportTimeout, StaticRenderer
+
+    if not os.path.exists("/usr/bin/chromium"):
+        pytest.skip("no Chromium")
+    view = ui.compute(ui.Settings(schedules=("1f1b",), num_devices=4, num_microbatches=8), adapt=False)
+    fig = ui.static_figure(view)
+    r = StaticRenderer()
+    try:
+        assert r.submit(fig, "png").result(timeout=120)[:8] == b"\x89PNG\r\n\x1a\n"
+        wrapper = r._session.kaleido.subprocess
+        for line in subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout.splitlines():
+            pid, ppid, args = line.split(None, 2)
+            if ppid == str(wrapper.pid) and "chromium" in args:
+                os.kill(int(pid), signal.SIGKILL)
+        wrapper.wait(timeout=30)
+        assert r.submit(fig, "png").result(timeout=120)[:8] == b"\x89PNG\r\n\x1a\n"
+        assert r.restarts == 1
+        with pytest.raises(ExportTimeout, match=r"within 0.01 s"):
+            r.submit(fig, "svg", deadline=0.01).result(timeout=30)
+        assert r.submit(fig, "svg").result(timeout=120).lstrip().startswith(b"<svg")
+        assert r.restarts == 2
+    finally:
+        r.close()
+
+
+def test_the_solver_option_improves_the_schedule_chosen_and_names_its_panel_improved():
+    """By default the solver option improves the first ticked schedule other than 1F1B (1F1B is
+    often optimal already); "improve" picks another; the improved panel and row are named
+    ``NAME+improved`` even when the solver hands back its input unchanged (1F1B here); the
+    command line improves the same schedule (draw --optimize improves the first it is given);
+    a chosen schedule that is not shown is one message."""
+    from ctrlmem.explorer.views import command_line
+
+    base = dict(schedules=("1f1b", "v-half"), num_devices=3, num_microbatches=6, optimize=2)
+    view = ui.compute(ui.Settings(**base))
+    assert list(view.results) == ["1f1b", "v-half", "v-half+improved"]
+    assert command_line(view.settings).startswith("ctrlmem draw v-half --compare 1f1b ")
+    chosen = ui.compute(ui.Settings(**base, improve="1f1b"))
+    assert list(chosen.results) == ["1f1b", "1f1b+improved", "v-half"]
+    assert chosen.results["1f1b+improved"].schedule.name == "1f1b+improved"
+    titles = [a["text"] for a in chosen.diagram_spec["layout"]["annotations"]]
+    assert any(t.startswith("1f1b+improved (p=3, m=6)") for t in titles), titles
+    missing = ui.compute(ui.Settings(**base, improve="zb-v"))
+    assert "optimize: zb-v is not shown; tick it, or choose a shown schedule to improve" in missing.messages
+    e = ui.explorer(schedules=["1f1b", "v-half"], num_devices=3, num_microbatches=6, background=False,
+                    export_dir=None)
+    try:
+        e.optimize.value = 2.0
+        e.optimize_on.value = True
+        assert list(e.view.results) == ["1f1b", "v-half", "v-half+improved"]
+        e.improve.value = "1f1b"
+        assert list(e.view.results) == ["1f1b", "1f1b+improved", "v-half"]
+        assert e.view.settings.improve == "1f1b"
+    finally:
+        e.close()
+
+
+def test_v_min_at_equal_costs_agrees_with_the_command_and_shows_simulated_next_to_closed_form():
+    """At F=B=W (p=8, m=32) the explorer's adapted V-Min is the order `ctrlmem simulate v-min -p 8
+    -m 32` prints (bubble rate 0.1070, 23 τ on the worst device), its formula row gives the
+    paper's closed form 4p−5 = 27 τ beside that simulated 23 τ, and the unit-cost pattern it
+    shows before adapting is simulated at exactly the closed form."""
+    import re
+
+    s = ui.Settings(schedules=("v-min",), num_devices=8, num_microbatches=32)
+    adapted = ui.compute(s)
+    cli = cm.simulate(cm.build("v-min", 8, 32, costs=cm.Costs(1, 1, 1, 0)), cm.Costs(1, 1, 1, 0))
+    assert adapted.results["v-min"].bubble_rate == pytest.approx(cli.bubble_rate) == pytest.approx(0.10698, abs=1e-4)
+    cells = lambda v: re.findall(r"<td>([^<]*)</td>", ui.formula_html(v))  # noqa: E731
+    assert cells(adapted)[:6] == ["v-min", "⌊(p+4)/3⌋ = 4", "4", "4p−5 = 27τ", "23τ", "adapted for these costs"]
+    pattern = ui.compute(s, adapt=False)
+    assert cells(pattern)[3:5] == ["4p−5 = 27τ", "27τ"]
+
+
+def test_building_block_title_names_its_panels_in_their_order():
+    """The building-block view's title lists the panels as they are stacked, each step in
+    words (no raw function name such as place_w)."""
+    e = ui.explorer(schedules=["v-half", "1f1b"], num_devices=4, num_microbatches=8, background=False,
+                    export_dir=None)
+    try:
+        e.compare.value = "building blocks"
+        fig = e.shown("compare-a")
+        panels = [a["text"].split(":")[0] for a in fig["layout"]["annotations"] if a.get("yanchor") == "bottom"]
+        title = fig["layout"]["title"]["text"]
+        assert panels[0] == "v-half" and "place_w" not in title and "place_w" not in " ".join(panels)
+        assert title.startswith("v-half: " + " → ".join(["building block"] + panels[1:]) + " (p=4, m=")
+    finally:
+        e.close()

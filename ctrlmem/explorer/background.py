@@ -41,11 +41,16 @@ import sys
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Schedule
+from ctrlmem.solver.improve import improve
+from ctrlmem.model.simulate import simulate
+from ctrlmem.schedules import SCHEDULES, build
+import ctypes
+from multiprocessing.connection import Connection
 
 __all__ = ["Job", "Result", "WorkerStatus", "BackgroundBuilds", "improved_name", "improve_built"]
 
@@ -63,7 +68,12 @@ class Job:
     ``optimize`` (seconds, 0: off): then improve the built schedule with
     :func:`ctrlmem.improve` for that long under ``costs`` (for a generator that takes no costs,
     it is built without them and improved under ``costs``), within ``improve_limit`` (a fraction
-    of 1F1B's peak) when it fits that, else within its own peak."""
+    of 1F1B's peak) when it fits that, else within its own peak.
+
+    ``limits`` (a sweep; ``memory_limit`` unused): build for each of these memory limits in
+    turn in the worker, without waiting for the explorer between two; each finished limit comes
+    back at once as its own :class:`Result`, whose ``job`` is this one with that
+    ``memory_limit`` and no ``limits``."""
 
     name: str
     num_devices: int
@@ -73,6 +83,13 @@ class Job:
     stage_costs: object = None
     optimize: float = 0.0
     improve_limit: float | None = None
+    limits: tuple[float, ...] = ()
+
+    def parts(self) -> list["Job"]:
+        """The single builds this job is: itself, or one per limit of a sweep."""
+        if not self.limits:
+            return [self]
+        return [replace(self, memory_limit=x, limits=()) for x in self.limits]
 
     @property
     def cache_name(self) -> str:
@@ -122,7 +139,6 @@ def _die_with_parent(parent: int) -> None:
     watchdog thread when the parent is gone anyway (re-parented)."""
     if sys.platform.startswith("linux"):
         try:
-            import ctypes  # noqa: PLC0415
 
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
@@ -141,8 +157,6 @@ def improve_built(schedule: Schedule, costs: Costs, limit: float | None, seconds
     """``schedule`` improved by :func:`ctrlmem.improve` for ``seconds`` under ``costs``, within
     ``limit`` (fraction of 1F1B's peak) when the schedule fits it, else within its own peak;
     with a one-line summary."""
-    from ctrlmem.solver.improve import improve  # noqa: PLC0415  (the solver loads only when asked)
-    from ctrlmem.model.simulate import simulate  # noqa: PLC0415
 
     p = schedule.num_devices
     if limit is not None and max(simulate(schedule, costs).peak_memory) > limit * p + 1e-9:
@@ -154,14 +168,14 @@ def improve_built(schedule: Schedule, costs: Costs, limit: float | None, seconds
 
 
 def _worker_main(conn_in, conn_out, parent: int) -> None:  # pragma: no cover  (runs in the worker)
-    """The worker: receive ``(number, Job)``, build it, send back ``(number, schedule, costs,
-    error, seconds)``; ``None`` ends it."""
+    """The worker: receive ``(number, Job)``, build each of its parts, send back ``(number,
+    schedule, costs, error, seconds, note, part, last)`` per part (``part``: the sweep's single
+    build, else None; ``last``: the job is done); ``None`` ends it."""
     _die_with_parent(parent)
     try:
         os.nice(5)  # the explorer's own answers come first on a busy machine
     except OSError:
         pass
-    from ctrlmem.schedules import SCHEDULES, build  # noqa: PLC0415  (imported in the worker, not at spawn)
 
     while True:
         try:
@@ -171,27 +185,35 @@ def _worker_main(conn_in, conn_out, parent: int) -> None:  # pragma: no cover  (
         if message is None:
             return
         number, job = message
-        t0 = time.perf_counter()
-        schedule = costs = error = note = None
-        try:
-            costs = job.costs
-            takes = job.name not in SCHEDULES or SCHEDULES[job.name].uses_costs or not job.optimize
-            schedule = build(job.name, job.num_devices, job.num_microbatches, costs=costs if takes else None,
-                             memory_limit=job.memory_limit)
-            if job.stage_costs is not None:
-                staged = job.stage_costs(schedule.num_stages)
-                if staged != costs:
-                    costs = staged
-                    schedule = build(job.name, job.num_devices, job.num_microbatches, costs=costs,
-                                     memory_limit=job.memory_limit)
-            if job.optimize:
-                schedule, note = improve_built(schedule, costs, job.improve_limit, job.optimize)
-        except Exception as exc:  # noqa: BLE001  (a generator's refusal is a result, not a crash)
-            schedule, error = None, _reason(exc)
-        try:
-            conn_out.send((number, schedule, costs, error, time.perf_counter() - t0, note))
-        except (BrokenPipeError, OSError):
-            return
+        parts = job.parts()
+        for k, part in enumerate(parts):
+            answer = _build_part(part, SCHEDULES, build)
+            try:
+                conn_out.send((number, *answer, part if job.limits else None, k == len(parts) - 1))
+            except (BrokenPipeError, OSError):
+                return
+
+
+def _build_part(job: Job, schedules, build) -> tuple:  # pragma: no cover  (runs in the worker)
+    """``(schedule, costs, error, seconds, note)`` of one single build."""
+    t0 = time.perf_counter()
+    schedule = costs = error = note = None
+    try:
+        costs = job.costs
+        takes = job.name not in schedules or schedules[job.name].uses_costs or not job.optimize
+        schedule = build(job.name, job.num_devices, job.num_microbatches, costs=costs if takes else None,
+                         memory_limit=job.memory_limit)
+        if job.stage_costs is not None:
+            staged = job.stage_costs(schedule.num_stages)
+            if staged != costs:
+                costs = staged
+                schedule = build(job.name, job.num_devices, job.num_microbatches, costs=costs,
+                                 memory_limit=job.memory_limit)
+        if job.optimize:
+            schedule, note = improve_built(schedule, costs, job.improve_limit, job.optimize)
+    except Exception as exc:  # noqa: BLE001  (a generator's refusal is a result, not a crash)
+        schedule, error = None, _reason(exc)
+    return schedule, costs, error, time.perf_counter() - t0, note
 
 
 class _Worker:
@@ -201,7 +223,6 @@ class _Worker:
     workers without end), and ``fork`` copies a kernel that runs threads."""
 
     def __init__(self) -> None:
-        from multiprocessing.connection import Connection  # noqa: PLC0415
 
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
@@ -235,6 +256,15 @@ class _Worker:
                 conn.close()
             except OSError:
                 pass
+
+
+def _covers(running: Job, wanted: Job) -> bool:
+    """Whether the running job already does ``wanted``: the same job, or the same sweep whose
+    limits still to do are among those it runs (the explorer asks again for what is left)."""
+    if running == wanted:
+        return True
+    return bool(running.limits and wanted.limits and set(wanted.limits) <= set(running.limits)
+                and replace(running, limits=()) == replace(wanted, limits=()))
 
 
 def _kill(worker_box: list) -> None:
@@ -275,8 +305,9 @@ class BackgroundBuilds:
         jobs = list(dict.fromkeys(jobs))
         self._finished = 0
         if self._running is not None:
-            if self._running in jobs:
-                jobs.remove(self._running)
+            kept = next((j for j in jobs if _covers(self._running, j)), None)
+            if kept is not None:
+                jobs.remove(kept)
             else:
                 log.info("stopping the build of %s (no longer wanted)", self._running.name)
                 self._stop_worker()
@@ -302,17 +333,19 @@ class BackgroundBuilds:
                         self._done.append(Result(job, None, None, "the build process ended unexpectedly "
                                                  f"(exit code {code})", 0.0))
                     break
-                number, schedule, costs, error, seconds, note = worker.conn.recv()
+                number, schedule, costs, error, seconds, note, part, last = worker.conn.recv()
             except (EOFError, OSError):
                 job = self._running
                 self._stop_worker()
                 self._done.append(Result(job, None, None, "the build process ended unexpectedly", 0.0))
                 break
             job = self._running
-            self._running = None
             if job is not None and number == self._number:
                 self._finished += 1
-                self._done.append(Result(job, schedule, costs, error, seconds, note))
+                self._done.append(Result(part or job, schedule, costs, error, seconds, note))
+            if not last:  # a sweep goes on with its next limit
+                continue
+            self._running = None
             self._next()
             worker = self._worker
         done, self._done = self._done, []
@@ -382,7 +415,6 @@ class BackgroundBuilds:
 
 
 def _main(argv: Sequence[str]) -> None:  # pragma: no cover  (the worker's entry point)
-    from multiprocessing.connection import Connection  # noqa: PLC0415
 
     if len(argv) != 3 or not all(str(x).isdigit() for x in argv):
         sys.stderr.write("ctrlmem.explorer.background: error: this is the explorer's background worker, started by "

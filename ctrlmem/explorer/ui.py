@@ -21,7 +21,8 @@ Several edits queued in the kernel are answered once (the work runs on the kerne
 after the queued widget messages). Without an event loop (a script, the tests), every edit is
 answered at once and :meth:`Explorer.wait` applies the background builds.
 
-The "optimize (solver)" option improves the first selected schedule with
+The "optimize (solver)" option improves the schedule chosen in "improve" (default: the first
+selected one other than 1F1B, which is often optimal already) with
 :func:`ctrlmem.improve` for the seconds given, in the same background worker, and shows the
 improved order right below it (``NAME+improved``, its row naming the makespan before and after,
 the lower bound and the gap).
@@ -50,16 +51,26 @@ import zipfile
 from dataclasses import replace
 from typing import Sequence
 
+
 from ctrlmem.plots import figures as plot
 from ctrlmem.explorer.background import BackgroundBuilds, Job
-from ctrlmem.explorer.views import EXPORT_KINDS, export_files, PLOTLY_MIME, BuildCache, Settings, StageCosts, View, command_line, comparison_specs, compute, default_schedules, export_view, formula_html, messages_html, mime_bundle, read_state, report_html, save_view, slug, state_dict, static_figure, stats_html, stats_table, verdict
-from ctrlmem.explorer.views import jsonable  # noqa: F401  (re-exported: ui.jsonable)
+from ctrlmem.explorer.views import EXPORT_KINDS, export_files, PLOTLY_MIME, BuildCache, Settings, StageCosts, View, command_line, comparison_specs, compute, default_schedules, export_view, formula_html, jsonable, messages_html, mime_bundle, read_state, report_html, save_view, slug, state_dict, static_figure, stats_html, stats_table, verdict
 from ctrlmem.model.ir import Schedule
 from ctrlmem.schedules import SCHEDULES
 from ctrlmem.model.simulate import simulate
 from ctrlmem.model.validate import ScheduleError
+from ctrlmem.plots.render import ExportTimeout
+from ctrlmem.planner.model import PRESET_NAMES
+from ctrlmem.model.validate import validate
+from ctrlmem.model.ir import _clean_text
+from ctrlmem.explorer.views import write_state
+from ctrlmem.plots.render import StaticRenderer
+from ctrlmem.plots.figio import stabilize_svg
+from ctrlmem.plots.render import settled_bytes
+from ctrlmem.util.fileio import atomic_write, make_output_folder
+from importlib.resources import files
 
-__all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "export_view", "save_view", "Explorer",
+__all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "export_view", "save_view", "jsonable", "Explorer",
            "explorer", "default_schedules", "COMPARISONS"]
 
 log = logging.getLogger(__name__)
@@ -68,8 +79,14 @@ log = logging.getLogger(__name__)
 COMPARISONS = ("peak memory & speed-up", "bubble vs budget", "building blocks", "lifespans", "none")
 #: Microbatches the building-block view draws (the construction repeats after a few).
 BLOCK_MICROBATCHES = 8
-#: Seconds between two looks at the background builds (progress line, finished builds).
-TICK_SECONDS = 0.4
+#: Seconds between two looks at the background builds (progress line, finished builds): the
+#: worker takes its next job only when a look collects the last one's result, so this is also
+#: the gap between two builds (16 budget builds at 0.4 s took 8.9 s at p = 16, m = 64).
+TICK_SECONDS = 0.1
+#: Budgets beyond 1 × 1F1B the bubble-vs-budget panel adds for a schedule whose bubble at 1.0
+#: is still above ``SWEEP_BUBBLE_LEFT`` (more memory can still buy speed there).
+SWEEP_BEYOND = (1.25, 1.5, 2.0)
+SWEEP_BUBBLE_LEFT = 0.005
 #: Seconds an edit waits for the next ones already queued in the kernel (answered together).
 COALESCE_SECONDS = 0.02
 
@@ -79,6 +96,19 @@ def _reason(exc: BaseException) -> str:
         return exc.reason
     msg = exc.args[0] if exc.args else str(exc)
     return str(msg).splitlines()[0] if str(msg) else type(exc).__name__
+
+
+def _export_reason(kind: str, exc: BaseException | None) -> str:
+    """One line on why an export failed: for an image, what Chromium (kaleido) did."""
+
+    if exc is None:
+        return "unknown error"
+    if isinstance(exc, ExportTimeout) or kind not in ("png", "svg", "pdf"):
+        return _reason(exc)
+    text = str(exc.args[0]) if exc.args else ""
+    detail = f": {text.splitlines()[0][:160]}" if text else ""
+    return (f"Chromium (kaleido) did not draw the {kind.upper()} ({type(exc).__name__}{detail}); that Chromium "
+            "was stopped and the next try starts a fresh one")
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -119,7 +149,7 @@ class Explorer:
     def __init__(self, settings: Settings | None = None, *, export_dir: str | None = "build/explorer",
                  max_devices: int = 32, max_microbatches: int = 256, style: dict | None = None,
                  background: bool = True):
-        import ipywidgets as W  # noqa: PLC0415  (optional dependency, only for the widgets)
+        import ipywidgets as W  # noqa: PLC0415 - only inside Jupyter
 
         s = settings or Settings()
         self.style = style or {}
@@ -136,6 +166,7 @@ class Explorer:
         self._loop = _running_loop()
         self._exports: list[tuple] = []
         self._block_cache: dict[tuple, dict] = {}
+        self._sweep_sims: dict[tuple, object] = {}  # (build key, costs) -> SimResult of a budget point
         self._closed = False
         self.view: View | None = None
         names = list(SCHEDULES)
@@ -169,7 +200,10 @@ class Explorer:
                                       layout=W.Layout(width="140px"))
         self.optimize = W.BoundedFloatText(value=s.optimize or 10.0, min=1.0, max=600.0, description="seconds",
                                            layout=W.Layout(width="150px"), **label)
-        from ctrlmem.planner.model import PRESET_NAMES
+        self.improve = W.Dropdown(options=[("first other than 1f1b", "")] + [(n, n) for n in names],
+                                  value=s.improve if s.improve in SCHEDULES else "", description="improve",
+                                  layout=W.Layout(width="240px"), **label)
+        self.improve.add_class("ctrlmem-improve")
 
         self.model = W.Dropdown(options=[("none", "")] + [(n, n) for n in PRESET_NAMES.values()],
                                 value=s.model or "", description="model (GB axis)", layout=W.Layout(width="230px"),
@@ -225,18 +259,24 @@ class Explorer:
         for kind, button in self.buttons.items():
             button.add_class(f"ctrlmem-export-{kind}")
             button.on_click(lambda _b, kind=kind: self._export_clicked(kind))
+        self.retry_button = W.Button(description="retry", tooltip="try the failed export again",
+                                     layout=W.Layout(width="80px", display="none"))
+        self.retry_button.add_class("ctrlmem-export-retry")
+        self.retry_button.on_click(lambda _b: self._retry_export())
+        self._failed_export: str | None = None
         self.load_state_button = W.FileUpload(accept=".json,.html", multiple=False, description="load state",
                                               layout=W.Layout(width="130px"))
         self.load_state_button.observe(self._state_uploaded, names="value")
         self._inputs = [self.schedules, self.devices, self.microbatches, self.f, self.b, self.w,
                         self.comm, self.first_extra, self.last_extra, self.weights, self.limit_on, self.limit,
-                        self.model, self.model_mb, self.optimize_on, self.optimize]
+                        self.model, self.model_mb, self.optimize_on, self.optimize, self.improve]
         for wdg in self._inputs:
             wdg.observe(self._edited, names="value")
         controls = W.VBox([
             W.HTML(_CSS + "<b>schedules</b> <small>(tick to compare; panels stack in the order ticked)</small>"),
             self.schedules,
-            W.HBox([self.devices, self.microbatches, self.limit_on, self.limit, self.optimize_on, self.optimize],
+            W.HBox([self.devices, self.microbatches, self.limit_on, self.limit, self.optimize_on, self.optimize,
+                    self.improve],
                    layout=W.Layout(flex_flow="row wrap")),  # wraps in a narrow notebook column
             W.HBox([self.f, self.b, self.w, self.comm]),
             W.HBox([self.first_extra, self.last_extra, self.weights]),
@@ -245,7 +285,7 @@ class Explorer:
             W.HBox([self.load_path, self.load_button, self.upload, self.clear_button]),
             W.HBox([W.HTML("<b style='margin-right:6px'>export</b>"), *self.buttons.values(),
                     self.load_state_button]),
-            W.HBox([self.downloads, self.export_note]),
+            W.HBox([self.downloads, self.export_note, self.retry_button]),
         ])
         results = W.VBox([
             W.HBox([self.pending_note, self.timing]),
@@ -273,6 +313,7 @@ class Explorer:
             stage_weights=_parse_weights(self.weights.value), loaded=tuple(self.loaded),
             model=self.model.value or None, microbatch_size=int(self.model_mb.value) or None,
             optimize=float(self.optimize.value) if self.optimize_on.value else 0.0,
+            improve=self.improve.value or None,
         )
 
     def _edited(self, change=None) -> None:
@@ -358,7 +399,7 @@ class Explorer:
             return
         try:
             self.poll()
-        except Exception:  # noqa: BLE001  (the timer must not die silently)
+        except Exception:
             log.exception("explorer background poll failed")
         busy = (self.background is not None and not self.background.idle) or self._exports
         if busy:
@@ -392,7 +433,7 @@ class Explorer:
         elif sweep and not self._flush_scheduled and self.view is not None and self.compare.value == "bubble vs budget":
             self._mark_pending()
             self.render(self.view, keep_main=True)
-            self._show_progress()
+            self._submit()  # a finished budget can ask for more (beyond 1.0 while a bubble is left)
         else:
             self._show_progress()
         return redraw or sweep
@@ -436,6 +477,8 @@ class Explorer:
         if prog is not None and prog.job is not None:
             def named(job):
                 text = job.name + (f" @ budget {job.memory_limit:g}" if job.memory_limit is not None else "")
+                if job.limits:
+                    text = f"{job.name} @ budgets {', '.join(f'{x:g}' for x in job.limits)}"
                 return f"improving {text} with the solver ({job.optimize:g} s)" if job.optimize else text
 
             then = list(dict.fromkeys(named(j) for j in prog.waiting))
@@ -562,47 +605,81 @@ class Explorer:
         m = min(s.num_microbatches, BLOCK_MICROBATCHES)
         key = (name, s.num_devices, m, s.f, s.b, s.w, s.comm)
         if key not in self._block_cache:
-            fig = plot.block_figure(name, s.num_devices, m, costs=s.costs(),
-                                    title=f"{name}: building block → repeat → squeeze → reorder "
-                                          f"(p={s.num_devices}, m={m})")
+            fig = plot.block_figure(name, s.num_devices, m, costs=s.costs(), title=name)
+            # the title names the panels in their order: "building block", then each step's own name
+            panels = [a.text.split(":")[0] for a in fig.layout.annotations if a.yanchor == "bottom"]
+            steps = ["building block"] + panels[1:]
+            fig.layout.title.text = f"{name}: {' → '.join(steps)} (p={s.num_devices}, m={m})"
             self._block_cache = {key: fig.to_plotly_json()}
         return self._block_cache[key]
 
     def _sweep(self) -> tuple[dict | None, list[Job]]:
-        """The bubble-vs-budget steps of the budgeted schedules (``v-shape``, ``zb``) at the
-        current p, m and costs, from the builds done so far, and the builds still to do."""
+        """The bubble-vs-budget points of the budgeted schedules (``v-shape``, ``zb``) at the
+        current p, m and costs, from the builds done so far (the cache the shown schedules use
+        too), and the builds still to do, coarse budgets first so the curve's shape comes early."""
         view = self.view
         s = view.settings if view is not None else None
         if s is None or view.reference is None:
             return None, []
         budgeted = [n for n in ("v-shape", "zb") if n in SCHEDULES]
-        limits = sorted(set(plot.TRADEOFF_LIMITS) | ({s.memory_limit} if s.memory_limit is not None else set()))
         p, m = s.num_devices, s.num_microbatches
         ref_peak = max(view.reference.peak_memory)
-        points, jobs, todo = [], [], 0
+        points, jobs = [], []
         job_settings = StageCosts(replace(s, schedules=(), loaded=()))
         for name in budgeted:
-            for limit in limits:
-                stages = self.builds.num_stages(name, p, m, limit)
-                want = s.costs(stages) if stages is not None else s.costs()
-                key = self.builds.key(name, p, m, want, limit)
-                if key in self.builds.failed:
+            limits = _coarse_first(sorted(set(plot.TRADEOFF_LIMITS) | ({s.memory_limit} if s.memory_limit else set())),
+                                   s.memory_limit)
+            done: dict[float, dict] = {}
+            for group in (limits, SWEEP_BEYOND):
+                if group is SWEEP_BEYOND and not (1.0 in done and done[1.0]["bubble_rate"] > SWEEP_BUBBLE_LEFT):
                     continue
-                sched = self.builds.get(name, p, m, want, limit)
-                if sched is None:
-                    todo += 1
-                    jobs.append(Job(name, p, m, want, limit, None if stages is not None else job_settings))
-                    continue
-                r = simulate(sched, s.costs(sched.num_stages))
-                points.append(_point(name, limit, r, view.reference, ref_peak))
+                todo, want, stages = self._sweep_group(name, group, s, view, ref_peak, done)
+                if todo:  # one job per group: the worker builds its budgets back to back
+                    jobs.append(Job(name, p, m, want, None, None if stages is not None else job_settings,
+                                    limits=tuple(todo)))
+            points += [done[x] for x in sorted(done)]
         for name, r in view.results.items():
             if name not in budgeted:
                 points.append(_point(name, None, r, view.reference, ref_peak))
-        done = sum(1 for q in points if q["memory_limit"] is not None)
+        done_n = sum(1 for q in points if q["memory_limit"] is not None)
+        todo_n = sum(len(j.limits) for j in jobs)
         title = (f"bubble rate vs memory budget ({_settings_summary(s)}); "
-                 + (f"{done} of {done + todo} budget builds done" if todo else "all budget builds done"))
-        fig = plot.bubble_memory_figure(points, title=title).to_plotly_json() if points else _note_figure(title)
+                 + (f"{done_n} of {done_n + todo_n} budget builds done…" if jobs else "all budget builds done")
+                 + "; points: the budgets searched")
+        fig = (plot.bubble_memory_figure(points, title=title, steps=False).to_plotly_json() if points
+               else _note_figure(title))
         return fig, jobs
+
+    def _sweep_group(self, name: str, group, s: Settings, view: View, ref_peak: float, done: dict):
+        """Points of ``group``'s budgets already built go into ``done``; returns the budgets
+        still to build (not failed, not a build the view itself waits for), the costs to build
+        them for and the stage count when known."""
+        p, m = s.num_devices, s.num_microbatches
+        queued = {j.memory_limit for j in view.jobs if j.name == name}
+        todo, want, stages = [], s.costs(), None
+        for limit in group:
+            stages = self.builds.num_stages(name, p, m, limit)
+            want = s.costs(stages) if stages is not None else s.costs()
+            key = self.builds.key(name, p, m, want, limit)
+            if key in self.builds.failed:
+                continue
+            sched = self.builds.get(name, p, m, want, limit)
+            if sched is not None:
+                done[limit] = _point(name, limit, self._sweep_sim(key, sched, s), view.reference, ref_peak)
+            elif limit not in queued:
+                todo.append(limit)
+        return todo, want, stages
+
+    def _sweep_sim(self, key: tuple, sched: Schedule, s: Settings):
+        """The simulation of a budget point (kept: a sweep redrawn per finished build would
+        re-simulate every earlier point each time)."""
+        costs = s.costs(sched.num_stages)
+        memo = (key, costs)
+        if memo not in self._sweep_sims:
+            if len(self._sweep_sims) > 128:
+                self._sweep_sims.clear()
+            self._sweep_sims[memo] = simulate(sched, costs)
+        return self._sweep_sims[memo]
 
     # -- files ----------------------------------------------------------------------------------
 
@@ -612,7 +689,6 @@ class Explorer:
         try:
             if isinstance(source, tuple):
                 name, raw = source
-                from ctrlmem.model.ir import _clean_text  # noqa: PLC0415
 
                 text = _clean_text(raw, name)
                 stem = os.path.splitext(os.path.basename(name))[0] or "uploaded"
@@ -623,7 +699,6 @@ class Explorer:
                 if not path:
                     raise ValueError("type the path of a schedule file first")
                 sched = Schedule.load(path)
-            from ctrlmem.model.validate import validate  # noqa: PLC0415
 
             validate(sched)
         except (OSError, ValueError, ScheduleError) as exc:
@@ -673,7 +748,8 @@ class Explorer:
                               (self.weights, ",".join(f"{x:g}" for x in settings.stage_weights)),
                               (self.limit_on, settings.memory_limit is not None),
                               (self.model, settings.model or ""), (self.model_mb, settings.microbatch_size or 0),
-                              (self.optimize_on, bool(settings.optimize))):
+                              (self.optimize_on, bool(settings.optimize)),
+                              (self.improve, settings.improve if settings.improve in SCHEDULES else "")):
             self._set_quietly(widget, value)
         if settings.memory_limit is not None:
             self._set_quietly(self.limit, settings.memory_limit)
@@ -705,7 +781,6 @@ class Explorer:
 
     def save_state(self, path: str | os.PathLike) -> str:
         """Write the state file of what is shown (see :func:`ctrlmem.explorer.views.write_state`)."""
-        from ctrlmem.explorer.views import write_state  # noqa: PLC0415
 
         return write_state(self.view, path, self._style())
 
@@ -713,7 +788,6 @@ class Explorer:
     def renderer(self):
         """The Chromium session static exports are drawn in (started on first use)."""
         if self._renderer is None:
-            from ctrlmem.plots.render import StaticRenderer  # noqa: PLC0415
 
             self._renderer = StaticRenderer()
         return self._renderer
@@ -725,18 +799,18 @@ class Explorer:
                                                     "be built for these settings"])
             return
         stem = slug(view)
+        self._export_failed(None)
         try:
             if kind in ("png", "svg", "pdf"):
                 future = self.renderer.submit(static_figure(view), kind, scale=2.0)
                 self._exports.append((future, kind, f"{stem}.{kind}", n))
                 self.export_note.value = (f"<small class='ctrlmem-exporting'>drawing {kind.upper()} of state {n} "
-                                          "(the widgets stay live)…</small>")
+                                          f"(the widgets stay live; at most {self.renderer.deadline:.0f} s)…</small>")
                 self._schedule_tick()
                 return
             if kind == "html":
                 self._deliver(f"{stem}.html", "text/html", report_html(view, self._style()).encode("utf-8"), n)
             elif kind == "state":
-                import json  # noqa: PLC0415
 
                 data = json.dumps(state_dict(view, self._style()), indent=1, sort_keys=True).encode("utf-8")
                 self._deliver(f"{stem}.state.json", "application/json", data, n)
@@ -754,7 +828,7 @@ class Explorer:
                     self._deliver(f"{stem}_{zipped}.zip", "application/zip", buf.getvalue(), n)
         except Exception as exc:  # kaleido/Chromium missing, unwritable folder
             log.exception("export failed")
-            self.export_note.value = messages_html([f"Export {kind} failed: {_reason(exc)}"])
+            self._export_failed(kind, exc)
 
     def _finish_exports(self) -> None:
         still = []
@@ -766,15 +840,26 @@ class Explorer:
                 data = future.result()
                 mime = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}[kind]
                 self._deliver(name, mime, data, n)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log.exception("export failed")
-                self.export_note.value = messages_html([f"Export {kind} failed: {_reason(exc)}"])
+                self._export_failed(kind, exc)
         self._exports = still
+
+    def _export_failed(self, kind: str | None, exc: BaseException | None = None) -> None:
+        """Say in one line that the ``kind`` export failed and why, and offer to retry it
+        (``kind`` None: the retry offer goes)."""
+        self._failed_export = kind
+        self.retry_button.layout.display = "none" if kind is None else ""
+        if kind is not None:
+            reason = _export_reason(kind, exc)
+            self.export_note.value = messages_html([f"Export {kind} failed: {reason}. Click retry to try again."])
+
+    def _retry_export(self) -> None:
+        if self._failed_export is not None:
+            self._export_clicked(self._failed_export)
 
     def _deliver(self, name: str, mime: str, data: bytes, state: int) -> None:
         """Offer ``data`` as a browser download named ``name`` and write it into ``export_dir``."""
-        from ctrlmem.plots.figio import stabilize_svg  # noqa: PLC0415
-        from ctrlmem.plots.render import settled_bytes  # noqa: PLC0415
 
         ext = name.rsplit(".", 1)[-1]
         data = settled_bytes(ext, data)
@@ -788,7 +873,6 @@ class Explorer:
                     data = fh.read()
         written = None
         if self.export_dir:
-            from ctrlmem.util.fileio import atomic_write, make_output_folder  # noqa: PLC0415
 
             make_output_folder(self.export_dir)
             written = str(atomic_write(os.path.join(self.export_dir, name), data))
@@ -827,6 +911,24 @@ def _close_tree(widget) -> None:
         pass
 
 
+def _coarse_first(limits: Sequence[float], first: float | None = None) -> list[float]:
+    """``limits`` (sorted) with ``first`` (the current budget) leading, then the two ends, then
+    midpoints of the gaps left, so that a sweep drawn as its builds finish shows its shape early."""
+    rest = [x for x in limits if x != first]
+    order = [first] if first is not None and first in limits else []
+    if rest:
+        order += [rest[-1]] + ([rest[0]] if len(rest) > 1 else [])
+        spans = [(0, len(rest) - 1)]
+        while spans:
+            lo, hi = spans.pop(0)
+            if hi - lo < 2:
+                continue
+            mid = (lo + hi) // 2
+            order.append(rest[mid])
+            spans += [(lo, mid), (mid, hi)]
+    return order
+
+
 def _point(name: str, limit, r, reference, ref_peak: float) -> dict:
     peak = max(r.peak_memory)
     return {"name": name, "memory_limit": limit, "peak": peak, "memory": peak / ref_peak,
@@ -848,7 +950,7 @@ def _first_upload(files):
         return None
     item = files[0] if isinstance(files, (list, tuple)) else next(iter(files.values()))
     name = item.get("name", "uploaded") if isinstance(item, dict) else getattr(item, "name", "uploaded")
-    content = item.get("content") if isinstance(item, dict) else getattr(item, "content")
+    content = item.get("content") if isinstance(item, dict) else item.content
     return name, bytes(content)
 
 
@@ -957,8 +1059,8 @@ def _plot_view_class():
     global _PLOT_VIEW
     if _PLOT_VIEW is not None:
         return _PLOT_VIEW
-    import anywidget  # noqa: PLC0415
-    import traitlets  # noqa: PLC0415
+    import anywidget  # noqa: PLC0415 - only inside Jupyter
+    import traitlets  # noqa: PLC0415 - only inside Jupyter
 
     class PlotView(anywidget.AnyWidget):
         _esm = _PLOT_ESM
@@ -990,7 +1092,6 @@ def _plot_view_class():
 
 
 def _plotly_js() -> str:
-    from importlib.resources import files  # noqa: PLC0415
 
     return (files("plotly") / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
 
@@ -1031,8 +1132,8 @@ def _downloads_class():
     global _DOWNLOADS
     if _DOWNLOADS is not None:
         return _DOWNLOADS
-    import anywidget  # noqa: PLC0415
-    import traitlets  # noqa: PLC0415
+    import anywidget  # noqa: PLC0415 - only inside Jupyter
+    import traitlets  # noqa: PLC0415 - only inside Jupyter
 
     class Downloads(anywidget.AnyWidget):
         _esm = _DOWNLOAD_ESM
@@ -1077,8 +1178,8 @@ export default {
 def _copy_button(text_widget):
     """A button that copies ``text_widget.value`` to the clipboard (an anywidget), or None."""
     try:
-        import anywidget  # noqa: PLC0415
-        import traitlets  # noqa: PLC0415
+        import anywidget  # noqa: PLC0415 - only inside Jupyter
+        import traitlets  # noqa: PLC0415 - only inside Jupyter
     except ImportError:
         return None
 
@@ -1114,8 +1215,8 @@ def _checklist_class():
     global _CHECKLIST
     if _CHECKLIST is not None:
         return _CHECKLIST
-    import ipywidgets as W  # noqa: PLC0415
-    import traitlets  # noqa: PLC0415
+    import ipywidgets as W  # noqa: PLC0415 - only inside Jupyter
+    import traitlets  # noqa: PLC0415 - only inside Jupyter
 
     class ScheduleChecklist(W.GridBox):
         value = traitlets.Tuple()
@@ -1164,17 +1265,19 @@ def explorer(schedules: Sequence[str] | None = None, num_devices: int = 4, num_m
              f: float = 1.0, b: float = 1.0, w: float = 1.0, comm: float = 0.0,
              first_stage_extra: float = 0.0, last_stage_extra: float = 0.0,
              memory_limit: float | None = None, stage_weights: Sequence[float] = (),
-             load: Sequence[str] = (), state: str | None = None, optimize: float = 0.0, **kwargs) -> Explorer:
+             load: Sequence[str] = (), state: str | None = None, optimize: float = 0.0, improve: str | None = None,
+             **kwargs) -> Explorer:
     """An :class:`Explorer` with these initial settings (display it in a notebook cell);
     ``load``: schedule files (torch / torchtitan CSV or text form) to compare as well;
-    ``optimize``: seconds of :func:`ctrlmem.improve` for the first schedule (0: off);
+    ``optimize``: seconds of :func:`ctrlmem.improve` for the schedule ``improve`` (default: the first
+    other than 1F1B; 0: off);
     ``state``: a state file to show instead (see :meth:`Explorer.apply_state`)."""
     settings = Settings(
         schedules=tuple(schedules) if schedules is not None else default_schedules(),
         num_devices=num_devices, num_microbatches=num_microbatches, f=f, b=b, w=w, comm=comm,
         first_stage_extra=first_stage_extra, last_stage_extra=last_stage_extra,
         memory_limit=memory_limit, stage_weights=tuple(stage_weights),
-        loaded=tuple(Schedule.load(x) for x in load), optimize=optimize,
+        loaded=tuple(Schedule.load(x) for x in load), optimize=optimize, improve=improve,
     )
     ex = Explorer(settings, **kwargs)
     if state:

@@ -41,6 +41,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ctrlmem.plots import figures as plot
+from ctrlmem.plots.figio import without_hover_marks
 from ctrlmem.explorer.background import Job, improved_name
 from ctrlmem.model.costs import Costs
 from ctrlmem.util.fileio import atomic_write, make_output_folder
@@ -49,6 +50,16 @@ from ctrlmem.model.ir import Schedule
 from ctrlmem.schedules import SCHEDULES, build
 from ctrlmem.model.simulate import SimResult, simulate
 from ctrlmem.model.validate import ScheduleError
+from ctrlmem.explorer.background import improve_built
+from ctrlmem.planner.gb import bytes_per_a, default_microbatch
+from ctrlmem.planner.model import model_spec
+from ctrlmem.util.userfile import b64_inflate
+from ctrlmem.util.userfile import read_text
+from ctrlmem.util.userfile import parse_json
+from ctrlmem.plots.render import render_file
+from ctrlmem.plots.trace import trace_events
+import inspect
+from importlib.resources import files
 
 __all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "stats_html", "verdict", "formula_html",
            "command_line", "messages_html", "jsonable", "mime_bundle", "export_view", "save_view",
@@ -102,9 +113,11 @@ class Settings:
         loaded: schedule files loaded into the comparison (simulated as they are).
         model: a paper model (``ctrlmem.planner.model``) whose activation bytes give the memory
             panel a GB axis, or ``None``; microbatch_size: its microbatch (``None``: the paper's).
-        optimize: seconds of :func:`ctrlmem.improve` for the first selected schedule (0: off,
-            the default): its improved order is shown right below it (``NAME+improved``), within
-            the memory limit when the schedule fits it, else within its own peak.
+        optimize: seconds of :func:`ctrlmem.improve` for one shown schedule (0: off, the
+            default): its improved order is shown right below it (``NAME+improved``, its panel
+            titled so), within the memory limit when the schedule fits it, else within its own peak.
+        improve: the schedule ``optimize`` improves (``None``: :func:`improve_target`'s
+            default, the first selected schedule other than 1F1B, which is often optimal already).
     """
 
     schedules: tuple[str, ...] = field(default_factory=default_schedules)
@@ -122,6 +135,7 @@ class Settings:
     model: str | None = None
     microbatch_size: int | None = None
     optimize: float = 0.0
+    improve: str | None = None
 
     @property
     def per_stage(self) -> bool:
@@ -506,9 +520,10 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
         messages.append(f"optimize: give the solver's seconds, a number in (0, 3600], got {seconds!r}")
         return results, origins
-    first = next((n for n in results if n in SCHEDULES), None)
+    first = improve_target(settings, results)
     if first is None:
-        messages.append("optimize improves the first selected registered schedule; none is shown")
+        messages.append(f"optimize: {settings.improve} is not shown; tick it, or choose a shown schedule to improve"
+                        if settings.improve else "optimize improves a selected registered schedule; none is shown")
         return results, origins
     label = first + IMPROVED_SUFFIX
     p, m = settings.num_devices, settings.num_microbatches
@@ -526,7 +541,6 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
             return results, origins
         sched = cache.get(name, p, m, costs, budget)
         if sched is None and adapt:
-            from ctrlmem.explorer.background import improve_built
 
             try:
                 base = cache.build(first, p, m, costs if spec.uses_costs else None, budget)
@@ -545,6 +559,8 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
             waiting.append(label)
     if sched is None:
         return results, origins
+    if sched.name != label:  # the solver hands back its input when it finds nothing better
+        sched = replace(sched, name=label)
     try:
         improved = simulate(sched, costs)
     except (ValueError, ScheduleError) as exc:
@@ -558,10 +574,17 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
     return out_results, out_origins
 
 
+def improve_target(settings: Settings, names) -> str | None:
+    """The shown schedule the solver option improves: ``settings.improve`` when it is among
+    ``names`` (None when it is not), else the first registered one other than 1F1B, else 1F1B."""
+    shown = [n for n in names if n in SCHEDULES]
+    if settings.improve:
+        return settings.improve if settings.improve in shown else None
+    return next((n for n in shown if n != "1f1b"), shown[0] if shown else None)
+
+
 def _add_gb_axis(memory_spec: dict, settings: Settings, messages: list[str]) -> None:
     """The memory panel's GB axis for the chosen model (``a`` in GB: :func:`ctrlmem.planner.gb.bytes_per_a`)."""
-    from ctrlmem.planner.gb import bytes_per_a, default_microbatch
-    from ctrlmem.planner.model import model_spec
 
     try:
         spec = model_spec(settings.model)
@@ -633,6 +656,15 @@ def _closed_forms(name: str, p: int) -> tuple[str, str] | None:
     return forms.get(name)
 
 
+def _simulated_bubble(r: SimResult, s: Settings) -> str:
+    """The largest per-device bubble (span − work) of ``r``; in τ (half of F) when the costs are
+    the closed forms' (F=B=W, comm=0, no per-stage differences), else in time units."""
+    worst = max(r.device_bubbles)
+    if float(s.f) == float(s.b) == float(s.w) > 0 and not s.comm and not s.per_stage:
+        return f"{worst / (float(s.f) / 2):.4g}τ"
+    return plot.fmt_time(worst)
+
+
 def formula_html(view: View) -> str:
     """The closed forms of the shown schedules at this p next to the simulated numbers, and the
     V-Half / V-ZB conditions W+2B ≥ 2F and W+2F ≥ 2B evaluated on the current costs (per-stage
@@ -647,7 +679,8 @@ def formula_html(view: View) -> str:
         if forms is None:
             continue
         rows.append(f"<tr><td>{html.escape(name)}</td><td>{forms[0]}</td><td>{plot.fmt_time(max(r.peak_memory))}</td>"
-                    f"<td>{forms[1]}</td></tr>")
+                    f"<td>{forms[1]}</td><td>{_simulated_bubble(r, s)}</td>"
+                    f"<td>{html.escape(view.origins.get(name, ''))}</td></tr>")
     f, b, w = float(s.f), float(s.b), float(s.w)
     c1, c2 = w + 2 * b >= 2 * f - 1e-12, w + 2 * f >= 2 * b - 1e-12
     mark = lambda ok: "<b style='color:#1c5e20'>holds</b>" if ok else "<b style='color:#8a1c1c'>fails</b>"  # noqa: E731
@@ -659,9 +692,12 @@ def formula_html(view: View) -> str:
     table = ""
     if rows:
         table = ("<table class='ctrlmem-formulas' style='border-collapse:collapse'><tr><th>schedule</th>"
-                 "<th>peak, closed form (a)</th><th>peak, simulated</th><th>bubble per device, closed form</th></tr>"
-                 + "".join(rows) + "</table><small>closed forms for F=B=W, comm=0 (the paper's Sec. 3 and "
-                 "Table 1); τ is one pass over half a device-stage</small><br>")
+                 "<th>peak, closed form (a)</th><th>peak, simulated</th><th>bubble per device, closed form</th>"
+                 "<th>bubble per device, simulated (largest)</th><th>order</th></tr>"
+                 + "".join(rows) + "</table><small>closed forms: the paper's unit-cost patterns at F=B=W, comm=0 "
+                 "(Sec. 3 and Table 1); τ is one pass over half a device-stage. An order searched for the costs "
+                 "(\"adapted\") can be shorter than its pattern at the same peak: at F=B=W the V-Min search finds "
+                 "V-Shape's order under a budget of 0.5</small><br>")
     stage_table = ""
     if s.per_stage:
         try:
@@ -731,6 +767,9 @@ def command_line(settings: Settings, output: str | None = None) -> str:
     names = [n for n in s.schedules if n in SCHEDULES]
     if not names:
         return ""
+    target = improve_target(s, names) if s.optimize else None
+    if target is not None:  # `ctrlmem draw --optimize` improves the first schedule it is given
+        names = [target] + [n for n in names if n != target]
     costs = ",".join(f"{x:g}" for x in (s.f, s.b, s.w, s.comm))
     out = output or f"{_slug_of(names, s)}.html"
     cmd = f"ctrlmem draw {names[0]}"
@@ -846,7 +885,6 @@ MAX_STATE_TEXT = 32 << 20
 def _schedule_from_record(record: Mapping, budget: list[int] | None = None) -> Schedule:
     """The schedule of a state record; ``budget`` (one number, in a list) is what is left of
     :data:`MAX_STATE_TEXT`, and shrinks by this record's text."""
-    from ctrlmem.util.userfile import b64_inflate  # noqa: PLC0415
 
     if not isinstance(record, Mapping):
         raise ValueError(f"state file: a schedule record must be an object with 'name' and 'text', got "
@@ -877,7 +915,6 @@ def _state_text(source) -> str:
     """The JSON text of a state (a path, the text itself or its bytes), out of an HTML report
     when it is one; read through :func:`ctrlmem.util.userfile.read_text` (a regular file of at
     most :data:`MAX_STATE_BYTES`)."""
-    from ctrlmem.util.userfile import read_text  # noqa: PLC0415
 
     if isinstance(source, (bytes, bytearray)):
         try:
@@ -907,7 +944,6 @@ def _check_style(style) -> dict:
     """A state's figure style: ``{"diagram": {...}, "memory": {...}}`` whose keys are keyword
     arguments of :func:`~ctrlmem.plots.figures.schedule_spec` / ``memory_spec`` and whose values
     are JSON scalars; ``ValueError`` names the first that is not."""
-    import inspect  # noqa: PLC0415
 
     if style is None:
         return {}
@@ -961,7 +997,6 @@ def read_state(source) -> tuple[Settings, dict[str, Schedule], dict]:
     """``(settings, orders, style)`` from a state file or an HTML report holding one (a path, or
     its text / bytes); how each order was obtained is ``style["origins"]``. Raises
     ``ValueError`` naming what is wrong."""
-    from ctrlmem.util.userfile import parse_json  # noqa: PLC0415
 
     text = _state_text(source)
     try:
@@ -1021,7 +1056,6 @@ def draw_state(source, output: str, view: str = "explorer", width: int | None = 
     if view == "explorer":
         if ext not in ("png", "svg", "pdf"):
             raise ValueError(f"the file name must end in .html, .png, .svg or .pdf, got {output!r}")
-        from ctrlmem.plots.render import render_file  # noqa: PLC0415
 
         return render_file(static_figure(shown, width or 1100), output, scale=scale)
     if view in ("schedule", "memory"):
@@ -1061,7 +1095,7 @@ def static_figure(view: View, width: int = 1100) -> go.Figure:
     for i, tr in enumerate(fig.data):  # fixed trace ids: the SVG holds no random one
         if tr.uid is None:
             tr.uid = f"t{i}"
-    return plot.static_labels(fig, width)
+    return without_hover_marks(plot.static_labels(fig, width))
 
 
 def _report_plot(div_id: str, spec: dict) -> str:
@@ -1079,7 +1113,6 @@ def report_html(view: View, style: dict | None = None) -> str:
     inside (``<script type="application/json" id="ctrlmem-state">``) to load again."""
     if not view.results:
         raise ValueError("nothing to export: no schedule could be built for these settings")
-    from importlib.resources import files  # noqa: PLC0415
 
     plotly_js = (files("plotly") / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
     s = view.settings
@@ -1132,7 +1165,6 @@ def export_files(view: View, kind: str) -> dict[str, bytes]:
         if kind == "csv":
             out[f"{base}.csv"] = r.schedule.to_torch_csv().encode("utf-8")
         else:
-            from ctrlmem.plots.trace import trace_events  # noqa: PLC0415
 
             out[f"{base}.trace.json"] = json.dumps(trace_events(r)).encode("utf-8")
     return out
@@ -1165,7 +1197,6 @@ def export_view(view: View, kind: str, directory: str | os.PathLike = "build/exp
     elif kind == "state":
         paths.append(write_state(view, f"{stem}.state.json", style))
     else:
-        from ctrlmem.plots.render import render_file  # noqa: PLC0415
 
         paths.append(render_file(static_figure(view), f"{stem}.{kind}"))
     log.info("exported %s", paths)

@@ -39,7 +39,7 @@ import math
 import numbers
 
 __all__ = ["write_files", "write_file", "figure_html", "stable_div_id", "stabilize_svg", "check_scale",
-           "MAX_SCALE", "MAX_IMAGE_SIDE"]
+           "without_hover_marks", "HOVER_MARK", "MAX_SCALE", "MAX_IMAGE_SIDE"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,28 @@ def _with_trace_uids(fig):
     for i, tr in enumerate(fig.data):
         if tr.uid is None:
             tr.uid = f"t{i}"
+    return fig
+
+
+HOVER_MARK = " (i)"
+"""What ends a panel title that shows more on hover (:func:`ctrlmem.plots.figures.schedule_spec`)."""
+
+
+def without_hover_marks(fig):
+    """``fig`` for a static image: a title that ends in :data:`HOVER_MARK` because it shows more
+    on hover loses the mark and the hover text (an image cannot hover). A copy when one
+    changes; the caller's figure is not changed."""
+    import plotly.graph_objects as go  # noqa: PLC0415 - plotly (figures) loads on first drawing, not with ctrlmem --help
+
+    notes = list(fig.layout.annotations or ())
+    marked = [i for i, a in enumerate(notes) if a.hovertext and (a.text or "").endswith(HOVER_MARK)]
+    if not marked:
+        return fig
+    fig = go.Figure(fig)
+    for i in marked:
+        note = fig.layout.annotations[i]
+        note.text = note.text[: -len(HOVER_MARK)]
+        note.hovertext = None
     return fig
 
 
@@ -156,8 +178,9 @@ def write_files(items: Sequence[tuple[object, object]], *, scale: float = 2.0,
     import plotly.io as pio  # noqa: PLC0415 - plotly (figures) loads on first drawing, not with ctrlmem --help
 
     scale = check_scale(scale)
-    items = [(_with_trace_uids(fig), str(path)) for fig, path in items]
-    exts = [_extension(path) for _, path in items]
+    exts = [_extension(str(path)) for _, path in items]
+    items = [(_with_trace_uids(fig if ext == "html" else without_hover_marks(fig)), str(path))
+             for (fig, path), ext in zip(items, exts)]
     sizes = [_check_static(fig, path, ext, scale) if ext != "html" else None
              for (fig, path), ext in zip(items, exts)]
     static = []

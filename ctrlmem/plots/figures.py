@@ -1103,7 +1103,8 @@ def block_timelines(name: str, num_devices: int, num_microbatches: int,
         for step, tl in steps.items():
             rows = [sp for row in tl.rows for sp in row]
             peak = max(tl.peak_memory())
-            out.append(slot_timeline(rows, tl.placement, f"{step}: {tl.end} slots, peak {peak:g} a"))
+            label = {"place_w": "place W"}.get(step, step)  # the step's name, in words
+            out.append(slot_timeline(rows, tl.placement, f"{label}: {tl.end} slots, peak {peak:g} a"))
         return out
     block_passes, placement, interval = _fallback_block(name, p, costs)
     rep = repeat_block(block_passes, m, interval)
@@ -1296,21 +1297,30 @@ def _nested_sizes(points: Sequence[dict], x: str, y: str, largest: int) -> dict[
 
 def bubble_memory_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVICE_COLORS,
                          height: int = 380, width: int | None = None, title: str | None = None,
-                         font_family: str = "Helvetica, Arial, sans-serif") -> go.Figure:
+                         font_family: str = "Helvetica, Arial, sans-serif", steps: bool = True) -> go.Figure:
     """Bubble rate against activation memory (fraction of 1F1B) for each schedule (Fig. 9).
 
     A budgeted schedule swept over memory limits is a step curve: at any memory budget the best
     it reaches is the point at or left of that budget, so the line holds each point's bubble
     rate until the next point (``line.shape = "hv"``) and on to the largest limit swept (trace
     ``meta["kind"] == "steps"``); the points themselves carry the hover
-    (``meta["kind"] == "bubble"``). A schedule without a budget is a single marker."""
+    (``meta["kind"] == "bubble"``). A schedule without a budget is a single marker.
+
+    ``steps=False``: the budgets swept are a few samples, not every budget, so the points are
+    joined by a dotted line in memory order (``meta["kind"] == "samples"``), claiming nothing
+    about the budgets in between (what the explorer draws)."""
     fig = go.Figure()
     sizes = _nested_sizes(points, "memory", "bubble_rate", 13)
     for i, (name, pts) in enumerate(_series(points).items()):
         pts = sorted(pts, key=lambda q: (q["memory"], q["bubble_rate"]))
         color = colors[i % len(colors)]
         limits = [q["memory_limit"] for q in pts if q.get("memory_limit") is not None]
-        if len(pts) > 1 or limits:
+        if (len(pts) > 1 or limits) and not steps:
+            fig.add_trace(go.Scatter(
+                x=[q["memory"] for q in pts], y=[q["bubble_rate"] for q in pts], mode="lines", name=name,
+                line=dict(color=color, width=1.5, dash="dot"), legendgroup=name, showlegend=False,
+                hoverinfo="skip", meta={"kind": "samples", "name": name}))
+        elif len(pts) > 1 or limits:
             xs = [q["memory"] for q in pts]
             ys = [q["bubble_rate"] for q in pts]
             best = []
@@ -1333,7 +1343,9 @@ def bubble_memory_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVI
                           "(%{customdata[1]:.4g} a)<br>bubble rate %{y:.3f}<extra></extra>",
             meta={"kind": "bubble", "name": name},
         ))
-    fig.update_layout(xaxis_title="peak activation memory / 1F1B (budgets: steps)", yaxis_title="bubble rate",
+    fig.update_layout(xaxis_title="peak activation memory / 1F1B " + ("(budgets: steps)" if steps else
+                                                                       "(sampled budgets, dotted: joined in order)"),
+                      yaxis_title="bubble rate",
                       height=height, width=width, plot_bgcolor="white", legend=dict(itemsizing="constant"),
                       font=dict(family=font_family, size=12),
                       margin=dict(l=60, r=20, t=MODEBAR_PX + (56 if title else 20), b=50))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import ctrlmem as cm
+from ctrlmem.cli.app import main
 from ctrlmem.planner.core import offload_levers, row_schedule
 from ctrlmem.planner.sources import cost_source
 
@@ -77,3 +78,16 @@ def test_bad_offload_is_one_clear_line(bad):
         offload_levers(bad)
     with pytest.raises(ValueError, match="host_gbs"):
         _plan(host_gbs=-1)
+
+
+def test_the_cli_prints_the_lever_and_what_it_saves(tmp_path, capsys):
+    args = ["plan", "--model", str(QWEN), "--gpus", "4", "--gpu-memory-gb", "80", "--global-batch", "16",
+            "--schedules", "1f1b", "--tp", "1", "--pp", "4", "--microbatch-sizes", "1", "--allocator-margin", "none",
+            "--recompute", "none", "--offload", "1", "--host-gbs", "1000", "--out", str(tmp_path / "o"), "--no-progress"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert " offl " in out and "offload 1 saves" in out and "activation offload" in out and "1000 GB/s" in out
+    bad = list(args)
+    bad[bad.index("--offload") + 1] = "half"
+    assert main(bad) == 2
+    assert "error: offload 'half'" in capsys.readouterr().err

@@ -498,7 +498,9 @@ def schedule_spec(
 
     Boxes: trace ``meta`` carries ``{"kind": "pass", "op", "chunk", "panel"}``, ``y`` the device,
     ``base`` the start, ``x`` the duration, and ``customdata`` rows ``[stage, microbatch, start,
-    end]``. Idle rows are traces with ``meta["kind"] == "idle"``. Overview: one heatmap per
+    end]``. Idle rows are traces with ``meta["kind"] == "idle"``. A schedule with activation
+    copies (docs/theory.md §13) gets each device's offload and reload lanes as thin strips along
+    the bottom of its row (``meta["kind"] == "copy"``, box view only). Overview: one heatmap per
     panel, ``meta`` ``{"kind": "overview", "panel", "codes"}`` where ``codes[k]`` names the
     ``[op, chunk]`` of ``z`` in ``(2k+1, 2k+2)`` (even and odd microbatches; 0 is idle),
     ``customdata[d][j]`` the microbatch (-1 where idle); legend entries are traces with ``meta["kind"] == "legend"``.
@@ -534,6 +536,7 @@ def schedule_spec(
             plot_px = max(drawn - 70, 1) if drawn else LABEL_MAX_PLOT_PX
             data += _box_traces(tl, chunk, panel, horizon, colors, idle_color, box_gap, show_labels,
                                 label_size, text_color, light_text_color, shown, plot_px)
+            data += _copy_traces(_copies_of(items[panel], costs), panel, box_gap, shown)
         layout[f"yaxis{'' if panel == 0 else panel + 1}"].update(
             tickmode="array", tickvals=list(range(p)), ticktext=[f"d{d}" for d in range(p)],
             range=[p - 0.5, -0.5], showgrid=False, zeroline=False, ticks="",
@@ -557,6 +560,45 @@ def schedule_spec(
     if title is None:
         del layout["title"]
     return {"data": data, "layout": layout}
+
+
+#: Fill of the copy lanes (docs/theory.md §13): offloads (device to host), reloads (host to device).
+COPY_COLORS = {"O": "#6A3D9A", "L": "#1B9E77"}
+_COPY_NAMES = {"O": "offload (to host)", "L": "reload (from host)"}
+
+
+def _copies_of(item: Item, costs: Costs | None) -> list:
+    """The timed copies of a schedule or simulation (none for a timeline)."""
+    if isinstance(item, Schedule):
+        return simulate(item, costs).copies if any(item.copies) else []
+    return item.copies if isinstance(item, SimResult) else []
+
+
+def _copy_traces(copies: list, panel: int, box_gap: float, shown: set[str]) -> list[dict]:
+    """Each device's two copy lanes as thin strips along the bottom of its row (offloads above
+    reloads), over the passes they run beside: ``meta`` ``{"kind": "copy", "op": "O" | "L",
+    "panel"}``, ``customdata`` rows ``[stage, microbatch, start, end]``."""
+    xa, ya = _axis_names(panel)
+    lane = (1 - box_gap) / 5
+    out = []
+    for i, kind in enumerate(("O", "L")):
+        mine = [c for c in copies if c.op == kind]
+        if not mine:
+            continue
+        name = _COPY_NAMES[kind]
+        out.append({
+            "type": "bar", "orientation": "h", "xaxis": xa, "yaxis": ya,
+            "y": np.array([c.device + (1 - box_gap) / 2 - lane * (1.5 - i) for c in mine]),
+            "base": np.array([c.start for c in mine]), "x": np.array([c.end - c.start for c in mine]),
+            "width": lane, "marker": {"color": COPY_COLORS[kind], "line": {"width": 0}},
+            "customdata": np.array([[c.stage, c.microbatch, c.start, c.end] for c in mine], float),
+            "name": name, "legendgroup": name, "showlegend": name not in shown, "textposition": "none",
+            "hovertemplate": (f"<b>{name}</b> stage %{{customdata[0]}}, microbatch %{{customdata[1]}}"
+                              "<br>start %{customdata[2]:.4g}, end %{customdata[3]:.4g}<extra></extra>"),
+            "meta": {"kind": "copy", "op": kind, "panel": panel},
+        })
+        shown.add(name)
+    return out
 
 
 def _kind_name(op: Op, chunk: int, num_chunks: int) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import ctrlmem as cm
-from ctrlmem.plots.figures import schedule_spec
+from ctrlmem.plots.figures import host_memory_curve, memory_spec, schedule_spec
 
 
 def test_every_copy_is_one_strip_on_its_device_at_its_times():
@@ -31,3 +31,16 @@ def test_every_copy_is_one_strip_on_its_device_at_its_times():
 def test_no_copies_no_copy_lane():
     spec = schedule_spec(cm.build("v-min", 4, 8), costs=cm.Costs(1, 1, 1))
     assert not any(t["meta"]["kind"] == "copy" for t in spec["data"])
+
+
+def test_the_memory_panel_shows_what_is_on_the_host():
+    costs = cm.Costs(1, 1, 1, offload=0.5)
+    r = cm.simulate(cm.build("v-min", 4, 8, costs=costs, offload=1.0), costs)
+    t, v = host_memory_curve(r)
+    assert t == sorted(t) and min(v) >= 0 and v[-1] == pytest.approx(0.0)  # every share comes back
+    assert max(v) > 0
+    host = [d for d in memory_spec(r)["data"] if d["meta"]["kind"] == "host"]
+    assert len(host) == 1 and list(host[0]["y"]) == v
+    plain = cm.simulate(cm.build("v-min", 4, 8), costs)
+    assert host_memory_curve(plain) is None
+    assert not any(d["meta"]["kind"] == "host" for d in memory_spec(plain)["data"])

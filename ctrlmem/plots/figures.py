@@ -854,6 +854,32 @@ def _memory_curves(result: SimResult) -> list[tuple[list[float], list[float]]]:
     return curves
 
 
+#: Line colour of the host-memory curve (offloaded activations, docs/theory.md §13).
+HOST_COLOR = "#6A3D9A"
+
+
+def host_memory_curve(result: SimResult) -> tuple[list[float], list[float]] | None:
+    """Activation held in host memory over time, all devices together (in ``a``): an offloaded
+    share arrives when its offload ends and leaves when its reload starts; ``None`` without
+    copies."""
+    copies = result.copies
+    if not copies:
+        return None
+    sched = result.schedule
+    act = result.memory.stage_activation(sched.num_stages, sched.num_devices)
+    share = {(c.stage, c.microbatch): c.fraction * act[c.stage] for row in sched.copies for c in row if c.kind == "O"}
+    events = sorted((c.end, share[(c.stage, c.microbatch)]) if c.op == "O" else (c.start, -share[(c.stage, c.microbatch)])
+                    for c in copies)
+    t, v, level = [0.0], [0.0], 0.0
+    for time_, delta in events:
+        level += delta
+        t.append(time_)
+        v.append(max(0.0, level) if abs(level) > 1e-12 else 0.0)
+    t.append(result.makespan)
+    v.append(v[-1])
+    return t, v
+
+
 def schedule_budget(schedule: Schedule) -> float | None:
     """The memory budget a schedule was built for, as a fraction of 1F1B's peak (its
     ``memory_limit`` parameter), or ``None``."""
@@ -954,7 +980,15 @@ def memory_spec(
         if reference_peak is not None:
             data.append(_hline(reference_peak, r.makespan, reference_color,
                                f"1F1B peak {reference_peak:g} a", "1f1b", panel))
-        top_value = max([max(r.peak_memory), theory or 0.0, budget_a or 0.0, reference_peak or 0.0, 1e-9])
+        host = host_memory_curve(r)
+        if host is not None:
+            data.append({"type": "scatter", "xaxis": xa, "yaxis": ya, "x": host[0], "y": host[1], "mode": "lines",
+                         "line": {"shape": "hv", "width": line_width, "color": HOST_COLOR, "dash": "dot"},
+                         "name": "on host (all devices)", "legendgroup": "host", "showlegend": panel == 0,
+                         "hovertemplate": "on host: %{y:g} a at t=%{x:g}<extra></extra>",
+                         "meta": {"kind": "host", "panel": panel}})
+        top_value = max([max(r.peak_memory), theory or 0.0, budget_a or 0.0, reference_peak or 0.0,
+                         max(host[1]) if host else 0.0, 1e-9])
         layout[f"yaxis{'' if panel == 0 else panel + 1}"].update(
             title={"text": "memory (a)"}, range=[0, top_value * 1.18], showgrid=True,
             gridcolor="#EEEEEE")

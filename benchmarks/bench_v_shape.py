@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/bench_v_shape.py --quick           # three small cases, a minute
     .venv/bin/python benchmarks/bench_v_shape.py --baseline none   # this checkout only
     .venv/bin/python benchmarks/bench_v_shape.py --jit-compare     # also the kernels as plain Python
+    .venv/bin/python benchmarks/bench_v_shape.py --levers          # the search with levers against without
 
 Every measurement is a fresh interpreter (nothing cached in memory; numba's compiled kernels are
 loaded from its on-disk cache, as for any user after set-up) that builds one schedule. It prints
@@ -16,6 +17,10 @@ up to a minute per case); the ratio column is baseline / ours. The machine's loa
 printed with each block, since CPU time moves with it too.
 
 Costs F:B:W:comm = 3:4:2:0.1 (full device-stage times), as in the issue.
+
+``--levers`` (issue 26): each budgeted case built twice in cold processes, reordering only and with
+``recompute="auto", offload="auto"`` (a copy of one ``a`` taking ½ F = 1.5 each way), printing both
+CPU times, the levers' over the plain one (target: within 2×) and both makespans.
 """
 
 from __future__ import annotations
@@ -41,14 +46,16 @@ c0 = cpu()
 import ctrlmem as cm
 name, p, m, lim = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 lim = None if lim == "-" else float(lim)
-costs = cm.Costs(3, 4, 2, 0.1)
+levers = sys.argv[5:] == ["levers"]
+costs = cm.Costs(3, 4, 2, 0.1, offload=1.5) if levers else cm.Costs(3, 4, 2, 0.1)
+kw = {"recompute": "auto", "offload": "auto"} if levers else {}
 try:  # load the compiled kernels (from numba's cache) outside the timed call, as imports are
     from ctrlmem.search import kernels
     kernels._prepare()
 except ImportError:  # the baseline has no engine
     pass
 c1 = cpu()
-s = cm.build(name, p, m, costs=costs, memory_limit=lim)
+s = cm.build(name, p, m, costs=costs, memory_limit=lim, **kw)
 c2 = cpu()
 r = cm.simulate(s, costs)
 print(json.dumps({"search": c2 - c1, "process": cpu(), "span": max(r.device_spans), "peak": max(r.peak_memory)}))
@@ -71,14 +78,44 @@ def cases(quick: bool) -> list[tuple[str, int, int, float | None, float | None]]
     return out
 
 
-def run_case(root: Path, case, env_extra: dict | None = None) -> dict:
+def run_case(root: Path, case, env_extra: dict | None = None, levers: bool = False) -> dict:
     name, p, m, lim, _ = case
     env = dict(os.environ, PYTHONPATH=str(root), **(env_extra or {}))
-    proc = subprocess.run([sys.executable, "-c", _CHILD, name, str(p), str(m), "-" if lim is None else repr(lim)],
+    extra = ["levers"] if levers else []
+    proc = subprocess.run([sys.executable, "-c", _CHILD, name, str(p), str(m), "-" if lim is None else repr(lim), *extra],
                           capture_output=True, text=True, env=env, cwd=root, timeout=3600)
     if proc.returncode != 0:
         raise SystemExit(f"{name} p={p} m={m} failed under {root}:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+LEVER_TARGET = 2.0
+"""The search with levers over the one without, CPU time (issue 26)."""
+
+
+def lever_cases(quick: bool) -> list[tuple[str, int, int, float | None, float | None]]:
+    """Budgeted cases below V-Min's memory, where the levers have work to do."""
+    if quick:
+        return [("v-shape", 8, 32, 0.25, None)]
+    return [("v-shape", 16, 64, lim, None) for lim in (0.125, 0.2, 0.25, 0.375)] + [("zb", 16, 64, 0.25, None)]
+
+
+def lever_compare(quick: bool, repeat: int) -> None:
+    """Print the levers' search against the plain one for :func:`lever_cases`."""
+    print(f"{'schedule':<8} {'p':>3} {'m':>4} {'budget':>7} {'plain s':>8} {'levers s':>9} {'ratio':>6} "
+          f"{'plain span':>10} {'lever span':>10}")
+    misses = 0
+    for case in lever_cases(quick):
+        name, p, m, lim, _ = case
+        plain = [run_case(REPO, case) for _ in range(repeat)]
+        lev = [run_case(REPO, case, levers=True) for _ in range(repeat)]
+        a, b = (statistics.median(r["search"] for r in x) for x in (plain, lev))
+        ratio = b / a if a > 0 else float("inf")
+        over = ratio > LEVER_TARGET
+        misses += over
+        print(f"{name:<8} {p:>3} {m:>4} {lim:>7.4g} {a:>8.2f} {b:>9.2f} {ratio:>6.1f} {plain[0]['span']:>10g} "
+              f"{lev[0]['span']:>10g}" + (f" (over {LEVER_TARGET:g}×)" if over else ""), flush=True)
+    print(f"{misses} case(s) over the {LEVER_TARGET:g}× target")
 
 
 def baseline_tree(commit: str) -> Path:
@@ -95,7 +132,14 @@ def main() -> None:
     ap.add_argument("--baseline", default="b9ca453", help="commit to compare with, or 'none'")
     ap.add_argument("--baseline-repeat", type=int, default=1, help="cold processes per case for the baseline")
     ap.add_argument("--jit-compare", action="store_true", help="also run each case with CTRLMEM_JIT=0 (plain Python)")
+    ap.add_argument("--levers", action="store_true",
+                    help="the search with recompute/offload auto against without (issue 26's 2× target)")
     args = ap.parse_args()
+    if args.levers:
+        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs); costs "
+              f"3:4:2:0.1, copy 1.5 per a; CPU s = user + sys of the build call, median of {args.repeat} cold processes")
+        lever_compare(args.quick, args.repeat)
+        return
     base = None
     if args.baseline != "none":
         try:

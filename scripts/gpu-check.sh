@@ -16,6 +16,12 @@
 #   4. `ctrlmem replay` of the paper's 9.6B, 21B and 38.5B models at their pipeline sizes
 #      (p = 16 / 24 / 32, m = 2p, devices 0, 1, p/2, p-1; 1F1B, V-Half, V-Min, V-ZB) into
 #      OUT_DIR/replay/replay.json. Without a GPU: the tiny model on the CPU instead (labelled so).
+#   5. activation offload (ctrlmem/runtime/hostcopy.py): the host-copy bandwidth, device to pinned
+#      host memory and back (the planner's --host-gbs), and one step of the medium model over 8
+#      microbatches in V-Min's worst order with every saved tensor packed to host memory and
+#      reloaded at its backward: identical gradients and a lower device peak than keeping them,
+#      and V-Min with offload predicted at the measured copy-to-forward ratio, into
+#      OUT_DIR/offload.json. Without a GPU: the tiny model on the CPU (labelled so).
 # Everything it writes goes to OUT_DIR; the console output is also in OUT_DIR/gpu-check.log.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -124,6 +130,30 @@ else
       --devices 0,1,2,3 --device cpu --tag gpu-check-cpu --out "$OUT/replay" 2>&1 | grep -v '^USDT'
   verdict "ctrlmem replay --model tiny -p 4 (CPU stand-in)" "${PIPESTATUS[0]}"
 fi
+
+step "5. activation offload: host-copy bandwidth and an offloaded V-Min step"
+if [ "$GPUS" -ge 1 ]; then dev=cuda; model=medium; else dev=cpu; model=tiny; echo "  no GPU: host memcpy and the tiny model on the CPU"; fi
+"$PYTHON" - "$dev" "$model" "$OUT/offload.json" <<'EOF'
+import json, sys
+from ctrlmem.runtime import hostcopy
+dev, model, out = sys.argv[1:4]
+bw = hostcopy.copy_bandwidth(dev, mib=256 if dev == "cuda" else 16)
+step = hostcopy.offloaded_step(model, dev, microbatches=8)
+pred = hostcopy.predicted_v_min(step, bw)
+json.dump({"bandwidth": bw, "step": step, "v_min": pred}, open(out, "w"), indent=1)
+print(f"  host link ({bw['how']}): device->host {bw['d2h_gbs']:.1f} GB/s, host->device {bw['h2d_gbs']:.1f} GB/s "
+      f"(ctrlmem plan --host-gbs {min(bw['d2h_gbs'], bw['h2d_gbs']):.0f})")
+print(f"  {model} on {dev}, 8 microbatches: {step['offloaded_bytes'] / 2**20:.1f} MiB of saved tensors to host; "
+      f"step {step['step_s'] * 1e3:.0f} ms kept, {step['offloaded_step_s'] * 1e3:.0f} ms offloaded; device peak "
+      f"{step['peak_device_bytes'] / 2**20:.0f} MiB kept, {step['offloaded_peak_device_bytes'] / 2**20:.0f} MiB "
+      f"offloaded; gradients identical: {step['grads_identical']}")
+print(f"  V-Min p = {pred['p']}, m = {pred['m']} ({pred['how']}, copy = {pred['copy_over_forward']:.2f} F): makespan "
+      f"{pred['makespan']:g} -> {pred['offloaded_makespan']:g}, peak {pred['peak']:g} a -> {pred['offloaded_peak']:g} a")
+ok = step["grads_identical"] and step["offloaded_bytes"] > 0 and (
+    dev != "cuda" or step["offloaded_peak_device_bytes"] < step["peak_device_bytes"])
+sys.exit(0 if ok else 1)
+EOF
+verdict "host-copy bandwidth and an offloaded step ($model on $dev)" $?
 
 echo
 echo "gpu-check: $fails failed step(s) in $(( $(date +%s) - T0 )) s; output in $OUT"

@@ -20,7 +20,7 @@ __all__ = ["add_commands", "format_table", "write_plan"]
 
 SHOW = [("rank", "rank", "{:>4.0f}"), ("schedule", "schedule", "{:<12}"), ("dp", "DP", "{:>3}"),
         ("tp", "TP", "{:>3}"), ("pp", "PP", "{:>3}"), ("ep", "EP", "{:>3}"), ("recompute", "recomp", "{:<6}"),
-        ("microbatch_size", "mb", "{:>3}"), ("m", "m", "{:>4}"),
+        ("offload", "offl", "{:>4g}"), ("microbatch_size", "mb", "{:>3}"), ("m", "m", "{:>4}"),
         ("samples_per_s", "samples/s", "{:>9.4g}"), ("mfu", "MFU %", "{:>6.1%}"), ("bubble_rate", "bubble", "{:>6.3f}"),
         ("step_s", "step s", "{:>7.3f}"), ("total_gb", "GB/GPU", "{:>6.1f}"), ("activation_gb", "act GB", "{:>6.1f}"),
         ("status", "status", "{:<12}"), ("layer_split", "layers per stage", "{:<16}")]
@@ -56,6 +56,16 @@ def best_per_schedule(df):
     return ok.groupby("schedule", sort=False).head(1)
 
 
+def _lever_words(r) -> str:
+    """What the row's levers save, in words (empty without levers)."""
+    parts = [f"recompute saves {r['recompute_saved_gb']:.1f}" if r.get("recompute") not in (None, "none") else "",
+             f"offload {r['offload']:g} saves {r['offload_saved_gb']:.1f}" if r.get("offload") else ""]
+    parts = [x for x in parts if x]
+    if not parts:
+        return ""
+    return f" ({', '.join(parts)} GB; they add {r['lever_s']:.3f} s to the pipeline)"
+
+
 def winner_memory(df) -> str:
     """The fastest fitting row's memory on its fullest GPU, term by term."""
     ok = df[df["status"] == "ok"]
@@ -66,7 +76,7 @@ def winner_memory(df) -> str:
     experts = f" (experts {r['expert_params_gb']:.1f})" if r.get("expert_params_gb") else ""
     return (f"memory of the fastest row's fullest GPU (device {int(r['device'])} of the pipeline): params {r['params_gb']:.1f}"
             f"{experts} + grads {r['grads_gb']:.1f} + optimizer {r['optimizer_gb']:.1f} + activation "
-            f"{r['activation_gb']:.1f} + " + (f"receive buffers {r['recv_gb']:.1f} + " if recv else "")
+            f"{r['activation_gb']:.1f}" + _lever_words(r) + " + " + (f"receive buffers {r['recv_gb']:.1f} + " if recv else "")
             + f"allocator margin {r['margin_gb']:.1f}" + (f" + reserve {r['reserve_gb']:.1f}" if r["reserve_gb"] else "")
             + f" = {r['total_gb']:.1f} GB of {r['gpu_memory_gb']:g}"
             + ("" if recv else f" (receive buffers {r['recv_gb']:.1f} GB inside the measured margin)"))
@@ -134,7 +144,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
               allocator=allocator, reserve_gb=args.reserve_gb, dp_gbs=args.dp_gbs, gpus_per_node=args.gpus_per_node,
               exhaustive=args.exhaustive, top=args.per_schedule,
               progress=not args.no_progress and sys.stderr.isatty(), layer_split=args.layer_split, ep=args.ep,
-              recompute=args.recompute, nvlink_gbs=args.nvlink_gbs, ib_gbs=args.ib_gbs)
+              recompute=args.recompute, nvlink_gbs=args.nvlink_gbs, ib_gbs=args.ib_gbs, offload=args.offload,
+              host_gbs=args.host_gbs)
     a = df.attrs
     s = a["settings"]
     counts = df["status"].value_counts()
@@ -242,6 +253,12 @@ def add_commands(subparsers) -> None:
     p.add_argument("--recompute", default="auto",
                    help="comma-separated levers among none, selective, full (default auto: none,full for a config.json "
                         "model, none for the presets)")
+    p.add_argument("--offload", default="none",
+                   help="comma-separated activation-offload levers: none and fractions in (0, 1] of each forward's "
+                        "activation copied to host and back (default none; e.g. none,0.5,1)")
+    p.add_argument("--host-gbs", type=float_arg(maximum=1e9, what="GB/s"), default=None,
+                   help="host-link GB/s per direction for the offload copies (default: the GPU kind's, A100 25, "
+                        "H100/H200 50; scripts/gpu-check.sh measures yours)")
     p.add_argument("--nvlink-gbs", type=float_arg(maximum=1e9, what="GB/s"), default=150.0,
                    help="MoE all-to-all bandwidth per GPU within a node, GB/s (default 150)")
     p.add_argument("--ib-gbs", type=float_arg(maximum=1e9, what="GB/s"), default=25.0,

@@ -40,6 +40,7 @@ from typing import Any, Iterable, Sequence
 
 from ctrlmem.model import paper
 from ctrlmem.model.costs import Costs, MemoryModel
+from ctrlmem.model.levers import with_offload
 from ctrlmem.schedules import SCHEDULES, build
 from ctrlmem.model.simulate import simulate
 from ctrlmem.planner import arch
@@ -73,12 +74,15 @@ MAX_AUTO_LIMIT = 2.0
 """Largest budget (fraction of 1F1B's peak) an auto-budgeted ``v-shape`` / ``zb`` gets."""
 
 COLUMNS = ["rank", "status", "fits", "schedule", "method", "placement", "dp", "tp", "pp", "ep", "recompute",
-           "microbatch_size", "m", "dist_opt", "memory_limit", "layer_split", "samples_per_s", "tokens_per_s", "mfu", "step_s", "pipeline_s", "dp_sync_s",
+           "offload", "microbatch_size", "m", "dist_opt", "memory_limit", "layer_split", "samples_per_s", "tokens_per_s", "mfu", "step_s", "pipeline_s", "dp_sync_s",
            "bubble_rate", "a2a_s", "p2p_gb", "a2a_hidden_samples_per_s", "params_gb", "expert_params_gb",
-           "grads_gb", "optimizer_gb", "activation_gb", "recv_gb", "margin_gb", "reserve_gb", "total_gb", "gpu_memory_gb", "free_gb", "device", "memory_how", "upper_bound_samples_per_s", "reason"]
+           "grads_gb", "optimizer_gb", "activation_gb", "recompute_saved_gb", "offload_saved_gb", "lever_s", "recv_gb", "margin_gb", "reserve_gb", "total_gb", "gpu_memory_gb", "free_gb", "device", "memory_how", "upper_bound_samples_per_s", "reason"]
 """The DataFrame's columns: ``total_gb`` = params + grads + optimizer + activation + margin +
 reserve (+ ``recv_gb``, torch's receive buffers) on ``device`` (the device that needs most;
-``params_gb`` includes ``expert_params_gb``; ``recv_gb`` is added only without a measured
+``params_gb`` includes ``expert_params_gb``; ``activation_gb`` is with the row's levers
+(``recompute``, ``offload``: the fraction of each forward's activation copied to host), and
+``activation_gb + recompute_saved_gb + offload_saved_gb`` is the same schedule's activation
+without them, ``lever_s`` the time they add to the pipeline; ``recv_gb`` is added only without a measured
 allocator margin, which already holds them); ``fits`` is ``total_gb <= gpu_memory_gb``;
 ``status``: ``ok`` (simulated, fits), ``does not fit``, ``bounded`` (fits, not simulated: its
 no-bubble bound is below its schedule's best), ``m < pp``, ``too many stages``."""
@@ -213,22 +217,33 @@ def _build(name: str, p: int, m: int, costs: Costs | None, limit: float | None):
 
 
 def _sim(name: str, p: int, m: int, costs: Costs | None, limit: float | None, sim_costs: Costs,
-         memory: MemoryModel) -> tuple[float, tuple[float, ...], float, tuple]:
+         memory: MemoryModel, offload: float = 0.0) -> tuple[float, tuple[float, ...], float, tuple]:
     """(makespan, peak per device, bubble rate, build key) of the cached build simulated with
-    ``sim_costs`` and ``memory``; simulations are cached too."""
+    ``sim_costs`` and ``memory``, with ``offload`` of every forward's activation copied to host
+    (:func:`_offloaded`); simulations are cached too."""
     bkey = (name, p, m, costs if SCHEDULES[name].uses_costs else None, limit)
-    skey = (bkey, sim_costs, memory)
+    skey = (bkey, sim_costs, memory, offload)
     if skey in _SIMS:  # the build (and its simulation) reused
         _SIMS.move_to_end(skey)
         _STATS["build_hits"] += 1
         return _SIMS[skey]
     sched, bkey = _build(name, p, m, costs, limit)
-    r = simulate(sched, sim_costs, memory)
+    r = simulate(_offloaded(sched, offload, sim_costs, memory), sim_costs, memory)
     out = (r.makespan, tuple(r.peak_memory), r.bubble_rate, bkey)
     _SIMS[skey] = out
     while len(_SIMS) > _MAX_SIMS:
         _SIMS.popitem(last=False)
     return out
+
+
+def _offloaded(sched, fraction: float, costs: Costs, memory: MemoryModel):
+    """``sched`` with ``fraction`` of each forward's activation offloaded (``costs.offload``: ms
+    per GB; ``memory``: GB per stage), the reloads issued to end before the backward when the
+    largest stage's copy fits; unchanged for ``fraction`` 0."""
+    if not fraction:
+        return sched
+    per_a = costs.offload * max(memory.activation) * sched.num_stages / sched.num_devices
+    return with_offload(sched, fraction, costs=dataclasses.replace(costs, offload=per_a))
 
 
 def cache_info() -> dict:
@@ -298,7 +313,8 @@ class Planner:
                  tp: Sequence[int], pp: Sequence[int] | None, min_pp: int, distributed_optimizer: bool | str,
                  flash_attention: bool, margin: AllocatorMargin, reserve_gb: float, dp_gbs: float,
                  gpus_per_node: int, batch_note: str = "", split: str = "even", ep: Sequence[int] | None = None,
-                 recompute: Sequence[str] = ("none",), nvlink_gbs: float = 150.0, ib_gbs: float = 25.0) -> None:
+                 recompute: Sequence[str] = ("none",), nvlink_gbs: float = 150.0, ib_gbs: float = 25.0,
+                 offload: Sequence[float] = (0.0,), host_gbs: float | None = None) -> None:
         self.model, self.gpus, self.gpu_gb, self.batch = model, gpus, float(gpu_memory_gb), global_batch
         self.source, self.choices, self.mbs = source, list(schedules), sorted(set(microbatch_sizes))
         self.tps, self.pps, self.min_pp = sorted(set(tp)), (sorted(set(pp)) if pp else None), min_pp
@@ -310,6 +326,8 @@ class Planner:
         self.split = split
         self.eps = sorted(set(ep)) if ep else None
         self.recompute = list(dict.fromkeys(recompute))
+        self.offload = list(dict.fromkeys(float(x) for x in offload))
+        self.host_gbs, self.host_how = (float(host_gbs), "given") if host_gbs else source.host_gbs()
         # a measured allocator margin already holds the receive buffers of the runs it was fitted on
         self.count_recv = margin.ratio == 1.0 and not margin.bytes_per_logit and not margin.bytes_per_embedding_param
         self.nvlink_bw, self.ib_bw = float(nvlink_gbs) * 1e9, float(ib_gbs) * 1e9
@@ -347,7 +365,7 @@ class Planner:
                     for z in opts:
                         for ep in self.ep_choices(dp * tp):
                             for rc in self.recompute:
-                                out.append((dp, tp, pp, mb, z, ep, rc))
+                                out += [(dp, tp, pp, mb, z, ep, rc, off) for off in self.offload]
         return out
 
     def ep_choices(self, group: int) -> list[int]:
@@ -527,13 +545,23 @@ class Planner:
                             "total_gb": total})
         return best  # type: ignore[return-value]
 
-    def auto_limit(self, lay: _Layout, states, transient, recv=None) -> tuple[float | None, str]:
+    def sim_costs(self, lay: _Layout, offload: float) -> Costs:
+        """The layout's pass costs, with the host copy's ms per GB when the row offloads."""
+        return dataclasses.replace(lay.costs, offload=1e3 / self.host_gbs) if offload else lay.costs
+
+    def auto_limit(self, lay: _Layout, states, transient, recv=None, offload: float = 0.0) -> tuple[float | None, str]:
         """The budget (fraction of 1F1B's peak) the remaining memory allows: whole stage
         activations of the largest stage, on the device with least room; ``None`` and why when
-        not even one microbatch per device fits."""
+        not even one microbatch per device fits. With ``offload`` one microbatch per device is
+        counted whole (its copy in flight) and the others at the ``1 − offload`` left on the GPU
+        (the simulation then checks the schedule's real peak)."""
         room = min(self.gpu_gb - self.reserve_gb - st[0] - st[1] - st[2] - tr for st, tr in zip(states, transient))
         room -= lay.transient_gb + (max(recv or [0.0]) if self.count_recv else 0.0)
-        k = math.floor(max(0.0, room) / (self.margin.ratio * lay.c_max_gb) + 1e-9) if lay.c_max_gb > 0 else 0
+        unit = self.margin.ratio * lay.c_max_gb
+        k = math.floor(max(0.0, room) / unit + 1e-9) if lay.c_max_gb > 0 else 0
+        if offload and k >= lay.v:
+            rest = (room - lay.v * unit) / (unit * (1.0 - offload)) if offload < 1 else math.inf
+            k = lay.v + math.floor(min(rest, MAX_AUTO_LIMIT * lay.S) + 1e-9)
         k = min(k, int(MAX_AUTO_LIMIT * lay.S))
         if k < lay.v:
             return None, (f"the remaining {room:.1f} GB holds {k} stage activation(s) of {lay.c_max_gb:.2f} GB "
@@ -556,7 +584,7 @@ class Planner:
         return rows
 
     def _search(self, configs, rows: list[dict], pending: list, bar, exhaustive: bool, top: int) -> None:
-        for ci, (dp, tp, pp, mb, z, ep, rc) in enumerate(configs):
+        for ci, (dp, tp, pp, mb, z, ep, rc, off) in enumerate(configs):
             m = self.batch // (dp * mb)
             for oi, ch in enumerate(self.choices):
                 bar.update(1)
@@ -566,8 +594,9 @@ class Planner:
                                         "recomputed inputs, which a checkpointed layer frees at B (planned with "
                                         "fused-backward schedules: 1f1b, interleaved-1f1b, 1f1b-v, gpipe)")
                     continue
-                row = {"schedule": ch.label, "method": ch.method + ("" if rc == "none" else f" + {rc} recompute"),
-                       "placement": kind, "dp": dp, "tp": tp, "pp": pp, "ep": ep, "recompute": rc,
+                row = {"schedule": ch.label, "method": ch.method + ("" if rc == "none" else f" + {rc} recompute")
+                       + (f" + offload {off:g}" if off else ""),
+                       "placement": kind, "dp": dp, "tp": tp, "pp": pp, "ep": ep, "recompute": rc, "offload": off,
                        "microbatch_size": mb, "m": m, "dist_opt": bool(z), "memory_limit": ch.limit,
                        "gpu_memory_gb": self.gpu_gb, "reason": "", "_order": (oi, ci)}
                 rows.append(row)
@@ -586,7 +615,7 @@ class Planner:
                 limit = ch.limit
                 how = "simulated"
                 if ch.auto:
-                    limit, why = self.auto_limit(lay, states, trans, recv)
+                    limit, why = self.auto_limit(lay, states, trans, recv, off)
                     row["memory_limit"] = limit
                     if limit is None:
                         # the least it could need: one microbatch in flight per device (budget 1/p)
@@ -604,7 +633,7 @@ class Planner:
                 exact = not uses_costs or ch.auto
                 if not exact:
                     # memory estimate from the unit-cost pattern (same memory level, no search)
-                    _, peaks, _, _ = _sim(ch.name, pp, m, None, limit, Costs(), lay.memory)
+                    _, peaks, _, _ = _sim(ch.name, pp, m, None, limit, Costs(), lay.memory, off)
                     d, mem = self.memory(lay, peaks, states, trans, recv)
                     how = "estimated (unit-cost pattern)"
                     if mem["total_gb"] > self.gpu_gb * (1 + ESTIMATE_TOLERANCE):
@@ -613,7 +642,7 @@ class Planner:
                                           "pattern (same memory level), its cost-adapted form not built")
                         continue
                 elif not ch.auto:
-                    _, peaks, _, _ = _sim(ch.name, pp, m, lay.costs, limit, lay.costs, lay.memory)
+                    _, peaks, _, _ = _sim(ch.name, pp, m, lay.costs, limit, self.sim_costs(lay, off), lay.memory, off)
                     d, mem = self.memory(lay, peaks, states, trans, recv)
                     if mem["total_gb"] > self.gpu_gb + 1e-9:
                         row.update(mem, device=d, status="does not fit", fits=False, memory_how=how,
@@ -623,7 +652,7 @@ class Planner:
                 ub = self.batch / (bound_ms / 1e3 + sync)
                 row["upper_bound_samples_per_s"] = ub
                 pending.append((ub, len(pending), row, {"choice": ch, "lay": lay, "states": states, "trans": trans,
-                                                        "sync": sync, "limit": limit, "recv": recv}))
+                                                        "sync": sync, "limit": limit, "recv": recv, "off": off}))
         pending.sort(key=lambda x: (-x[0], x[1]))
         found: dict[str, list[float]] = {}  # per schedule: the best `top` samples/s simulated so far
         bar.add(len(pending))
@@ -653,10 +682,11 @@ class Planner:
             row.update(mem, device=d, memory_how="at most its budget (not built)")
             return
         if not SCHEDULES[ch.name].uses_costs:
-            _, peaks, _, _ = _sim(ch.name, pp, m, lay.costs, w["limit"], lay.costs, lay.memory)
+            _, peaks, _, _ = _sim(ch.name, pp, m, lay.costs, w["limit"], self.sim_costs(lay, w["off"]), lay.memory,
+                                  w["off"])
             how = "simulated"
         else:
-            _, peaks, _, _ = _sim(ch.name, pp, m, None, w["limit"], Costs(), lay.memory)
+            _, peaks, _, _ = _sim(ch.name, pp, m, None, w["limit"], Costs(), lay.memory, w["off"])
             how = "estimated (unit-cost pattern)"
         d, mem = self.memory(lay, peaks, w["states"], w["trans"], w["recv"])
         row.update(mem, device=d, memory_how=how)
@@ -664,11 +694,28 @@ class Planner:
         if not row["fits"]:
             row.update(status="does not fit", reason=_over(mem, self.gpu_gb) + "; " + row["reason"])
 
+    def lever_effects(self, row: dict, w: dict, d: int, span_ms: float, act_gb: float) -> dict:
+        """What the row's levers save on device ``d`` (GB: the same build simulated without the
+        offload, then without recomputation's memory model) and the pipeline time they add (s:
+        the same build with the costs without either)."""
+        ch, lay = w["choice"], w["lay"]
+        pp, m, rc, off = row["pp"], row["m"], row["recompute"], w["off"]
+        if rc == "none" and not off:
+            return {"recompute_saved_gb": 0.0, "offload_saved_gb": 0.0, "lever_s": 0.0}
+        _, kept, _, _ = _sim(ch.name, pp, m, lay.costs, w["limit"], lay.costs, lay.memory)
+        plain = self.layout(lay.kind, lay.v, pp, row["tp"], row["microbatch_size"], row["ep"], "none")
+        span0, full, _, _ = _sim(ch.name, pp, m, lay.costs, w["limit"], plain.costs, plain.memory)
+        with_rc = kept[d] + lay.transient_gb
+        return {"offload_saved_gb": with_rc - act_gb, "recompute_saved_gb": full[d] - with_rc,
+                "lever_s": (span_ms - span0) / 1e3}
+
     def _evaluate(self, row: dict, w: dict) -> None:
         ch, lay = w["choice"], w["lay"]
         pp, m = row["pp"], row["m"]
-        span_ms, peaks, bubble, _ = _sim(ch.name, pp, m, lay.costs, w["limit"], lay.costs, lay.memory)
+        span_ms, peaks, bubble, _ = _sim(ch.name, pp, m, lay.costs, w["limit"], self.sim_costs(lay, w["off"]),
+                                         lay.memory, w["off"])
         d, mem = self.memory(lay, peaks, w["states"], w["trans"], w["recv"])
+        mem.update(self.lever_effects(row, w, d, span_ms, mem["activation_gb"]))
         step = span_ms / 1e3 + w["sync"]
         row.update(mem, device=d, memory_how="simulated", pipeline_s=span_ms / 1e3, dp_sync_s=w["sync"], step_s=step,
                    bubble_rate=bubble, samples_per_s=self.batch / step,
@@ -736,6 +783,14 @@ class Planner:
              "core's forward to B; during B one layer is rematerialised (counted with the activation); levers "
              f"planned: {', '.join(self.recompute)}" if self.recompute != ["none"] else
              "no recomputation (every activation kept; recompute='none,full' adds the lever)"),
+            (f"activation offload: a fraction of every forward's activation (with recomputation, of what it keeps) "
+             f"copied to host memory on the GPU's device-to-host lane once the forward ends and reloaded on the "
+             f"host-to-device lane to end before its backward (docs/theory.md §13), each copy at {self.host_gbs:g} "
+             f"GB/s ({self.host_how}); a late reload delays its backward, and memory counts what is resident while "
+             f"a copy is in flight; levers planned: {', '.join(f'{x:g}' for x in self.offload if x)}; "
+             "activation_gb + recompute_saved_gb + offload_saved_gb is the activation without the levers, lever_s "
+             "the time they add" if any(self.offload) else
+             "no activation offload (offload='none,0.5,1' adds the lever)"),
             src.activation_note(spec, self.flash) + "; the LM head stage also keeps 4·V + 4·h bytes per token "
             "(fp32 logits for the loss, final norm); tensor parallelism divides activations by tp (sequence "
             "parallelism); " + ("32·h bytes per layer and token wait for W" if spec.arch == "gpt" else
@@ -846,7 +901,8 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
          allocator: "AllocatorMargin | str | None" = "replay", reserve_gb: float = 0.0, dp_gbs: float = 25.0,
          p2p_gbs: float | None = None, gpus_per_node: int = 8, exhaustive: bool = False, top: int = 1,
          progress: bool = True, layer_split: str = "auto", ep: Sequence[int] | None = None,
-         recompute: "Sequence[str] | str" = "auto", nvlink_gbs: float = 150.0, ib_gbs: float = 25.0):
+         recompute: "Sequence[str] | str" = "auto", nvlink_gbs: float = 150.0, ib_gbs: float = 25.0,
+         offload: "Sequence[float | str] | str | float" = "none", host_gbs: float | None = None):
     """Rank every configuration of ``model`` on ``gpus`` GPUs of ``gpu_memory_gb`` GB by predicted
     throughput (see the module doc); returns a pandas DataFrame (:data:`COLUMNS`, best first;
     ``df.attrs``: ``settings``, ``assumptions``, ``notes``, ``skipped``, ``seconds``, ``builds``).
@@ -884,6 +940,11 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
             none for the paper's presets.
         nvlink_gbs, ib_gbs: per-GPU bandwidth of the MoE all-to-all within a node of
             ``gpus_per_node`` and across nodes, GB/s.
+        offload: activation-offload levers: fractions in (0, 1] of every forward's activation
+            copied to host after it and reloaded before its backward, and ``"none"`` (a list or
+            comma-separated; default ``"none"``).
+        host_gbs: the host link's GB/s per direction the copies take (default: the GPU kind's,
+            :data:`~ctrlmem.planner.sources.HOST_LINK_GBS`).
     """
     import pandas as pd  # noqa: PLC0415 - pandas takes ~0.4 s to import; only tables need it
 
@@ -926,6 +987,10 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
                          "tp explicitly")
     pps = _int_list("pp", pp, gpus) if pp is not None else None
     split, eps, levers = _dimensions(spec, layer_split, ep, recompute, flash_attention)
+    offloads = offload_levers(offload)
+    if host_gbs is not None and (isinstance(host_gbs, bool) or not isinstance(host_gbs, (int, float))
+                                 or not math.isfinite(host_gbs) or host_gbs <= 0):
+        raise ValueError(f"host_gbs must be a positive number of GB/s, got {host_gbs!r}")
     for name, x in (("nvlink_gbs", nvlink_gbs), ("ib_gbs", ib_gbs)):
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
             raise ValueError(f"{name} must be a positive number of GB/s, got {x!r}")
@@ -949,7 +1014,8 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
                       schedules=choices, microbatch_sizes=mbs, tp=tps, pp=pps, min_pp=min_pp,
                       distributed_optimizer=distributed_optimizer, flash_attention=bool(flash_attention),
                       margin=margin, reserve_gb=reserve_gb, dp_gbs=dp_gbs, gpus_per_node=gpus_per_node,
-                      batch_note=note, split=split, ep=eps, recompute=levers, nvlink_gbs=nvlink_gbs, ib_gbs=ib_gbs)
+                      batch_note=note, split=split, ep=eps, recompute=levers, nvlink_gbs=nvlink_gbs, ib_gbs=ib_gbs,
+                      offload=offloads, host_gbs=host_gbs)
     planner.skipped += skipped
     before = cache_info()
     top = _positive_int("top", top)
@@ -973,7 +1039,7 @@ def plan(model: "str | ModelSpec | None" = "98.5b", gpus: int = 40, gpu_memory_g
         "allocator": margin.spec(), "reserve_gb": float(reserve_gb), "dp_gbs": float(dp_gbs),
         "p2p_gbs": source.p2p_bytes_per_s / 1e9, "gpus_per_node": gpus_per_node, "exhaustive": exhaustive,
         "top": top, "layer_split": split, "ep": eps, "recompute": levers, "nvlink_gbs": float(nvlink_gbs),
-        "ib_gbs": float(ib_gbs),
+        "ib_gbs": float(ib_gbs), "offload": offloads, "host_gbs": planner.host_gbs,
         "model_params": spec.num_params, "model_active_params": spec.num_active_params,
     }
     df.attrs.update({
@@ -1009,6 +1075,29 @@ def _dimensions(spec: ModelSpec, layer_split, ep, recompute, flash: bool):
         if bad or not levers:
             raise ValueError(f"recompute {bad or levers!r}: choose among {', '.join(RECOMPUTE)} (or 'auto')")
     return split, eps, list(dict.fromkeys(levers))
+
+
+def offload_levers(value) -> list[float]:
+    """``offload=`` of :func:`plan` as fractions (0.0 for ``none``): ``"none,0.5,1"``, a list, or
+    one value; a ``ValueError`` naming the bad entry otherwise."""
+    items = [x.strip() for x in value.split(",")] if isinstance(value, str) else (
+        list(value) if isinstance(value, (list, tuple)) else [value])
+    out = []
+    for x in items:
+        if x in ("none", None, 0, 0.0, "0"):
+            out.append(0.0)
+            continue
+        try:
+            f = float(x) if not isinstance(x, bool) else math.nan
+        except (TypeError, ValueError):
+            f = math.nan
+        if not 0 < f <= 1:
+            raise ValueError(f"offload {x!r}: give none or a fraction in (0, 1] of each forward's activation "
+                             "(e.g. none,0.5,1)")
+        out.append(f)
+    if not out:
+        raise ValueError("offload is empty; give none or fractions in (0, 1] (e.g. none,0.5,1)")
+    return list(dict.fromkeys(out))
 
 
 def _rank(df):
@@ -1100,7 +1189,7 @@ def row_schedule(df, index: int = 0):
                       flash_attention=s["flash_attention"], margin=margin, reserve_gb=s["reserve_gb"],
                       dp_gbs=s["dp_gbs"], gpus_per_node=s["gpus_per_node"], split=s.get("layer_split", "even"),
                       ep=s.get("ep"), recompute=s.get("recompute", ["none"]), nvlink_gbs=s.get("nvlink_gbs", 150.0),
-                      ib_gbs=s.get("ib_gbs", 25.0))
+                      ib_gbs=s.get("ib_gbs", 25.0), host_gbs=s.get("host_gbs"))
     name = str(row["schedule"]).partition("@")[0]
     kind, v = placement_of(name)
     ep = int(row["ep"]) if "ep" in row and row["ep"] == row["ep"] else 1
@@ -1109,4 +1198,6 @@ def row_schedule(df, index: int = 0):
     limit = row["memory_limit"]
     limit = None if limit is None or (isinstance(limit, float) and math.isnan(limit)) else float(limit)
     sched, _ = _build(name, int(row["pp"]), int(row["m"]), lay.costs, limit)
-    return sched, lay.costs
+    off = float(row["offload"]) if "offload" in row and row["offload"] == row["offload"] else 0.0
+    costs = planner.sim_costs(lay, off)
+    return _offloaded(sched, off, costs, lay.memory), costs

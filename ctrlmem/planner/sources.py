@@ -34,9 +34,16 @@ from ctrlmem.schedules import SCHEDULES, build
 from ctrlmem.model.replayfile import default_replay_path, gpu_label, load_replay
 
 __all__ = ["CostSource", "A100Costs", "ReplayCosts", "LayerCosts", "AllocatorMargin", "cost_source",
-           "GPU_PEAK_FLOPS", "REPLAY_VOCAB", "DEFAULT_P2P_BYTES_PER_S"]
+           "GPU_PEAK_FLOPS", "HOST_LINK_GBS", "DEFAULT_HOST_GBS", "REPLAY_VOCAB", "DEFAULT_P2P_BYTES_PER_S"]
 
 GPU_PEAK_FLOPS = {"A100": 312e12, "H100": 989e12, "H200": 989e12}
+HOST_LINK_GBS = {"A100": 25.0, "H100": 50.0, "H200": 50.0}
+"""Device-to-host bandwidth per GPU and direction, GB/s, that an activation offload copies at:
+what a pinned ``cudaMemcpyAsync`` sustains on the GPU's PCIe link (A100: PCIe 4.0 x16, 32 GB/s
+peak; H100/H200: PCIe 5.0 x16, 64 GB/s peak), about 80 % of peak; ``scripts/gpu-check.sh``
+measures it on a lent GPU, ``--host-gbs`` sets it."""
+DEFAULT_HOST_GBS = 25.0
+"""The host-link bandwidth for a GPU not in :data:`HOST_LINK_GBS` (PCIe 4.0 x16 sustained)."""
 """Dense bf16 tensor-core peak per GPU, FLOP/s (NVIDIA's data sheets; A100 as in
 :data:`ctrlmem.model.paper.A100_PEAK_FLOPS`): the MFU denominator."""
 
@@ -133,6 +140,14 @@ class CostSource:
             if re.search(rf"\b{name}\b", self.gpu):
                 return flops
         return None
+
+    def host_gbs(self) -> tuple[float, str]:
+        """(GB/s, where it comes from) of the GPU's host link (:data:`HOST_LINK_GBS`, matched in
+        its name; :data:`DEFAULT_HOST_GBS` otherwise)."""
+        for name, gbs in HOST_LINK_GBS.items():
+            if re.search(rf"\b{name}\b", self.gpu):
+                return gbs, f"{name}'s PCIe link, sustained"
+        return DEFAULT_HOST_GBS, f"PCIe 4.0 x16 sustained (no figure for {self.gpu})"
 
     def describe(self) -> str:
         return self.label

@@ -523,7 +523,9 @@ def schedule_spec(
 
     Boxes: trace ``meta`` carries ``{"kind": "pass", "op", "chunk", "panel"}``, ``y`` the device,
     ``base`` the start, ``x`` the duration, and ``customdata`` rows ``[stage, microbatch, start,
-    end]``. Idle rows are traces with ``meta["kind"] == "idle"``. Overview: one heatmap per
+    end]``. Idle rows are traces with ``meta["kind"] == "idle"``. A schedule with activation
+    copies (docs/theory.md §13) gets each device's offload and reload lanes as thin strips along
+    the bottom of its row (``meta["kind"] == "copy"``, box view only). Overview: one heatmap per
     panel, ``meta`` ``{"kind": "overview", "panel", "codes"}`` where ``codes[k]`` names the
     ``[op, chunk]`` of ``z`` in ``(2k+1, 2k+2)`` (even and odd microbatches; 0 is idle),
     ``customdata[d][j]`` the microbatch (-1 where idle); legend entries are traces with ``meta["kind"] == "legend"``.
@@ -560,6 +562,7 @@ def schedule_spec(
             plot_px = max(drawn - 70, 1) if drawn else LABEL_MAX_PLOT_PX
             data += _box_traces(tl, chunk, panel, horizon, colors, idle_color, box_gap, show_labels,
                                 label_size, text_color, light_text_color, shown, plot_px)
+            data += _copy_traces(_copies_of(items[panel], costs), panel, box_gap, shown)
         layout[f"yaxis{'' if panel == 0 else panel + 1}"].update(
             tickmode="array", tickvals=list(range(p)), ticktext=[f"d{d}" for d in range(p)],
             range=[p - 0.5, -0.5], showgrid=False, zeroline=False, ticks="",
@@ -583,6 +586,45 @@ def schedule_spec(
     if title is None:
         del layout["title"]
     return {"data": data, "layout": layout}
+
+
+#: Fill of the copy lanes (docs/theory.md §13): offloads (device to host), reloads (host to device).
+COPY_COLORS = {"O": "#6A3D9A", "L": "#1B9E77"}
+_COPY_NAMES = {"O": "offload (to host)", "L": "reload (from host)"}
+
+
+def _copies_of(item: Item, costs: Costs | None) -> list:
+    """The timed copies of a schedule or simulation (none for a timeline)."""
+    if isinstance(item, Schedule):
+        return simulate(item, costs).copies if any(item.copies) else []
+    return item.copies if isinstance(item, SimResult) else []
+
+
+def _copy_traces(copies: list, panel: int, box_gap: float, shown: set[str]) -> list[dict]:
+    """Each device's two copy lanes as thin strips along the bottom of its row (offloads above
+    reloads), over the passes they run beside: ``meta`` ``{"kind": "copy", "op": "O" | "L",
+    "panel"}``, ``customdata`` rows ``[stage, microbatch, start, end]``."""
+    xa, ya = _axis_names(panel)
+    lane = (1 - box_gap) / 5
+    out = []
+    for i, kind in enumerate(("O", "L")):
+        mine = [c for c in copies if c.op == kind]
+        if not mine:
+            continue
+        name = _COPY_NAMES[kind]
+        out.append({
+            "type": "bar", "orientation": "h", "xaxis": xa, "yaxis": ya,
+            "y": np.array([c.device + (1 - box_gap) / 2 - lane * (1.5 - i) for c in mine]),
+            "base": np.array([c.start for c in mine]), "x": np.array([c.end - c.start for c in mine]),
+            "width": lane, "marker": {"color": COPY_COLORS[kind], "line": {"width": 0}},
+            "customdata": np.array([[c.stage, c.microbatch, c.start, c.end] for c in mine], float),
+            "name": name, "legendgroup": name, "showlegend": name not in shown, "textposition": "none",
+            "hovertemplate": (f"<b>{name}</b> stage %{{customdata[0]}}, microbatch %{{customdata[1]}}"
+                              "<br>start %{customdata[2]:.4g}, end %{customdata[3]:.4g}<extra></extra>"),
+            "meta": {"kind": "copy", "op": kind, "panel": panel},
+        })
+        shown.add(name)
+    return out
 
 
 def _kind_name(op: Op, chunk: int, num_chunks: int) -> str:
@@ -867,6 +909,32 @@ def _memory_curves(result: SimResult) -> list[tuple[list[float], list[float]]]:
     return curves
 
 
+#: Line colour of the host-memory curve (offloaded activations, docs/theory.md §13).
+HOST_COLOR = "#6A3D9A"
+
+
+def host_memory_curve(result: SimResult) -> tuple[list[float], list[float]] | None:
+    """Activation held in host memory over time, all devices together (in ``a``): an offloaded
+    share arrives when its offload ends and leaves when its reload starts; ``None`` without
+    copies."""
+    copies = result.copies
+    if not copies:
+        return None
+    sched = result.schedule
+    act = result.memory.stage_activation(sched.num_stages, sched.num_devices)
+    share = {(c.stage, c.microbatch): c.fraction * act[c.stage] for row in sched.copies for c in row if c.kind == "O"}
+    events = sorted((c.end, share[(c.stage, c.microbatch)]) if c.op == "O" else (c.start, -share[(c.stage, c.microbatch)])
+                    for c in copies)
+    t, v, level = [0.0], [0.0], 0.0
+    for time_, delta in events:
+        level += delta
+        t.append(time_)
+        v.append(max(0.0, level) if abs(level) > 1e-12 else 0.0)
+    t.append(result.makespan)
+    v.append(v[-1])
+    return t, v
+
+
 def schedule_budget(schedule: Schedule) -> float | None:
     """The memory budget a schedule was built for, as a fraction of 1F1B's peak (its
     ``memory_limit`` parameter), or ``None``."""
@@ -968,7 +1036,15 @@ def memory_spec(
         if reference_peak is not None:
             data.append(_hline(reference_peak, r.makespan, reference_color,
                                f"1F1B peak {reference_peak:g} a", "1f1b", panel))
-        top_value = max([max(r.peak_memory), theory or 0.0, budget_a or 0.0, reference_peak or 0.0, 1e-9])
+        host = host_memory_curve(r)
+        if host is not None:
+            data.append({"type": "scatter", "xaxis": xa, "yaxis": ya, "x": host[0], "y": host[1], "mode": "lines",
+                         "line": {"shape": "hv", "width": line_width, "color": HOST_COLOR, "dash": "dot"},
+                         "name": "on host (all devices)", "legendgroup": "host", "showlegend": panel == 0,
+                         "hovertemplate": "on host: %{y:g} a at t=%{x:g}<extra></extra>",
+                         "meta": {"kind": "host", "panel": panel}})
+        top_value = max([max(r.peak_memory), theory or 0.0, budget_a or 0.0, reference_peak or 0.0,
+                         max(host[1]) if host else 0.0, 1e-9])
         layout[f"yaxis{'' if panel == 0 else panel + 1}"].update(
             title={"text": "memory (a)"}, range=[0, top_value * 1.18], showgrid=True,
             gridcolor="#EEEEEE")

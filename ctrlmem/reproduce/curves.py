@@ -52,7 +52,7 @@ def fig9_10(quick: bool) -> Table:
     return t
 
 
-def _write_curve_figure(t: Table, fig, out: str | Path, stem: str) -> None:
+def write_curve_figure(t: Table, fig, out: str | Path, stem: str) -> None:
     """Write ``out/stem.{png,svg,html}`` and record which files were drawn as a cell of ``t``;
     without kaleido's Chromium the HTML alone is written and the cell says why."""
 
@@ -144,7 +144,7 @@ def fig09(quick: bool, out: str | Path = "figures") -> Table:
         _drop_summary([c for c in t.cells if c.column.startswith("steepest drop")]),
         _calc_summary([c for c in t.cells if c.row.startswith("[CALC]")]),
         NOT_COMPARABLE_RATES])
-    _write_curve_figure(t, mc.fig9_figure(data), out, "fig09_bubble_vs_memory")
+    write_curve_figure(t, mc.fig9_figure(data), out, "fig09_bubble_vs_memory")
     write_json(Path(out) / "fig09.json", data)
     t.notes += FIG910_NOTES + ["Curve data: fig09.json (limits, bubble rates, simulated peaks / 1F1B)."]
     return t
@@ -190,7 +190,7 @@ def fig10(quick: bool, out: str | Path = "figures") -> Table:
         v_vs_zb,
         "V's " + _drop_summary([c for c in t.cells if c.column.startswith("V's steepest drop")]),
         NOT_COMPARABLE_RATES])
-    _write_curve_figure(t, mc.fig10_figure(data), out, "fig10_v_vs_zb")
+    write_curve_figure(t, mc.fig10_figure(data), out, "fig10_v_vs_zb")
     write_json(Path(out) / "fig10.json", data)
     t.notes += FIG910_NOTES + [
         "'V ≤ ZB' counts the limits where both schedulers have a schedule. At the smallest limit, 1/p of 1F1B's "
@@ -237,7 +237,7 @@ def fig07(quick: bool, out: str | Path = "figures") -> Table:
                 ratio_cells.append(c)
         t.cells.append(Cell(row, "Pareto frontier, by memory", " → ".join(pn["paper_frontier"]) or "not recovered",
                             " → ".join(pn["frontier"]), pn["how"] + "; among the registered methods"))
-    _write_curve_figure(t, mc.fig7_figure(data), out, "fig07_pareto")
+    write_curve_figure(t, mc.fig7_figure(data), out, "fig07_pareto")
     write_json(Path(out) / "fig07.json", data)
 
     def worst(cells):

@@ -16,6 +16,7 @@ from ctrlmem.reproduce.claims import claims
 from ctrlmem.reproduce.curves import fig07, fig09, fig10, fig9_10
 from ctrlmem.reproduce.drawings import schedule_figures
 from ctrlmem.reproduce.gpu_replay import gpu_replay
+from ctrlmem.reproduce.levers import memory_levers
 from ctrlmem.reproduce.measured import cpu_real_memory
 from ctrlmem.reproduce.optimality import optimality_gap
 from ctrlmem.reproduce.table import Table, write_table_file
@@ -43,11 +44,12 @@ ARTIFACTS: dict[str, Callable[[bool], Table]] = {
     "gpu-replay": gpu_replay,
     "schedule-figures": schedule_figures,
     "optimality-gap": optimality_gap,
+    "memory-levers": memory_levers,
     "claims": claims,
 }
 
 
-WRITES_FILES = frozenset({"schedule-figures", "fig07", "fig09", "fig10", "table3", "optimality-gap"})
+WRITES_FILES = frozenset({"schedule-figures", "fig07", "fig09", "fig10", "table3", "optimality-gap", "memory-levers"})
 """Artifacts that draw figure files into the output folder (their functions take ``out``)."""
 
 READS_OUT = frozenset({"claims"})

@@ -106,13 +106,26 @@ def _config(r) -> str:
     return f"(DP, TP, PP, mb) = ({r['dp']}, {r['tp']}, {r['pp']}, {r['microbatch_size']})"
 
 
-def _table3_plans(seq: int, batch: int, costs, mbs, methods: dict) -> tuple:
-    """The planner on the paper's 98.5B setting: every method's configurations ranked."""
+TABLE3_METHODS = {label: ("1f1b", {}, "full") if label == "1F1B-R" else (name, kw, "none")
+                  for label, (name, kw) in TABLE4_METHODS.items()}
+"""Table 3's methods on the planner: paper method -> (schedule, build kwargs, recompute lever).
+1F1B-R is the planner's 1F1B row with full recomputation (each layer keeps its input, B adds the
+layers' forward), the way Megatron's ``--recompute-granularity full`` runs it."""
 
-    names = [_plan_schedule(n, kw) for n, kw in methods.values()]
-    df = cm.plan("98.5b", 40, 80.0, batch, seq_len=seq, costs=costs, schedules=names, microbatch_sizes=mbs,
-                 distributed_optimizer=True, flash_attention=True, top=TABLE3_TOP, progress=False)
-    return df, names
+TABLE3_HOW = {"none": "", "full": ", 1F1B with full recomputation: each layer keeps its input, B adds its forward"}
+
+
+def _table3_plans(seq: int, batch: int, costs, mbs, methods: dict) -> dict:
+    """The planner on the paper's 98.5B setting, one plan per recompute lever (the planner bounds
+    its search per schedule): every method's configurations ranked."""
+
+    out = {}
+    for rc in dict.fromkeys(lever for _, _, lever in methods.values()):
+        names = [_plan_schedule(n, kw) for n, kw, lever in methods.values() if lever == rc]
+        out[rc] = cm.plan("98.5b", 40, 80.0, batch, seq_len=seq, costs=costs, schedules=names, microbatch_sizes=mbs,
+                          distributed_optimizer=True, flash_attention=True, top=TABLE3_TOP, progress=False,
+                          recompute=rc)
+    return out
 
 
 def table3(quick: bool, out: str | Path = "figures", replay: str | Path | None = None) -> Table:
@@ -131,7 +144,7 @@ def table3(quick: bool, out: str | Path = "figures", replay: str | Path | None =
               "activations, the H200-measured allocator margin) within 80 GB; kept the planner's top configurations "
               f"per method on the A100 cost model and from the {gpu} rank replay's pass costs, next to Table 3's "
               "best MFU and its ratios.")
-    methods = {label: spec for label, spec in TABLE4_METHODS.items() if is_registered(spec[0])}
+    methods = {label: spec for label, spec in TABLE3_METHODS.items() if is_registered(spec[0])}
     for (seq, batch), row in paper.TABLE3.items():
         for method, mfu in row.items():
             t.cells.append(Cell(f"seq {seq} batch {batch}", f"{method} / 1F1B (paper arithmetic)",
@@ -148,29 +161,30 @@ def table3(quick: bool, out: str | Path = "figures", replay: str | Path | None =
         record: dict = {}
         for source, costs, how0 in (("a100", "a100", "simulated, A100 cost model (planner)"),
                                     ("replay", str(replay_path), f"predicted from {gpu} pass costs (planner)")):
-            df, names = _table3_plans(seq, batch, costs, mbs, methods)
-            ok = df[df["status"] == "ok"]
+            plans = _table3_plans(seq, batch, costs, mbs, methods)
             best: dict[str, dict] = {}
-            for label, (name, kw) in TABLE4_METHODS.items():
+            for label, (name, kw, lever) in TABLE3_METHODS.items():
                 if label not in methods:
                     if source == "a100":
                         t.cells.append(Cell(where, f"{label} best MFU %", row[label], pending(name), "–"))
                     continue
+                ok = plans[lever][plans[lever]["status"] == "ok"]
                 rows = ok[ok["schedule"] == _plan_schedule(name, kw)]
+                how = how0 + TABLE3_HOW[lever]
                 col = f"{label} best MFU %" if source == "a100" else f"{label} best MFU % ({gpu} pass costs)"
                 if rows.empty:
-                    t.cells.append(Cell(where, col, row[label], "no configuration fits in 80 GB", how0))
+                    t.cells.append(Cell(where, col, row[label], "no configuration fits in 80 GB", how))
                     continue
                 r = rows.iloc[0]
                 best[label] = {"mfu": float(r["mfu"]), "dp": int(r["dp"]), "tp": int(r["tp"]), "pp": int(r["pp"]),
                                "microbatch_size": int(r["microbatch_size"]), "total_gb": float(r["total_gb"]),
                                "bubble_rate": float(r["bubble_rate"])}
                 t.cells.append(Cell(where, col, row[label] if source == "a100" else NOT_RECOVERED, 100 * r["mfu"],
-                                    f"{how0}; best {_config(r)}, {r['total_gb']:.1f} GB per GPU"))
+                                    f"{how}; best {_config(r)}, {r['total_gb']:.1f} GB per GPU"))
                 if source == "a100":
                     for k, (_, rr) in enumerate(rows.head(TABLE3_TOP).iterrows(), start=1):
                         t.cells.append(Cell(where, f"{label} top {k} MFU % (planner)", NOT_RECOVERED,
-                                            100 * rr["mfu"], f"{how0}; {_config(rr)}, bubble {rr['bubble_rate']:.3f}, "
+                                            100 * rr["mfu"], f"{how}; {_config(rr)}, bubble {rr['bubble_rate']:.3f}, "
                                                              f"{rr['total_gb']:.1f} GB, rank {int(rr['rank'])} overall"))
             for label, b in best.items():
                 if label != "1F1B" and "1F1B" in best:
@@ -181,7 +195,7 @@ def table3(quick: bool, out: str | Path = "figures", replay: str | Path | None =
                                         f"{how0}; ratio of the best configurations"))
             record[source] = best
             if source == "a100":
-                _paper_setup_cells(t, where, seq, batch, mbs, ok, how0)
+                _paper_setup_cells(t, where, seq, batch, mbs, how0)
         evidence["settings"][f"{seq},{batch}"] = record
     evidence["gpu"] = gpu
     write_json(Path(out) / "table3.json", evidence)
@@ -192,14 +206,16 @@ def table3(quick: bool, out: str | Path = "figures", replay: str | Path | None =
         f"The {gpu} rows use the replay's measured 98.5B layer (device 1 at p = 40, microbatch 1: larger microbatches "
         "scale it linearly) with the LM head at its FLOP ratio to a layer, and keep the paper's 80 GB per GPU; MFU is "
         f"over the {gpu}'s peak, so only the ratios compare with the paper's.",
-        "Methods without a generator here (1F1B-R) are pending. Table 3's microbatch and parallel grid is the paper's; "
-        "the planner also tries the DP × TP × PP factorizations the paper did not list (TP ≤ 8).",
+        "1F1B-R is the planner's 1F1B with full recomputation (recompute='full': each layer keeps only its input, "
+        "2·s·b·h bytes, and its backward runs the layer's forward again first; docs/plan.md), predicted like the "
+        "other methods. Table 3's microbatch and parallel grid is the paper's; the planner also tries the "
+        "DP × TP × PP factorizations the paper did not list (TP ≤ 8).",
         "Best configurations per method and setting: table3.json (read by claims.md).",
     ]
     return t
 
 
-def _paper_setup_cells(t: Table, where: str, seq: int, batch: int, mbs, ok, how0: str) -> None:
+def _paper_setup_cells(t: Table, where: str, seq: int, batch: int, mbs, how0: str) -> None:
     """The paper's best 1F1B setup next to the planner's, and why the planner prefers another."""
 
     setup = paper.TABLE3_BEST_1F1B_SETUP.get((seq, batch))

@@ -262,3 +262,35 @@ def test_the_notebook_form_plans_a_config_file():
     df = form.run()
     assert df is not None and df.attrs["settings"]["model_params"] == PUBLISHED["qwen2-0.5b"]
     assert "layer_split" in form.table.value or "layers" in form.table.value
+
+
+def test_dualpipe_v_pairs_hide_the_moe_all_to_all_in_the_plan():
+    """DualPipeV's overlapped pairs take the all-to-all they hide off their time (fb_overlap < 1
+    with expert parallelism, exactly 1 without), so on an MoE model it plans faster than without
+    the overlap, and never faster than the all-to-all hidden entirely; bidirectional DualPipe, whose
+    two model copies the memory model does not count, is refused with the name to use."""
+    import dataclasses
+
+    from ctrlmem.planner import core
+
+    cfg = str(DATA / "mixtral-8x7b.json")
+    df = cm.plan(cfg, 32, 80.0, 256, schedules=["dualpipe-v"], progress=False, top=3, ep=[1, 8])
+    ok = df[df.status == "ok"]
+    overlapped = 0
+    for i in ok.index[ok["ep"] == 8][:2]:
+        row = df.loc[i]
+        sched, costs = core.row_schedule(df, int(i))
+        if int(row["ep"]) == 1:
+            assert costs.fb_overlap == 1.0
+            continue
+        assert 0.5 <= costs.fb_overlap < 1.0
+        overlapped += 1
+        plain = cm.simulate(sched, dataclasses.replace(costs, fb_overlap=1.0)).makespan
+        assert cm.simulate(sched, costs).makespan < plain
+        assert row["samples_per_s"] <= row["a2a_hidden_samples_per_s"] * (1 + 1e-9)
+    assert overlapped == 2
+    dense = cm.plan(str(DATA / "llama-3-8b.json"), 8, 80.0, 64, schedules=["dualpipe-v"], progress=False, top=3)
+    i = int(dense.index[dense.status == "ok"][0])
+    assert core.row_schedule(dense, i)[1].fb_overlap == 1.0  # no all-to-all: nothing to hide
+    with pytest.raises(ValueError, match="dualpipe-v"):
+        cm.plan(cfg, 32, 80.0, 256, schedules=["dualpipe"], progress=False)

@@ -63,7 +63,8 @@ remaining memory allows."""
 
 METHOD_LABELS = {"1f1b": "1F1B", "zb-h1": "ZB-H1", "zb-h2": "ZB-H2", "zb-v": "ZB-V", "v-min": "V-Min",
                  "v-half": "V-Half", "v-zb": "V-ZB", "1f1b-v": "1F1B-V", "gpipe": "GPipe",
-                 "interleaved-1f1b": "Interleaved 1F1B", "v-shape": "V-shape", "zb": "ZB"}
+                 "interleaved-1f1b": "Interleaved 1F1B", "v-shape": "V-shape", "zb": "ZB", "dualpipe-v": "DualPipeV",
+                 "looped-bfs": "Looped BFS", "1f1b-r": "1F1B-R"}
 
 ESTIMATE_TOLERANCE = 0.05
 """A cost-adapted schedule is built when its unit-cost pattern's memory is within this fraction
@@ -136,6 +137,10 @@ def parse_schedules(schedules: Iterable[str] | str) -> list[ScheduleChoice]:
     out = []
     for item in items:
         name, _, limit = item.partition("@")
+        if name == "dualpipe":
+            raise ValueError("dualpipe holds two copies of the model (twice the parameters, gradients and optimizer "
+                             "states per GPU), which the planner's memory model does not count; plan dualpipe-v, "
+                             "its one-copy V-shape form")
         if name not in SCHEDULES or name == "optimal":
             valid = ", ".join(n for n in SCHEDULES if n != "optimal")
             raise ValueError(f"unknown schedule {name!r} in the plan; valid names: {valid}")
@@ -282,6 +287,29 @@ class _Layout:
     a2a_ms: tuple[float, ...] = ()     # per device: one microbatch's all-to-all time (F + B)
     hop_bytes: float = 0.0             # bytes of one activation hop (per GPU)
     transient_gb: float = 0.0          # one layer rematerialised during B under recomputation
+
+
+OVERLAPPED = ("dualpipe-v",)
+"""Schedules whose F&B pairs overlap (DualPipeV): their pairs hide the MoE all-to-all."""
+
+
+def overlap_fraction(lay: _Layout) -> float:
+    """``Costs.fb_overlap`` of an overlapped F&B pair on ``lay`` (docs/plan.md): a pair's forward
+    and backward each hide their all-to-all under the other's compute, at most as much as there is
+    compute to hide it under. Per device, with ``w`` its stages' F + B ms and ``a`` their all-to-all
+    ms (both included in ``w``), the pair takes ``(w − min(a, w − a)) / w`` of its two passes; the
+    least gain over the devices is taken (one fraction for the whole schedule). 1.0 (no gain)
+    without an all-to-all (a dense model, or EP 1)."""
+    if not lay.a2a_ms or not any(lay.a2a_ms):
+        return 1.0
+    f, b = lay.costs.stage_times(lay.S, len(lay.device_stages))[:2]
+    worst = 0.5
+    for stages, a in zip(lay.device_stages, lay.a2a_ms):
+        w = sum(f[s] + b[s] for s in stages)
+        if w <= 0:
+            continue
+        worst = max(worst, (w - min(a, w - a)) / w)
+    return min(1.0, worst)
 
 
 def _device_stages(kind: str, p: int, v: int) -> tuple[tuple[int, ...], ...]:
@@ -545,9 +573,16 @@ class Planner:
                             "total_gb": total})
         return best  # type: ignore[return-value]
 
-    def sim_costs(self, lay: _Layout, offload: float) -> Costs:
-        """The layout's pass costs, with the host copy's ms per GB when the row offloads."""
-        return dataclasses.replace(lay.costs, offload=1e3 / self.host_gbs) if offload else lay.costs
+    def sim_costs(self, lay: _Layout, offload: float, name: str | None = None) -> Costs:
+        """The layout's pass costs, with the host copy's ms per GB when the row offloads, and for a
+        schedule of overlapped F&B pairs (:data:`OVERLAPPED`) the pairs' time from the all-to-all
+        they hide (:func:`overlap_fraction`)."""
+        costs = dataclasses.replace(lay.costs, offload=1e3 / self.host_gbs) if offload else lay.costs
+        if name in OVERLAPPED:
+            fb = overlap_fraction(lay)
+            if fb < 1.0:
+                costs = dataclasses.replace(costs, fb_overlap=fb)
+        return costs
 
     def auto_limit(self, lay: _Layout, states, transient, recv=None, offload: float = 0.0) -> tuple[float | None, str]:
         """The budget (fraction of 1F1B's peak) the remaining memory allows: whole stage
@@ -629,6 +664,11 @@ class Planner:
                                reason=f"{m} microbatches for {pp} pipeline stages: the pipeline never fills "
                                       "(ctrlmem's schedules and `ctrlmem run` need m ≥ p)")
                     continue
+                if ch.name in OVERLAPPED and m < 2 * pp:
+                    row.update(status="m < 2pp", fits=False,
+                               reason=f"{m} microbatches for {pp} devices: {ch.name} needs m ≥ 2·pp (as torch's "
+                                      "ScheduleDualPipeV)")
+                    continue
                 uses_costs = SCHEDULES[ch.name].uses_costs
                 exact = not uses_costs or ch.auto
                 if not exact:
@@ -642,7 +682,7 @@ class Planner:
                                           "pattern (same memory level), its cost-adapted form not built")
                         continue
                 elif not ch.auto:
-                    _, peaks, _, _ = _sim(ch.name, pp, m, lay.costs, limit, self.sim_costs(lay, off), lay.memory, off)
+                    _, peaks, _, _ = _sim(ch.name, pp, m, lay.costs, limit, self.sim_costs(lay, off, ch.name), lay.memory, off)
                     d, mem = self.memory(lay, peaks, states, trans, recv)
                     if mem["total_gb"] > self.gpu_gb + 1e-9:
                         row.update(mem, device=d, status="does not fit", fits=False, memory_how=how,
@@ -682,7 +722,7 @@ class Planner:
             row.update(mem, device=d, memory_how="at most its budget (not built)")
             return
         if not SCHEDULES[ch.name].uses_costs:
-            _, peaks, _, _ = _sim(ch.name, pp, m, lay.costs, w["limit"], self.sim_costs(lay, w["off"]), lay.memory,
+            _, peaks, _, _ = _sim(ch.name, pp, m, lay.costs, w["limit"], self.sim_costs(lay, w["off"], ch.name), lay.memory,
                                   w["off"])
             how = "simulated"
         else:
@@ -712,7 +752,7 @@ class Planner:
     def _evaluate(self, row: dict, w: dict) -> None:
         ch, lay = w["choice"], w["lay"]
         pp, m = row["pp"], row["m"]
-        span_ms, peaks, bubble, _ = _sim(ch.name, pp, m, lay.costs, w["limit"], self.sim_costs(lay, w["off"]),
+        span_ms, peaks, bubble, _ = _sim(ch.name, pp, m, lay.costs, w["limit"], self.sim_costs(lay, w["off"], ch.name),
                                          lay.memory, w["off"])
         d, mem = self.memory(lay, peaks, w["states"], w["trans"], w["recv"])
         mem.update(self.lever_effects(row, w, d, span_ms, mem["activation_gb"]))
@@ -1199,5 +1239,5 @@ def row_schedule(df, index: int = 0):
     limit = None if limit is None or (isinstance(limit, float) and math.isnan(limit)) else float(limit)
     sched, _ = _build(name, int(row["pp"]), int(row["m"]), lay.costs, limit)
     off = float(row["offload"]) if "offload" in row and row["offload"] == row["offload"] else 0.0
-    costs = planner.sim_costs(lay, off)
+    costs = planner.sim_costs(lay, off, name)
     return _offloaded(sched, off, costs, lay.memory), costs

@@ -119,3 +119,34 @@ def test_measured_trace_refuses_what_is_not_a_measured_step():
         measured_trace_events(cm.build("1f1b", 2, 2), None)
     with pytest.raises(TypeError, match="Schedule"):
         measured_trace_events("1f1b", {"ranks": [{}]})
+
+
+def test_run_writes_both_traces_beside_its_result_and_unit_costs_without_timed_steps(tmp_path):
+    """A successful run's result gives trace-measured.json (its measured step) and
+    trace-simulated.json (the same schedule at the measured wall pass times, in µs); a run without
+    timed steps gives only the simulated one, at unit costs; a failed run gives none."""
+    from types import SimpleNamespace
+
+    from ctrlmem.cli.run import _write_traces
+    from ctrlmem.runtime.launch import measured_trace
+
+    schedule = cm.build("1f1b", 2, 2)
+    wall = {"f": [1.0, 1.0], "b": [2.0, 2.0], "w": [0.0, 0.0], "comm": 0.0}
+    result = {"status": "ok", "schedule_text": schedule.to_text(), "measured_wall_costs": wall,
+              "measured_trace": measured_trace([_rank(0, TWO_RANKS[0], 0.0), _rank(1, TWO_RANKS[1], 0.0)])}
+    config = SimpleNamespace(out=str(tmp_path / "timed"))
+    (tmp_path / "timed").mkdir()
+    assert _write_traces(config, result) == [str(tmp_path / "timed" / n) for n in ("trace-measured.json",
+                                                                                   "trace-simulated.json")]
+    measured = json.loads((tmp_path / "timed" / "trace-measured.json").read_text())
+    simulated = json.loads((tmp_path / "timed" / "trace-simulated.json").read_text())
+    assert measured["otherData"]["measured"] and measured["otherData"]["step_s"] == 8.0
+    assert simulated["otherData"]["makespan"] == cm.simulate(schedule, cm.Costs(**wall)).makespan == 9.0
+    assert simulated["otherData"]["us_per_unit"] == 1e6
+    (tmp_path / "untimed").mkdir()
+    untimed = dict(result, measured_trace=None, measured_wall_costs=None)
+    assert _write_traces(SimpleNamespace(out=str(tmp_path / "untimed")), untimed) == [
+        str(tmp_path / "untimed" / "trace-simulated.json")]
+    unit = json.loads((tmp_path / "untimed" / "trace-simulated.json").read_text())["otherData"]
+    assert unit["makespan"] == cm.simulate(schedule).makespan and unit["us_per_unit"] == 1000.0
+    assert _write_traces(config, {"status": "failed", "failure": "x"}) == []

@@ -33,7 +33,9 @@ def add_commands(subparsers) -> None:
         "run", help="run a schedule for real on torch.distributed.pipelining (gloo/CPU or NCCL/GPU)",
         description="Launch `python -m torch.distributed.run` locally (or write a Slurm script) and "
                     "write DIR/result.json: exactness vs a non-pipelined step, step and pass times, "
-                    "measured and theoretical activation memory, the simulator's predicted step time.",
+                    "measured and theoretical activation memory, the simulator's predicted step time; "
+                    "beside it trace-measured.json (the last timed step, per rank) and trace-simulated.json "
+                    "(the same schedule at the measured pass times): Chrome / Perfetto trace-event JSON.",
     )
     p.add_argument("--schedule", required=True, action="append",
                    help="schedule name (see `ctrlmem list`), or a schedule file: a torch / torchtitan CSV (e.g. the "

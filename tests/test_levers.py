@@ -49,6 +49,20 @@ def test_levers_never_change_what_is_computed():
             cm.validate(lever)
 
 
+def test_compute_only_keeps_overlapped_pairs_and_model_copies():
+    """A schedule without levers is its own compute order: DualPipeV's overlapped F&B pairs and
+    DualPipe's two model copies survive, and a pair's position moves back past a dropped R, so a
+    real run's predicted step and its simulated trace time the pairs as pairs."""
+    for name, p, m in (("dualpipe-v", 2, 4), ("dualpipe", 4, 8)):
+        s = cm.build(name, p, m)
+        assert s.overlaps and s.compute_only() == s
+    s = cm.build("dualpipe-v", 2, 4)
+    row0 = s.device_passes[0]
+    with_r = replace(s, device_passes=((Pass(Op.R, row0[0].stage, row0[0].microbatch), *row0), *s.device_passes[1:]),
+                     overlaps=(tuple(i + 1 for i in s.overlaps[0]), *s.overlaps[1:]))
+    assert with_r.compute_only() == s
+
+
 def test_recompute_without_forward_or_after_backward_is_named():
     """Validation names device, step and pass for an R after its B and an R before its F."""
     base = cm.build("1f1b", 2, 2)  # d0: 0F0 0F1 0BW0 0BW1

@@ -17,6 +17,10 @@ from ctrlmem.cli.args import CliError
 from ctrlmem.cli.args import parse_params
 from ctrlmem.runtime.launch import RunConfig
 from ctrlmem.runtime.launch import emit_sbatch, run_many
+from ctrlmem.model.costs import Costs
+from ctrlmem.model.ir import Schedule
+from ctrlmem.model.simulate import simulate
+from ctrlmem.plots.trace import write_measured_trace, write_trace
 
 __all__ = ["add_commands"]
 
@@ -29,7 +33,9 @@ def add_commands(subparsers) -> None:
         "run", help="run a schedule for real on torch.distributed.pipelining (gloo/CPU or NCCL/GPU)",
         description="Launch `python -m torch.distributed.run` locally (or write a Slurm script) and "
                     "write DIR/result.json: exactness vs a non-pipelined step, step and pass times, "
-                    "measured and theoretical activation memory, the simulator's predicted step time.",
+                    "measured and theoretical activation memory, the simulator's predicted step time; "
+                    "beside it trace-measured.json (the last timed step, per rank) and trace-simulated.json "
+                    "(the same schedule at the measured pass times): Chrome / Perfetto trace-event JSON.",
     )
     p.add_argument("--schedule", required=True, action="append",
                    help="schedule name (see `ctrlmem list`), or a schedule file: a torch / torchtitan CSV (e.g. the "
@@ -186,12 +192,36 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"wrote {args.emit_sbatch}: sbatch it; the result lands in {config.out}/result.json")
         return 0
     results = run_many(configs)
+    traces = [_write_traces(config, result) for config, result in zip(configs, results)]
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results, indent=2))
     else:
-        for config, result in zip(configs, results):
+        for config, result, written in zip(configs, results, traces):
             _show(config, result)
+            if written:
+                print(f"  traces: {', '.join(written)} (Chrome trace-event JSON: open both in ui.perfetto.dev "
+                      f"or chrome://tracing, 1 ms there = 1 ms)")
     return 0 if all(r["status"] == "ok" for r in results) else 1
+
+
+def _write_traces(config, result: dict) -> list[str]:
+    """Beside a successful ``result.json``: ``trace-measured.json``, the last timed step as each
+    rank ran it, and ``trace-simulated.json``, the simulator's timeline of the same schedule with
+    the measured median wall time of each pass kind per stage (unit costs without timed steps,
+    1 ms per unit). Returns the paths written."""
+    if result.get("status") != "ok" or "schedule_text" not in result:
+        return []
+    schedule = Schedule.from_text(result["schedule_text"], allow_large=True)
+    out = Path(config.out)
+    written = []
+    if result.get("measured_trace"):
+        write_measured_trace(schedule, result["measured_trace"], out / "trace-measured.json")
+        written.append(str(out / "trace-measured.json"))
+    wall = result.get("measured_wall_costs")
+    costs = Costs(f=wall["f"], b=wall["b"], w=wall["w"], comm=wall["comm"]) if wall else None
+    write_trace(simulate(schedule, costs), out / "trace-simulated.json", us_per_unit=1e6 if wall else 1000.0)
+    written.append(str(out / "trace-simulated.json"))
+    return written
 
 
 def _show(config, result: dict) -> None:

@@ -341,9 +341,12 @@ class Schedule:
 
     def compute_only(self) -> "Schedule":
         """The schedule without its levers: ``R`` passes and copies dropped (what torch's CSV
-        carries); every other pass in its order."""
+        carries); every other pass in its order, overlapped pairs and model copies kept."""
         rows = tuple(tuple(ps for ps in row if ps.op is not Op.R) for row in self.device_passes)
-        return Schedule(self.name, self.num_devices, self.num_microbatches, self.placement, rows, self.params)
+        overlaps = tuple(tuple(i - sum(ps.op is Op.R for ps in row[:i]) for i in starts)
+                         for row, starts in zip(self.device_passes, self.overlaps))
+        return Schedule(self.name, self.num_devices, self.num_microbatches, self.placement, rows, self.params,
+                        overlaps=overlaps, model_copies=self.model_copies)
 
     @property
     def split_backward(self) -> bool:

@@ -39,7 +39,7 @@ import shutil
 from ctrlmem.model.levers import lever_mode
 from ctrlmem.schedules.registry import apply_levers
 
-__all__ = ["RunConfig", "RunError", "prepare", "run", "run_many", "schedule_folder", "assemble", "emit_sbatch", "check_config",
+__all__ = ["RunConfig", "RunError", "prepare", "run", "run_many", "schedule_folder", "assemble", "measured_trace", "emit_sbatch", "check_config",
            "cpu_memory_estimate", "available_memory"]
 
 log = logging.getLogger(__name__)
@@ -571,7 +571,8 @@ def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
     timed = schedule.compute_only()
     predicted = simulate(timed, costs).makespan if costs is not None else None
     wall_records = [dict(rec, cpu_s=rec["wall_s"]) for rec in records]
-    predicted_wall = simulate(timed, costs_from_records(wall_records, S)).makespan if records else None
+    wall_costs = costs_from_records(wall_records, S) if records else None
+    predicted_wall = simulate(timed, wall_costs).makespan if records else None
     per_stage: dict[str, dict] = {}
     for s in range(S):
         kinds = {}
@@ -609,6 +610,7 @@ def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
         "pass_time_s": per_stage,
         "pass_time_kind": "cuda events" if worker["backend"] == "nccl" else "thread CPU time",
         "measured_costs": costs.to_dict() if costs is not None else None,
+        "measured_wall_costs": wall_costs.to_dict() if wall_costs is not None else None,
         "predicted_step_s": predicted,
         "measured_step_s": steps["median"] if step_times else None,
         "prediction_rel_error": (predicted - steps["median"]) / steps["median"] if step_times else None,
@@ -623,7 +625,33 @@ def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
         "stage_kept_for_w_bytes": kept,
         "p2p_audit": [r.get("p2p_audit") for r in ranks] if any(r.get("p2p_audit") for r in ranks) else None,
         "records": records,
+        "schedule_text": timed.to_text(),
+        "measured_trace": measured_trace(ranks),
     }
+
+
+def measured_trace(ranks: list[dict]) -> dict | None:
+    """Every rank's pass intervals of the last timed step (``None`` without timed steps), in seconds
+    from the step's start.
+
+    Each rank counts from its own exit of the barrier that opens the step. When all ranks ran on
+    one host they share its monotonic clock, so each rank's intervals are shifted by how much later
+    than the first rank it left the barrier (``alignment: "host clock"``, exact); across hosts no
+    shared clock exists and the barrier exits are taken as simultaneous (``alignment: "barrier"``,
+    off by the barrier's exit skew, not measured). ``start_skew_s``: that skew on one host."""
+    traces = [r.get("trace") for r in ranks]
+    if not all(traces):
+        return None
+    one_host = len({t["host"] for t in traces}) == 1
+    first = min(t["start_clock"] for t in traces)
+    shifts = [t["start_clock"] - first if one_host else 0.0 for t in traces]
+    return {"step": traces[0]["step"], "alignment": "host clock" if one_host else "barrier",
+            "start_skew_s": max(shifts) if one_host else None,
+            "ranks": [{"rank": r["rank"], "pp_rank": r.get("pp_rank", r["rank"]), "dp_rank": r.get("dp_rank", 0),
+                       "step_end_s": t["step_s"] + shift,
+                       "passes": [dict(ps, start_s=ps["start_s"] + shift, end_s=ps["end_s"] + shift)
+                                  for ps in t["passes"]]}
+                      for r, t, shift in zip(ranks, traces, shifts)]}
 
 
 _CONTROL = {chr(c) for c in range(32)} | {chr(127)}

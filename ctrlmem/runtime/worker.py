@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import sys
 import threading
 import time
@@ -38,6 +39,10 @@ from ctrlmem.runtime.models import FullModel, ModelConfig, build_stages, loss_fn
 from ctrlmem.runtime.launch import assemble
 
 log = logging.getLogger("ctrlmem.runtime.worker")
+
+_PERF_IS_MONOTONIC = time.get_clock_info("perf_counter").implementation == time.get_clock_info("monotonic").implementation
+"""``time.perf_counter`` reads the host's monotonic clock (Linux: ``CLOCK_MONOTONIC``, one clock for
+every process of the host), so a step start read from it places ranks on one time line exactly."""
 
 
 class RankWatchdog:
@@ -93,6 +98,16 @@ class RankWatchdog:
                     os._exit(3)
 
         threading.Thread(target=watch, daemon=True, name="ctrlmem-watchdog").start()
+
+
+def step_trace(records, step: int, t0: float, t0_clock: float, step_s: float) -> dict:
+    """One timed step's passes on this rank as intervals in seconds from the step's start ``t0``
+    (``time.perf_counter()`` just after the barrier that opens the step). ``start_clock`` is that
+    moment on the host's monotonic clock, which every rank of one host shares: the launcher uses it
+    to put the ranks of one host on one time line (:func:`ctrlmem.runtime.launch.measured_trace`)."""
+    return {"step": step, "host": socket.gethostname(), "start_clock": t0_clock, "step_s": step_s,
+            "passes": [{"op": r.op, "stage": r.stage, "microbatch": r.microbatch, "start_s": r.start - t0,
+                        "end_s": r.start - t0 + r.wall_s} for r in records]}
 
 
 def _probe_stage(mod, cfg: ModelConfig, is_first: bool, is_last: bool, device,
@@ -301,17 +316,19 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: RankWatchdog,
     inflight = sum(st.peak_inflight_grad_bytes for st in pipe.stages)
 
     # Steps 3..: timing.
-    step_times, records = [], []
+    step_times, records, trace = [], [], None
     for i in range(int(config["steps"])):
         progress.set_phase(f"timed step {i + 1}")
         zero_grads()
         dist.barrier()
         t0 = time.perf_counter()
+        t0_clock = t0 if _PERF_IS_MONOTONIC else time.monotonic()
         train_step()
         dist.barrier()
         step_times.append(time.perf_counter() - t0)
         records.extend({"step": i, "op": r.op, "stage": r.stage, "microbatch": r.microbatch,
                         "cpu_s": r.cpu_s, "wall_s": r.wall_s} for r in pipe.records)
+        trace = step_trace(pipe.records, i, t0, t0_clock, step_times[-1])  # the last timed step's
 
     mine_result = {
         "rank": rank,
@@ -329,6 +346,7 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: RankWatchdog,
                   for s, (a, k, r) in probe.items()},
         "step_times_s": step_times,
         "records": records,
+        "trace": trace,
         "p2p_audit": audit.summary() if audit is not None else None,
     }
     atomic_write(out / f"rank{rank}.json", json.dumps(mine_result))

@@ -27,6 +27,11 @@ selected one other than 1F1B, which is often optimal already) with
 improved order right below it (``NAME+improved``, its row naming the makespan before and after,
 the lower bound and the gap).
 
+The memory levers (docs/theory.md §13) apply to every registered schedule ticked, as
+``cm.build(..., recompute=, offload=)`` applies them: "recompute" (none, selective, full) and
+"offload" (a fraction of each forward's activation, with the copy's time per ``a``); the diagram
+draws the ``R`` passes in their own colour, and the 1F1B reference stays without levers.
+
 Below the two main plots the explorer compares the shown schedules (peak memory over time
 overlaid, memory against speed-up with the Pareto frontier, the bubble-vs-budget steps of
 ``v-shape`` and ``zb``, building blocks, lifespans). Exports (PNG/SVG/PDF of the diagram above
@@ -204,6 +209,17 @@ class Explorer:
                                   value=s.improve if s.improve in SCHEDULES else "", description="improve",
                                   layout=W.Layout(width="240px"), **label)
         self.improve.add_class("ctrlmem-improve")
+        # the memory levers (docs/theory.md §13), applied to every registered schedule shown
+        self.recompute = W.Dropdown(options=[("none", "none"), ("selective", "selective"), ("full", "full")],
+                                    value=s.recompute if s.recompute in ("selective", "full") else "none",
+                                    description="recompute", layout=W.Layout(width="200px"), **label)
+        self.offload_on = W.Checkbox(value=s.offload is not None, description="offload", indent=False,
+                                     layout=W.Layout(width="80px"))
+        self.offload = W.BoundedFloatText(value=s.offload if s.offload is not None else 0.5, min=0.01, max=1.0,
+                                          step=0.05, description="of each forward", layout=W.Layout(width="190px"),
+                                          **label)
+        self.offload_cost = W.BoundedFloatText(value=s.offload_cost, min=0.0, max=1e6, step=0.1,
+                                               description="copy time per a", layout=W.Layout(width="190px"), **label)
 
         self.model = W.Dropdown(options=[("none", "")] + [(n, n) for n in PRESET_NAMES.values()],
                                 value=s.model or "", description="model (GB axis)", layout=W.Layout(width="230px"),
@@ -269,7 +285,8 @@ class Explorer:
         self.load_state_button.observe(self._state_uploaded, names="value")
         self._inputs = [self.schedules, self.devices, self.microbatches, self.f, self.b, self.w,
                         self.comm, self.first_extra, self.last_extra, self.weights, self.limit_on, self.limit,
-                        self.model, self.model_mb, self.optimize_on, self.optimize, self.improve]
+                        self.model, self.model_mb, self.optimize_on, self.optimize, self.improve,
+                        self.recompute, self.offload_on, self.offload, self.offload_cost]
         for wdg in self._inputs:
             wdg.observe(self._edited, names="value")
         controls = W.VBox([
@@ -280,6 +297,10 @@ class Explorer:
                    layout=W.Layout(flex_flow="row wrap")),  # wraps in a narrow notebook column
             W.HBox([self.f, self.b, self.w, self.comm]),
             W.HBox([self.first_extra, self.last_extra, self.weights]),
+            W.HBox([self.recompute, self.offload_on, self.offload, self.offload_cost,
+                    W.HTML("<small>memory levers for every schedule ticked (recompute: an R before each backward; "
+                           "offload: copied to host after the forward, back before the backward)</small>")],
+                   layout=W.Layout(flex_flow="row wrap")),
             W.HBox([self.model, self.model_mb, W.HTML("<small>a model adds a GB axis to the memory panel "
                                                       "(microbatch 0: the paper's)</small>")]),
             W.HBox([self.load_path, self.load_button, self.upload, self.clear_button]),
@@ -313,7 +334,9 @@ class Explorer:
             stage_weights=_parse_weights(self.weights.value), loaded=tuple(self.loaded),
             model=self.model.value or None, microbatch_size=int(self.model_mb.value) or None,
             optimize=float(self.optimize.value) if self.optimize_on.value else 0.0,
-            improve=self.improve.value or None,
+            improve=self.improve.value or None, recompute=self.recompute.value,
+            offload=float(self.offload.value) if self.offload_on.value else None,
+            offload_cost=float(self.offload_cost.value),
         )
 
     def _edited(self, change=None) -> None:
@@ -749,8 +772,14 @@ class Explorer:
                               (self.limit_on, settings.memory_limit is not None),
                               (self.model, settings.model or ""), (self.model_mb, settings.microbatch_size or 0),
                               (self.optimize_on, bool(settings.optimize)),
-                              (self.improve, settings.improve if settings.improve in SCHEDULES else "")):
+                              (self.improve, settings.improve if settings.improve in SCHEDULES else ""),
+                              (self.recompute, settings.recompute if settings.recompute in ("selective", "full")
+                               else "none"),
+                              (self.offload_on, settings.offload is not None),
+                              (self.offload_cost, settings.offload_cost)):
             self._set_quietly(widget, value)
+        if settings.offload is not None:
+            self._set_quietly(self.offload, settings.offload)
         if settings.memory_limit is not None:
             self._set_quietly(self.limit, settings.memory_limit)
         if settings.optimize:
@@ -1124,11 +1153,13 @@ def explorer(schedules: Sequence[str] | None = None, num_devices: int = 4, num_m
              first_stage_extra: float = 0.0, last_stage_extra: float = 0.0,
              memory_limit: float | None = None, stage_weights: Sequence[float] = (),
              load: Sequence[str] = (), state: str | None = None, optimize: float = 0.0, improve: str | None = None,
+             recompute: str = "none", offload: float | None = None, offload_cost: float = 0.0,
              **kwargs) -> Explorer:
     """An :class:`Explorer` with these initial settings (display it in a notebook cell);
     ``load``: schedule files (torch / torchtitan CSV or text form) to compare as well;
     ``optimize``: seconds of :func:`ctrlmem.improve` for the schedule ``improve`` (default: the first
-    other than 1F1B; 0: off);
+    other than 1F1B; 0: off); ``recompute``, ``offload``, ``offload_cost``: the memory levers
+    (:class:`~ctrlmem.explorer.views.Settings`);
     ``state``: a state file to show instead (see :meth:`Explorer.apply_state`)."""
     settings = Settings(
         schedules=tuple(schedules) if schedules is not None else default_schedules(),
@@ -1136,6 +1167,7 @@ def explorer(schedules: Sequence[str] | None = None, num_devices: int = 4, num_m
         first_stage_extra=first_stage_extra, last_stage_extra=last_stage_extra,
         memory_limit=memory_limit, stage_weights=tuple(stage_weights),
         loaded=tuple(Schedule.load(x) for x in load), optimize=optimize, improve=improve,
+        recompute=recompute, offload=offload, offload_cost=offload_cost,
     )
     ex = Explorer(settings, **kwargs)
     if state:

@@ -752,3 +752,16 @@ def test_bad_levers_are_one_message():
     assert "explorer takes none, selective or full" in compute(Settings(recompute="auto")).messages[0]
     assert "fraction in (0, 1]" in compute(Settings(offload=1.5)).messages[0]
     assert "offload must be" in compute(Settings(offload="half")).messages[0]
+
+
+def test_the_solver_option_with_levers_is_refused_as_on_the_command_line():
+    """cm.improve does not model R passes or copies (`ctrlmem draw --optimize --recompute` is an
+    error): with a lever on the explorer shows no improved order, says why, and prints a line
+    without --optimize."""
+    from ctrlmem.explorer.views import Settings, command_line, compute
+
+    s = Settings(schedules=("1f1b", "v-half"), num_devices=4, num_microbatches=8, optimize=5.0, recompute="full")
+    view = compute(s)
+    assert list(view.results) == ["1f1b", "v-half"] and "turn off optimize or the memory levers" in view.messages[0]
+    line = command_line(s)
+    assert "--optimize" not in line and "--recompute full" in line

@@ -127,7 +127,8 @@ class Settings:
             (``Costs.offload``). Both levers are applied as ``cm.build(..., recompute=,
             offload=)`` applies them, after the order is built (a budgeted order is built for
             the budget without levers); loaded files are shown as they are, and the 1F1B
-            reference (the memory limit's unit) has no levers.
+            reference (the memory limit's unit) has no levers. ``optimize`` is refused with
+            levers on (:func:`ctrlmem.improve` does not model them yet), as on the command line.
     """
 
     schedules: tuple[str, ...] = field(default_factory=default_schedules)
@@ -561,6 +562,10 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
         messages.append(f"optimize: give the solver's seconds, a number in (0, 3600], got {seconds!r}")
         return results, origins
+    if settings.levers:  # as `ctrlmem draw --optimize` refuses them
+        messages.append("optimize: cm.improve does not model recompute passes or activation copies yet; turn off "
+                        "optimize or the memory levers")
+        return results, origins
     first = improve_target(settings, results)
     if first is None:
         messages.append(f"optimize: {settings.improve} is not shown; tick it, or choose a shown schedule to improve"
@@ -603,8 +608,6 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
     if sched.name != label:  # the solver hands back its input when it finds nothing better
         sched = replace(sched, name=label)
     try:
-        if label not in orders:  # improved without levers, then given the same levers as the others
-            sched = _with_levers(sched, settings)
         improved = simulate(sched, costs)
     except (ValueError, ScheduleError) as exc:
         messages.append(f"optimize {first}: {_reason(exc)}")
@@ -810,7 +813,8 @@ def command_line(settings: Settings, output: str | None = None) -> str:
     names = [n for n in s.schedules if n in SCHEDULES]
     if not names:
         return ""
-    target = improve_target(s, names) if s.optimize else None
+    optimize = s.optimize and not s.levers  # no improved order is shown with levers (see _with_improved)
+    target = improve_target(s, names) if optimize else None
     if target is not None:  # `ctrlmem draw --optimize` improves the first schedule it is given
         names = [target] + [n for n in names if n != target]
     costs = ",".join(f"{x:g}" for x in (s.f, s.b, s.w, s.comm))
@@ -821,7 +825,7 @@ def command_line(settings: Settings, output: str | None = None) -> str:
     cmd += f" -p {s.num_devices} -m {s.num_microbatches} --costs {costs}"
     if s.memory_limit is not None:
         cmd += f" --memory-limit {s.memory_limit:g}"
-    if s.optimize:
+    if optimize:
         cmd += f" --optimize {s.optimize:g}"
     if s.recompute != "none":
         cmd += f" --recompute {s.recompute}"

@@ -342,6 +342,7 @@ class BuildCache:
         self._latest: dict[tuple, tuple[Schedule, Costs | None]] = {}
         self.failed: dict[tuple, str] = {}
         self.notes: dict[tuple, str] = {}  # an improved order's summary (before/after, bound, gap)
+        self._levered: dict[tuple, tuple[Schedule, Schedule]] = {}  # (order, levers) -> (order, levered)
         self.hits = self.misses = 0
 
     @staticmethod
@@ -375,6 +376,19 @@ class BuildCache:
         self.put(name, p, m, costs, memory_limit, schedule)
         return schedule
 
+    def with_levers(self, schedule: Schedule, recompute: str, offload: object, costs: Costs) -> Schedule:
+        """``apply_levers(schedule, recompute, offload, costs)``, kept for the very same order
+        (recomputation does not depend on the costs; an offload's reload points do)."""
+        key = (id(schedule), recompute, offload, costs if offload != "none" else None)
+        found = self._levered.get(key)
+        if found is not None and found[0] is schedule:
+            return found[1]
+        levered = apply_levers(schedule, recompute, offload, costs)
+        if len(self._levered) >= self.max_entries:
+            self._levered.pop(next(iter(self._levered)))
+        self._levered[key] = (schedule, levered)
+        return levered
+
     def latest(self, name: str, p: int, m: int, memory_limit: float | None) -> tuple[Schedule, Costs | None] | None:
         """The last order built for ``name`` at ``(p, m, memory_limit)`` and the costs it was
         built for; for a budget, else the one of the largest smaller budget."""
@@ -407,12 +421,12 @@ def _check(settings: Settings) -> Costs:
     return base_costs
 
 
-def _with_levers(schedule: Schedule, settings: Settings) -> Schedule:
+def _with_levers(schedule: Schedule, settings: Settings, cache: BuildCache) -> Schedule:
     """``schedule`` with the settings' recompute and offload (as ``cm.build`` applies them)."""
     if not settings.levers:
         return schedule
-    offload = "none" if settings.offload is None else settings.offload
-    return apply_levers(schedule, settings.recompute, offload, settings.costs(schedule.num_stages))
+    offload = "none" if settings.offload is None else float(settings.offload)
+    return cache.with_levers(schedule, settings.recompute, offload, settings.costs(schedule.num_stages))
 
 
 def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache | None = None,
@@ -491,7 +505,7 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
                     origin = (ORIGIN_PATTERN if built_for is None
                               else ORIGIN_REUSED.format(costs=plot.costs_label(built_for)))
             if name not in orders:  # a state's orders carry their levers
-                sched = _with_levers(sched, settings)
+                sched = _with_levers(sched, settings, cache)
             results[name] = simulate(sched, settings.costs(sched.num_stages))
             origins[name] = origin
         except (ValueError, ScheduleError, KeyError) as exc:

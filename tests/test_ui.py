@@ -690,6 +690,11 @@ def test_memory_levers_are_cm_builds_and_the_reference_stays_without_them(explor
     assert stats.loc["1f1b", "peak / 1F1B"] < 0.5  # 1F1B-R keeps inputs only
     ops = {tr["meta"]["op"] for tr in explorer.shown("diagram")["data"] if tr["meta"]["kind"] == "pass"}
     assert "R" in ops and "--recompute full" in explorer.command.value
+    explorer.f.value = 2.0  # a cost edit: the kept levered orders are simulated under the new costs
+    for name in ("1f1b", "zb-v"):
+        r = _lever_expected(name, cm.Costs(2, 1, 1, 0), recompute="full")
+        assert explorer.view.stats.set_index("schedule").loc[name, "makespan"] == r.makespan
+    explorer.f.value = 1.0
     explorer.recompute.value = "none"
     explorer.offload_cost.value = 0.25
     explorer.offload_on.value = True

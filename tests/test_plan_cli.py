@@ -249,5 +249,73 @@ def test_plan_form_plans_and_reports_bad_values():
                     schedules=["1f1b", "v-half"], progress=False)
     df = form.run()
     assert df is form.df and "samples/s" in form.table.value and "buys microbatch 4" in form.message.value
+    assert len(form.plots.shown) == 2 and "--emit build/plan/emit" in form.command.value
     bad = PlanForm("9.6b", 8, 40.0, 256, "h200", microbatch_sizes="x", progress=False)
     assert bad.run() is None and "Cannot plan" in bad.message.value and "microbatch_sizes" in bad.message.value
+
+
+FORM_KW = dict(layers=6, hidden=2048, heads=16, vocab=32000, seq_len=1024, tp=(1,), microbatch_sizes=(2,),
+               progress=False)
+
+
+def _small_form():
+    pytest.importorskip("ipywidgets")
+    pytest.importorskip("anywidget")
+    from ctrlmem.planner.views import PlanForm
+
+    return PlanForm("custom", 8, 4.0, 32, "a100", **FORM_KW)
+
+
+def _shown_winner_title(form):
+    front, winner = form.plots.shown
+    return front["layout"]["title"]["text"], winner["layout"]["title"]["text"], front["data"]
+
+
+def test_plan_form_replans_replace_both_figures_and_nothing_fits_clears_them():
+    """Every plan replaces the throughput–memory figure and the winner's diagram (they follow the
+    form, not the first plan); when nothing fits both are cleared and the message says so."""
+    form = _small_form()
+    form.run()
+    first = _shown_winner_title(form)
+    assert "on 8 GPUs, batch 32" in first[0] and f"PP {form.df[form.df.status == 'ok'].iloc[0]['pp']}" in first[1]
+    seq = form.plots.seq
+    form.gpus.value, form.batch.value = 4, 16
+    form.run()
+    second = _shown_winner_title(form)
+    assert form.plots.seq > seq and "on 4 GPUs, batch 16" in second[0] and second[2] != first[2]
+    assert f"DP {form.df[form.df.status == 'ok'].iloc[0]['dp']}" in second[1]
+    assert not form.emit_button.disabled and "nothing fits" not in form.message.value
+    form.gb.value = 0.5  # not even the parameters fit
+    form.run()
+    assert form.plots.shown == [None, None] and "nothing fits: no figure" in form.message.value
+    assert form.emit_button.disabled and "--gpu-memory-gb 0.5" in form.command.value
+
+
+def test_plan_form_command_line_reproduces_the_plan_and_emit_writes_its_files(tmp_path, capsys):
+    """The line the form shows plans the same rows from a shell and its --emit writes the same
+    files as the form's button; the button refuses a user's file unless the box is ticked."""
+    import shlex
+
+    form = _small_form()
+    form.gpus.value = 4
+    form.run()
+    form.folder.value = str(tmp_path / "form")
+    paths = form.write_emit()
+    assert paths is not None and "wrote" in form.emitted.value
+    line = form.command_line()
+    assert line.startswith("ctrlmem plan --model custom --gpus 4 ") and "--layers 6" in line and "--tp 1" in line
+    words = shlex.split(line.replace(str(tmp_path / "form"), str(tmp_path / "cli")))
+    assert main([*words[1:], "--out", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    cli = pd.read_csv(tmp_path / "out" / "plan.csv")
+    assert list(cli["method"]) == list(form.df["method"]) and list(cli["pp"]) == list(form.df["pp"])
+    for name in ("schedule.csv", "megatron.txt"):
+        assert (tmp_path / "cli" / name).read_text() == (tmp_path / "form" / name).read_text().replace(
+            str(tmp_path / "form"), str(tmp_path / "cli"))
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "run.sh").write_text("mine\n")
+    form.folder.value = str(tmp_path / "user")
+    assert form.write_emit() is None and "already exists" in form.emitted.value
+    form.force.value = True
+    assert "--force" in form.command.value and form.write_emit() is not None
+    assert (tmp_path / "user" / "run.sh").read_text() != "mine\n"

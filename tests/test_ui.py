@@ -670,3 +670,103 @@ def test_building_block_title_names_its_panels_in_their_order():
         assert title.startswith("v-half: " + " → ".join(["building block"] + panels[1:]) + " (p=4, m=")
     finally:
         e.close()
+
+
+def _lever_expected(name, costs, **levers):
+    return cm.simulate(cm.build(name, 4, 8, costs=costs, **levers), costs)
+
+
+def test_memory_levers_are_cm_builds_and_the_reference_stays_without_them(explorer):
+    """recompute and offload (with the copy's cost) shown for every schedule are what
+    cm.build(..., recompute=, offload=) simulates: makespan and peaks equal, the R passes in the
+    diagram; the 1F1B reference (the unit of "peak / 1F1B") keeps its own peak."""
+    plain = _lever_expected("1f1b", cm.Costs(1, 1, 1, 0))
+    explorer.recompute.value = "full"
+    stats = explorer.view.stats.set_index("schedule")
+    for name in ("1f1b", "zb-v"):
+        r = _lever_expected(name, cm.Costs(1, 1, 1, 0), recompute="full")
+        assert stats.loc[name, "makespan"] == r.makespan and stats.loc[name, "peak per device (a)"] == r.peak_memory
+        assert stats.loc[name, "peak / 1F1B"] == pytest.approx(max(r.peak_memory) / max(plain.peak_memory))
+    assert stats.loc["1f1b", "peak / 1F1B"] < 0.5  # 1F1B-R keeps inputs only
+    ops = {tr["meta"]["op"] for tr in explorer.shown("diagram")["data"] if tr["meta"]["kind"] == "pass"}
+    assert "R" in ops and "--recompute full" in explorer.command.value
+    explorer.f.value = 2.0  # a cost edit: the kept levered orders are simulated under the new costs
+    for name in ("1f1b", "zb-v"):
+        r = _lever_expected(name, cm.Costs(2, 1, 1, 0), recompute="full")
+        assert explorer.view.stats.set_index("schedule").loc[name, "makespan"] == r.makespan
+    explorer.f.value = 1.0
+    explorer.recompute.value = "none"
+    explorer.offload_cost.value = 0.25
+    explorer.offload_on.value = True
+    explorer.offload.value = 0.5
+    costs = cm.Costs(1, 1, 1, 0, offload=0.25)
+    stats = explorer.view.stats.set_index("schedule")
+    for name in ("1f1b", "zb-v"):
+        r = _lever_expected(name, costs, offload=0.5)
+        assert stats.loc[name, "makespan"] == r.makespan and stats.loc[name, "peak per device (a)"] == r.peak_memory
+    assert stats.loc["1f1b", "peak / 1F1B"] < 1.0 and explorer.view.messages == []
+    assert "--offload 0.5 --offload-cost 0.25" in explorer.command.value
+    assert "offload 0.5 of each forward (copy 0.25 per a)" in ui.report_html(explorer.view)
+
+
+def test_lever_command_line_draws_the_same_and_the_state_restores_the_levers(explorer, tmp_path):
+    """The printed `ctrlmem draw` line carries the levers (same passes drawn), and a saved state
+    brings the lever widgets and the levered orders back."""
+    import shlex
+
+    from ctrlmem.cli import make_parser
+    from ctrlmem.cli.draw import draw_figure
+    from ctrlmem.explorer.views import write_state
+
+    explorer.recompute.value = "selective"
+    explorer.offload_on.value = True
+    explorer.offload.value = 0.4
+    explorer.offload_cost.value = 0.5
+    argv = shlex.split(explorer.command.value)[1:]
+    argv[argv.index("-o") + 1] = str(tmp_path / "x.html")
+    fig = draw_figure(make_parser().parse_args(argv))
+
+    def passes(data):
+        return sorted((tr["meta"]["panel"], tr["meta"]["op"], len(decode(tr["y"]))) for tr in data
+                      if tr["meta"]["kind"] == "pass")
+
+    assert passes(fig.to_plotly_json()["data"]) == passes(explorer.shown("diagram")["data"])
+    stats = explorer.view.stats.copy()
+    state = write_state(explorer.view, tmp_path / "s.json")
+    other = ui.explorer(schedules=["1f1b"], num_devices=4, num_microbatches=8)
+    try:
+        other.apply_state(state)
+        assert (other.recompute.value, other.offload_on.value, other.offload.value, other.offload_cost.value) == \
+            ("selective", True, 0.4, 0.5)
+        assert other.settings().levers_text() == "recompute selective, offload 0.4 of each forward (copy 0.5 per a)"
+        assert other.view.stats["makespan"].tolist() == stats["makespan"].tolist()
+        assert other.view.stats["peak (a)"].tolist() == stats["peak (a)"].tolist()
+        other.comm.value = 0.5  # edits re-apply the levers to built orders (not the state's): same numbers back
+        other.comm.value = 0.0
+        assert other._pinned == {}
+        assert other.view.stats["makespan"].tolist() == stats["makespan"].tolist()
+    finally:
+        other.close()
+
+
+def test_bad_levers_are_one_message():
+    """recompute auto (a search of the command line) and an offload that is no fraction are one
+    readable line each, not a traceback."""
+    from ctrlmem.explorer.views import Settings, compute
+
+    assert "explorer takes none, selective or full" in compute(Settings(recompute="auto")).messages[0]
+    assert "fraction in (0, 1]" in compute(Settings(offload=1.5)).messages[0]
+    assert "offload must be" in compute(Settings(offload="half")).messages[0]
+
+
+def test_the_solver_option_with_levers_is_refused_as_on_the_command_line():
+    """cm.improve does not model R passes or copies (`ctrlmem draw --optimize --recompute` is an
+    error): with a lever on the explorer shows no improved order, says why, and prints a line
+    without --optimize."""
+    from ctrlmem.explorer.views import Settings, command_line, compute
+
+    s = Settings(schedules=("1f1b", "v-half"), num_devices=4, num_microbatches=8, optimize=5.0, recompute="full")
+    view = compute(s)
+    assert list(view.results) == ["1f1b", "v-half"] and "turn off optimize or the memory levers" in view.messages[0]
+    line = command_line(s)
+    assert "--optimize" not in line and "--recompute full" in line

@@ -27,6 +27,11 @@ selected one other than 1F1B, which is often optimal already) with
 improved order right below it (``NAME+improved``, its row naming the makespan before and after,
 the lower bound and the gap).
 
+The memory levers (docs/theory.md §13) apply to every registered schedule ticked, as
+``cm.build(..., recompute=, offload=)`` applies them: "recompute" (none, selective, full) and
+"offload" (a fraction of each forward's activation, with the copy's time per ``a``); the diagram
+draws the ``R`` passes in their own colour, and the 1F1B reference stays without levers.
+
 Below the two main plots the explorer compares the shown schedules (peak memory over time
 overlaid, memory against speed-up with the Pareto frontier, the bubble-vs-budget steps of
 ``v-shape`` and ``zb``, building blocks, lifespans). Exports (PNG/SVG/PDF of the diagram above
@@ -66,9 +71,9 @@ from ctrlmem.model.ir import _clean_text
 from ctrlmem.explorer.views import write_state
 from ctrlmem.plots.render import StaticRenderer
 from ctrlmem.plots.figio import stabilize_svg
+from ctrlmem.plots.plotview import plot_view_class, plotly_js
 from ctrlmem.plots.render import settled_bytes
 from ctrlmem.util.fileio import atomic_write, make_output_folder
-from importlib.resources import files
 
 __all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "export_view", "save_view", "jsonable", "Explorer",
            "explorer", "default_schedules", "COMPARISONS"]
@@ -204,6 +209,17 @@ class Explorer:
                                   value=s.improve if s.improve in SCHEDULES else "", description="improve",
                                   layout=W.Layout(width="240px"), **label)
         self.improve.add_class("ctrlmem-improve")
+        # the memory levers (docs/theory.md §13), applied to every registered schedule shown
+        self.recompute = W.Dropdown(options=[("none", "none"), ("selective", "selective"), ("full", "full")],
+                                    value=s.recompute if s.recompute in ("selective", "full") else "none",
+                                    description="recompute", layout=W.Layout(width="200px"), **label)
+        self.offload_on = W.Checkbox(value=s.offload is not None, description="offload", indent=False,
+                                     layout=W.Layout(width="80px"))
+        self.offload = W.BoundedFloatText(value=s.offload if s.offload is not None else 0.5, min=0.01, max=1.0,
+                                          step=0.05, description="of each forward", layout=W.Layout(width="190px"),
+                                          **label)
+        self.offload_cost = W.BoundedFloatText(value=s.offload_cost, min=0.0, max=1e6, step=0.1,
+                                               description="copy time per a", layout=W.Layout(width="190px"), **label)
 
         self.model = W.Dropdown(options=[("none", "")] + [(n, n) for n in PRESET_NAMES.values()],
                                 value=s.model or "", description="model (GB axis)", layout=W.Layout(width="230px"),
@@ -243,8 +259,8 @@ class Explorer:
                                            style={"description_width": "initial"})
         self.compare.observe(self._compare_changed, names="value")
         self.compare_schedule.observe(self._compare_changed, names="value")
-        self.plots = _plot_view_class()(names=["ctrlmem-diagram", "ctrlmem-memory", "ctrlmem-compare-a",
-                                               "ctrlmem-compare-b"], plotly_js=_plotly_js())
+        self.plots = plot_view_class()(names=["ctrlmem-diagram", "ctrlmem-memory", "ctrlmem-compare-a",
+                                               "ctrlmem-compare-b"], plotly_js=plotly_js())
         self.plots.observe(self._drawn, names="drawn")
         self.plots.observe(self._width_changed, names="width")
         self._sent: list[dict | None] = [None, None, None, None]
@@ -269,7 +285,8 @@ class Explorer:
         self.load_state_button.observe(self._state_uploaded, names="value")
         self._inputs = [self.schedules, self.devices, self.microbatches, self.f, self.b, self.w,
                         self.comm, self.first_extra, self.last_extra, self.weights, self.limit_on, self.limit,
-                        self.model, self.model_mb, self.optimize_on, self.optimize, self.improve]
+                        self.model, self.model_mb, self.optimize_on, self.optimize, self.improve,
+                        self.recompute, self.offload_on, self.offload, self.offload_cost]
         for wdg in self._inputs:
             wdg.observe(self._edited, names="value")
         controls = W.VBox([
@@ -280,6 +297,10 @@ class Explorer:
                    layout=W.Layout(flex_flow="row wrap")),  # wraps in a narrow notebook column
             W.HBox([self.f, self.b, self.w, self.comm]),
             W.HBox([self.first_extra, self.last_extra, self.weights]),
+            W.HBox([self.recompute, self.offload_on, self.offload, self.offload_cost,
+                    W.HTML("<small>memory levers for every schedule ticked (recompute: an R before each backward; "
+                           "offload: copied to host after the forward, back before the backward)</small>")],
+                   layout=W.Layout(flex_flow="row wrap")),
             W.HBox([self.model, self.model_mb, W.HTML("<small>a model adds a GB axis to the memory panel "
                                                       "(microbatch 0: the paper's)</small>")]),
             W.HBox([self.load_path, self.load_button, self.upload, self.clear_button]),
@@ -313,7 +334,9 @@ class Explorer:
             stage_weights=_parse_weights(self.weights.value), loaded=tuple(self.loaded),
             model=self.model.value or None, microbatch_size=int(self.model_mb.value) or None,
             optimize=float(self.optimize.value) if self.optimize_on.value else 0.0,
-            improve=self.improve.value or None,
+            improve=self.improve.value or None, recompute=self.recompute.value,
+            offload=float(self.offload.value) if self.offload_on.value else None,
+            offload_cost=float(self.offload_cost.value),
         )
 
     def _edited(self, change=None) -> None:
@@ -749,8 +772,14 @@ class Explorer:
                               (self.limit_on, settings.memory_limit is not None),
                               (self.model, settings.model or ""), (self.model_mb, settings.microbatch_size or 0),
                               (self.optimize_on, bool(settings.optimize)),
-                              (self.improve, settings.improve if settings.improve in SCHEDULES else "")):
+                              (self.improve, settings.improve if settings.improve in SCHEDULES else ""),
+                              (self.recompute, settings.recompute if settings.recompute in ("selective", "full")
+                               else "none"),
+                              (self.offload_on, settings.offload is not None),
+                              (self.offload_cost, settings.offload_cost)):
             self._set_quietly(widget, value)
+        if settings.offload is not None:
+            self._set_quietly(self.offload, settings.offload)
         if settings.memory_limit is not None:
             self._set_quietly(self.limit, settings.memory_limit)
         if settings.optimize:
@@ -954,148 +983,6 @@ def _first_upload(files):
     return name, bytes(content)
 
 
-_PLOT_ESM = r"""
-let loading = null;
-function ensurePlotly(model) {
-  if (globalThis.Plotly && globalThis.Plotly.react) return Promise.resolve(globalThis.Plotly);
-  if (loading) return loading;
-  const src = model.get("plotly_js");
-  if (!src) {  // another view carries plotly.js: wait for it
-    loading = new Promise(resolve => { const t = setInterval(() => {
-      if (globalThis.Plotly && globalThis.Plotly.react) { clearInterval(t); resolve(globalThis.Plotly); } }, 50); });
-    return loading;
-  }
-  loading = new Promise((resolve, reject) => {
-    const amd = globalThis.define;  // keep plotly.js from registering as an AMD module
-    globalThis.define = undefined;
-    const s = document.createElement("script");
-    s.src = URL.createObjectURL(new Blob([src], {type: "text/javascript"}));
-    s.onload = () => { globalThis.define = amd; resolve(globalThis.Plotly); };
-    s.onerror = (e) => { globalThis.define = amd; reject(e); };
-    document.head.appendChild(s);
-  });
-  return loading;
-}
-
-export default {
-  async render({ model, el }) {
-    el.classList.add("ctrlmem-plots");
-    const gds = model.get("names").map(name => {
-      const box = document.createElement("div");
-      box.className = name;
-      const gd = document.createElement("div");
-      box.appendChild(gd);
-      el.appendChild(box);
-      return gd;
-    });
-    const Plotly = await ensurePlotly(model);
-    let busy = Promise.resolve();
-    const draw = () => { busy = busy.then(async () => {
-      const seq = model.get("seq"), figs = JSON.parse(model.get("figures") || "[]");
-      if (seq !== model.get("seq")) return;
-      const t0 = performance.now();
-      // "drawing" (dims the plots) while the browser draws
-      const shell = el.closest(".ctrlmem-explorer");
-      if (shell) {
-        shell.classList.add("ctrlmem-drawing");
-        await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));
-      }
-      try {
-      for (let i = 0; i < gds.length; i++) {
-        const f = figs[i];
-        if (f && f.keep) continue;  // unchanged since the last state
-        if (!f) { Plotly.purge(gds[i]); gds[i].parentNode.style.display = "none"; continue; }
-        gds[i].parentNode.style.display = "";
-        await Plotly.react(gds[i], f.data, f.layout, f.config || {});
-      }
-      } catch (e) {
-        console.error("ctrlmem plot", e);
-        model.set("drawn", {seq: seq, ms: performance.now() - t0, error: String(e)});
-        model.save_changes();
-        return;
-      } finally {
-        if (shell) shell.classList.remove("ctrlmem-drawing");
-      }
-      el.dataset.ctrlmemState = String(seq);
-      await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));  // on screen
-      model.set("drawn", {seq: seq, ms: performance.now() - t0});
-      model.save_changes();
-    }).catch(e => console.error("ctrlmem plot", e)); };
-    model.on("change:seq", draw);
-    // follow the width only: plotly's own autosize would also take the height from a container
-    // whose height is the plot's, and a plot could collapse to zero height when the window grows
-    let lastWidth = el.clientWidth;
-    model.set("width", lastWidth);  // the label rule needs the drawing's width (see Explorer)
-    model.save_changes();
-    const resize = new ResizeObserver(() => {
-      const width = el.clientWidth;
-      if (!width || Math.abs(width - lastWidth) < 2) return;
-      lastWidth = width;
-      model.set("width", width);
-      model.save_changes();
-      busy = busy.then(() => Promise.all(gds.map(gd => gd._fullLayout && gd.parentNode.style.display !== "none"
-        ? Plotly.relayout(gd, {width: gd.parentNode.clientWidth}) : null))).catch(e => console.error(e));
-    });
-    resize.observe(el);
-    draw();
-    return () => { resize.disconnect(); gds.forEach(gd => Plotly.purge(gd)); };
-  }
-};
-"""
-
-_PLOT_VIEW = None
-
-
-def _plot_view_class():
-    """An anywidget that draws plotly figure dicts with one ``Plotly.react`` per update.
-
-    JupyterLab's plotly mime renderer draws every new output three times (react, redraw,
-    resize) and then renders it once more to a PNG it stores in the output; at thousands of
-    boxes that is most of the wait. This view keeps one graph per slot and reacts to new data
-    (a slot sent as ``{"keep": true}`` stays as drawn), so an update is drawn once. plotly.js
-    comes from the installed plotly package (no network), sent once per explorer; the browser
-    reports each state drawn back in ``drawn`` and marks the element with its number.
-    """
-    global _PLOT_VIEW
-    if _PLOT_VIEW is not None:
-        return _PLOT_VIEW
-    import anywidget  # noqa: PLC0415 - only inside Jupyter
-    import traitlets  # noqa: PLC0415 - only inside Jupyter
-
-    class PlotView(anywidget.AnyWidget):
-        _esm = _PLOT_ESM
-        names = traitlets.List(traitlets.Unicode()).tag(sync=True)
-        figures = traitlets.Unicode("[]").tag(sync=True)
-        seq = traitlets.Int(0).tag(sync=True)
-        drawn = traitlets.Dict().tag(sync=True)
-        plotly_js = traitlets.Unicode("").tag(sync=True)
-        width = traitlets.Int(0).tag(sync=True)
-
-        def show(self, figures: Sequence[dict | None], seq: int | None = None,
-                 keep: Sequence[bool] | None = None) -> None:
-            """Send ``figures`` (JSON-ready dicts; ``None`` hides a slot) as state ``seq``;
-            ``keep[i]``: slot ``i`` is unchanged (not sent again). One JSON text: the widget
-            machinery then does not walk every number of the figures."""
-            keep = list(keep) if keep is not None else [False] * len(figures)
-            sent = [{"keep": True} if k else f for f, k in zip(figures, keep)]
-            with self.hold_sync():
-                self.figures = json.dumps(sent, separators=(",", ":"), allow_nan=False)
-                self.seq = seq if seq is not None else self.seq + 1
-
-        @property
-        def shown(self) -> list:
-            """The figures of the last :meth:`show`, decoded."""
-            return json.loads(self.figures) if self.figures else []
-
-    _PLOT_VIEW = PlotView
-    return PlotView
-
-
-def _plotly_js() -> str:
-
-    return (files("plotly") / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
-
-
 _DOWNLOAD_ESM = r"""
 export default {
   render({ model, el }) {
@@ -1266,11 +1153,13 @@ def explorer(schedules: Sequence[str] | None = None, num_devices: int = 4, num_m
              first_stage_extra: float = 0.0, last_stage_extra: float = 0.0,
              memory_limit: float | None = None, stage_weights: Sequence[float] = (),
              load: Sequence[str] = (), state: str | None = None, optimize: float = 0.0, improve: str | None = None,
+             recompute: str = "none", offload: float | None = None, offload_cost: float = 0.0,
              **kwargs) -> Explorer:
     """An :class:`Explorer` with these initial settings (display it in a notebook cell);
     ``load``: schedule files (torch / torchtitan CSV or text form) to compare as well;
     ``optimize``: seconds of :func:`ctrlmem.improve` for the schedule ``improve`` (default: the first
-    other than 1F1B; 0: off);
+    other than 1F1B; 0: off); ``recompute``, ``offload``, ``offload_cost``: the memory levers
+    (:class:`~ctrlmem.explorer.views.Settings`);
     ``state``: a state file to show instead (see :meth:`Explorer.apply_state`)."""
     settings = Settings(
         schedules=tuple(schedules) if schedules is not None else default_schedules(),
@@ -1278,6 +1167,7 @@ def explorer(schedules: Sequence[str] | None = None, num_devices: int = 4, num_m
         first_stage_extra=first_stage_extra, last_stage_extra=last_stage_extra,
         memory_limit=memory_limit, stage_weights=tuple(stage_weights),
         loaded=tuple(Schedule.load(x) for x in load), optimize=optimize, improve=improve,
+        recompute=recompute, offload=offload, offload_cost=offload_cost,
     )
     ex = Explorer(settings, **kwargs)
     if state:

@@ -48,6 +48,8 @@ from ctrlmem.util.fileio import atomic_write, make_output_folder
 from ctrlmem.util.htmlsafe import script_json
 from ctrlmem.model.ir import Schedule
 from ctrlmem.schedules import SCHEDULES, build
+from ctrlmem.schedules.registry import apply_levers
+from ctrlmem.model.levers import lever_mode, offload_choice
 from ctrlmem.model.simulate import SimResult, simulate
 from ctrlmem.model.validate import ScheduleError
 from ctrlmem.explorer.background import improve_built
@@ -118,6 +120,15 @@ class Settings:
             titled so), within the memory limit when the schedule fits it, else within its own peak.
         improve: the schedule ``optimize`` improves (``None``: :func:`improve_target`'s
             default, the first selected schedule other than 1F1B, which is often optimal already).
+        recompute: the memory lever of docs/theory.md §13 for every registered schedule shown:
+            ``"none"`` (default), ``"selective"`` or ``"full"`` (an ``R`` before each backward).
+        offload: ``None`` (default) or the fraction in (0, 1] of every forward's activation
+            copied to host memory and back; offload_cost: the time of one ``a`` copied, each way
+            (``Costs.offload``). Both levers are applied as ``cm.build(..., recompute=,
+            offload=)`` applies them, after the order is built (a budgeted order is built for
+            the budget without levers); loaded files are shown as they are, and the 1F1B
+            reference (the memory limit's unit) has no levers. ``optimize`` is refused with
+            levers on (:func:`ctrlmem.improve` does not model them yet), as on the command line.
     """
 
     schedules: tuple[str, ...] = field(default_factory=default_schedules)
@@ -136,6 +147,21 @@ class Settings:
     microbatch_size: int | None = None
     optimize: float = 0.0
     improve: str | None = None
+    recompute: str = "none"
+    offload: float | None = None
+    offload_cost: float = 0.0
+
+    @property
+    def levers(self) -> bool:
+        """Whether a memory lever (recompute, offload) is on."""
+        return self.recompute != "none" or self.offload is not None
+
+    def levers_text(self) -> str:
+        """``recompute full, offload 0.5 of each forward (copy 0.3 per a)``, or ``none``."""
+        parts = [f"recompute {self.recompute}"] if self.recompute != "none" else []
+        if self.offload is not None:
+            parts.append(f"offload {self.offload:g} of each forward (copy {self.offload_cost:g} per a)")
+        return ", ".join(parts) or "none"
 
     @property
     def per_stage(self) -> bool:
@@ -151,7 +177,7 @@ class Settings:
         the model in model order (slice ``i`` is what a one-stage-per-device schedule puts on
         device ``i``); a schedule with ``v`` stages per device splits each slice into ``v``
         equal stages."""
-        base = Costs(self.f, self.b, self.w, self.comm)
+        base = Costs(self.f, self.b, self.w, self.comm, offload=self.offload_cost)
         extra_first, extra_last = float(self.first_stage_extra), float(self.last_stage_extra)
         for label, x in (("first-stage extra", extra_first), ("last-stage extra", extra_last)):
             if not math.isfinite(x) or x < 0:
@@ -175,7 +201,7 @@ class Settings:
             per[0] += extra_first * full
             per[-1] += extra_last * full
             lists.append(per)
-        return Costs(*lists, comm=base.comm)
+        return Costs(*lists, comm=base.comm, offload=base.offload)
 
     def to_dict(self) -> dict:
         """The settings as JSON-ready values (loaded files as ``{"name", "text"}``)."""
@@ -316,6 +342,7 @@ class BuildCache:
         self._latest: dict[tuple, tuple[Schedule, Costs | None]] = {}
         self.failed: dict[tuple, str] = {}
         self.notes: dict[tuple, str] = {}  # an improved order's summary (before/after, bound, gap)
+        self._levered: dict[tuple, tuple[Schedule, Schedule]] = {}  # (order, levers) -> (order, levered)
         self.hits = self.misses = 0
 
     @staticmethod
@@ -349,6 +376,19 @@ class BuildCache:
         self.put(name, p, m, costs, memory_limit, schedule)
         return schedule
 
+    def with_levers(self, schedule: Schedule, recompute: str, offload: object, costs: Costs) -> Schedule:
+        """``apply_levers(schedule, recompute, offload, costs)``, kept for the very same order
+        (recomputation does not depend on the costs; an offload's reload points do)."""
+        key = (id(schedule), recompute, offload, costs if offload != "none" else None)
+        found = self._levered.get(key)
+        if found is not None and found[0] is schedule:
+            return found[1]
+        levered = apply_levers(schedule, recompute, offload, costs)
+        if len(self._levered) >= self.max_entries:
+            self._levered.pop(next(iter(self._levered)))
+        self._levered[key] = (schedule, levered)
+        return levered
+
     def latest(self, name: str, p: int, m: int, memory_limit: float | None) -> tuple[Schedule, Costs | None] | None:
         """The last order built for ``name`` at ``(p, m, memory_limit)`` and the costs it was
         built for; for a budget, else the one of the largest smaller budget."""
@@ -372,7 +412,21 @@ def _check(settings: Settings) -> Costs:
     limit = settings.memory_limit
     if limit is not None and not (isinstance(limit, (int, float)) and 0 < limit and math.isfinite(limit)):
         raise ValueError(f"the memory limit must be a positive fraction of 1F1B's peak, got {limit!r}")
+    off = settings.offload
+    if off is not None and (isinstance(off, bool) or not isinstance(off, (int, float))):
+        raise ValueError(f"offload must be None (off) or a fraction in (0, 1] of each forward's activation, got {off!r}")
+    if lever_mode(settings.recompute) == "auto" or offload_choice(off) == "auto":
+        raise ValueError("recompute/offload 'auto' is a search of the command line (ctrlmem draw --recompute auto "
+                         "--memory-limit X); the explorer takes none, selective or full, and an offload fraction")
     return base_costs
+
+
+def _with_levers(schedule: Schedule, settings: Settings, cache: BuildCache) -> Schedule:
+    """``schedule`` with the settings' recompute and offload (as ``cm.build`` applies them)."""
+    if not settings.levers:
+        return schedule
+    offload = "none" if settings.offload is None else float(settings.offload)
+    return cache.with_levers(schedule, settings.recompute, offload, settings.costs(schedule.num_stages))
 
 
 def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache | None = None,
@@ -450,6 +504,8 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
                     sched, built_for = previous
                     origin = (ORIGIN_PATTERN if built_for is None
                               else ORIGIN_REUSED.format(costs=plot.costs_label(built_for)))
+            if name not in orders:  # a state's orders carry their levers
+                sched = _with_levers(sched, settings, cache)
             results[name] = simulate(sched, settings.costs(sched.num_stages))
             origins[name] = origin
         except (ValueError, ScheduleError, KeyError) as exc:
@@ -470,7 +526,7 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
                                           orders, order_origins or {})
     try:
         ref_costs = settings.costs(p)
-        if "1f1b" in results and results["1f1b"].costs == ref_costs:
+        if "1f1b" in results and results["1f1b"].costs == ref_costs and not settings.levers:
             reference = results["1f1b"]
         else:
             reference = simulate(cache.build("1f1b", p, m, None, None), ref_costs)
@@ -519,6 +575,10 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
     seconds = settings.optimize
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
         messages.append(f"optimize: give the solver's seconds, a number in (0, 3600], got {seconds!r}")
+        return results, origins
+    if settings.levers:  # as `ctrlmem draw --optimize` refuses them
+        messages.append("optimize: cm.improve does not model recompute passes or activation copies yet; turn off "
+                        "optimize or the memory levers")
         return results, origins
     first = improve_target(settings, results)
     if first is None:
@@ -767,7 +827,8 @@ def command_line(settings: Settings, output: str | None = None) -> str:
     names = [n for n in s.schedules if n in SCHEDULES]
     if not names:
         return ""
-    target = improve_target(s, names) if s.optimize else None
+    optimize = s.optimize and not s.levers  # no improved order is shown with levers (see _with_improved)
+    target = improve_target(s, names) if optimize else None
     if target is not None:  # `ctrlmem draw --optimize` improves the first schedule it is given
         names = [target] + [n for n in names if n != target]
     costs = ",".join(f"{x:g}" for x in (s.f, s.b, s.w, s.comm))
@@ -778,8 +839,12 @@ def command_line(settings: Settings, output: str | None = None) -> str:
     cmd += f" -p {s.num_devices} -m {s.num_microbatches} --costs {costs}"
     if s.memory_limit is not None:
         cmd += f" --memory-limit {s.memory_limit:g}"
-    if s.optimize:
+    if optimize:
         cmd += f" --optimize {s.optimize:g}"
+    if s.recompute != "none":
+        cmd += f" --recompute {s.recompute}"
+    if s.offload is not None:
+        cmd += f" --offload {s.offload:g} --offload-cost {s.offload_cost:g}"
     cmd += f" -o {out}"
     missing = []
     if s.stage_weights:
@@ -787,7 +852,8 @@ def command_line(settings: Settings, output: str | None = None) -> str:
     if s.first_stage_extra or s.last_stage_extra:
         missing.append(f"first/last-stage extra {s.first_stage_extra:g}/{s.last_stage_extra:g}")
     if s.loaded:
-        missing.append("loaded files " + ", ".join(x.name for x in s.loaded))
+        missing.append("loaded files " + ", ".join(x.name for x in s.loaded)
+                       + (" (shown without the levers)" if s.levers else ""))
     if missing:
         cmd += ("  # not expressible on the command line: " + "; ".join(missing)
                 + " (save the state and use ctrlmem draw --state FILE)")
@@ -1079,6 +1145,10 @@ def _slug_of(names: Sequence[str], s: Settings) -> str:
         stem += "_w" + "-".join(f"{x:g}" for x in s.stage_weights)
     if s.first_stage_extra or s.last_stage_extra:
         stem += f"_x{s.first_stage_extra:g}-{s.last_stage_extra:g}"
+    if s.recompute != "none":
+        stem += f"_r{s.recompute}"
+    if s.offload is not None:
+        stem += f"_off{s.offload:g}-{s.offload_cost:g}"
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in stem)
 
 
@@ -1124,6 +1194,8 @@ def report_html(view: View, style: dict | None = None) -> str:
         rows.append(("per-stage weights", ", ".join(f"{x:g}" for x in s.stage_weights)))
     if s.first_stage_extra or s.last_stage_extra:
         rows.append(("first / last-stage extra", f"{s.first_stage_extra:g} / {s.last_stage_extra:g}"))
+    if s.levers:
+        rows.append(("memory levers", s.levers_text()))
     if s.loaded:
         rows.append(("loaded files", ", ".join(x.name for x in s.loaded)))
     settings_table = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)

@@ -137,7 +137,7 @@ def test_cancelled_job_is_recorded_failed_and_rerun(slurm_env, tmp_path):
     kw = dict(results_dir=tmp_path / "res", build_dir=tmp_path / "build", launcher="slurm", poll_s=1)
     first = run_sweep(config, wait=False, **kw)
     recs = _by_id(tmp_path / "res")
-    assert first.count("submitted") == len(NAMES)
+    assert first.count("submitted") == len(NAMES), {k: (r["status"], r.get("error")) for k, r in recs.items()}
     assert all(r["status"] == "submitted" and r["slurm"]["job_id"] for r in recs.values())
     victim = sorted(recs.values(), key=lambda r: int(r["slurm"]["job_id"]))[-1]
     subprocess.run(["scancel", victim["slurm"]["job_id"]], check=True, timeout=60)

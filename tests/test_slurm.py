@@ -135,12 +135,23 @@ def test_cancelled_job_is_recorded_failed_and_rerun(slurm_env, tmp_path):
     sweep after that resubmits only the failed point (a new job) and it ends ok."""
     config = _config(tmp_path, "slurm-cancel")
     kw = dict(results_dir=tmp_path / "res", build_dir=tmp_path / "build", launcher="slurm", poll_s=1)
-    first = run_sweep(config, wait=False, **kw)
-    recs = _by_id(tmp_path / "res")
-    assert first.count("submitted") == len(NAMES), {k: (r["status"], r.get("error")) for k, r in recs.items()}
-    assert all(r["status"] == "submitted" and r["slurm"]["job_id"] for r in recs.values())
-    victim = sorted(recs.values(), key=lambda r: int(r["slurm"]["job_id"]))[-1]
-    subprocess.run(["scancel", victim["slurm"]["job_id"]], check=True, timeout=60)
+    # the node drained while submitting: no job can start (and end) before one of them is cancelled,
+    # however fast the machine (a fast first job was otherwise collected by the non-waiting sweep)
+    nodes = subprocess.run(["sinfo", "-h", "-o", "%N"], capture_output=True, text=True, check=True,
+                           timeout=60).stdout.split()
+    for node in nodes:
+        subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=ctrlmem-test"],
+                       check=True, timeout=60)
+    try:
+        first = run_sweep(config, wait=False, **kw)
+        recs = _by_id(tmp_path / "res")
+        assert first.count("submitted") == len(NAMES), {k: (r["status"], r.get("error")) for k, r in recs.items()}
+        assert all(r["status"] == "submitted" and r["slurm"]["job_id"] for r in recs.values())
+        victim = sorted(recs.values(), key=lambda r: int(r["slurm"]["job_id"]))[-1]
+        subprocess.run(["scancel", victim["slurm"]["job_id"]], check=True, timeout=60)
+    finally:
+        for node in nodes:
+            subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=True, timeout=60)
 
     second = run_sweep(config, **kw)
     after = _by_id(tmp_path / "res")

@@ -629,21 +629,31 @@ def fifo_target(cwd: Path):
     return ok and stat.S_ISFIFO(os.stat(cwd / "p.csv").st_mode), detail
 
 
-def optimal_signal(cwd: Path, sig, want: int):
-    """[10] `ctrlmem optimal` signalled mid-search: the status at once, no result, nothing left."""
-    token = f"o{os.getpid()}{time.time()}"
+def _signalled(args: list[str], cwd: Path, token: str, after_s: float, sig):
+    """``ctrlmem ARGS`` (its processes marked with ``token``) sent ``sig`` after ``after_s``
+    seconds: ``(proc, stdout, stderr, seconds from the signal to its end)``, or ``None`` (killed)
+    when it did not end within 30 s."""
     env = {**os.environ, "CTRLMEM_PROBE": token}
-    proc = subprocess.Popen([PY, "-m", "ctrlmem.cli", "optimal", "-p", "8", "-m", "32", "--time-limit", "60"],
-                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(4)
+    proc = subprocess.Popen([PY, "-m", "ctrlmem.cli", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(after_s)
     t0 = time.monotonic()
     proc.send_signal(sig)
     try:
         so, se = proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
+        return None
+    return proc, so, se, time.monotonic() - t0
+
+
+def optimal_signal(cwd: Path, sig, want: int):
+    """[10] `ctrlmem optimal` signalled mid-search: the status at once, no result, nothing left."""
+    token = f"o{os.getpid()}{time.time()}"
+    ended = _signalled(["optimal", "-p", "8", "-m", "32", "--time-limit", "60"], cwd, token, 4, sig)
+    if ended is None:
         return False, "did not end within 30 s"
-    took = time.monotonic() - t0
+    proc, so, se, took = ended
     left = _descendants_alive(token)
     ok = proc.returncode == want and took < 5 and not so and not left and len(se.strip().splitlines()) == 1
     return ok, f"rc={proc.returncode} in {took:.1f} s, stdout {len(so)} chars, left={left}"
@@ -719,17 +729,11 @@ def fault_run_timeout(cwd: Path):
 
 def fault_run_signal(cwd: Path, sig, want):
     token = f"s{os.getpid()}{time.time()}"
-    env = {**os.environ, "CTRLMEM_PROBE": token}
-    proc = subprocess.Popen([PY, "-m", "ctrlmem.cli", "run", "--schedule", "1f1b", "-p", "2", "-m", "2", "--steps",
-                             "5000", "--out", "o"], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    time.sleep(6)
-    proc.send_signal(sig)
-    try:
-        so, se = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    ended = _signalled(["run", "--schedule", "1f1b", "-p", "2", "-m", "2", "--steps", "5000", "--out", "o"],
+                       cwd, token, 6, sig)
+    if ended is None:
         return False, "did not end within 30 s"
+    proc, so, se, _ = ended
     time.sleep(1)
     left = _descendants_alive(token)
     for pid in left:

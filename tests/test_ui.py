@@ -770,3 +770,20 @@ def test_the_solver_option_with_levers_is_refused_as_on_the_command_line():
     assert list(view.results) == ["1f1b", "v-half"] and "turn off optimize or the memory levers" in view.messages[0]
     line = command_line(s)
     assert "--optimize" not in line and "--recompute full" in line
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (8, 32)])
+def test_export_hints_say_the_report_size_before_the_click(p, m):
+    """The HTML button's tooltip states the report's size within 15 % of the file written, and
+    the image buttons state the pixels the static export draws."""
+    view = ui.compute(ui.Settings(schedules=("1f1b", "v-half", "v-min"), num_devices=p, num_microbatches=m))
+    hints = ui.export_hints(view)
+    mb = float(hints["html"].split()[1])
+    unit = {"MB": 1e6, "KB": 1e3}[hints["html"].split()[2]]
+    real = len(ui.report_html(view).encode("utf-8"))
+    assert abs(mb * unit - real) <= 0.15 * real, (hints["html"], real)
+    fig = ui.static_figure(view)
+    assert hints["png"] == f"{2 * fig.layout.width} × {2 * fig.layout.height} px"
+    explorer = ui.Explorer(ui.Settings(schedules=("1f1b", "v-half", "v-min"), num_devices=p, num_microbatches=m))
+    assert explorer.buttons["html"].tooltip == f"download HTML report: {hints['html']}"
+    assert hints["png"] in explorer.buttons["png"].tooltip

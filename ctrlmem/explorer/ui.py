@@ -69,6 +69,7 @@ from ctrlmem.planner.model import PRESET_NAMES
 from ctrlmem.model.validate import validate
 from ctrlmem.model.ir import _clean_text
 from ctrlmem.explorer.views import write_state
+from ctrlmem.explorer.views import export_hints
 from ctrlmem.plots.render import StaticRenderer
 from ctrlmem.plots.figio import stabilize_svg
 from ctrlmem.plots.plotview import plot_view_class, plotly_js
@@ -269,6 +270,7 @@ class Explorer:
         self.export_note.add_class("ctrlmem-export-note")
         labels = {"png": "PNG", "svg": "SVG", "pdf": "PDF", "html": "HTML report", "csv": "torch CSV",
                   "trace": "trace JSON", "state": "save state"}
+        self._labels = labels
         self.buttons = {kind: W.Button(description=labels[kind], tooltip=f"download {labels[kind]}",
                                        layout=W.Layout(width="110px" if kind in ("png", "svg", "pdf") else "130px"))
                         for kind in EXPORT_KINDS}
@@ -550,6 +552,7 @@ class Explorer:
                  for spec in self._comparison(view)]
         self._sent = main + extra
         self.plots.show(self._sent, seq=n, keep=[keep_main, keep_main, False, False])
+        self._hint_exports(view)
         self.last_render_seconds = time.perf_counter() - t0
         self._python_ms = (view.seconds + self.last_render_seconds) * 1e3
         self.timing.value = _tagged(n, f"<small style='color:#777'>state {n}: computed in {view.seconds * 1e3:.0f} ms, "
@@ -820,6 +823,16 @@ class Explorer:
 
             self._renderer = StaticRenderer()
         return self._renderer
+
+    def _hint_exports(self, view: View) -> None:
+        """Each export button's tooltip says what the file will be (an HTML report of 10 MB, a
+        PNG of 2200 × 3900 px) before the click."""
+        hints = export_hints(view, scale=2.0)
+        for kind, button in self.buttons.items():
+            hint = hints.get(kind)
+            tip = f"download {self._labels[kind]}" + (f": {hint}" if hint else "")
+            if button.tooltip != tip:
+                button.tooltip = tip
 
     def _export_clicked(self, kind: str) -> None:
         view, n = self.view, self._state

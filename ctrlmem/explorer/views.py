@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import json
 import logging
@@ -1166,6 +1167,38 @@ def static_figure(view: View, width: int = 1100) -> go.Figure:
         if tr.uid is None:
             tr.uid = f"t{i}"
     return without_hover_marks(plot.static_labels(fig, width))
+
+
+#: Bytes of an HTML report per pass drawn and beyond plotly.js, measured on reports of 1F1B,
+#: V-Half and V-Min at p = 8-32 (41-68 bytes a pass over 60-250 KB of tables and comparisons);
+#: tests/test_ui.py checks the estimate against real reports.
+REPORT_BYTES_PER_PASS = 45
+REPORT_BYTES_FIXED = 60_000
+
+
+@functools.cache
+def _plotly_js_bytes() -> int:
+    return len((files("plotly") / "package_data" / "plotly.min.js").read_bytes())
+
+
+def _megabytes(n: float) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.0f} KB"
+
+
+def export_hints(view: View, scale: float = 2.0, width: int = 1100) -> dict[str, str]:
+    """What each export of ``view`` will be, said before the click (the buttons' tooltips):
+    the HTML report's size (plotly.js inside plus the passes drawn), the image's pixels
+    (what :func:`static_figure` draws, at ``scale``). Cheap: it counts, it draws nothing."""
+    if not view.results:
+        return {}
+    passes = sum(r.schedule.num_passes for r in view.results.values())
+    report = _plotly_js_bytes() + REPORT_BYTES_FIXED + REPORT_BYTES_PER_PASS * passes
+    height = plot.stacked_height([view.diagram_spec, view.memory_spec])
+    px = f"{round(width * scale)} × {round(height * scale)} px"
+    return {"html": f"about {_megabytes(report)} ({passes:,} passes drawn, plotly.js inside)",
+            "png": px, "svg": f"{px}, {passes:,} passes as vector shapes",
+            "pdf": f"{passes:,} passes as vector shapes",
+            "csv": f"{len(view.results)} schedule{'s' if len(view.results) != 1 else ''}, one row per device"}
 
 
 def _report_plot(div_id: str, spec: dict) -> str:

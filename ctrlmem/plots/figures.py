@@ -1581,6 +1581,17 @@ def peak_memory_spec(results: Sequence[SimResult], *, reference_peak: float | No
     return {"data": data, "layout": layout}
 
 
+def _stack_parts(specs: Sequence[dict]) -> list[int]:
+    # each part's own toolbar strip (MODEBAR_PX at its top) is dropped: the stack has one
+    return [int(sp["layout"].get("height") or 500) - MODEBAR_PX for sp in specs if sp is not None]
+
+
+def stacked_height(specs: Sequence[dict | None], *, gap_px: int = 30, title: str | None = None) -> int:
+    """The height in pixels of :func:`stack_specs` of ``specs``, without stacking them."""
+    heights = _stack_parts(specs)
+    return MODEBAR_PX + (40 if title else 0) + sum(heights) + gap_px * (len(heights) - 1)
+
+
 def stack_specs(specs: Sequence[dict], *, gap_px: int = 30, title: str | None = None) -> dict:
     """Plain-dict figures (:func:`schedule_spec`, :func:`memory_spec`, ...) stacked top to
     bottom into one figure (one image holding a diagram and its memory curves): axes are
@@ -1589,10 +1600,9 @@ def stack_specs(specs: Sequence[dict], *, gap_px: int = 30, title: str | None = 
     specs = [sp for sp in specs if sp is not None]
     if not specs:
         raise ValueError("stack_specs needs at least one figure")
-    # each part's own toolbar strip (MODEBAR_PX at its top) is dropped: the stack has one
-    heights = [int(sp["layout"].get("height") or 500) - MODEBAR_PX for sp in specs]
+    heights = _stack_parts(specs)
     head = MODEBAR_PX + (40 if title else 0)
-    total = head + sum(heights) + gap_px * (len(specs) - 1)
+    total = stacked_height(specs, gap_px=gap_px, title=title)
     data: list[dict] = []
     layout: dict = {"annotations": [], "height": total, "width": specs[0]["layout"].get("width"),
                     "plot_bgcolor": "white", "paper_bgcolor": "white",

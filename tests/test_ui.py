@@ -787,3 +787,72 @@ def test_export_hints_say_the_report_size_before_the_click(p, m):
     explorer = ui.Explorer(ui.Settings(schedules=("1f1b", "v-half", "v-min"), num_devices=p, num_microbatches=m))
     assert explorer.buttons["html"].tooltip == f"download HTML report: {hints['html']}"
     assert hints["png"] in explorer.buttons["png"].tooltip
+
+
+def _loop_in_thread(name: str):
+    """An event loop running in a thread of its own (the kernel's main loop, or a subshell's)."""
+    import asyncio
+    import threading
+
+    loop = asyncio.new_event_loop()
+    th = threading.Thread(target=loop.run_forever, name=name, daemon=True)
+    th.start()
+    return loop, th
+
+
+def _on(loop, fn):
+    import asyncio
+
+    async def call():
+        return fn()
+
+    return asyncio.run_coroutine_threadsafe(call(), loop).result(timeout=60)
+
+
+@pytest.mark.parametrize("clicked_from", ["subshell loop", "plain thread"])
+def test_an_export_clicked_in_another_thread_arrives_without_another_message(tmp_path, clicked_from):
+    """ipykernel 7 answers widget messages in a subshell thread with its own event loop, while
+    the explorer was made on the main thread's loop. An image clicked there arrives once drawn,
+    with no other message to wake a loop (before, the poll was put on the main loop with
+    call_later from the subshell thread: that loop slept on in its selector and the PNG never
+    arrived). Also from a thread with no loop at all (the poll is handed over thread-safely)."""
+    import concurrent.futures
+    import threading
+    import time
+
+    main, main_th = _loop_in_thread("kernel-main")
+    other = other_th = None
+    try:
+        e = _on(main, lambda: ui.explorer(schedules=["1f1b"], num_devices=4, num_microbatches=8))
+        e.export_dir = str(tmp_path)
+        drawn = concurrent.futures.Future()
+
+        class SlowRenderer:
+            deadline = 90.0
+
+            def submit(self, fig, fmt, **kw):
+                threading.Timer(0.3, lambda: drawn.set_result(b"\x89PNG\r\n\x1a\n" + b"0" * 16)).start()
+                return drawn
+
+            def close(self):
+                pass
+
+        e._renderer = SlowRenderer()
+        if clicked_from == "subshell loop":
+            other, other_th = _loop_in_thread("subshell")
+            _on(other, lambda: e._export_clicked("png"))
+        else:
+            th = threading.Thread(target=e._export_clicked, args=("png",))
+            th.start()
+            th.join(30)
+        t0 = time.monotonic()
+        while not e.downloads.files and time.monotonic() - t0 < 10:
+            time.sleep(0.05)  # nothing else happens: no widget message, no edit
+        assert [f["name"][-4:] for f in e.downloads.files] == [".png"], html.unescape(e.export_note.value)
+        _on(main, e.close)
+    finally:
+        for loop, th in ((main, main_th), (other, other_th)):
+            if loop is not None:
+                loop.call_soon_threadsafe(loop.stop)
+                th.join(10)
+                loop.close()

@@ -117,6 +117,16 @@ def _export_reason(kind: str, exc: BaseException | None) -> str:
             "was stopped and the next try starts a fresh one")
 
 
+class _Arming:
+    """A tick handed to another thread's loop, not armed there yet (see Explorer._schedule_tick)."""
+
+    def cancel(self) -> None:
+        pass
+
+
+_ARMING = _Arming()
+
+
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
         return asyncio.get_running_loop()
@@ -413,10 +423,29 @@ class Explorer:
             self._schedule_tick()
 
     def _schedule_tick(self) -> None:
-        loop = self._loop or _running_loop()
-        if loop is None or self._tick_handle is not None or self._closed:
+        """Poll again in TICK_SECONDS, on the event loop of the thread asking when it has one.
+
+        ipykernel 7 answers widget messages in a subshell thread with a loop of its own, beside
+        the main thread's loop that ran the cell: a timer put on the other thread's loop with
+        ``call_later`` does not wake it (that loop sleeps in its selector until a message
+        arrives), so an export clicked in the subshell waited for the next unrelated message —
+        after an ordinary session, forever. From a thread without a loop the timer is handed to
+        the explorer's loop with ``call_soon_threadsafe``, which wakes it."""
+        if self._tick_handle is not None or self._closed:
             return
-        self._tick_handle = loop.call_later(TICK_SECONDS, self._tick)
+        here = _running_loop()
+        if here is not None:
+            self._tick_handle = here.call_later(TICK_SECONDS, self._tick)
+            return
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        self._tick_handle = _ARMING
+        loop.call_soon_threadsafe(self._arm_tick, loop)
+
+    def _arm_tick(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._tick_handle is _ARMING and not self._closed:
+            self._tick_handle = loop.call_later(TICK_SECONDS, self._tick)
 
     def _tick(self) -> None:
         self._tick_handle = None

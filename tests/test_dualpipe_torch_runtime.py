@@ -15,7 +15,7 @@ import ctrlmem as cm
 
 torch = pytest.importorskip("torch")
 
-from test_plan_torch_runtime import WIDTH, WORKER, _reference  # noqa: E402
+from test_plan_torch_runtime import WIDTH, WORKER, _reference, wait_ranks  # noqa: E402
 
 MB = 2  # samples per microbatch
 
@@ -33,13 +33,7 @@ def _run(p: int, m: int, tmp_path) -> None:
     procs = [subprocess.Popen([sys.executable, "worker.py", str(r), str(p), str(WIDTH), "job.toml", "out"],
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(p)]
-    try:
-        outs = [proc.communicate(timeout=240)[0] for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    assert all(proc.returncode == 0 for proc in procs), "\n".join(o[-2000:] for o in outs)
+    wait_ranks(procs, 240)
     ref_losses, ref_grads = _reference(2 * p, m, MB)
     seen = set()
     for r in range(p):

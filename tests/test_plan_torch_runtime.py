@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 WIDTH = 8
 
 WORKER = textwrap.dedent('''
-    import os, sys, tomllib
+    import datetime, os, pathlib, sys, tomllib
     import torch
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage
@@ -38,8 +38,11 @@ WORKER = textwrap.dedent('''
     def run_one(toml_path, out_dir):
         cfg = tomllib.loads(open(toml_path).read())["parallelism"]
         train = tomllib.loads(open(toml_path).read())["training"]
-        dist.init_process_group("gloo", init_method="file://" + os.path.join(out_dir, "store"), rank=rank,
-                                world_size=world)
+        # the store's file inside this run's folder, named absolutely: "file://out/store" would be
+        # the file /store (a URL's host is "out"), shared by every run and stale after a crash
+        store = pathlib.Path(out_dir, "store").resolve()
+        dist.init_process_group("gloo", init_method=store.as_uri(), rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=120))
         pp = cfg["pipeline_parallel_degree"]
         assert pp == world
         mb = cfg["pipeline_parallel_microbatch_size"]
@@ -104,6 +107,25 @@ def _reference(S: int, m: int, mb: int):
     return [loss.detach() for loss in losses], {s: [p.grad for p in mods[s].parameters()] for s in range(S)}
 
 
+def wait_ranks(procs: list[subprocess.Popen], timeout_s: float) -> None:
+    """Wait for every rank's process; raises with each rank's last output if one failed or one did
+    not end within ``timeout_s`` (then every rank is killed first: nothing is left running)."""
+    try:
+        outs = [proc.communicate(timeout=timeout_s)[0] for proc in procs]
+    except subprocess.TimeoutExpired:
+        for proc in procs:
+            proc.kill()
+        outs = [proc.communicate()[0] for proc in procs]
+        raise AssertionError(f"a rank did not end within {timeout_s} s:\n" + "\n".join(
+            f"rank {r}: {out[-2000:]}" for r, out in enumerate(outs))) from None
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    assert all(proc.returncode == 0 for proc in procs), "\n".join(
+        f"rank {r} (exit {proc.returncode}): {out[-2000:]}" for r, (proc, out) in enumerate(zip(procs, outs)))
+
+
 P2_SCHEDULES = ["zb-h1", "v-half"]
 P4_SCHEDULES = ["zb-h1", "v-zb", "interleaved-1f1b"]
 
@@ -125,13 +147,7 @@ def _launch(schedules: list[str], p: int, base: Path) -> dict[str, tuple[dict, P
     jobs = [arg for paths, out in runs.values() for arg in (paths["toml"], str(out))]
     procs = [subprocess.Popen([sys.executable, "worker.py", str(r), str(p), str(WIDTH), *jobs], cwd=base,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(p)]
-    try:
-        outs = [proc.communicate(timeout=240 * len(schedules))[0] for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    assert all(proc.returncode == 0 for proc in procs), "\n".join(o[-2000:] for o in outs)
+    wait_ranks(procs, 240 * len(schedules))
     return runs
 
 

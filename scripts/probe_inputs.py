@@ -634,8 +634,11 @@ def _signalled(args: list[str], cwd: Path, token: str, after_s: float, sig):
     seconds: ``(proc, stdout, stderr, seconds from the signal to its end)``, or ``None`` (killed)
     when it did not end within 30 s."""
     env = {**os.environ, "CTRLMEM_PROBE": token}
+    # SIGINT at its default in the child (a probe started in the background ignores it, and so
+    # would the child it starts)
     proc = subprocess.Popen([PY, "-m", "ctrlmem.cli", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(after_s)
     t0 = time.monotonic()
     proc.send_signal(sig)

@@ -47,6 +47,11 @@ def add_commands(subparsers) -> None:
                    help="activation recomputation in every stage: torch.utils.checkpoint around the stage's layers "
                         "(full) or each layer's attention core (selective); adds an R before every backward to the "
                         "schedule (fused-backward schedules; default none)")
+    p.add_argument("--offload", type=float, default=0.0, metavar="FRACTION",
+                   help="activation offload: that share (0-1] of what every forward stores is copied to host memory "
+                        "by saved-tensor hooks (pinned on CUDA) and back at its backward; the schedule gets an "
+                        "offload and a reload of each forward. On CPU the copy is a memcpy: the run shows exact "
+                        "gradients and the resident activation falling, not a host link's cost (default 0: none)")
     p.add_argument("-m", "--microbatches", type=int_arg(), default=4, help="number of microbatches m (default 4)")
     p.add_argument("--dp", type=int_arg(), default=1,
                    help="data-parallel replicas of the pipeline (dp x p ranks; batch split, gradients averaged)")
@@ -174,7 +179,7 @@ def _config(args: argparse.Namespace, schedule: str, out: str):
         threads_per_rank=args.threads, pin_cores=args.pin, timeout_s=args.timeout,
         comm_timeout_s=args.comm_timeout, hang_timeout_s=args.hang_timeout,
         memory_fidelity=not args.torch_memory, dp=args.dp, audit_p2p=args.audit_p2p, allow_large=args.allow_large,
-        recompute=args.recompute,
+        recompute=args.recompute, offload=args.offload,
     )
 
 
@@ -242,3 +247,12 @@ def _show(config, result: dict) -> None:
                                              result["theory_peak_bytes"])):
             print(f"  rank {r}: peak saved {_fmt_bytes(sv)}, allocator {_fmt_bytes(al)}, theory {_fmt_bytes(th)}"
                   f" (saved/theory {sv / th:.3f}, allocator/theory {al / th:.3f})")
+        off = result.get("offload")
+        if off:
+            for r, (hp, ht, moved) in enumerate(zip(off["peak_host_bytes"], off["theory_host_peak_bytes"],
+                                                    off["offloaded_bytes"])):
+                print(f"  rank {r}: offloaded {_fmt_bytes(moved)} in the step, host peak {_fmt_bytes(hp)}, "
+                      f"theory {_fmt_bytes(ht)}")
+        elif config.offload:
+            print(f"  offload {config.offload:g}: no forward of this schedule is offloaded (a recomputed forward, and "
+                  "one whose backward comes next on its device, are left alone: docs/theory.md §13)")

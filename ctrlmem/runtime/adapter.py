@@ -45,6 +45,8 @@ remembers the pass it is in, so a failure can name it.
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import os
 import re
@@ -242,8 +244,11 @@ class TrackedStage(PipelineStage):
     """
 
     def __init__(self, *args, on_pass: Callable[[str, bool], None] | None = None,
-                 fault: _Fault | None = None, release_sends: bool = True, **kwargs) -> None:
+                 fault: _Fault | None = None, release_sends: bool = True,
+                 forward_context: Callable[[int], contextlib.AbstractContextManager] | None = None,
+                 **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self._forward_context = forward_context
         self.records: list[PassRecord] = []
         self._on_pass = on_pass
         self._fault = fault
@@ -291,8 +296,11 @@ class TrackedStage(PipelineStage):
                 return
 
     def forward_one_chunk(self, fwd_chunk_id, args, kwargs=None, save_forward_output=True):
-        return self._timed(Op.F, fwd_chunk_id, lambda: super(TrackedStage, self).forward_one_chunk(
-            fwd_chunk_id, args, kwargs, save_forward_output))
+        def run():
+            ctx = self._forward_context(fwd_chunk_id) if self._forward_context is not None else contextlib.nullcontext()
+            with ctx:  # e.g. the saved-tensor hooks of an offloaded forward (ctrlmem.runtime.offload)
+                return super(TrackedStage, self).forward_one_chunk(fwd_chunk_id, args, kwargs, save_forward_output)
+        return self._timed(Op.F, fwd_chunk_id, run)
 
     def backward_one_chunk(self, bwd_chunk_id, loss=None, full_backward=True, last_backward=False):
         op = Op.BW if full_backward else Op.B
@@ -406,11 +414,14 @@ class Pipeline:
         on_pass: Callable[[str, bool], None] | None = None,
         fault: tuple[int, str, str] | None = None,
         release_sends: bool = True,
+        forward_contexts: dict[int, Callable[[int], contextlib.AbstractContextManager]] | None = None,
     ) -> "Pipeline":
         """``modules[s]`` for every stage ``s`` this rank holds; ``io_shapes(s)`` gives example
         ``(input, output)`` tensors of stage ``s`` for one microbatch; ``dw_builders[s]`` (optional)
         turns torch's ``I`` into a full backward whose weight part runs at ``W``; without it (and
-        with ``release_sends=False``) torch's own behaviour is kept, for comparison."""
+        with ``release_sends=False``) torch's own behaviour is kept, for comparison.
+        ``forward_contexts[s]`` (optional) gives, for a microbatch, the context its forward of
+        stage ``s`` runs in (an offloaded forward's saved-tensor hooks)."""
         mine = schedule.placement.stages_of(rank)
         if sorted(modules) != list(mine):
             raise ValueError(f"rank {rank} holds stages {list(mine)} but got modules for {sorted(modules)}")
@@ -423,7 +434,7 @@ class Pipeline:
                 modules[s], s, schedule.num_stages, device,
                 input_args=example_in, output_args=example_out, group=group,
                 dw_builder=(dw_builders or {}).get(s), on_pass=on_pass, fault=flt,
-                release_sends=release_sends,
+                release_sends=release_sends, forward_context=(forward_contexts or {}).get(s),
             ))
         last = stages[-1] if stages[-1].is_last else None
 

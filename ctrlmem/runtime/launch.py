@@ -85,6 +85,11 @@ class RunConfig:
         recompute: ``"none"``, ``"selective"`` or ``"full"``: an ``R`` of every forward in the
             schedule (docs/theory.md §13), run as ``torch.utils.checkpoint`` around each stage's
             layers (full) or each layer's attention core (selective); fused-backward schedules only.
+        offload: a fraction in (0, 1]: that share of what every forward stores is copied to host
+            memory (pinned on CUDA) by saved-tensor hooks and back at its backward
+            (:mod:`ctrlmem.runtime.offload`); the schedule gets an offload and a reload of each
+            forward (as ``build(..., offload=...)``; a device whose forwards go straight into their
+            backward offloads nothing). 0 (default): none.
     """
 
     schedule: str
@@ -108,6 +113,7 @@ class RunConfig:
     audit_p2p: bool = False
     allow_large: bool = False
     recompute: str = "none"
+    offload: float = 0.0
 
     @property
     def world_size(self) -> int:
@@ -159,9 +165,6 @@ def prepare(config: RunConfig, local: bool = True) -> tuple[Schedule, dict]:
     try:
         schedule = _schedule_of(config)
         validate(schedule)
-        if schedule.offloads:
-            raise RunError(f"schedule {config.schedule!r} offloads activations; real runs do not copy to host memory "
-                           "yet: drop its copies (the simulator models them)")
         if schedule.recomputes and schedule.split_backward:
             raise RunError(f"schedule {config.schedule!r} splits B and W, and torch's input-only backward "
                            "(autograd.grad) cannot run a reentrant checkpoint; recompute in real runs takes a "
@@ -212,7 +215,7 @@ def _schedule_of(config: RunConfig) -> Schedule:
         raise RunError("recompute='auto' is a search under a memory budget; a run takes none, selective or full")
     if not is_schedule_file(config.schedule):
         schedule = build(config.schedule, config.num_devices, config.num_microbatches, recompute=mode,
-                         **config.schedule_params)
+                         offload=config.offload or "none", **config.schedule_params)
         if schedule.model_copies != 1:
             raise RunError(f"{config.schedule} holds {schedule.model_copies} model copies; ctrlmem run (like torch's runtime) "
                            "runs one: run dualpipe-v, its one-copy V-shape form")
@@ -225,7 +228,7 @@ def _schedule_of(config: RunConfig) -> Schedule:
     schedule = Schedule.load(path, num_microbatches=config.num_microbatches)
     if schedule.num_devices != config.num_devices:
         raise RunError(f"-p {config.num_devices} does not match {path}, which has {schedule.num_devices} ranks")
-    return apply_levers(schedule, mode)
+    return apply_levers(schedule, mode, config.offload or "none")
 
 
 MAX_TIMEOUT_S = 30 * 24 * 3600.0
@@ -245,6 +248,8 @@ def check_config(config: RunConfig) -> None:
         checks.integer("num_devices", config.num_devices)
         if config.recompute not in ("none", "selective", "full"):
             raise ValueError(f"recompute must be none, selective or full, got {config.recompute!r}")
+        checks.number("offload", config.offload, minimum=0.0, maximum=1.0, what="fraction of each forward's activation "
+                      "copied to host memory (0: none)")
         checks.integer("num_microbatches", config.num_microbatches)
         checks.integer("dp", config.dp, what="data-parallel replicas")
         checks.integer("steps", config.steps, minimum=0, what="timed steps")
@@ -550,7 +555,7 @@ def culprit(errors: list[dict], failures: list[dict]) -> str | None:
 
 def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
     """``result.json`` from every rank's measurements (called on rank 0)."""
-    from ctrlmem.runtime.measure import costs_from_records, sample_stats, theory_peak_bytes  # noqa: PLC0415 - imports torch (seconds); only real runs need it
+    from ctrlmem.runtime.measure import costs_from_records, sample_stats, theory_host_peak_bytes, theory_peak_bytes  # noqa: PLC0415 - imports torch (seconds); only real runs need it
 
     ranks = sorted(ranks, key=lambda r: r["rank"])
     model = worker["model"]
@@ -561,8 +566,18 @@ def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
         for s, pr in r["probe"].items():
             act[int(s)], kept[int(s)] = pr["activation_bytes"], pr["kept_for_w_bytes"]
             rec[int(s)] = pr.get("recomputed_bytes", pr["activation_bytes"])
+    # an offloaded forward keeps what its stage's offload probe left on the device
+    probed = {(o["stage"], o["fraction"]): o for r in ranks for o in r.get("offload_probe", [])}
+    resident, on_host = {}, {}
+    for row in schedule.copies:
+        for c in row:
+            if c.kind == "O" and (c.stage, c.fraction) in probed:
+                o = probed[(c.stage, c.fraction)]
+                resident[(c.stage, c.microbatch)] = (o["resident_bytes"], o["resident_kept_for_w_bytes"], o["host_bytes"])
+                on_host[(c.stage, c.microbatch)] = (o["host_bytes"], o["host_kept_for_w_bytes"])
     # per global rank (rank d·p + i is pipeline rank i of replica d): its pipeline rank's theory
-    theory = [theory_peak_bytes(schedule, act, kept, rec)[r.get("pp_rank", r["rank"])] for r in ranks]
+    theory = [theory_peak_bytes(schedule, act, kept, rec, resident)[r.get("pp_rank", r["rank"])] for r in ranks]
+    host_theory = [theory_host_peak_bytes(schedule, on_host)[r.get("pp_rank", r["rank"])] for r in ranks]
     records = [rec for r in ranks for rec in r["records"]]
     step_times = [max(ts) for ts in zip(*(r["step_times_s"] for r in ranks))] if ranks[0]["step_times_s"] else []
     steps = sample_stats(step_times)
@@ -619,6 +634,13 @@ def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
         "peak_alloc_bytes": [r["peak_alloc_bytes"] for r in ranks],
         "peak_inflight_grad_bytes": [r.get("peak_inflight_grad_bytes", 0) for r in ranks],
         "theory_peak_bytes": theory,
+        "offload": {"copies": sum(c.kind == "O" for row in schedule.copies for c in row),
+                    "offloaded_bytes": [r.get("offloaded_bytes", 0) for r in ranks],
+                    "peak_host_bytes": [r.get("peak_host_bytes", 0) for r in ranks],
+                    "theory_host_peak_bytes": host_theory,
+                    "how": "measured on the saved-tensor hooks of each offloaded forward; on CPU the host copy is a "
+                           "memcpy into another CPU buffer (no host link, no overlap; the allocator peak does not "
+                           "fall): docs/theory.md §13"} if schedule.offloads else None,
         "saved_over_theory": [r["peak_saved_bytes"] / t if t else None for r, t in zip(ranks, theory)],
         "alloc_over_theory": [r["peak_alloc_bytes"] / t if t else None for r, t in zip(ranks, theory)],
         "stage_activation_bytes": act,

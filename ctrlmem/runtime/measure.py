@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import torch
 
@@ -26,7 +26,7 @@ from ctrlmem.model.ir import Op, Schedule
 from ctrlmem.runtime.adapter import cpu_allocation_deltas
 from ctrlmem.util.userfile import read_json
 
-__all__ = ["SavedTensorMeter", "AllocatorPeak", "theory_peak_bytes", "costs_from_records", "costs_from_result",
+__all__ = ["SavedTensorMeter", "AllocatorPeak", "theory_peak_bytes", "theory_host_peak_bytes", "costs_from_records", "costs_from_result",
            "sample_stats"]
 
 
@@ -146,33 +146,75 @@ def theory_peak_bytes(
     stage_activation: Sequence[float],
     stage_kept_for_w: Sequence[float],
     stage_recomputed: Sequence[float] | None = None,
+    offloaded: Mapping[tuple[int, int], tuple[float, float, float]] | None = None,
 ) -> list[float]:
     """Per device, the schedule's peak activation bytes for a model whose stage ``s`` stores
     ``stage_activation[s]`` bytes per microbatch at ``F``, of which ``stage_kept_for_w[s]`` wait
     for ``W`` after ``B``. A forward that has an ``R`` stores ``stage_recomputed[s]`` until it (by
-    default :meth:`ctrlmem.Costs.kept_fraction` of its activation), the ``R`` the rest.
-    Memory depends only on each device's own order, not on timing (copies are not modelled here)."""
+    default :meth:`ctrlmem.Costs.kept_fraction` of its activation), the ``R`` the rest. A forward
+    ``(stage, microbatch)`` in ``offloaded`` = ``(resident, resident kept for W, reloaded)`` keeps
+    ``resident`` bytes on the device from its ``F`` (what is left once its offload's share went to
+    the host, as a real run's offload does it: :mod:`ctrlmem.runtime.offload`); at its ``B`` (or
+    ``BW``) the ``reloaded`` bytes come back to the device first, so the backward sees its whole
+    activation, and ``resident kept for W`` bytes stay there after ``B`` until ``W``.
+    Memory depends only on each device's own order, not on timing (copy lanes are not modelled
+    here; the simulator models them)."""
     if stage_recomputed is None:
         frac = Costs().kept_fraction(schedule.recompute_mode)
         stage_recomputed = [a * frac for a in stage_activation]
     recomputed = {(ps.stage, ps.microbatch) for row in schedule.device_passes for ps in row if ps.op is Op.R}
+    offloaded = offloaded or {}
+
+    def sizes(s: int, mb: int) -> tuple[float, float, float, float]:
+        """(bytes the F stores, more bytes the R stores, bytes reloaded before its backward,
+        bytes kept for W after B)."""
+        a, keep = stage_activation[s], stage_kept_for_w[s]
+        r = a - stage_recomputed[s] if (s, mb) in recomputed else 0.0
+        if (s, mb) in offloaded:  # what stays on the device of what the F stores
+            resident, keep, back = offloaded[(s, mb)]
+            return resident, r, back, keep
+        return a - r, r, 0.0, keep
+
     peaks = []
     for row in schedule.device_passes:
         level = peak = 0.0
         for ps in row:
-            a, keep = stage_activation[ps.stage], stage_kept_for_w[ps.stage]
+            f, r, back, keep = sizes(ps.stage, ps.microbatch)
             if ps.op is Op.F:
-                level += stage_recomputed[ps.stage] if (ps.stage, ps.microbatch) in recomputed else a
+                level += f
                 peak = max(peak, level)
             elif ps.op is Op.R:
-                level += a - stage_recomputed[ps.stage]
+                level += r
                 peak = max(peak, level)
-            elif ps.op is Op.B:
-                level -= a - keep
             elif ps.op is Op.W:
                 level -= keep
-            else:
-                level -= a
+            else:  # B or BW: the reload first, then what the backward frees
+                level += back
+                peak = max(peak, level)
+                level -= f + r + back - (keep if ps.op is Op.B else 0.0)
+        peaks.append(peak)
+    return peaks
+
+
+def theory_host_peak_bytes(schedule: Schedule, offloaded: Mapping[tuple[int, int], tuple[float, float]]) -> list[float]:
+    """Per device, the peak bytes of activation on the host when each forward ``(stage,
+    microbatch)`` in ``offloaded`` puts ``(host bytes, of them kept for W after B)`` there at its
+    ``F`` until autograd drops them (at ``B`` the part ``W`` does not need, at ``W`` / ``BW`` the
+    rest), as :mod:`ctrlmem.runtime.offload` does in a real run."""
+    peaks = []
+    for row in schedule.device_passes:
+        level = peak = 0.0
+        for ps in row:
+            host, keep = offloaded.get((ps.stage, ps.microbatch), (0.0, 0.0))
+            if ps.op is Op.F:
+                level += host
+                peak = max(peak, level)
+            elif ps.op is Op.B:
+                level -= host - keep
+            elif ps.op is Op.W:
+                level -= keep
+            elif ps.op is Op.BW:
+                level -= host
         peaks.append(peak)
     return peaks
 

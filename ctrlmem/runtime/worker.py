@@ -17,6 +17,7 @@ progress writes ``rank<R>.error.json`` naming the pass it was in, then exits non
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -35,6 +36,7 @@ from ctrlmem.util.fileio import atomic_write
 from ctrlmem.model.ir import Schedule
 from ctrlmem.runtime.adapter import P2PAudit, Pipeline, check_torch_version
 from ctrlmem.runtime.measure import AllocatorPeak, SavedTensorMeter
+from ctrlmem.runtime.offload import HostLedger, OffloadForward
 from ctrlmem.runtime.models import FullModel, ModelConfig, build_stages, loss_fn, make_batch
 from ctrlmem.runtime.launch import assemble
 
@@ -124,9 +126,15 @@ def _probe_stage(mod, cfg: ModelConfig, is_first: bool, is_last: bool, device,
     return act, kept, _probe_once(mod, cfg, is_first, is_last, device)[0]
 
 
-def _probe_once(mod, cfg: ModelConfig, is_first: bool, is_last: bool, device) -> tuple[int, int]:
-    """Bytes one microbatch's F of this stage stores, and how many of them wait for W after B."""
+def _probe_once(mod, cfg: ModelConfig, is_first: bool, is_last: bool, device,
+                offload_bytes: float | None = None) -> tuple[int, ...]:
+    """Bytes one microbatch's F of this stage stores, and how many of them wait for W after B;
+    with ``offload_bytes``, the forward offloads that many (:class:`OffloadForward`) and the
+    answer is ``(resident, resident kept for W, on the host, on the host kept for W)``."""
     meter = SavedTensorMeter().exclude(mod.parameters())
+    ledger = HostLedger()
+    offload = (OffloadForward(offload_bytes, ledger, meter, exclude=mod.parameters())
+               if offload_bytes is not None else contextlib.nullcontext())
     mod.stash.meter, mod.stash.active = meter, True
     b, s, h = cfg.microbatch_size, cfg.seq_len, cfg.hidden
     g = torch.Generator().manual_seed(1)
@@ -135,18 +143,19 @@ def _probe_once(mod, cfg: ModelConfig, is_first: bool, is_last: bool, device) ->
     else:
         x = torch.randn((b, s, h), generator=g).to(device=device, dtype=cfg.torch_dtype).requires_grad_()
     with meter:
-        out = mod(x)
+        with offload:  # the stage's forward only: a run computes the loss outside it
+            out = mod(x)
         if is_last:
             out = loss_fn(out, torch.randint(0, cfg.vocab, (b, s), generator=g).to(device))
-    act = meter.current
+    act, host = meter.current, ledger.current
     grad = None if is_last else torch.randn(out.shape, generator=g).to(device=device, dtype=out.dtype)
     torch.autograd.backward(out, grad)
     del out
-    kept = meter.current
+    kept, host_kept = meter.current, ledger.current
     mod.stash.take()()
     mod.stash.meter = None
     mod.zero_grad(set_to_none=True)
-    return act, kept
+    return (act, kept) if offload_bytes is None else (act, kept, host, host_kept)
 
 
 def run(config: dict | list[dict]) -> None:
@@ -234,6 +243,28 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: RankWatchdog,
     mode = schedule.recompute_mode if schedule.recomputes else None
     probe = {s: _probe_stage(modules[s], cfg, s == 0, s == S - 1, device, mode) for s in mine}
 
+    # the offloaded forwards of this rank (ctrlmem.runtime.offload): φ of what the forward
+    # stores (its checkpoint inputs when it recomputes) goes to host memory until its backward
+    offloads = {(c.stage, c.microbatch): c.fraction for c in (schedule.copies[pp_rank] if schedule.copies else ())
+                if c.kind == "O"}
+    resident = {s: probe[s][2] for s in mine}
+    offload_probe = {(s, f): _probe_once(modules[s], cfg, s == 0, s == S - 1, device, f * resident[s])
+                     for s, f in sorted({(st, f) for (st, _), f in offloads.items()})}
+    ledger = HostLedger()
+    active_meter: list = [None]  # the step-1 meter while it runs: kept tensors are counted by it
+
+    def forward_context(s: int):
+        params = list(modules[s].parameters())
+
+        def context(mb: int):
+            f = offloads.get((s, mb))
+            if f is None:
+                return contextlib.nullcontext()
+            return OffloadForward(f * resident[s], ledger, active_meter[0], exclude=params)
+        return context
+
+    forward_contexts = {s: forward_context(s) for s in {st for st, _ in offloads}}
+
     b, sl, h = cfg.microbatch_size, cfg.seq_len, cfg.hidden
 
     def io_shapes(s: int):
@@ -250,7 +281,7 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: RankWatchdog,
     progress.set_phase("pipeline set-up")
     pipe = Pipeline.create(schedule, pp_rank, modules, loss_fn, io_shapes, device, group=pp_group,
                            dw_builders={s: modules[s].stash.take for s in mine} if fidelity else None,
-                           release_sends=fidelity,
+                           release_sends=fidelity, forward_contexts=forward_contexts,
                            on_pass=progress.on_pass, fault=fault)
     all_tokens, all_targets = make_batch(cfg, m * dp, seed)  # the whole batch: dp replicas x m microbatches
     share = slice(dp_rank * m * cfg.microbatch_size, (dp_rank + 1) * m * cfg.microbatch_size)
@@ -285,8 +316,13 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: RankWatchdog,
     meter = SavedTensorMeter().exclude(params)
     for s in mine:
         modules[s].stash.meter = meter
+    ledger.reset_peak()
+    copied_before = ledger.total
+    active_meter[0] = meter
     with meter:
         losses = train_step()
+    active_meter[0] = None
+    host_peak, host_copied = ledger.peak, ledger.total - copied_before
     for s in mine:
         modules[s].stash.meter = None
     pipe_grads = {(s, n): p.grad.detach().clone() for s in mine for n, p in modules[s].named_parameters()}
@@ -344,6 +380,10 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: RankWatchdog,
         "peak_inflight_grad_bytes": inflight,
         "probe": {str(s): {"activation_bytes": a, "kept_for_w_bytes": k, "recomputed_bytes": r}
                   for s, (a, k, r) in probe.items()},
+        "offload_probe": [{"stage": s, "fraction": f, "resident_bytes": v[0], "resident_kept_for_w_bytes": v[1],
+                           "host_bytes": v[2], "host_kept_for_w_bytes": v[3]} for (s, f), v in offload_probe.items()],
+        "peak_host_bytes": host_peak,
+        "offloaded_bytes": host_copied,
         "step_times_s": step_times,
         "records": records,
         "trace": trace,

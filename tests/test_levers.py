@@ -233,6 +233,22 @@ def test_fit_with_levers_meets_a_cap_below_reordering():
     assert fit_with_levers(cm.build("1f1b", 1, 4), 0.5, cm.Costs(offload=1.0), None, 1.0) is None
 
 
+def test_recompute_after_offload_keeps_each_reload_after_its_pass():
+    """Recomputing some forwards of an already offloaded schedule inserts R passes: every reload
+    stays issued after the same pass it was (its step moves with it), so the schedule stays
+    valid and its offloads keep their timing."""
+    costs = cm.Costs(1, 1, 1, offload=0.25)
+    base = cm.build("1f1b", 4, 16)
+    off = with_offload(base, 1.0, which=[(0, mb) for mb in range(0, 16, 2)], costs=costs)
+    both = with_recompute(off, "full", which=[(0, mb) for mb in range(1, 16, 2)])
+    cm.validate(both)
+    for c_before, c_after in zip(off.copies[0], both.copies[0]):
+        if c_before.kind == "L":
+            assert off.device_passes[0][c_before.after] == both.device_passes[0][c_after.after]
+    assert sum(ps.op is Op.R for ps in both.device_passes[0]) == 8
+    assert both.compute_only() == base
+
+
 def test_improve_refuses_levers_by_name():
     """The solver does not model the levers: a schedule with R passes is refused, not mis-timed."""
     with pytest.raises(ValueError, match="does not model recompute passes"):

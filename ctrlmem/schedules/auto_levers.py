@@ -2,14 +2,17 @@
 memory-budgeted schedule (``v-shape``, ``zb``; docs/theory.md §13).
 
 A greedy on top of the budgeted search. Reordering alone pays a growing bubble below V-Min's
-memory; the levers pay a recompute or a copy instead. For each looser budget ``L' = L·2^j`` (up
-to 1F1B's memory) the search's schedule at ``L'`` is taken and, on every device still above the
+memory; the levers pay a recompute or a copy instead. For each looser budget ``L' = L·2^j`` (below
+1F1B's memory; the first looser one that fits no more ends it once one did) the search's schedule at ``L'`` is taken and, on every device still above the
 budget ``L``, levers are put on its forwards in order of their lifespan (the time from the
-forward's end to its backward's start: the longest hide a copy best, PipeOffload's insight),
-an eighth of the remaining ones at a time, until the device fits. A forward is offloaded when
-offload is allowed and its lifespan covers the copy out and back (``2 · Costs.offload`` per
-``a``), else recomputed when recompute is allowed. The fastest schedule within the budget wins,
-the reordering-only one at ``L`` included, so the levers are used only when they are faster.
+forward's end to its backward's start: the longest hide a copy best, PipeOffload's insight)
+until the device fits (:func:`fit_with_levers`: with offload allowed, each round takes just the
+forwards whose saving spans the stretches of the memory curve above the budget; recompute alone
+an eighth of them a round). A forward is offloaded when offload is allowed and its lifespan
+covers the copy out and back (``2 · Costs.offload`` per ``a``), else recomputed when recompute
+is allowed; when the offloads stop lowering the memory (the copy lanes are full), recomputes
+take over. The fastest schedule within the budget wins, the reordering-only one at ``L``
+included, so the levers are used only when they are faster.
 """
 
 from __future__ import annotations
@@ -45,12 +48,19 @@ def search_with_levers(generate: Callable[[float], Schedule], memory_limit: floa
         best = (r.makespan, r.max_peak_memory, plain)
     p = (plain or generate(1.0)).num_devices
     cap = memory_limit * p
+    fitted_before = last_fitted = False
     for loose in _looser(memory_limit):
+        # a looser seed needs more levers: once one fitted, the search stops at the first that
+        # does not (each seed is a whole search)
+        if fitted_before and not last_fitted:
+            break
         seed = generate(loose)
+        last_fitted = False
         for mode in modes:
             fitted = fit_with_levers(seed, cap, costs, mode, fraction)
             if fitted is None:
                 continue
+            last_fitted = fitted_before = True
             r = simulate(fitted, costs)
             if best is None or (r.makespan, r.max_peak_memory) < best[:2]:
                 best = (r.makespan, r.max_peak_memory, fitted)
@@ -61,23 +71,38 @@ def search_with_levers(generate: Callable[[float], Schedule], memory_limit: floa
 
 
 def _looser(limit: float) -> list[float]:
-    """``L·2^j`` for ``j >= 1`` below 1F1B's memory, then 1.0."""
+    """``L·2^j`` for ``j >= 1`` below 1F1B's memory. Not 1F1B's memory itself: there the budgeted
+    searches defer their ``W`` passes, and what waits for a ``W`` is beyond every lever (they act
+    between a forward and its ``B``; the seed at 1.0 with every forward recomputed keeps its peak
+    of ``p·a`` at p = 16), so it never fitted: 0 of 390 cases (v-shape and zb, p = 2-16, budgets
+    1/8-3/4, three cost mixes with copy costs 0.5-4 per a, recompute and offload each alone and
+    together)."""
     out, x = [], limit * 2
     while x < 1.0 - _EPS:
         out.append(x)
         x *= 2
-    return out + ([1.0] if limit < 1.0 - _EPS else [])
+    return out
 
 
 def fit_with_levers(schedule: Schedule, cap: float, costs: Costs, mode: str | None,
                     fraction: float | None) -> Schedule | None:
     """``schedule`` with levers on its longest-lived forwards until every device's peak is at
-    most ``cap`` (in ``a``), or ``None`` when the allowed levers cannot get there."""
+    most ``cap`` (in ``a``), or ``None`` when the allowed levers cannot get there. Each round
+    with offload allowed takes the forwards that cover the memory above the cap
+    (:func:`_next_picks`); after ``k`` rounds in a row that left it no lower (a copy that waits
+    for a full copy lane frees nothing yet), the next takes ``2^(k-1)/8`` of each device's
+    forwards; after ``_PATIENCE`` such rounds the offloads stop (recompute from then on, or the
+    end when recompute is not allowed), and the recomputes that follow are chosen the same way.
+    Recompute alone takes an eighth of each device's forwards a round, longest lifespan first,
+    until every forward has one (fewer recomputes, chosen by coverage, gave longer makespans on
+    most of a grid at p = 6-16)."""
     if mode is None and fraction is None:
         return None
     r = simulate(schedule, costs)
-    while r.max_peak_memory > cap + _EPS:
-        picks = _next_picks(r, cap, costs, fraction)
+    excess = _excess(r, cap)
+    stalled, switched = 0, False
+    while excess > _EPS:
+        picks = _next_picks(r, cap, costs, mode, fraction, broad=stalled if fraction is not None or switched else 1)
         if not picks:
             return None
         offs = [k for k, lever in picks if lever == "O"]
@@ -89,12 +114,40 @@ def fit_with_levers(schedule: Schedule, cap: float, costs: Costs, mode: str | No
         if recs:
             schedule = with_recompute(schedule, mode, which=recs)
         r = simulate(schedule, costs)
+        now = _excess(r, cap)
+        stalled = stalled + 1 if now >= excess - _EPS else 0
+        if stalled >= _PATIENCE:
+            if fraction is not None and mode is not None:
+                fraction, stalled, switched = None, 0, True  # offloads stopped paying: recompute from now on
+            elif fraction is not None:
+                return None  # offloads only, and they stopped paying
+            elif switched:
+                stalled = _PATIENCE  # then every forward left at once, until none is
+            else:
+                stalled = 0  # recompute alone: an eighth a round, until every forward has one
+        excess = now
     return schedule
 
 
-def _next_picks(r: SimResult, cap: float, costs: Costs, fraction: float | None) -> list[tuple[tuple[int, int], str]]:
-    """On every device above ``cap``: an eighth of its forwards without a lever yet (at least
-    one), longest lifespan first, each with its lever (``O`` offload, ``R`` recompute)."""
+_PATIENCE = 4
+"""Rounds in a row without progress before :func:`fit_with_levers` changes lever or gives up."""
+
+
+def _excess(r: SimResult, cap: float) -> float:
+    """How far the devices' peaks are above ``cap``, summed."""
+    return sum(max(0.0, peak - cap) for peak in r.peak_memory)
+
+
+def _next_picks(r: SimResult, cap: float, costs: Costs, mode: str | None,
+                fraction: float | None, broad: int = 0) -> list[tuple[tuple[int, int], str]]:
+    """On every device above ``cap``: forwards without a lever yet, longest lifespan first, each
+    with its lever (``O`` offload when its lifespan covers the copy out and back, else ``R``
+    recompute), as many as cover the excess: a forward counts for the stretches of the memory
+    curve above ``cap`` its lever's saving spans (an offload's from its copy out to its reload, a
+    recompute's from its forward to its ``R``), and the picks stop once every stretch is
+    covered. With ``broad = k > 0`` the picks are ``2^(k-1)/8`` of its forwards (at least one),
+    longest lifespan first, and an eighth on a device where no forward spans a stretch, so the
+    fitting always moves."""
     s = r.schedule
     taken = {(ps.stage, ps.microbatch) for row in s.device_passes for ps in row if ps.op is Op.R}
     taken |= {(c.stage, c.microbatch) for row in s.copies for c in row}
@@ -105,13 +158,33 @@ def _next_picks(r: SimResult, cap: float, costs: Costs, fraction: float | None) 
         elif tp.op in (Op.B, Op.BW):
             b_start[(tp.stage, tp.microbatch)] = tp.start
     act = s.num_devices / s.num_stages
-    copy = 2 * float(costs.offload) * act * (fraction or 0.0)
+    one_way = float(costs.offload) * act * (fraction or 0.0)
+    saves = {"O": act * (fraction or 0.0), "R": act * (1.0 - costs.kept_fraction(mode)) if mode else 0.0}
+    redo = costs.recompute_times(s.num_stages, s.num_devices, mode) if mode else [0.0] * s.num_stages
     picks = []
     for d, peak in enumerate(r.peak_memory):
         if peak <= cap + _EPS:
             continue
-        free = sorted(((b_start[k] - end, k) for k, (dev, end) in f_end.items() if dev == d and k not in taken),
+        free = sorted(((b_start[k] - end, end, k) for k, (dev, end) in f_end.items() if dev == d and k not in taken),
                       reverse=True)
-        for life, key in free[: max(1, math.ceil(len(free) / 8))]:
-            picks.append((key, "O" if fraction is not None and life >= copy else "R"))
+        times, values = r.memory_curve(d)
+        stretches = [[times[i], times[i + 1], values[i] - cap] for i in range(len(times) - 1)
+                     if values[i] > cap + _EPS]
+        chosen = []
+        for life, end, key in ([] if broad else free):
+            lever = "O" if fraction is not None and life >= 2 * one_way else "R"
+            lo, hi = (end + one_way, end + life - one_way) if lever == "O" else (end, end + life - redo[key[0]])
+            covered = [st for st in stretches if st[2] > _EPS and lo <= st[0] and st[1] <= hi]
+            if not covered or saves[lever] <= 0:
+                continue
+            chosen.append((key, lever))
+            for st in covered:
+                st[2] -= saves[lever]
+            if all(st[2] <= _EPS for st in stretches):
+                break
+        if not chosen:
+            share = min(1.0, 2 ** (broad - 1) / 8) if broad else 1 / 8
+            chosen = [(key, "O" if fraction is not None and life >= 2 * one_way else "R")
+                      for life, _, key in free[: max(1, math.ceil(len(free) * share))]]
+        picks += chosen
     return picks

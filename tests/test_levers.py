@@ -249,6 +249,19 @@ def test_recompute_after_offload_keeps_each_reload_after_its_pass():
     assert both.compute_only() == base
 
 
+def test_auto_levers_that_offload_then_recompute_give_a_valid_schedule():
+    """A budget where fitting a looser seed offloads, then recomputes on the same schedule (a copy
+    of 4 per a stops paying): cm.build returns a valid schedule within the budget, never slower
+    than reordering alone (it raised a ScheduleError naming a reload issued before its forward
+    when the R passes shifted the steps)."""
+    costs = cm.Costs(2, 3, 1, 0.2, offload=4.0)
+    s = cm.build("v-shape", 4, 16, costs=costs, memory_limit=0.375, recompute="auto", offload="auto")
+    r = cm.simulate(cm.validate(s), costs)
+    assert r.max_peak_memory <= 0.375 * 4 + 1e-9
+    plain = cm.simulate(cm.build("v-shape", 4, 16, costs=costs, memory_limit=0.375), costs)
+    assert r.makespan <= plain.makespan + 1e-9
+
+
 def test_improve_refuses_levers_by_name():
     """The solver does not model the levers: a schedule with R passes is refused, not mis-timed."""
     with pytest.raises(ValueError, match="does not model recompute passes"):

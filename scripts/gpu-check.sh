@@ -18,7 +18,7 @@
 #      OUT_DIR/replay/replay.json. Without a GPU: the tiny model on the CPU instead (labelled so).
 #   5. activation offload (ctrlmem/runtime/hostcopy.py): the host-copy bandwidth, device to pinned
 #      host memory and back (the planner's --host-gbs), and one step of the medium model over 8
-#      microbatches in V-Min's worst order with every saved tensor packed to host memory and
+#      microbatches in V-Min's worst order with every saved activation packed to host memory and
 #      reloaded at its backward: identical gradients and a lower device peak than keeping them,
 #      and V-Min with offload predicted at the measured copy-to-forward ratio, into
 #      OUT_DIR/offload.json. Without a GPU: the tiny model on the CPU (labelled so).

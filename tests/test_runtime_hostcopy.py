@@ -1,5 +1,5 @@
 """The host-copy checks of scripts/gpu-check.sh, on the CPU: the bandwidth is measured and
-labelled, an offloaded step computes identical gradients and sends every saved tensor to the
+labelled, an offloaded step computes identical gradients and sends every saved activation to the
 host, and the prediction puts V-Min's copies into the schedule model."""
 
 from __future__ import annotations

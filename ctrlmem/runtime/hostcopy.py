@@ -6,7 +6,8 @@
 * :func:`offloaded_step` runs one training step of a model preset over ``m`` microbatches in
   V-Min's order of one device's first forwards (every forward before the first backward, the
   worst case for activation memory) twice: keeping the saved tensors on the device, and with
-  every saved tensor packed into host memory by ``torch.autograd.graph.saved_tensors_hooks`` and
+  every saved activation (the parameters stay) packed into host memory by
+  :class:`ctrlmem.runtime.offload.OffloadForward` (``saved_tensors_hooks``, no budget) and
   reloaded at its backward. It reports the saved bytes that went to the host, the peak device
   memory of both (CUDA only), both step times, and whether the gradients are identical.
 * :func:`predicted_v_min` turns the measured bandwidth and pass time into the copy cost of the
@@ -15,6 +16,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
 import statistics
 import time
 from typing import Any
@@ -24,6 +27,7 @@ import torch
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.simulate import simulate
 from ctrlmem.runtime.models import FullModel, get_preset, loss_fn
+from ctrlmem.runtime.offload import HostLedger, OffloadForward
 from ctrlmem.schedules import build
 
 __all__ = ["copy_bandwidth", "offloaded_step", "predicted_v_min"]
@@ -58,39 +62,19 @@ def copy_bandwidth(device: str = "cuda", mib: int = 256, repeats: int = 5) -> di
             "how": "measured: pinned host memory, CUDA" if cuda else "measured: host memcpy (a CPU has no host link)"}
 
 
-class _ToHost(torch.autograd.graph.saved_tensors_hooks):
-    """Saved tensors packed into host memory (pinned on CUDA) and brought back at unpack; counts bytes."""
-
-    def __init__(self) -> None:
-        self.bytes = 0
-
-        def pack(t: torch.Tensor):
-            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=t.is_cuda)
-            host.copy_(t)
-            self.bytes += t.numel() * t.element_size()
-            return t.device, host
-
-        def unpack(packed):
-            device, host = packed
-            return host.to(device, non_blocking=host.is_pinned())
-
-        super().__init__(pack, unpack)
-
-
 def _step(model: FullModel, batches, offload: bool, device: torch.device) -> tuple[float, int, int, list]:
     """(seconds, saved bytes sent to host, peak device bytes, gradients) of one step: every
     forward, then every backward in reverse order (the V-Min order's worst case on one device)."""
     model.zero_grad(set_to_none=True)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    hooks = _ToHost() if offload else None
+    ledger = HostLedger() if offload else None
+    params = list(model.parameters())
     t0 = time.perf_counter()
     losses = []
     for tokens, targets in batches:
-        if hooks is not None:
-            with hooks:
-                losses.append(loss_fn(model(tokens), targets))
-        else:
+        hooks = OffloadForward(math.inf, ledger, exclude=params) if ledger is not None else contextlib.nullcontext()
+        with hooks:
             losses.append(loss_fn(model(tokens), targets))
     for loss in reversed(losses):
         loss.backward()
@@ -98,7 +82,7 @@ def _step(model: FullModel, batches, offload: bool, device: torch.device) -> tup
     seconds = time.perf_counter() - t0
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
     grads = [p.grad.detach().clone() for p in model.parameters()]
-    return seconds, hooks.bytes if hooks else 0, peak, grads
+    return seconds, ledger.total if ledger else 0, peak, grads
 
 
 def offloaded_step(model: str = "small", device: str = "cuda", microbatches: int = 4, seed: int = 0) -> dict[str, Any]:

@@ -200,23 +200,11 @@ def theory_host_peak_bytes(schedule: Schedule, offloaded: Mapping[tuple[int, int
     """Per device, the peak bytes of activation on the host when each forward ``(stage,
     microbatch)`` in ``offloaded`` puts ``(host bytes, of them kept for W after B)`` there at its
     ``F`` until autograd drops them (at ``B`` the part ``W`` does not need, at ``W`` / ``BW`` the
-    rest), as :mod:`ctrlmem.runtime.offload` does in a real run."""
-    peaks = []
-    for row in schedule.device_passes:
-        level = peak = 0.0
-        for ps in row:
-            host, keep = offloaded.get((ps.stage, ps.microbatch), (0.0, 0.0))
-            if ps.op is Op.F:
-                level += host
-                peak = max(peak, level)
-            elif ps.op is Op.B:
-                level -= host - keep
-            elif ps.op is Op.W:
-                level -= keep
-            elif ps.op is Op.BW:
-                level -= host
-        peaks.append(peak)
-    return peaks
+    rest), as :mod:`ctrlmem.runtime.offload` does in a real run: :func:`theory_peak_bytes` of a
+    model that keeps nothing else."""
+    none = [0.0] * schedule.num_stages
+    return theory_peak_bytes(schedule, none, none, none,
+                             {key: (host, keep, 0.0) for key, (host, keep) in offloaded.items()})
 
 
 def _median(xs: Iterable[float]) -> float:

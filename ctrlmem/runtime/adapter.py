@@ -46,7 +46,6 @@ remembers the pass it is in, so a failure can name it.
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import os
 import re

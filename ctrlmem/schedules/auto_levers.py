@@ -2,11 +2,11 @@
 memory-budgeted schedule (``v-shape``, ``zb``; docs/theory.md §13).
 
 A greedy on top of the budgeted search. Reordering alone pays a growing bubble below V-Min's
-memory; the levers pay a recompute or a copy instead. For each looser budget ``L' = L·2^j`` (below
-1F1B's memory; the first looser one that fits no more ends it once one did) the search's schedule at ``L'`` is taken and, on every device still above the
-budget ``L``, levers are put on its forwards in order of their lifespan (the time from the
-forward's end to its backward's start: the longest hide a copy best, PipeOffload's insight)
-until the device fits (:func:`fit_with_levers`: with offload allowed, each round takes just the
+memory; the levers pay a recompute or a copy instead. For each looser budget ``L' = L·2^j``
+(below 1F1B's memory; the first looser one that fits no more ends it once one did) the search's
+schedule at ``L'`` is taken and, on every device still above the budget ``L``, levers are put
+on its forwards in order of their lifespan (the time from the forward's end to its backward's
+start: the longest hide a copy best, PipeOffload's insight) until the device fits (:func:`fit_with_levers`: with offload allowed, each round takes just the
 forwards whose saving spans the stretches of the memory curve above the budget; recompute alone
 an eighth of them a round). A forward is offloaded when offload is allowed and its lifespan
 covers the copy out and back (``2 · Costs.offload`` per ``a``), else recomputed when recompute
@@ -46,8 +46,6 @@ def search_with_levers(generate: Callable[[float], Schedule], memory_limit: floa
     if plain is not None:
         r = simulate(plain, costs)
         best = (r.makespan, r.max_peak_memory, plain)
-    p = (plain or generate(1.0)).num_devices
-    cap = memory_limit * p
     fitted_before = last_fitted = False
     for loose in _looser(memory_limit):
         # a looser seed needs more levers: once one fitted, the search stops at the first that
@@ -55,6 +53,7 @@ def search_with_levers(generate: Callable[[float], Schedule], memory_limit: floa
         if fitted_before and not last_fitted:
             break
         seed = generate(loose)
+        cap = memory_limit * seed.num_devices
         last_fitted = False
         for mode in modes:
             fitted = fit_with_levers(seed, cap, costs, mode, fraction)
@@ -66,7 +65,8 @@ def search_with_levers(generate: Callable[[float], Schedule], memory_limit: floa
                 best = (r.makespan, r.max_peak_memory, fitted)
     if best is None:
         raise ValueError(f"no schedule fits memory_limit={memory_limit:g} of 1F1B's peak even with the levers "
-                         f"(recompute={recompute}, offload={offload}); raise the limit or allow recompute")
+                         f"(recompute={recompute}, offload={offload}); raise the limit"
+                         + (" or allow recompute (recompute='auto')" if recompute == "none" else ""))
     return best[2]
 
 

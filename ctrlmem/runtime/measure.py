@@ -40,6 +40,12 @@ class _Packed:
         self.meter._release_key(self.key)
 
 
+def not_activation(t: torch.Tensor, excluded: set[int]) -> bool:
+    """Whether a tensor autograd saves is a parameter (or a view of one: its storage is in
+    ``excluded``) or a meta tensor, not an activation to count or move."""
+    return isinstance(t, torch.nn.Parameter) or t.device.type == "meta" or t.untyped_storage().data_ptr() in excluded
+
+
 class SavedTensorMeter:
     """Bytes of activation held for backward, deduplicated by storage (see module doc)."""
 
@@ -84,8 +90,7 @@ class SavedTensorMeter:
         self._release_key(key)
 
     def _pack(self, t: torch.Tensor):
-        if (isinstance(t, torch.nn.Parameter) or t.device.type == "meta"
-                or t.untyped_storage().data_ptr() in self._excluded):
+        if not_activation(t, self._excluded):
             return t
         d = t.detach()
         return _Packed(d, self, self._acquire(d))

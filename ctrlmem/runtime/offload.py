@@ -25,6 +25,8 @@ from typing import Iterable
 
 import torch
 
+from ctrlmem.runtime.measure import not_activation
+
 __all__ = ["HostLedger", "OffloadForward"]
 
 
@@ -95,8 +97,7 @@ class OffloadForward(torch.autograd.graph.saved_tensors_hooks):
         return self.meter._pack(t) if self.meter is not None else t
 
     def _pack(self, t: torch.Tensor):
-        if (isinstance(t, torch.nn.Parameter) or t.device.type == "meta"
-                or t.untyped_storage().data_ptr() in self._excluded):
+        if not_activation(t, self._excluded):
             return self._keep(t)
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
         if key in self._seen:  # the same tensor saved twice (by two operations): one host copy

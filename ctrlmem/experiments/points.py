@@ -3,6 +3,7 @@ and the real-run path (:func:`real_run_point`, through ``ctrlmem run``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -15,6 +16,8 @@ from typing import Any, Sequence
 from ctrlmem.runtime.launch import schedule_folder
 from ctrlmem.util import proctree
 from ctrlmem.model.costs import Costs, MemoryModel
+from ctrlmem.model.ir import Op
+from ctrlmem.model.levers import lever_mode, offload_choice
 from ctrlmem.model import paper
 from ctrlmem.schedules import build
 from ctrlmem.model.simulate import simulate
@@ -88,6 +91,9 @@ def simulate_point(
     dp: int = 1,
     global_batch: int = 0,
     flash_attention: bool = False,
+    recompute: str = "none",
+    offload: object = "none",
+    offload_cost: float | None = None,
 ) -> dict[str, Any]:
     """Build and simulate one point; the result dict the notebook writes.
 
@@ -96,20 +102,30 @@ def simulate_point(
     the result also carries paper-scale numbers: activation GB (34·h + 5·heads·s bytes per layer
     and token, docs/theory.md §10), total GB with weights and optimizer state, whether it fits an
     A100 80 GB (the paper's models only, not the CPU-scale stand-ins), and the predicted MFU
-    (model FLOPs / (makespan · GPUs · peak))."""
+    (model FLOPs / (makespan · GPUs · peak)).
+
+    The memory levers are :func:`ctrlmem.build`'s (docs/theory.md §13): ``recompute`` none,
+    selective, full or auto, ``offload`` none, auto or a fraction; ``offload_cost`` sets
+    ``Costs.offload`` (the copy time per ``a``, one direction). The baseline stays plain 1F1B, so
+    ``memory_vs_1f1b`` and ``throughput_vs_1f1b`` say what the levers bought and cost."""
     if global_batch:
         if global_batch % (dp * microbatch_size):
             raise ValueError(f"global_batch={global_batch} is not divisible by dp·microbatch_size="
                              f"{dp * microbatch_size}; pick sizes that divide it")
         m = global_batch // (dp * microbatch_size)
+    recompute, offload = lever_mode(recompute), offload_choice(offload)
     base = {"schedule": schedule, "p": p, "m": m, "model": model, "memory_limit": memory_limit,
-            "tp": tp, "dp": dp, "microbatch_size": microbatch_size, "flash_attention": flash_attention}
+            "tp": tp, "dp": dp, "microbatch_size": microbatch_size, "flash_attention": flash_attention,
+            "recompute": recompute, "offload": offload}
     if schedule not in SCHEDULES:
         return {**base, "status": "skipped",
                 "reason": f"schedule {schedule!r} is not registered in cm.SCHEDULES yet "
                           f"(registered: {', '.join(SCHEDULES)})"}
     cost_obj, cost_desc = resolve_costs(costs, model, p, microbatch_size, seq_len, tp=tp)
-    sched = build(schedule, p, m, costs=cost_obj, memory_limit=memory_limit)
+    if offload_cost is not None:
+        cost_obj = dataclasses.replace(cost_obj, offload=offload_cost)
+        cost_desc += f"; offload cost {offload_cost:g} per a"
+    sched = build(schedule, p, m, costs=cost_obj, memory_limit=memory_limit, recompute=recompute, offload=offload)
     memory = MemoryModel()
     res = simulate(sched, cost_obj, memory)
     ref = _reference_1f1b(p, m, cost_obj)
@@ -128,6 +144,8 @@ def simulate_point(
         "memory_vs_1f1b": max(res.peak_memory) / max(ref.peak_memory),
         "throughput_vs_1f1b": ref.makespan / res.makespan,
         "bubble_rate_1f1b": ref.bubble_rate,
+        "recomputed_forwards": sum(1 for row in sched.device_passes for ps in row if ps.op is Op.R),
+        "offloaded_forwards": sum(1 for row in sched.copies for c in row if c.kind == "O"),
     }
     if model and model in paper.MODELS:
         preset = paper.model(model)
@@ -187,9 +205,13 @@ def schedule_names(schedules: str | Sequence[str]) -> list[str]:
 
 def run_command(schedule: str | Sequence[str], p: int, m: int, backend: str, run_dir: str | Path,
                 model: str | None = None, memory_limit: float | None = None, quick: bool = False,
-                timeout_s: float = 1800, dp: int = 1) -> list[str]:
+                timeout_s: float = 1800, dp: int = 1, *, recompute: str = "none",
+                offload: object = "none") -> list[str]:
     """The ``ctrlmem run`` command line for one point (without ``--json`` / ``--emit-sbatch``);
-    several schedules (a list) run one after the other in the same launch."""
+    several schedules (a list) run one after the other in the same launch. ``recompute``
+    (none, selective, full) and ``offload`` (none or a fraction) become ``--recompute`` /
+    ``--offload``; ``"auto"`` is a search over simulated schedules and is refused here."""
+    recompute, offload = real_levers(recompute, offload)
     names = [schedule] if isinstance(schedule, str) else list(schedule)
     cmd = [sys.executable, "-m", "ctrlmem.cli", "run"]
     for name in names:
@@ -203,25 +225,43 @@ def run_command(schedule: str | Sequence[str], p: int, m: int, backend: str, run
         cmd += ["--param", f"memory_limit={memory_limit}"]
     if quick:
         cmd += ["--steps", "1"]
+    if recompute != "none":
+        cmd += ["--recompute", recompute]
+    if offload != "none":
+        cmd += ["--offload", repr(float(offload))]
     return cmd
+
+
+def real_levers(recompute: object, offload: object) -> tuple[str, object]:
+    """The levers of a real run checked: ``recompute`` none, selective or full; ``offload`` none
+    or a fraction in (0, 1]. ``"auto"`` (or anything else) is a ``ValueError`` saying what to give."""
+    recompute, offload = lever_mode(recompute), offload_choice(offload)
+    if recompute == "auto" or offload == "auto":
+        raise ValueError("recompute/offload 'auto' chooses levers inside a simulated search (backend='simulate'); "
+                         "a real run takes fixed levers: recompute none, selective or full, offload none or a "
+                         "fraction in (0, 1]")
+    return recompute, offload
 
 
 def real_run_point(schedule: str | Sequence[str], p: int, m: int, backend: str, launcher: str, quick: bool,
                    out_dir: str | Path, model: str | None = None, memory_limit: float | None = None,
-                   timeout_s: float = 1800, dp: int = 1) -> dict[str, Any]:
+                   timeout_s: float = 1800, dp: int = 1, *, recompute: str = "none",
+                   offload: object = "none") -> dict[str, Any]:
     """Run one point for real through ``ctrlmem run --json`` in a subprocess and return its
     result JSON; ``RuntimeError`` with a clear reason when that command or the launcher is
     missing. ``launcher="slurm"`` writes a Slurm script with ``--emit-sbatch`` and submits it
     with ``sbatch --wait``. When the sweep's Slurm launcher (``ctrlmem sweep --launcher slurm``)
     has already run the point as a job, its result is collected instead (``out_dir/run`` holds
     the job's ``result.json`` and a :data:`SLURM_MARKER`). ``dp`` replicates the pipeline
-    (``ctrlmem run --dp``).
+    (``ctrlmem run --dp``); ``recompute`` and ``offload`` are ``ctrlmem run``'s levers
+    (:func:`real_levers`).
 
     ``schedule`` a list of several names (local launcher only): they run one after the other in
     one launch (every process starts once); the result is ``{"schedules", "runs": {name: the
     result one schedule would give}, "status"}``, ``ok`` when every run is."""
 
     names = [schedule] if isinstance(schedule, str) else schedule_names(schedule)
+    recompute, offload = real_levers(recompute, offload)
     ok, why = real_run_available()
     if not ok:
         raise RuntimeError(f"real run not available: {why}; use backend='simulate'")
@@ -247,7 +287,7 @@ def real_run_point(schedule: str | Sequence[str], p: int, m: int, backend: str, 
         launcher = f"slurm, job {job.get('job_id')}"
     else:
         cmd = run_command(names if many else schedule, p, m, backend, run_dir, model, memory_limit, quick,
-                          timeout_s, dp)
+                          timeout_s, dp, recompute=recompute, offload=offload)
         if launcher == "slurm":
             script = Path(out_dir) / "run.sbatch"
             cmd += ["--emit-sbatch", str(script)]

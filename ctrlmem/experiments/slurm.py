@@ -310,7 +310,8 @@ def _submit_point(config: ExperimentConfig, run: Run, build: Path, record_path: 
                              f"grid: {{schedule: [...]}}")
         cmd = run_command(params["schedule"], p, int(params["m"]), params["backend"], run_dir.resolve(),
                           params.get("model") or None, params.get("memory_limit"), bool(params.get("quick")),
-                          config.timeout_s, dp)
+                          config.timeout_s, dp, recompute=params.get("recompute", "none"),
+                          offload=params.get("offload", "none"))
         cmd += ["--emit-sbatch", str(script.resolve()), "--nodes", str(nodes), "--gpus-per-node", str(world // nodes),
                 "--time-limit", time_limit]
         if partition:

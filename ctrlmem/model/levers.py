@@ -36,8 +36,9 @@ def lever_mode(value: object) -> str:
 
 
 def offload_choice(value: object) -> object:
-    """``offload=`` checked: ``none`` (or ``None``), ``auto``, or a fraction in (0, 1] (a number or
-    its text); a ``ValueError`` naming the choices otherwise."""
+    """``offload=`` checked: ``none`` (or ``None``, or a fraction of 0: nothing is copied, as
+    ``ctrlmem run --offload 0``), ``auto``, or a fraction in (0, 1] (a number or its text); a
+    ``ValueError`` naming the choices otherwise."""
     if value is None or value == "none":
         return "none"
     if value == "auto":
@@ -46,6 +47,8 @@ def offload_choice(value: object) -> object:
         x = float(value) if not isinstance(value, bool) else None
     except (TypeError, ValueError):
         x = None
+    if x == 0:
+        return "none"
     if x is None or not 0 < x <= 1:
         raise ValueError(f"offload must be none, auto or a fraction in (0, 1] of each forward's activation, got {value!r}")
     return x

@@ -102,3 +102,49 @@ def test_notebook_simulates_several_schedules_in_one_point(tmp_path):
                         "out_dir": str(tmp_path / "b")}, progress_bar=False)
     bad = json.loads((tmp_path / "b" / "result.json").read_text())
     assert bad["status"] == "failed" and bad["reason"].startswith("no-such: schedule 'no-such' is not registered")
+
+
+def test_simulated_points_take_the_levers():
+    """recompute/offload/offload_cost reach cm.build on the simulated path: full recomputation is
+    1F1B-R (same makespan and peak, an R per forward), an offload counts its copies and frees
+    memory, and 1F1B stays the baseline the ratios are taken against."""
+    import ctrlmem as cm
+
+    plain = points.simulate_point("1f1b", 4, 8)
+    full = points.simulate_point("1f1b", 4, 8, recompute="full")
+    ref = cm.simulate(cm.build("1f1b-r", 4, 8))
+    assert full["recomputed_forwards"] == 4 * 8 and full["offloaded_forwards"] == 0
+    assert (full["makespan"], full["peak_memory_a"]) == (ref.makespan, ref.max_peak_memory)
+    assert full["memory_vs_1f1b"] == ref.max_peak_memory / plain["peak_memory_a"] < 1
+    off = points.simulate_point("1f1b", 4, 8, offload=0.5, offload_cost=0.25)
+    assert off["offloaded_forwards"] > 0 and off["peak_memory_a"] < plain["peak_memory_a"]
+    assert off["costs"]["offload"] == 0.25 and "offload cost 0.25" in off["how"]
+    assert points.simulate_point("1f1b", 4, 8, offload=0)["offloaded_forwards"] == 0
+    with pytest.raises(ValueError, match="recompute must be one of"):
+        points.simulate_point("1f1b", 4, 8, recompute="yes")
+
+
+def test_real_run_commands_carry_fixed_levers_and_refuse_auto():
+    """A real point's levers become `ctrlmem run --recompute/--offload`; none (or offload 0) adds
+    nothing; 'auto' (a simulated search) is refused with what to give instead."""
+    cmd = points.run_command("1f1b", 2, 4, "gloo", "out", recompute="selective", offload=0.5)
+    assert cmd[cmd.index("--recompute") + 1] == "selective" and float(cmd[cmd.index("--offload") + 1]) == 0.5
+    bare = points.run_command("1f1b", 2, 4, "gloo", "out", offload=0)
+    assert "--recompute" not in bare and "--offload" not in bare
+    for kw in ({"recompute": "auto"}, {"offload": "auto"}):
+        with pytest.raises(ValueError, match="real run takes fixed levers"):
+            points.run_command("1f1b", 2, 4, "gloo", "out", **kw)
+    with pytest.raises(ValueError, match="fraction in"):
+        points.real_run_point("1f1b", 2, 4, backend="gloo", launcher="local", quick=True, out_dir="unused",
+                              offload=2)
+
+
+def test_run_ids_name_the_levers_of_a_point():
+    """Points that differ only in their levers get ids that say so; points without levers keep
+    their old ids."""
+    from ctrlmem.experiments.config import make_run_id
+
+    assert make_run_id({"schedule": "1f1b", "p": 2, "m": 4, "recompute": "full"}).startswith("1f1b_2_4_recompute-full_")
+    assert make_run_id({"schedule": "1f1b", "p": 2, "m": 4, "offload": 0.5}).startswith("1f1b_2_4_offload-0.5_")
+    assert make_run_id({"schedule": "1f1b", "p": 2, "m": 4, "offload": "none"}).startswith("1f1b_2_4_")
+    assert make_run_id({"schedule": "1f1b", "p": 2, "m": 4, "offload": "none"}).count("_") == 3

@@ -411,6 +411,8 @@ def make_run_id(params: Mapping[str, Any]) -> str:
     digest = hashlib.sha1(canonical.encode()).hexdigest()[:8]
     parts = [str(params[k]) for k in ("schedule", "schedules", "model", "p", "m")
              if k in params and (k != "schedules" or params[k])]
+    # the levers name the point too (three 1F1B points with different levers stay told apart)
+    parts += [f"{k}-{params[k]}" for k in ("recompute", "offload") if params.get(k) not in (None, "none", 0)]
     label = "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", x) for x in parts) or "run"
     return f"{label}_{digest}"
 

@@ -7,6 +7,7 @@ import json
 
 from ctrlmem.cli.args import float_arg, int_arg, memory_limit_arg
 from ctrlmem.model.costs import Costs
+from ctrlmem.model.ir import Op
 from ctrlmem.model.simulate import simulate
 from ctrlmem.solver.optimal import MAX_TIME_LIMIT, PLACEMENTS, optimal
 from ctrlmem.util.fileio import atomic_write, check_output_path
@@ -18,8 +19,10 @@ def _cmd_optimal(args: argparse.Namespace) -> int:
     if args.text:
         check_output_path(args.text)  # before the solver runs, not after
     costs = Costs.parse(args.costs)  # a ValueError naming the bad part: one line, exit status 2
-    r = optimal(args.devices, args.microbatches, costs, args.memory_limit, args.placement, args.time_limit, args.workers)
+    r = optimal(args.devices, args.microbatches, costs, args.memory_limit, args.placement, args.time_limit, args.workers,
+                recompute=args.recompute)
     sim = simulate(r.schedule, costs)
+    recomputed = sum(1 for row in r.schedule.device_passes for ps in row if ps.op is Op.R)
     if args.json:
         print(json.dumps({
             "num_devices": args.devices, "num_microbatches": args.microbatches, "costs": costs.to_dict(),
@@ -27,6 +30,7 @@ def _cmd_optimal(args: argparse.Namespace) -> int:
             "makespan": r.makespan, "lower_bound": r.lower_bound, "gap": r.gap, "seed": list(r.seed),
             "wall_s": round(r.wall_s, 3), "peak_memory": sim.peak_memory, "bubble_rate": sim.bubble_rate,
             "max_span": max(sim.device_spans), "schedule": r.schedule.to_text(),
+            "recompute": args.recompute, "recomputed_forwards": recomputed,
         }))
     else:
         lim = "none" if args.memory_limit is None else f"{args.memory_limit:g}"
@@ -34,9 +38,15 @@ def _cmd_optimal(args: argparse.Namespace) -> int:
               f"placement={args.placement}")
         print(f"  status {r.status} after {r.wall_s:.1f} s; makespan {r.makespan:g}, lower bound "
               f"{r.lower_bound:g} (gap {100 * r.gap:.2f} %)")
-        print(f"  heuristic seed {r.seed[0]}: makespan {r.seed[1]:g} ({r.seed[1] / r.makespan:.4f}x the solver's)")
+        if r.seed[0]:
+            print(f"  heuristic seed {r.seed[0]}: makespan {r.seed[1]:g} ({r.seed[1] / r.makespan:.4f}x the solver's)")
+        else:
+            print("  heuristic seed: none fits the budget (the solver started from nothing)")
         print(f"  peak {max(sim.peak_memory):g} a, longest span {max(sim.device_spans):g}, bubble rate "
               f"{sim.bubble_rate:.4f}")
+        if args.recompute != "none":
+            total = r.schedule.num_stages * args.microbatches
+            print(f"  recompute {args.recompute} allowed: the solver recomputes {recomputed} of {total} forwards")
     if args.text:
         atomic_write(args.text, r.schedule.to_text() + "\n")
     return 0
@@ -56,6 +66,9 @@ def add_commands(subparsers) -> None:
     p.add_argument("--time-limit", type=float_arg(maximum=MAX_TIME_LIMIT, what="seconds"), default=60.0,
                    help="seconds for the whole search: heuristic hint, model, solver (default 60)")
     p.add_argument("--workers", type=int_arg(1, 256), default=2, help="solver threads (default 2)")
+    p.add_argument("--recompute", choices=("none", "full", "selective"), default="none",
+                   help="let the solver recompute any forward in this mode, its choice per stage and microbatch "
+                        "(an R pass before its B; docs/theory.md §13); the bound then covers such schedules too")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--text", metavar="FILE", help="also write the schedule in ctrlmem's text form")
     p.set_defaults(func=_cmd_optimal)

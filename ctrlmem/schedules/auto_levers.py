@@ -18,7 +18,7 @@ included, so the levers are used only when they are faster.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Iterable
 
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Op, Schedule
@@ -31,11 +31,15 @@ _EPS = 1e-9
 
 
 def search_with_levers(generate: Callable[[float], Schedule], memory_limit: float, costs: Costs,
-                       recompute: str, offload: object) -> Schedule:
+                       recompute: str, offload: object,
+                       patterns: Callable[[], Iterable[Schedule]] = tuple) -> Schedule:
     """The fastest schedule within ``memory_limit`` (a fraction of 1F1B's peak ``p·a``) among the
-    budgeted search's own (``generate(limit)``) and its schedules at looser budgets brought under
-    the limit with levers. ``recompute`` is ``none``, ``selective``, ``full`` or ``auto`` (both
-    modes tried); ``offload`` ``none``, a fraction or ``auto`` (fraction 1)."""
+    budgeted search's own (``generate(limit)``), its schedules at looser budgets brought under
+    the limit with levers, and the fixed ``patterns()`` of its placement brought under it the same
+    way (1F1B for the sequential placement: at 0.3 of 1F1B's memory, p = 6, m = 12, costs
+    2,3,1,0.2, it gives 1F1B-R's 128 where the looser seeds gave nothing and reordering 396).
+    ``recompute`` is ``none``, ``selective``, ``full`` or ``auto`` (both modes tried); ``offload``
+    ``none``, a fraction or ``auto`` (fraction 1)."""
     modes = {"auto": ("selective", "full"), "none": (None,)}.get(recompute, (recompute,))
     fraction = None if offload == "none" else 1.0 if offload == "auto" else float(offload)
     best: tuple[float, float, Schedule] | None = None
@@ -46,23 +50,30 @@ def search_with_levers(generate: Callable[[float], Schedule], memory_limit: floa
     if plain is not None:
         r = simulate(plain, costs)
         best = (r.makespan, r.max_peak_memory, plain)
+    def consider(seed: Schedule) -> bool:
+        nonlocal best
+        cap = memory_limit * seed.num_devices
+        any_fit = False
+        for mode in modes:
+            fitted = fit_with_levers(seed, cap, costs, mode, fraction)
+            if fitted is None:
+                continue
+            any_fit = True
+            r = simulate(fitted, costs)
+            if best is None or (r.makespan, r.max_peak_memory) < best[:2]:
+                best = (r.makespan, r.max_peak_memory, fitted)
+        return any_fit
+
     fitted_before = last_fitted = False
     for loose in _looser(memory_limit):
         # a looser seed needs more levers: once one fitted, the search stops at the first that
         # does not (each seed is a whole search)
         if fitted_before and not last_fitted:
             break
-        seed = generate(loose)
-        cap = memory_limit * seed.num_devices
-        last_fitted = False
-        for mode in modes:
-            fitted = fit_with_levers(seed, cap, costs, mode, fraction)
-            if fitted is None:
-                continue
-            last_fitted = fitted_before = True
-            r = simulate(fitted, costs)
-            if best is None or (r.makespan, r.max_peak_memory) < best[:2]:
-                best = (r.makespan, r.max_peak_memory, fitted)
+        last_fitted = consider(generate(loose))
+        fitted_before = fitted_before or last_fitted
+    for seed in patterns():
+        consider(seed)
     if best is None:
         raise ValueError(f"no schedule fits memory_limit={memory_limit:g} of 1F1B's peak even with the levers "
                          f"(recompute={recompute}, offload={offload}); raise the limit"

@@ -248,7 +248,23 @@ def _auto(name: str, spec: ScheduleSpec, p: int, m: int, kwargs: dict, recompute
     def generate(limit: float) -> Schedule:
         return spec.func(p, m, **{**kwargs, "memory_limit": limit})
 
-    return search_with_levers(generate, kwargs["memory_limit"], kwargs.get("costs") or Costs(), recompute, offload)
+    def patterns() -> Iterator[Schedule]:
+        # the placement's fixed patterns, whose W follows its B: every lever frees what they hold
+        for other in LEVER_SEEDS.get(name, ()):
+            if other in SCHEDULES:
+                o = SCHEDULES[other]
+                yield o.func(p, m, **({"costs": kwargs["costs"]} if o.uses_costs and "costs" in kwargs else {}))
+
+    return search_with_levers(generate, kwargs["memory_limit"], kwargs.get("costs") or Costs(), recompute, offload,
+                              patterns=patterns)
+
+
+LEVER_SEEDS: Mapping[str, tuple[str, ...]] = {"zb": ("1f1b",), "v-shape": ("v-min", "v-half")}
+"""Per budgeted search, the fixed patterns of its placement that ``recompute``/``offload="auto"``
+also brings under the budget with levers (:func:`ctrlmem.schedules.auto_levers.search_with_levers`):
+their ``W`` follows its ``B``, so a lever frees all a forward holds (the search's own schedules at
+looser budgets defer ``W`` passes, which no lever frees). 1F1B with every forward recomputed is
+1F1B-R."""
 
 
 def is_schedule_file(name: str) -> bool:

@@ -109,7 +109,7 @@ def chains(placement: Placement, costs: Costs, fused: bool = False):
 
 
 def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | None,
-                    fused: bool = False) -> dict[str, float]:
+                    fused: bool = False, recompute: str = "none") -> dict[str, float]:
     """Lower bounds on the makespan of every schedule of ``placement``, ``m`` microbatches and
     ``costs`` whose devices peak at most at ``cap`` (``a``; ``None``: no limit), with the
     default memory model (each stage's activation ``p/S``, released at its ``W``, or at its
@@ -130,6 +130,15 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
     * ``"one at a time"``: when the cap holds just one microbatch's activations on a device, each
       forward of its highest stage waits until the microbatch before has released everything
       there, so the microbatches pass that point one release chain apart.
+
+    ``recompute`` ``"full"`` or ``"selective"``: the bounds hold for every schedule that may
+    recompute any forward in that mode too (docs/theory.md §13). A recomputed forward holds only
+    ``κ = Costs.kept_fraction`` of its activation until its ``R`` and the whole of it from the
+    ``R``'s start to the ``W``'s end, so each microbatch holds at least
+    ``act_s · (κ ℓ_s + (1 − κ) · min(ℓ_s, r_s + b_s + w_s))`` over time in ``"memory"``; the
+    bounds that count whole activations held before the first backward (``"warm-up"``, ``"last
+    forward"``, ``"one at a time"``) do not hold then and are 0; ``"device"`` holds as it is
+    (an ``R`` only adds work).
     """
     S, p = placement.num_stages, placement.num_devices
     head_f, head_b, tail_b, (f, b, w) = chains(placement, costs, fused)
@@ -142,6 +151,12 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
     act = p / S
     n_act = math.inf if cap is None else math.floor(cap / act + 1e-9)
     life = shortest_lifespans(placement, costs)
+    if recompute != "none":  # the least memory × time a microbatch of each stage may hold (above)
+        kappa = costs.kept_fraction(recompute)
+        rec = costs.recompute_times(S, p, recompute)
+        life = [kappa * x + (1 - kappa) * min(x, rec[s] + b[s] + w[s])
+                for s, x in enumerate(life)]
+        n_act = math.inf
     out = {"device": 0.0, "memory": 0.0, "warm-up": 0.0, "last forward": 0.0, "one at a time": 0.0}
     for d in range(p):
         st = placement.stages_of(d)
@@ -192,6 +207,7 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
     return out
 
 
-def makespan_bound(placement: Placement, m: int, costs: Costs, cap: float | None, fused: bool = False) -> float:
+def makespan_bound(placement: Placement, m: int, costs: Costs, cap: float | None, fused: bool = False,
+                   recompute: str = "none") -> float:
     """The best of :func:`makespan_bounds` (a lower bound on every schedule's makespan within ``cap``)."""
-    return max(makespan_bounds(placement, m, costs, cap, fused).values()) * (1 - 1e-12)
+    return max(makespan_bounds(placement, m, costs, cap, fused, recompute).values()) * (1 - 1e-12)

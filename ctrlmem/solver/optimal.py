@@ -16,13 +16,20 @@ The model (integer-scaled costs; one interval per pass):
 * activation memory is a reservoir per device, in half-``a`` units: ``+act`` at each ``F``'s
   start, ``−act`` at its ``W``'s end, never above ``⌊2p · memory_limit⌋`` (releases count first
   at equal times, as in :func:`ctrlmem.simulate`);
-* the makespan is the last end over all passes (all devices start at 0), minimised.
+* the makespan is the last end over all passes (all devices start at 0), minimised;
+* with ``recompute`` allowed (``"full"`` or ``"selective"``, docs/theory.md §13), each forward
+  may be recomputed, the solver's choice: a Boolean per stage and microbatch makes an optional
+  ``R`` interval on the stage's device, after its ``F`` and before its ``B``; the forward gives
+  back all but ``Costs.kept_fraction`` of its activation at its start and the ``R`` takes it again
+  at its start (:func:`ctrlmem.simulate`'s accounting). Memory is then counted in ``a / 2K``
+  units, ``K`` the kept fraction's denominator (17 for the default 2/34).
 
 Symmetry breaking: microbatches are identical, so each (stage, pass type) runs them in order
 (relabelling microbatches from the first stage where two overtake turns any schedule into one
-of this form with the same times and memory). Redundant bounds: every device needs at least the
-time for the first forward to reach it plus its work. Importing ``ortools`` happens on the first
-call only.
+of this form with the same times and memory). With recompute allowed microbatches differ by their
+choices, so only the whole relabelling is used: the first stage's forwards run in order. Redundant
+bounds: every device needs at least the time for the first forward to reach it plus its work
+(recomputes only add to it). Importing ``ortools`` happens on the first call only.
 """
 
 from __future__ import annotations
@@ -31,11 +38,12 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from fractions import Fraction
 
 from ctrlmem.util import checks
 from ctrlmem.model.costs import Costs, MemoryModel
-from ctrlmem.model.ir import Op, Pass, Placement, Schedule
+from ctrlmem.model.ir import RECOMPUTE_MODES, Op, Pass, Placement, Schedule
 from ctrlmem.schedules.registry import register
 from ctrlmem.model.simulate import simulate
 from ctrlmem.schedules.registry import build
@@ -114,11 +122,12 @@ milliseconds, so that the time limit also holds for the hint search."""
 
 
 def _seed(p: int, m: int, costs: Costs, limit: float | None, placement: str,
-          deadline: float) -> tuple[str, Schedule, float] | None:
+          deadline: float, recompute: str = "none") -> tuple[str, Schedule, float] | None:
     """The fastest heuristic schedule within the budget (the solver's hint and fallback) and its
     makespan. The fixed patterns come first; the searches (slow at large sizes) only on
     instances of at most :data:`SEARCH_SEED_PASSES` passes, and no candidate starts after
-    ``deadline``."""
+    ``deadline``. With ``recompute`` allowed the fixed patterns also come fully recomputed, and
+    the searches choose what to recompute (``recompute="auto"``)."""
 
     if placement == "v-shape":
         fixed, searched = ["v-min", "v-half", "v-zb"], ["v-shape", "v-min", "v-half", "v-zb"]
@@ -126,20 +135,26 @@ def _seed(p: int, m: int, costs: Costs, limit: float | None, placement: str,
     else:
         fixed, searched = ["1f1b", "zb-h1", "zb-h2"], ["zb"]
         stages = p
-    candidates = [(name, False) for name in fixed]
+    candidates = [(name, False, "none") for name in fixed]
+    if recompute != "none":
+        candidates += [(name, False, recompute) for name in fixed]
     if 3 * stages * m <= SEARCH_SEED_PASSES:
-        candidates += [(name, True) for name in searched]
+        candidates += [(name, True, "none") for name in searched]
+        if recompute != "none" and limit is not None:
+            candidates += [(name, True, "auto") for name in searched if name in ("v-shape", "zb")]
     best = None
     cap = None if limit is None else limit * p + 1e-9
-    for name, adapted in candidates:
+    for name, adapted, lever in candidates:
         if time.monotonic() >= deadline:
             log.info("optimal: hint search stopped at the time limit (before %s)", name)
             break
         try:
             kw = {"memory_limit": limit if limit is not None else 2.0} if name in ("v-shape", "zb") else {}
-            s = build(name, p, m, costs=costs if adapted else None, **kw)
+            s = build(name, p, m, costs=costs if adapted else None, recompute=lever, **kw)
         except ValueError:
             continue
+        if s.recomputes and s.recompute_mode != recompute:
+            continue  # "auto" may choose the other mode; the model allows one
         r = simulate(s, costs)
         if cap is not None and max(r.peak_memory) > cap:
             continue
@@ -148,9 +163,13 @@ def _seed(p: int, m: int, costs: Costs, limit: float | None, placement: str,
     return best
 
 
-def _check_arguments(num_devices, num_microbatches, costs, memory_limit, placement, time_limit, workers):
+def _check_arguments(num_devices, num_microbatches, costs, memory_limit, placement, time_limit, workers,
+                     recompute="none"):
     """The arguments as plain values, checked as :func:`ctrlmem.build` checks its own (numpy
     numbers and costs text accepted; errors name the argument)."""
+    if recompute not in ("none", *RECOMPUTE_MODES):
+        raise ValueError(f"recompute must be none, {' or '.join(RECOMPUTE_MODES)} (the solver chooses which "
+                         f"forwards to recompute in that mode), got {checks.short_repr(recompute)}")
     p = checks.integer("num_devices", num_devices)
     m = checks.integer("num_microbatches", num_microbatches)
     if not isinstance(placement, str) or placement not in PLACEMENTS:
@@ -171,6 +190,16 @@ def _check_arguments(num_devices, num_microbatches, costs, memory_limit, placeme
     return p, m, costs, limit, seconds, threads
 
 
+def kept_units(fraction: float) -> tuple[int, int, bool]:
+    """``fraction`` as ``(N, K, exact)`` with ``N / K`` it (``K`` ≤ 1000), rounded up when no such
+    ``K`` is exact: the model then keeps a little more than the truth, so its schedules fit."""
+    q = Fraction(fraction).limit_denominator(1000)
+    if abs(float(q) - fraction) < 1e-12:
+        return q.numerator, q.denominator, True
+    k = 1000
+    return min(k, math.ceil(fraction * k - 1e-12)), k, False
+
+
 MAX_TIME_LIMIT = 7 * 24 * 3600.0
 """Largest ``time_limit`` accepted (a week, in seconds)."""
 
@@ -183,6 +212,7 @@ def optimal(
     placement: str = "v-shape",
     time_limit: float = 60.0,
     workers: int = 2,
+    recompute: str = "none",
 ) -> OptimalResult:
     """The shortest-makespan schedule for ``num_devices`` × ``num_microbatches`` under ``costs``
     within ``memory_limit`` (fraction of 1F1B's ``p·a``; ``None``: unlimited), by CP-SAT.
@@ -190,7 +220,10 @@ def optimal(
     ``placement``: ``"v-shape"`` (device ``i`` holds stages ``i`` and ``2p−1−i``, the V family's
     placement) or ``"sequential"`` (one stage per device, as 1F1B and ZB). The backward is
     split (``B`` and ``W``). ``costs``: as :func:`ctrlmem.build` takes them (a ``Costs``, text
-    ``"F,B,W[,COMM]"``, a tuple). ``workers``: the solver's threads.
+    ``"F,B,W[,COMM]"``, a tuple). ``workers``: the solver's threads. ``recompute`` ``"full"`` or
+    ``"selective"`` lets the solver recompute any forward in that mode (an ``R`` pass of
+    ``Costs.recompute_times``, keeping ``Costs.kept_fraction`` until it): the schedule says which,
+    and the bound is then a lower bound over every schedule that may recompute.
 
     ``time_limit`` (seconds) bounds the whole call: the heuristic hint, building the model and
     solving. When it runs out first the result is the best heuristic schedule with status
@@ -203,7 +236,8 @@ def optimal(
     """
     t_start = time.monotonic()
     p, m, costs, limit, seconds, threads = _check_arguments(
-        num_devices, num_microbatches, costs, memory_limit, placement, time_limit, workers)
+        num_devices, num_microbatches, costs, memory_limit, placement, time_limit, workers, recompute)
+    levers = recompute != "none"
     deadline = t_start + seconds
     from ortools.sat.python import cp_model  # noqa: PLC0415 - ortools takes ~1 s to import; only the solver needs it
 
@@ -211,17 +245,27 @@ def optimal(
     S = P.num_stages
     f, b, w = costs.stage_times(S, p)
     act_a = MemoryModel().stage_activation(S, p)
-    act = [int(round(2 * x)) for x in act_a]  # half-a units
+    # memory units: a / 2K (half-a units when nothing is recomputed); a recomputed forward keeps N / K
+    keep_n, unit, keep_exact = kept_units(costs.kept_fraction(recompute)) if levers else (1, 1, True)
+    act = [int(round(2 * x)) * unit for x in act_a]
+    kept = [a // unit * keep_n for a in act]
     cap = None
     if limit is not None:
-        cap = math.floor(2 * p * limit + 1e-9)
-        need = max(sum(act[s] for s in P.stages_of(d)) for d in range(p))
+        cap = math.floor(2 * unit * p * limit + 1e-9)
+        # without levers a device holds one microbatch of each of its stages; recomputing, at least
+        # one stage's whole activation (its F or its R running) beside what the others keep
+        need = max(max(act[s] + sum(kept[t] for t in P.stages_of(d) if t != s) for s in P.stages_of(d))
+                   if levers else sum(act[s] for s in P.stages_of(d)) for d in range(p))
         if cap < need:
             raise ValueError(
                 f"memory_limit={limit:g} cannot hold one microbatch on a device (p={p}, {placement}); "
-                f"the smallest feasible limit is {need / (2 * p):.6g}"
+                f"the smallest feasible limit is {need / (2 * unit * p):.6g}"
+                + ("" if levers else "; recompute='full' (--recompute full) lets forwards keep only their input")
             )
-    k, exact = integer_scale(list(f) + list(b) + list(w) + [float(costs.comm)])
+    rec = costs.recompute_times(S, p, recompute) if levers else []
+    k, exact = integer_scale(list(f) + list(b) + list(w) + list(rec) + [float(costs.comm)])
+    exact = exact and keep_exact
+    Rt = [int(round(x * k)) for x in rec]
     F = [int(round(x * k)) for x in f]
     B = [int(round(x * k)) for x in b]
     Wt = [int(round(x * k)) for x in w]
@@ -229,7 +273,7 @@ def optimal(
     dev = [P.device_of(s) for s in range(S)]
 
     # the hint search may use at most half of the time: the solver needs the rest
-    seed = _seed(p, m, costs, limit, placement, t_start + 0.5 * seconds)
+    seed = _seed(p, m, costs, limit, placement, t_start + 0.5 * seconds, recompute)
     seed_make = seed[2] if seed else math.inf
 
     def out_of_time(where: str) -> OptimalResult:
@@ -249,6 +293,7 @@ def optimal(
     st: dict[tuple[int, int, int], object] = {}
     en: dict[tuple[int, int, int], object] = {}
     per_dev: list[list] = [[] for _ in range(p)]
+    use: dict[tuple[int, int], object] = {}
     dur = (F, B, Wt)
     for s in range(S):
         if time.monotonic() >= deadline:
@@ -260,6 +305,14 @@ def optimal(
                 iv = model.NewIntervalVar(a, dur[o][s], e, f"i{o}_{s}_{mb}")
                 st[o, s, mb], en[o, s, mb] = a, e
                 per_dev[dev[s]].append(iv)
+            if levers:  # an optional R: present when the forward is recomputed
+                on = model.NewBoolVar(f"r_{s}_{mb}")
+                a = model.NewIntVar(0, horizon, f"s3_{s}_{mb}")
+                e = model.NewIntVar(0, horizon, f"e3_{s}_{mb}")
+                per_dev[dev[s]].append(model.NewOptionalIntervalVar(a, Rt[s], e, on, f"i3_{s}_{mb}"))
+                st[3, s, mb], en[3, s, mb], use[s, mb] = a, e, on
+                model.Add(a >= en[0, s, mb]).OnlyEnforceIf(on)
+                model.Add(st[1, s, mb] >= e).OnlyEnforceIf(on)
     for d in range(p):
         model.AddNoOverlap(per_dev[d])
     for s in range(S):
@@ -275,18 +328,28 @@ def optimal(
             else:
                 model.Add(st[1, s, mb] >= en[0, s, mb])
             model.Add(st[2, s, mb] >= en[1, s, mb])
-            if mb > 0:  # symmetry breaking: identical microbatches run in order
+            if mb > 0 and not levers:  # symmetry breaking: identical microbatches run in order
                 for o in range(3):
                     model.Add(st[o, s, mb] >= en[o, s, mb - 1])
+            elif mb > 0 and s == 0:  # microbatches differ by their choices: relabel by the first forwards
+                model.Add(st[0, s, mb] >= en[0, s, mb - 1])
     if cap is not None:
         for d in range(p):
             if time.monotonic() >= deadline:
                 return out_of_time("while building the model")
-            times, deltas = [], []
+            times, deltas, active = [], [], []
             for s in P.stages_of(d):
                 for mb in range(m):
                     times += [st[0, s, mb], en[2, s, mb]]
                     deltas += [act[s], -act[s]]
+                    active += [model.NewConstant(1)] * 2
+                    if levers:  # a recomputed forward gives back all it does not keep; its R takes it again
+                        times += [st[0, s, mb], st[3, s, mb]]
+                        deltas += [kept[s] - act[s], act[s] - kept[s]]
+                        active += [use[s, mb]] * 2
+            if levers:
+                model.AddReservoirConstraintWithActive(times, deltas, active, 0, cap)
+                continue
             model.AddReservoirConstraint(times, deltas, 0, cap)
             # redundant: at most cap // act activations of one stage live at once, and Fs and Ws
             # run in microbatch order, so F of microbatch k + j waits for W of microbatch k
@@ -296,7 +359,8 @@ def optimal(
                     model.Add(st[0, s, mb + j] >= en[2, s, mb])
     makespan = model.NewIntVar(0, horizon, "makespan")
     for s in range(S):  # every pass ends by its W's end, and Ws run in order: the last W ends last
-        model.Add(makespan >= en[2, s, m - 1])
+        for mb in range(m) if levers else (m - 1,):
+            model.Add(makespan >= en[2, s, mb])
     # redundant bound: the first forward reaches device d, then the device does its work
     head = [0] * S
     for s in range(1, S):
@@ -307,9 +371,19 @@ def optimal(
     model.Minimize(makespan)
     if seed:
         r = simulate(seed[1], costs)
+        hinted = set()
         for tp in r.passes:
-            o = {Op.F: 0, Op.B: 1, Op.W: 2}[tp.op]
-            model.AddHint(st[o, tp.stage, tp.microbatch], int(round(tp.start * k)))
+            t = int(round(tp.start * k))
+            if tp.op is Op.BW:  # a fused backward: its B, then its W
+                model.AddHint(st[1, tp.stage, tp.microbatch], t)
+                model.AddHint(st[2, tp.stage, tp.microbatch], t + B[tp.stage])
+                continue
+            o = {Op.F: 0, Op.B: 1, Op.W: 2, Op.R: 3}[tp.op]
+            if (o, tp.stage, tp.microbatch) in st:
+                model.AddHint(st[o, tp.stage, tp.microbatch], t)
+                hinted.add((o, tp.stage, tp.microbatch))
+        for (s, mb), on in use.items():
+            model.AddHint(on, (3, s, mb) in hinted)
     # what is left of the time limit, less a margin for reading the solution back
     left = deadline - time.monotonic() - min(0.5, 0.05 * seconds)
     if left <= 0.01:
@@ -336,12 +410,17 @@ def optimal(
                 for mb in range(m):
                     for o, op in enumerate((Op.F, Op.B, Op.W)):
                         row.append((solver.Value(st[o, s, mb]), o, Pass(op, s, mb)))
+                    if levers and solver.Value(use[s, mb]):
+                        row.append((solver.Value(st[3, s, mb]), 0.5, Pass(Op.R, s, mb)))
             row.sort(key=lambda x: (x[0], x[1]))
             orders.append([x[2] for x in row])
-        sched = Schedule.from_orders(
-            "optimal", P, m, orders,
-            {"placement": placement, "memory_limit": limit, "status": "optimal" if code == cp_model.OPTIMAL else "feasible"},
-        )
+        params = {"placement": placement, "memory_limit": limit,
+                  "status": "optimal" if code == cp_model.OPTIMAL else "feasible"}
+        if levers:
+            params["recompute"] = recompute
+        sched = Schedule.from_orders("optimal", P, m, orders, params)
+        if sched.recomputes:
+            sched = replace(sched, recompute_mode=recompute)
         make = simulate(sched, costs).makespan
         if seed and seed_make < make:  # rounding of inexact costs: keep the better one
             sched, make = seed[1], seed_make

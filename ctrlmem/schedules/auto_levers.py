@@ -2,17 +2,19 @@
 memory-budgeted schedule (``v-shape``, ``zb``; docs/theory.md §13).
 
 A greedy on top of the budgeted search. Reordering alone pays a growing bubble below V-Min's
-memory; the levers pay a recompute or a copy instead. For each looser budget ``L' = L·2^j``
-(below 1F1B's memory; the first looser one that fits no more ends it once one did) the search's
-schedule at ``L'`` is taken and, on every device still above the budget ``L``, levers are put
-on its forwards in order of their lifespan (the time from the forward's end to its backward's
-start: the longest hide a copy best, PipeOffload's insight) until the device fits (:func:`fit_with_levers`: with offload allowed, each round takes just the
-forwards whose saving spans the stretches of the memory curve above the budget; recompute alone
-an eighth of them a round). A forward is offloaded when offload is allowed and its lifespan
-covers the copy out and back (``2 · Costs.offload`` per ``a``), else recomputed when recompute
-is allowed; when the offloads stop lowering the memory (the copy lanes are full), recomputes
-take over. The fastest schedule within the budget wins, the reordering-only one at ``L``
-included, so the levers are used only when they are faster.
+memory; the levers pay a recompute or a copy instead. The seeds are the search's schedules at
+looser budgets ``L' = L·2^j`` (below 1F1B's memory; the first looser one that fits no more ends
+them once one did) and the placement's fixed patterns whose ``W`` follows its ``B`` (1F1B; V-Min
+and V-Half: ``registry.LEVER_SEEDS``). On every device of a seed still above the budget ``L``,
+levers are put on its forwards in order of their lifespan (the time from the forward's end to
+its backward's start: the longest hide a copy best, PipeOffload's insight) until the device fits
+(:func:`fit_with_levers`: with offload allowed, each round takes just the forwards whose saving
+spans the stretches of the memory curve above the budget; recompute alone an eighth of them a
+round). A forward is offloaded when offload is allowed and its lifespan covers the copy out and
+back (``2 · Costs.offload`` per ``a``), else recomputed when recompute is allowed; when the
+offloads stop lowering the memory (the copy lanes are full), recomputes take over. With both
+allowed, recompute alone is fitted too. The fastest schedule within the budget wins, the
+reordering-only one at ``L`` included, so the levers are used only when they are faster.
 """
 
 from __future__ import annotations
@@ -50,12 +52,19 @@ def search_with_levers(generate: Callable[[float], Schedule], memory_limit: floa
     if plain is not None:
         r = simulate(plain, costs)
         best = (r.makespan, r.max_peak_memory, plain)
+    # with both levers allowed, recompute alone too: offloads first fill the copy lanes and then
+    # leave recomputes less to do than they would have done alone (worse on 47 of 114 cases,
+    # p = 4-16, budgets 1/p-0.4, three cost mixes), so both together must not be all that is tried
+    combos = [(mode, fraction) for mode in modes]
+    if fraction is not None:
+        combos += [(mode, None) for mode in modes if mode is not None]
+
     def consider(seed: Schedule) -> bool:
         nonlocal best
         cap = memory_limit * seed.num_devices
         any_fit = False
-        for mode in modes:
-            fitted = fit_with_levers(seed, cap, costs, mode, fraction)
+        for mode, share in combos:
+            fitted = fit_with_levers(seed, cap, costs, mode, share)
             if fitted is None:
                 continue
             any_fit = True

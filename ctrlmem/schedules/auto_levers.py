@@ -60,19 +60,33 @@ def search_with_levers(generate: Callable[[float], Schedule], memory_limit: floa
         combos += [(mode, None) for mode in modes if mode is not None]
 
     def consider(seed: Schedule) -> bool:
+        """Fit ``seed`` with each lever choice; whether one fitted."""
         nonlocal best
         cap = memory_limit * seed.num_devices
-        any_fit = False
+        # levers only add work and waits to fixed orders, so nothing fitted from a seed is faster
+        # than the seed itself: one no faster than the best so far cannot win
+        own = simulate(seed, costs).makespan
+        if best is not None and own >= best[0]:
+            return True
+        any_fit, done = False, set()
         for mode, share in combos:
+            if best is not None and best[0] <= own + _EPS:
+                break  # a fit as fast as the seed itself: no other lever choice beats it
+            if share in done:
+                continue  # this share's fit needed no recompute: the other mode gives the same
             fitted = fit_with_levers(seed, cap, costs, mode, share)
             if fitted is None:
                 continue
             any_fit = True
+            if not fitted.recomputes:
+                done.add(share)
             r = simulate(fitted, costs)
             if best is None or (r.makespan, r.max_peak_memory) < best[:2]:
                 best = (r.makespan, r.max_peak_memory, fitted)
         return any_fit
 
+    for seed in patterns():  # first: they take no search, and often win, so later seeds are cut
+        consider(seed)
     fitted_before = last_fitted = False
     for loose in _looser(memory_limit):
         # a looser seed needs more levers: once one fitted, the search stops at the first that
@@ -81,8 +95,6 @@ def search_with_levers(generate: Callable[[float], Schedule], memory_limit: floa
             break
         last_fitted = consider(generate(loose))
         fitted_before = fitted_before or last_fitted
-    for seed in patterns():
-        consider(seed)
     if best is None:
         raise ValueError(f"no schedule fits memory_limit={memory_limit:g} of 1F1B's peak even with the levers "
                          f"(recompute={recompute}, offload={offload}); raise the limit"
@@ -118,6 +130,8 @@ def fit_with_levers(schedule: Schedule, cap: float, costs: Costs, mode: str | No
     most of a grid at p = 6-16)."""
     if mode is None and fraction is None:
         return None
+    if fraction is None and _excess(simulate(with_recompute(schedule, mode), costs), cap) > _EPS:
+        return None  # every forward recomputed does not fit: no subset does (recompute alone only lowers memory)
     r = simulate(schedule, costs)
     excess = _excess(r, cap)
     stalled, switched = 0, False

@@ -154,16 +154,22 @@ def test_theoretical_peak_matches_simulation_in_steady_state():
 
 def test_block_views_end_in_a_valid_schedule_and_keep_every_pass():
     """Block → repeat → … → final: the first panel is one microbatch, later panels hold all m."""
-    for name in ("1f1b", "zb-h1", "zb-v"):
-        tls = plot.block_timelines(name, 4, 6)
+    # v-shape and zb take no single microbatch, DualPipe-V no fewer than 2p: their block is
+    # microbatch 0 of the schedule itself (it raised "needs num_microbatches >= 2")
+    for name in ("1f1b", "zb-h1", "zb-v", "v-shape", "zb", "dualpipe-v"):
+        tls = plot.block_timelines(name, 4, 8 if name == "dualpipe-v" else 6)
+        m = 8 if name == "dualpipe-v" else 6
         assert len(tls) >= 4
         assert {tp.microbatch for tp in tls[0].passes} == {0}
         per_mb = len(tls[0].passes)
-        for tl in tls[1:]:
-            assert len(tl.passes) == 6 * per_mb
-            assert {tp.microbatch for tp in tl.passes} == set(range(6))
-        fig = plot.block_figure(name, 4, 6)
+        for i, tl in enumerate(tls[1:], 1):
+            # the registered DualPipe-V fuses some B and W into one pass: count the others only
+            assert len(tl.passes) == m * per_mb or (name == "dualpipe-v" and i == len(tls) - 1)
+            assert {tp.microbatch for tp in tl.passes} == set(range(m))
+        fig = plot.block_figure(name, 4, m)
         assert len([a for a in fig.layout.annotations]) == len(tls)
+    with pytest.raises(ValueError, match="no one-microbatch building block"):
+        plot.block_timelines("dualpipe", 4, 8)
 
 
 def test_lifespans_of_1f1b():

@@ -1142,11 +1142,24 @@ def slot_timeline(passes: Iterable, placement: Placement, title: str, slot: floa
     return PassTimeline(title, placement.num_devices, placement, tps)
 
 
-def _fallback_block(name: str, num_devices: int, costs: Costs | None) -> tuple[list[TimedPass], Placement, float]:
+def _fallback_block(name: str, num_devices: int, costs: Costs | None,
+                    num_microbatches: int = 2) -> tuple[list[TimedPass], Placement, float]:
     """(block, placement, interval) without :mod:`ctrlmem.search.buildingblock`: the schedule built for one
     microbatch, every pass as early as possible, repeated every ``f+b+w`` of one device."""
     costs = costs if costs is not None else Costs()
-    one = simulate(build(name, num_devices, 1, costs=costs), costs)
+    try:
+        one = simulate(build(name, num_devices, 1, costs=costs), costs)
+    except ValueError:
+        # a schedule that takes no single microbatch (v-shape and zb need two, DualPipe-V 2p):
+        # microbatch 0 of its schedule for ``num_microbatches``, in its order on each device, is
+        # the same one-microbatch chain
+        full = build(name, num_devices, max(2, num_microbatches), costs=costs)
+        if full.model_copies > 1:
+            raise ValueError(f"{name} runs {full.model_copies} model copies, each on its own share of the "
+                             f"microbatches: it has no one-microbatch building block to repeat; its schedule view "
+                             f"shows the whole order") from None
+        rows = [[ps for ps in row if ps.microbatch == 0] for row in full.device_passes]
+        one = simulate(Schedule.from_orders(name, full.placement, 1, rows, model_copies=full.model_copies), costs)
     f, b, w = costs.stage_times(one.schedule.num_stages, num_devices)
     interval = max(sum(f[s] + b[s] + w[s] for s in one.schedule.placement.stages_of(d))
                    for d in range(num_devices))
@@ -1182,7 +1195,7 @@ def block_timelines(name: str, num_devices: int, num_microbatches: int,
             label = {"place_w": "place W"}.get(step, step)  # the step's name, in words
             out.append(slot_timeline(rows, tl.placement, f"{label}: {tl.end} slots, peak {peak:g} a"))
         return out
-    block_passes, placement, interval = _fallback_block(name, p, costs)
+    block_passes, placement, interval = _fallback_block(name, p, costs, m)
     rep = repeat_block(block_passes, m, interval)
     squeezed = squeeze_passes(rep, placement, m, costs, name=f"{name}-squeezed")
     final = simulate(build(name, p, m, costs=costs), costs)

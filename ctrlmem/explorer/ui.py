@@ -416,7 +416,7 @@ class Explorer:
             return
         jobs = list(self.view.jobs) if self.view is not None else []
         if self.compare.value == "bubble vs budget":
-            jobs += [job for job in self._sweep()[1] if job not in jobs]
+            jobs += [job for job in self._sweep(figure=False)[1] if job not in jobs]
         self.background.submit(jobs)
         self._show_progress()
         if jobs:
@@ -668,10 +668,11 @@ class Explorer:
             self._block_cache = {key: fig.to_plotly_json()}
         return self._block_cache[key]
 
-    def _sweep(self) -> tuple[dict | None, list[Job]]:
+    def _sweep(self, figure: bool = True) -> tuple[dict | None, list[Job]]:
         """The bubble-vs-budget points of the budgeted schedules (``v-shape``, ``zb``) at the
         current p, m and costs, from the builds done so far (the cache the shown schedules use
-        too), and the builds still to do, coarse budgets first so the curve's shape comes early."""
+        too), and the builds still to do, coarse budgets first so the curve's shape comes early.
+        ``figure=False``: the builds only (what asking the background needs), no figure drawn."""
         view = self.view
         s = view.settings if view is not None else None
         if s is None or view.reference is None:
@@ -693,6 +694,8 @@ class Explorer:
                     jobs.append(Job(name, p, m, want, None, None if stages is not None else job_settings,
                                     limits=tuple(todo)))
             points += [done[x] for x in sorted(done)]
+        if not figure:
+            return None, jobs
         for name, r in view.results.items():
             if name not in budgeted:
                 points.append(_point(name, None, r, view.reference, ref_peak))

@@ -113,3 +113,31 @@ def test_the_worker_dies_with_its_owner():
     finally:
         if owner.poll() is None:
             owner.kill()
+
+
+def test_a_sweep_runs_ahead_of_the_polls(builds):
+    """The worker's answer pipe holds several of a sweep's schedules (each pickled whole, tens
+    of kB at p = 16, m = 64): while nobody polls, the worker goes on building, and the pipe fills
+    past the default 64 kB, where the worker's send used to wait for the explorer's next poll."""
+    fcntl = pytest.importorskip("fcntl")
+    termios = pytest.importorskip("termios")
+    import array
+
+    try:
+        with open("/proc/sys/fs/pipe-max-size") as fh:
+            if int(fh.read()) < 4 * 65536:
+                pytest.skip("this system caps pipe buffers below 256 kB")
+    except OSError:
+        pytest.skip("no /proc/sys/fs/pipe-max-size: not Linux")
+    limits = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+    builds.submit([Job("zb", 16, 64, cm.Costs(), None, limits=limits)])
+    worker = builds._box[0]
+    waiting = array.array("i", [0])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and waiting[0] <= 2 * 65536:
+        time.sleep(0.2)
+        fcntl.ioctl(worker.conn.fileno(), termios.FIONREAD, waiting)  # bytes sent, not read yet
+    assert waiting[0] > 2 * 65536, f"only {waiting[0]} bytes waited in the pipe"
+    results = builds.wait(120)
+    assert [r.job.memory_limit for r in results] == list(limits)
+    assert all(r.schedule is not None and r.schedule.num_microbatches == 64 for r in results)

@@ -251,3 +251,15 @@ def test_every_generator_supports_typical_sizes():
             if name == "dualpipe" and p % 2:  # two pipelines fed from both ends: DualPipe needs an even p
                 continue
             cm.validate(cm.build(name, p, m, **kw))
+
+
+def test_a_schedule_simulated_again_under_new_costs_is_simulated_afresh():
+    """The structural index of a schedule is kept between simulations (an explorer cost edit
+    re-simulates the same orders): a schedule simulated under one set of costs and then another
+    gives exactly what a fresh copy of it gives under the second, levers included."""
+    s = cm.build("v-shape", 4, 8, costs=cm.Costs(1, 1, 1, offload=0.5), memory_limit=0.25,
+                 recompute="auto", offload="auto")
+    for costs in (cm.Costs(1, 1, 1, offload=0.5), cm.Costs(3, 4, 2, 0.1, offload=1.5), cm.Costs(2, 1, 1, 0.3)):
+        a = cm.simulate(s, costs)
+        b = cm.simulate(cm.Schedule.from_text(s.to_text()), costs)
+        assert (a.makespan, a.peak_memory, a.passes, a.copies) == (b.makespan, b.peak_memory, b.passes, b.copies)

@@ -293,3 +293,27 @@ def test_auto_levers_are_at_least_each_lever_alone_and_one_f1b_r(name, p, m, lim
     ref = cm.simulate(cm.build("1f1b-r", p, m), costs)
     if name == "zb" and ref.max_peak_memory <= limit * p + 1e-9:
         assert got["auto", "none"] <= ref.makespan + 1e-9
+
+
+def test_recompute_reaches_below_one_microbatch_per_device_on_the_v_placement():
+    """Below 1/p of 1F1B's memory no V order fits and the V patterns defer W passes (a recomputed
+    stage holds its whole activation from its R to its W); with every W right after its B
+    (w_after_b) a device holds one stage's whole activation at a time, so the lever search fits
+    there (it raised 'no schedule fits' before), within the budget and valid."""
+    from ctrlmem.schedules.auto_levers import w_after_b
+
+    vm = cm.build("v-min", 4, 8)
+    tight = w_after_b(vm)
+    cm.validate(tight)
+    assert tight.compute_only() != vm and sorted(map(sorted, tight.device_passes)) == sorted(map(sorted, vm.device_passes))
+    for row in tight.device_passes:
+        for i, ps in enumerate(row):
+            if ps.op is Op.W:
+                assert row[i - 1].op is Op.B and row[i - 1].stage == ps.stage and row[i - 1].microbatch == ps.microbatch
+    assert w_after_b(tight) is tight
+    limit = 0.75 / 4
+    with pytest.raises(ValueError):
+        cm.build("v-shape", 4, 8, memory_limit=limit)
+    s = cm.build("v-shape", 4, 8, memory_limit=limit, recompute="auto")
+    r = cm.simulate(cm.validate(s))
+    assert s.recomputes and r.max_peak_memory <= limit * 4 + 1e-9

@@ -262,10 +262,11 @@ def test_auto_levers_that_offload_then_recompute_give_a_valid_schedule():
     assert r.makespan <= plain.makespan + 1e-9
 
 
-def test_improve_refuses_levers_by_name():
-    """The solver does not model the levers: a schedule with R passes is refused, not mis-timed."""
-    with pytest.raises(ValueError, match="does not model recompute passes"):
-        cm.improve(cm.build("1f1b-r", 2, 4), time_limit=1)
+def test_improve_refuses_copies_by_name():
+    """cm.improve does not model activation copies: an offloaded schedule is refused, not mis-timed."""
+    costs = cm.Costs(1, 1, 1, 0, offload=0.5)
+    with pytest.raises(ValueError, match="does not model activation copies"):
+        cm.improve(cm.build("1f1b", 2, 4, costs=costs, offload=0.5), costs, time_limit=1)
 
 
 @pytest.mark.parametrize("name,p,m,limit,costs", [

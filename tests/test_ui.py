@@ -760,9 +760,9 @@ def test_bad_levers_are_one_message():
 
 
 def test_the_solver_option_with_levers_is_refused_as_on_the_command_line():
-    """cm.improve does not model R passes or copies (`ctrlmem draw --optimize --recompute` is an
-    error): with a lever on the explorer shows no improved order, says why, and prints a line
-    without --optimize."""
+    """The explorer's improved order is built without the levers: with a lever on it shows no
+    improved order, says why (and what improves recomputed orders), and prints a line without
+    --optimize."""
     from ctrlmem.explorer.views import Settings, command_line, compute
 
     s = Settings(schedules=("1f1b", "v-half"), num_devices=4, num_microbatches=8, optimize=5.0, recompute="full")

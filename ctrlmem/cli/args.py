@@ -315,14 +315,16 @@ def add_optimize_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def optimize_schedule(args: argparse.Namespace, schedule, costs):
-    if getattr(args, "optimize", None) is not None and (schedule.recomputes or schedule.offloads):
-        raise CliError("--optimize (cm.improve) does not model recompute passes or copies yet; drop --optimize or "
-                       "the levers (--recompute/--offload)")
     """``(schedule, result)``: ``schedule`` improved for ``args.optimize`` seconds (``result`` the
-    :class:`~ctrlmem.solver.optimal.OptimalResult`), or as it is with ``None`` without ``--optimize``."""
+    :class:`~ctrlmem.solver.optimal.OptimalResult`), or as it is with ``None`` without ``--optimize``.
+    Recompute passes are reordered with the rest (the same forwards stay recomputed); activation
+    copies are refused, as :func:`ctrlmem.improve` refuses them."""
     seconds = getattr(args, "optimize", None)
     if seconds is None:
         return schedule, None
+    if schedule.offloads:
+        raise CliError("--optimize (cm.improve) does not model activation copies yet; drop --optimize or --offload "
+                       "(--recompute works with --optimize)")
 
     limit = getattr(args, "memory_limit", None)
     res = improve(schedule, costs, memory_limit=limit, time_limit=seconds)

@@ -129,7 +129,8 @@ class Settings:
             offload=)`` applies them, after the order is built (a budgeted order is built for
             the budget without levers); loaded files are shown as they are, and the 1F1B
             reference (the memory limit's unit) has no levers. ``optimize`` is refused with
-            levers on (:func:`ctrlmem.improve` does not model them yet), as on the command line.
+            levers on: its improved order is built without them (``ctrlmem draw --optimize
+            --recompute`` improves recomputed orders; :func:`ctrlmem.improve` models no copies).
     """
 
     schedules: tuple[str, ...] = field(default_factory=default_schedules)
@@ -577,8 +578,9 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
         messages.append(f"optimize: give the solver's seconds, a number in (0, 3600], got {seconds!r}")
         return results, origins
-    if settings.levers:  # as `ctrlmem draw --optimize` refuses them
-        messages.append("optimize: cm.improve does not model recompute passes or activation copies yet; turn off "
+    if settings.levers:  # the improved order is built and timed without them
+        messages.append("optimize: the explorer improves orders without the memory levers (cm.improve reorders "
+                        "recompute passes, not copies: `ctrlmem draw --optimize S --recompute MODE`); turn off "
                         "optimize or the memory levers")
         return results, origins
     first = improve_target(settings, results)

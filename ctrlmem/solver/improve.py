@@ -22,6 +22,11 @@ How (docs/theory.md §12):
   A window's result is kept when the simulated makespan gets shorter (or stays and the devices
   end earlier in sum). Window sizes adapt to what the solver proves within its time slice.
 
+Recompute passes (docs/theory.md §13) are passes like the others: an ``R`` runs on its
+forward's device after it and before its backward, a recomputed forward takes the kept share of
+its activation and its ``R`` the rest (memory in ``1/K`` of a stage's activation). The set of
+recomputed forwards stays the input's; only the order changes.
+
 Every schedule kept is simulated exactly (:func:`ctrlmem.simulate`'s as-soon-as-possible run,
 with the real costs) and checked against the budget, so the result is valid, within the budget,
 and never longer than the input, whatever the solver does.
@@ -36,6 +41,7 @@ thread before the exception propagates.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import random
@@ -46,7 +52,7 @@ from ctrlmem.util import checks
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Op, Pass, Schedule
 from ctrlmem.solver.threaded import solve
-from ctrlmem.solver.optimal import MAX_TIME_LIMIT, OptimalResult, integer_scale
+from ctrlmem.solver.optimal import MAX_TIME_LIMIT, OptimalResult, integer_scale, kept_units
 from ctrlmem.search.bounds import makespan_bounds
 from ctrlmem.model.simulate import simulate
 from ctrlmem.model.validate import index_schedule
@@ -67,6 +73,7 @@ _WINDOW_START = 120      # passes freed in the first window
 _WINDOW_MIN, _WINDOW_MAX = 16, 2_500
 _SLICE_S = 2.0            # solver seconds per window
 _WINDOW_SPREAD = 3        # a window's interval holds at most this many times its free passes
+_WINDOW_CHARGE_S = 0.01   # deterministic seconds a window counts at least
 
 DET_SECONDS = 5.0
 """With ``deterministic=True``, one unit of CP-SAT's deterministic time counts as this many
@@ -81,7 +88,8 @@ solver CPU time (the Python side, simulating and building each window, is not co
 
 @dataclass
 class _Problem:
-    """A schedule's passes by key (``(kind·S + stage)·m + mb``), with what the models need."""
+    """A schedule's passes by key (``(kind·S + stage)·m + mb``; kind 3 an ``R``), with what the
+    models need."""
 
     schedule: Schedule
     n: int
@@ -89,69 +97,90 @@ class _Problem:
     dev: list[int]             # per key: its device
     dur: list[int]             # per key: scaled duration
     durf: list[float]          # per key: real duration
-    dep: list[int]             # per key: its input's key (-1: none)
-    lat: list[int]             # per key: scaled hop latency from its input (0 on the same device)
-    latf: list[float]
-    succ: list[list[int]]      # per key: the keys that take it as input
-    delta: list[int]           # per key: +1 (F allocates), -1 (W or fused BW releases), 0
+    ins: list[tuple[tuple[int, int, float], ...]]  # per key: (input key, scaled, real hop latency)
+    succ: list[list[tuple[int, int, float]]]       # per key: (key taking it as input, latencies)
+    delta: list[int]           # per key: memory units taken at its start (> 0) or given at its end (< 0)
     rank: list[int]            # per key: a topological rank of the data dependencies
     mb: list[int]
     release_of: list[int]      # per F key: the key that releases its activation
-    cap: int                   # activations a device may hold at once
+    cap: int                   # memory units a device may hold at once
     scale: int
     exact: bool
+    levers: bool               # R passes present: microbatches differ, units are a / K
 
 
-def _problem(schedule: Schedule, costs: Costs, cap_units: int) -> _Problem:
+def _problem(schedule: Schedule, costs: Costs, cap_a: float) -> _Problem:
+    """The integer problem of ``schedule`` within ``cap_a`` (``a`` per device). Memory units:
+    one stage's activation without ``R`` passes; with them ``1 / K`` of it, a recomputed forward
+    taking the kept ``N / K`` (``Costs.kept_fraction``) at its start and its ``R`` the rest at its
+    start (the simulator's model, docs/theory.md §13)."""
     idx = index_schedule(schedule)
     S, m, p = schedule.num_stages, schedule.num_microbatches, schedule.num_devices
     sm = S * m
-    n = 3 * sm
+    levers = schedule.recomputes
+    n = (4 if levers else 3) * sm
     f, b, w = costs.stage_times(S, p)
-    scale, exact = integer_scale(list(f) + list(b) + list(w) + [float(costs.comm)])
+    rec = costs.recompute_times(S, p, schedule.recompute_mode) if levers else []
+    scale, exact = integer_scale(list(f) + list(b) + list(w) + list(rec) + [float(costs.comm)])
+    if levers:
+        keep_n, unit, keep_exact = kept_units(costs.kept_fraction(schedule.recompute_mode))
+        exact = exact and keep_exact
+    else:
+        keep_n, unit = 1, 1
+    act = p / S
+    cap_units = math.floor(cap_a / act * unit + 1e-9)
     fi = [int(round(x * scale)) for x in f]
     bi = [int(round(x * scale)) for x in b]
     wi = [int(round(x * scale)) for x in w]
+    ri = [int(round(x * scale)) for x in rec]
     ci = int(round(float(costs.comm) * scale))
     dev, dur, durf = [-1] * n, [0] * n, [0.0] * n
-    dep, lat, latf = [-1] * n, [0] * n, [0.0] * n
     delta, rank, mbs, release_of = [0] * n, [0] * n, [0] * n, [-1] * n
-    succ: list[list[int]] = [[] for _ in range(n)]
+    ins: list[tuple[tuple[int, int, float], ...]] = [()] * n
+    succ: list[list[tuple[int, int, float]]] = [[] for _ in range(n)]
     keys = []
     for d, row in enumerate(idx.device_keys):
         for key in row:
             keys.append(key)
             dev[key] = d
+    recomputed = [levers and dev[3 * sm + r] >= 0 for r in range(sm)]
     for key in keys:
         kind, r = divmod(key, sm)
         s, k = divmod(r, m)
         mbs[key] = k
         fused = bool(idx.fused[r])
+        # ranks: F(s) < F(s + 1) ... < B(s + 1) < R(s) < B(s) ... < W(s)
         if kind == 0:
-            dur[key], durf[key], delta[key], rank[key] = fi[s], f[s], 1, s
+            dur[key], durf[key], rank[key] = fi[s], f[s], 2 * s
+            delta[key] = keep_n if recomputed[r] else unit
             release_of[key] = sm + r if fused else 2 * sm + r
         elif kind == 1:
             dur[key] = bi[s] + (wi[s] if fused else 0)
             durf[key] = b[s] + (w[s] if fused else 0.0)
-            delta[key] = -1 if fused else 0
-            rank[key] = 2 * S - 1 - s
-        else:
-            dur[key], durf[key], delta[key], rank[key] = wi[s], w[s], -1, 2 * S + s
+            delta[key] = -unit if fused else 0
+            rank[key] = 2 * (2 * S - 1 - s) + 1
+        elif kind == 2:
+            dur[key], durf[key], delta[key], rank[key] = wi[s], w[s], -unit, 2 * (2 * S + s) + 1
+        else:  # an R: after its F, before its B, on the same device
+            dur[key], durf[key], delta[key], rank[key] = ri[s], rec[s], unit - keep_n, 2 * (2 * S - 1 - s)
         need = idx.dep[key]
-        dep[key] = need
+        edges = []
         if need >= 0:
-            succ[need].append(key)
-            if dev[need] != dev[key]:
-                lat[key], latf[key] = ci, float(costs.comm)
-    return _Problem(schedule, n, keys, dev, dur, durf, dep, lat, latf, succ, delta, rank, mbs, release_of,
-                    cap_units, scale, exact)
+            edges.append((need, ci, float(costs.comm)) if dev[need] != dev[key] else (need, 0, 0.0))
+        if kind == 1 and recomputed[r]:
+            edges.append((3 * sm + r, 0, 0.0))
+        ins[key] = tuple(edges)
+        for x, li, lf in edges:
+            succ[x].append((key, li, lf))
+    return _Problem(schedule, n, keys, dev, dur, durf, ins, succ, delta, rank, mbs, release_of,
+                    cap_units, scale, exact, levers)
 
 
 def _asap(pb: _Problem, orders: list[list[int]], real: bool = False):
     """As-soon-as-possible times of ``orders`` (per key; integer scaled, or real with ``real``):
     ``(start, end)``, ``None`` on a deadlock."""
     dur = pb.durf if real else pb.dur
-    lat = pb.latf if real else pb.lat
+    li = 2 if real else 1
     n = pb.n
     zero = 0.0 if real else 0
     start = [zero] * n
@@ -163,8 +192,7 @@ def _asap(pb: _Problem, orders: list[list[int]], real: bool = False):
             if i:
                 indeg[key] += 1
                 nxt[row[i - 1]] = key
-            if pb.dep[key] >= 0:
-                indeg[key] += 1
+            indeg[key] += len(pb.ins[key])
     ready = [row[0] for row in orders if row and indeg[row[0]] == 0]
     ready_t = [zero] * n
     done = 0
@@ -182,8 +210,9 @@ def _asap(pb: _Problem, orders: list[list[int]], real: bool = False):
             indeg[y] -= 1
             if indeg[y] == 0:
                 ready.append(y)
-        for y in pb.succ[key]:
-            t = e + lat[y]
+        for edge in pb.succ[key]:
+            y = edge[0]
+            t = e + edge[li]
             if t > ready_t[y]:
                 ready_t[y] = t
             indeg[y] -= 1
@@ -273,9 +302,9 @@ def _model(pb: _Problem, orders, start, end, window: list[int], free: set[int], 
         best = 0
         if i + 1 < len(orders[d]):
             best = q[orders[d][i + 1]]
-        for y in pb.succ[key]:
+        for y, lat, _ in pb.succ[key]:
             if y in q:
-                best = max(best, pb.lat[y] + q[y])
+                best = max(best, lat + q[y])
         q[key] = pb.dur[key] + best
     T = model.NewIntVar(0, horizon, "makespan")
     const = 0
@@ -285,12 +314,11 @@ def _model(pb: _Problem, orders, start, end, window: list[int], free: set[int], 
             const = max(const, end[row[lo - 1]])
     for key in after_keys:  # a pass after the window whose inputs all ran before it
         d, i = pos[key]
-        pre = [orders[d][i - 1]] if i else []
-        if pb.dep[key] >= 0:
-            pre.append(pb.dep[key])
-        for x in pre:
+        pre = [(orders[d][i - 1], 0)] if i else []
+        pre += [(x, lat) for x, lat, _ in pb.ins[key]]
+        for x, lat in pre:
             if x not in win and x not in q:
-                const = max(const, end[x] + (pb.lat[key] if x == pb.dep[key] else 0) + q[key])
+                const = max(const, end[x] + lat + q[key])
     if max(const, floor) > horizon:
         return None
     model.Add(T >= max(const, floor))
@@ -300,17 +328,17 @@ def _model(pb: _Problem, orders, start, end, window: list[int], free: set[int], 
         d, i = pos[key]
         lo = seg[d][0]
         lb = end[orders[d][lo - 1]] if lo else 0
-        x = pb.dep[key]
-        if x >= 0 and x not in win:
-            lb = max(lb, end[x] + pb.lat[key])
+        for x, lat, _ in pb.ins[key]:
+            if x not in win:
+                lb = max(lb, end[x] + lat)
         # the chain after it: the first pass after the window on its device, its successors
         tail = 0
         hi = seg[d][1]
         if hi < len(orders[d]):
             tail = q[orders[d][hi]]
-        for y in pb.succ[key]:
+        for y, lat, _ in pb.succ[key]:
             if y in q:
-                tail = max(tail, pb.lat[y] + q[y])
+                tail = max(tail, lat + q[y])
         ub = horizon - tail - pb.dur[key]
         if ub < lb:
             return None
@@ -319,9 +347,9 @@ def _model(pb: _Problem, orders, start, end, window: list[int], free: set[int], 
         ev[key] = s + pb.dur[key]
         model.Add(T >= s + (pb.dur[key] + tail))
     for key in window:
-        x = pb.dep[key]
-        if x >= 0 and x in win:
-            model.Add(sv[key] >= ev[x] + pb.lat[key])
+        for x, lat, _ in pb.ins[key]:
+            if x in win:
+                model.Add(sv[key] >= ev[x] + lat)
     for d, row in enumerate(orders):
         lo, hi = seg[d]
         part = row[lo:hi]
@@ -351,7 +379,7 @@ def _model(pb: _Problem, orders, start, end, window: list[int], free: set[int], 
                     deltas.append(pb.delta[k])
             if len(deltas) > (1 if level else 0):
                 model.AddReservoirConstraint(times, deltas, 0, pb.cap)
-    if whole:
+    if whole and not pb.levers:  # with R passes the microbatches differ and deltas are not unit
         _whole_extras(pb, model, sv, ev, T, orders, start)
     model.Minimize(T)
     for key in window:
@@ -410,9 +438,9 @@ def _check(schedule, costs, memory_limit, time_limit, workers, seed, determinist
     if not isinstance(schedule, Schedule):
         raise TypeError(f"schedule must be a ctrlmem Schedule (from cm.build or Schedule.load), got "
                         f"{type(schedule).__name__} {checks.short_repr(schedule)}")
-    if schedule.recomputes or schedule.offloads:
-        raise ValueError("cm.improve does not model recompute passes or activation copies yet (docs/theory.md §13); "
-                         "improve schedule.compute_only() and add the levers after")
+    if schedule.offloads:
+        raise ValueError("cm.improve does not model activation copies yet (it reorders compute and R passes, "
+                         "docs/theory.md §12-13); improve the schedule without --offload, or simulate it as it is")
     costs = Costs.coerce(costs, "costs")
     limit = None if memory_limit is None else checks.memory_fraction("memory_limit", memory_limit)
     seconds = checks.number("time_limit", time_limit, positive=True, maximum=MAX_TIME_LIMIT, what="seconds")
@@ -457,7 +485,12 @@ def improve(
     lower bound by name; ``"solver"`` when the whole model ran).
 
     Any placement, fused or split backward; the default memory model (each stage's activation
-    ``p/S`` of ``a``, released at its ``W``). ``workers``: the solver's threads (one with
+    ``p/S`` of ``a``, released at its ``W``). A schedule with recompute passes (``R``,
+    docs/theory.md §13) has them reordered with the rest, the same forwards recomputed in the
+    same mode (what to recompute is the lever search's choice: ``cm.build(...,
+    recompute="auto")``); its lower bound then holds for every schedule that may recompute any
+    forward in that mode (the whole model, which keeps the input's ``R`` passes, searches but
+    bounds nothing). Activation copies (offloads) are refused. ``workers``: the solver's threads (one with
     ``deterministic``). ``seed``: the windows' random choice.
 
     Raises ``TypeError`` / ``ValueError`` naming the argument for bad arguments, an input that
@@ -469,8 +502,7 @@ def improve(
         schedule, costs, memory_limit, time_limit, workers, seed, deterministic)
     sim = simulate(schedule, costs)  # raises ScheduleError for a malformed or deadlocking input
     _check_plain(schedule)
-    p, S, m = schedule.num_devices, schedule.num_stages, schedule.num_microbatches
-    act = p / S
+    p, m = schedule.num_devices, schedule.num_microbatches
     peak = max(sim.peak_memory)
     if limit is None:
         limit = peak / p
@@ -479,12 +511,13 @@ def improve(
                          f"p·a, above memory_limit={limit:g}; give memory_limit >= {peak / p:.4g}, or None to keep "
                          f"the input's own peak")
     cap_a = limit * p
-    cap_units = math.floor(cap_a / act + 1e-9)
     fused = not schedule.split_backward
-    bounds = makespan_bounds(schedule.placement, m, costs, cap_a, fused=fused)
+    # with R passes: bounds on every schedule that may recompute any forward in that mode
+    mode = schedule.recompute_mode if schedule.recomputes else "none"
+    bounds = makespan_bounds(schedule.placement, m, costs, cap_a, fused=fused, recompute=mode)
     mixed = any(ps.op is Op.BW for row in schedule.device_passes for ps in row) and not fused
     if mixed:  # a schedule mixing BW with B/W: only the bounds that do not depend on it
-        bounds = {"device": makespan_bounds(schedule.placement, m, costs, None, fused=True)["device"]}
+        bounds = {"device": makespan_bounds(schedule.placement, m, costs, None, fused=True, recompute=mode)["device"]}
     lower = max(bounds.values()) * (1 - 1e-12)
     best_make = sim.makespan
     trace = [(0.0, best_make)]
@@ -500,6 +533,8 @@ def improve(
                 f"{name}+improved", schedule.placement, m,
                 [[_pass(pb, k) for k in row] for row in orders],
                 {**dict(schedule.params), "improved_from": name})
+            if schedule.recomputes:
+                out = dataclasses.replace(out, recompute_mode=schedule.recompute_mode)
         return OptimalResult(out, make, make if status == "optimal" else lb, status, (name, sim.makespan),
                              time.monotonic() - t0, pb.scale if pb else 1,
                              tuple(trace), tuple(sorted(bounds.items())))
@@ -508,7 +543,7 @@ def improve(
         log.info("improve: %s meets the lower bound %g already", name, lower)
         return result(None, best_make, lower, 0.0, None)
 
-    pb = _problem(schedule, costs, cap_units)
+    pb = _problem(schedule, costs, cap_a)
     orders = [list(row) for row in index_schedule(schedule).device_keys]
     cur = _score(pb, orders, real=True)
     assert cur is not None
@@ -551,6 +586,7 @@ def improve(
             return True
         return False
 
+    settled = False
     # 1. the whole model, for up to half of the time, on small instances
     if len(pb.keys) <= WHOLE_MODEL_PASSES:
         budget = 0.5 * left()
@@ -568,11 +604,14 @@ def improve(
 
                 if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                     consider(_orders_from(pb, best[0], list(pb.keys), solver, sv), "whole model")
-                    if pb.exact:
-                        solver_bound = solver.BestObjectiveBound() / pb.scale
-                        if code == cp_model.OPTIMAL:
-                            solver_bound = solver.ObjectiveValue() / pb.scale
-                elif code == cp_model.INFEASIBLE and pb.exact:
+                # every pass was free: no window can beat what the solver proved the best order
+                settled = code == cp_model.OPTIMAL
+                # with R passes the model keeps the input's choice of them: its bound is not every schedule's
+                if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) and pb.exact and not pb.levers:
+                    solver_bound = solver.BestObjectiveBound() / pb.scale
+                    if code == cp_model.OPTIMAL:
+                        solver_bound = solver.ObjectiveValue() / pb.scale
+                elif code == cp_model.INFEASIBLE and pb.exact and not pb.levers:
                     solver_bound = best[1][0]  # nothing below the input's own makespan
                 if solver_bound is not None:
                     bounds["solver"] = solver_bound
@@ -580,7 +619,7 @@ def improve(
     # 2. windows
     size = min(_WINDOW_START, len(pb.keys))
     steps = 0
-    while left() > 0.05 and wall_left() > 0.05 and best[1][0] > lower * (1 + 1e-9) + 1e-12:
+    while not settled and left() > 0.05 and wall_left() > 0.05 and best[1][0] > lower * (1 + 1e-9) + 1e-12:
         steps += 1
         orders = best[0]
         start, end = _asap(pb, orders)
@@ -593,7 +632,9 @@ def improve(
         slice_s = min(_SLICE_S, left())
         solver, code = _solve(model, slice_s, threads, deterministic, seed + steps,
                               max(0.01, min(wall_left(), slice_s if not deterministic else wall_left())))
-        clock["det"] += solver.response_proto.deterministic_time * DET_SECONDS
+        # a window costs at least _WINDOW_CHARGE_S: windows the solver settles at once would
+        # otherwise spin a deterministic run to its wall-clock limit
+        clock["det"] += max(_WINDOW_CHARGE_S, solver.response_proto.deterministic_time * DET_SECONDS)
         from ortools.sat.python import cp_model  # noqa: PLC0415 - ortools takes ~1 s to import; only the solver needs it
 
         if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -628,6 +669,8 @@ def _pass(pb: _Problem, key: int) -> Pass:
         return Pass(Op.F, s, k)
     if kind == 2:
         return Pass(Op.W, s, k)
+    if kind == 3:
+        return Pass(Op.R, s, k)
     return Pass(Op.BW if pb.release_of[r] == key else Op.B, s, k)
 
 

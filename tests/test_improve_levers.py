@@ -1,0 +1,85 @@
+"""cm.improve with recompute passes (docs/theory.md §12-13): the R passes are reordered with the
+rest, the same forwards stay recomputed, the budget holds, and the bound stays a bound."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+
+import pytest
+
+import ctrlmem as cm
+from ctrlmem.cli.app import main as cli_main
+
+
+def _passes(schedule):
+    return Counter(ps for row in schedule.device_passes for ps in row)
+
+
+@pytest.mark.parametrize("name,p,m,limit,costs,mode", [
+    ("zb", 4, 6, 0.3, (1, 1, 1, 0), "full"),           # the budgeted order runs one microbatch at a time
+    ("v-shape", 4, 8, 0.4, (1, 1, 1, 0), "selective"),
+    ("zb", 3, 6, 0.4, (3, 4, 2, 0.1), "full"),
+])
+def test_improve_reorders_recompute_passes_within_the_budget(name, p, m, limit, costs, mode):
+    """The budgeted order with every forward recomputed leaves memory unused; cm.improve reorders
+    it: shorter, the very same passes (every R kept, none added), the same mode, within the budget,
+    never below its own lower bound."""
+    c = cm.Costs(*costs)
+    s = cm.build(name, p, m, costs=c, memory_limit=limit, recompute=mode)
+    assert s.recomputes and s.recompute_mode == mode
+    before = cm.simulate(s, c)
+    res = cm.improve(s, c, memory_limit=limit, time_limit=3, deterministic=True)
+    out = cm.validate(res.schedule)
+    after = cm.simulate(out, c)
+    assert _passes(out) == _passes(s)
+    assert out.recompute_mode == mode
+    assert after.makespan == pytest.approx(res.makespan)
+    assert after.makespan < before.makespan - 1e-9
+    assert after.max_peak_memory <= limit * p + 1e-9
+    assert res.lower_bound <= after.makespan + 1e-9
+    assert "solver" not in dict(res.bounds)  # the whole model keeps the input's R passes: no bound from it
+
+
+@pytest.mark.parametrize("mode", ["full", "selective"])
+@pytest.mark.parametrize("placement,name,m", [("sequential", "zb", 4), ("v-shape", "v-shape", 2)])
+def test_improve_with_recompute_never_beats_the_optimum_and_its_bound_holds(mode, placement, name, m):
+    """cm.optimal may recompute any forward: its proven optimum is below anything cm.improve finds
+    from a schedule recomputing in that mode, and cm.improve's lower bound is below the optimum."""
+    p, limit, c = 2, 0.5, cm.Costs(3, 4, 2, 0.1)
+    opt = cm.optimal(p, m, c, limit, placement, time_limit=30, workers=1, recompute=mode)
+    assert opt.status == "optimal"
+    s = cm.build(name, p, m, costs=c, memory_limit=limit, recompute=mode)
+    res = cm.improve(s, c, memory_limit=limit, time_limit=2, deterministic=True)
+    assert res.lower_bound <= opt.makespan + 1e-9
+    assert res.makespan >= opt.makespan - 1e-9
+
+
+def test_improve_with_recompute_is_deterministic():
+    c = cm.Costs(2, 1, 1, 0)
+    s = cm.build("v-shape", 4, 8, costs=c, memory_limit=0.4, recompute="full")
+    a = cm.improve(s, c, memory_limit=0.4, time_limit=2, deterministic=True)
+    b = cm.improve(s, c, memory_limit=0.4, time_limit=2, deterministic=True)
+    assert a.schedule.device_passes == b.schedule.device_passes and a.makespan == b.makespan
+
+
+def test_a_deterministic_improve_that_settles_ends_within_its_budget(caplog):
+    """Windows the solver settles at once still count (each at least 0.01 solver-seconds), so a
+    deterministic run with nothing left to find ends by its budget, not the wall-clock safety
+    limit (1F1B-R's order is optimal for its recomputes: it spun to 3 x 2 + 10 s before)."""
+    with caplog.at_level(logging.WARNING, logger="ctrlmem.solver.improve"):
+        res = cm.improve(cm.build("1f1b-r", 4, 8), time_limit=2, deterministic=True)
+    assert res.makespan == cm.simulate(cm.build("1f1b-r", 4, 8)).makespan
+    assert not [r for r in caplog.records if "safety limit" in r.getMessage()]
+
+
+def test_the_command_line_optimizes_recomputed_orders_and_refuses_copies(capsys):
+    base = ["simulate", "zb", "-p", "4", "-m", "6", "--costs", "1,1,1,0", "--memory-limit", "0.3"]
+    assert cli_main(base + ["--recompute", "full", "--optimize", "2", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["makespan"] < cm.simulate(cm.build("zb", 4, 6, memory_limit=0.3, recompute="full")).makespan
+    code = cli_main(["simulate", "1f1b", "-p", "4", "-m", "8", "--offload", "0.5", "--offload-cost", "0.5",
+                     "--optimize", "2"])
+    assert code == 2
+    assert "does not model activation copies" in capsys.readouterr().err

@@ -11,6 +11,7 @@ import pytest
 
 import ctrlmem as cm
 from ctrlmem.cli.app import main as cli_main
+from ctrlmem.model.levers import with_recompute
 
 
 def _passes(schedule):
@@ -21,14 +22,20 @@ def _passes(schedule):
     ("zb", 4, 6, 0.3, (1, 1, 1, 0), "full"),           # the budgeted order runs one microbatch at a time
     ("v-shape", 4, 8, 0.4, (1, 1, 1, 0), "selective"),
     ("zb", 3, 6, 0.4, (3, 4, 2, 0.1), "full"),
+    ("v-shape", 4, 8, 0.25, (1, 1, 1, 0), "auto"),    # the lever search's choice: 36.2 -> 33.7
 ])
 def test_improve_reorders_recompute_passes_within_the_budget(name, p, m, limit, costs, mode):
-    """The budgeted order with every forward recomputed leaves memory unused; cm.improve reorders
-    it: shorter, the very same passes (every R kept, none added), the same mode, within the budget,
+    """An order built for the budget alone, then every forward recomputed, leaves memory unused,
+    and the lever search's orders are not the best for their recomputes; cm.improve reorders them:
+    shorter, the very same passes (every R kept, none added), the same mode, within the budget,
     never below its own lower bound."""
     c = cm.Costs(*costs)
-    s = cm.build(name, p, m, costs=c, memory_limit=limit, recompute=mode)
-    assert s.recomputes and s.recompute_mode == mode
+    if mode == "auto":
+        s = cm.build(name, p, m, costs=c, memory_limit=limit, recompute="auto")
+    else:
+        s = with_recompute(cm.build(name, p, m, costs=c, memory_limit=limit), mode)
+    assert s.recomputes
+    mode = s.recompute_mode
     before = cm.simulate(s, c)
     res = cm.improve(s, c, memory_limit=limit, time_limit=3, deterministic=True)
     out = cm.validate(res.schedule)
@@ -75,11 +82,31 @@ def test_a_deterministic_improve_that_settles_ends_within_its_budget(caplog):
 
 
 def test_the_command_line_optimizes_recomputed_orders_and_refuses_copies(capsys):
-    base = ["simulate", "zb", "-p", "4", "-m", "6", "--costs", "1,1,1,0", "--memory-limit", "0.3"]
-    assert cli_main(base + ["--recompute", "full", "--optimize", "2", "--json"]) == 0
+    base = ["simulate", "v-shape", "-p", "4", "-m", "8", "--costs", "1,1,1,0", "--memory-limit", "0.25"]
+    assert cli_main(base + ["--recompute", "auto", "--optimize", "2", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
-    assert got["makespan"] < cm.simulate(cm.build("zb", 4, 6, memory_limit=0.3, recompute="full")).makespan
+    assert got["makespan"] < cm.simulate(cm.build("v-shape", 4, 8, memory_limit=0.25, recompute="auto")).makespan
     code = cli_main(["simulate", "1f1b", "-p", "4", "-m", "8", "--offload", "0.5", "--offload-cost", "0.5",
                      "--optimize", "2"])
     assert code == 2
     assert "does not model activation copies" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name,p,m,limit,costs,mode", [
+    ("zb", 4, 8, 0.375, (3, 4, 2, 0.1), "full"),       # 268.8 before: one microbatch at a time
+    ("v-shape", 4, 8, 0.25, (1, 1, 1, 0), "full"),     # V-Half with every W after its B: 37 (58.5 before)
+    ("v-shape", 16, 64, 0.2, (1, 1, 1, 0), "selective"),
+    ("v-shape", 4, 8, 0.4, (3, 4, 2, 0.1), "full"),
+])
+def test_a_fixed_recompute_under_a_budget_uses_the_memory_it_frees(name, p, m, limit, costs, mode):
+    """cm.build(budgeted, memory_limit=L, recompute=MODE) recomputes every forward and orders the
+    passes for what that frees: never longer than the order built for L alone with every forward
+    then recomputed, and here shorter; every forward recomputed, within the budget."""
+    c = cm.Costs(*costs)
+    s = cm.validate(cm.build(name, p, m, costs=c, memory_limit=limit, recompute=mode))
+    naive = with_recompute(cm.build(name, p, m, costs=c, memory_limit=limit), mode)
+    r, n = cm.simulate(s, c), cm.simulate(naive, c)
+    assert s.recompute_mode == mode
+    assert sum(ps.op is cm.Op.R for row in s.device_passes for ps in row) == s.num_stages * m
+    assert r.max_peak_memory <= limit * p + 1e-9
+    assert r.makespan < n.makespan - 1e-9

@@ -856,3 +856,28 @@ def test_an_export_clicked_in_another_thread_arrives_without_another_message(tmp
                 loop.call_soon_threadsafe(loop.stop)
                 th.join(10)
                 loop.close()
+
+
+def test_budgeted_orders_with_recompute_are_cm_builds_in_the_view_and_the_worker():
+    """With a budget and recompute on, the budgeted searches show what cm.build(...,
+    memory_limit=, recompute=) gives (an order for the memory recomputing frees: zb at 0.375,
+    3:4:2 runs 123.6, not the 268.8 of its budget's order with every forward then recomputed),
+    built at once or in the background worker, kept apart from the orders without levers."""
+    from ctrlmem import build
+    from ctrlmem.explorer.background import Job, _build_part
+    from ctrlmem.explorer.views import Settings, compute
+    from ctrlmem.schedules import SCHEDULES
+
+    costs = cm.Costs(3, 4, 2, 0.1)
+    s = Settings(schedules=("zb", "v-shape"), num_devices=4, num_microbatches=8, f=3, b=4, w=2, comm=0.1,
+                 memory_limit=0.375, recompute="full")
+    view = compute(s)
+    for name in ("zb", "v-shape"):
+        want = cm.simulate(cm.build(name, 4, 8, costs=costs, memory_limit=0.375, recompute="full"), costs)
+        assert view.results[name].makespan == want.makespan
+        assert view.results[name].peak_memory == want.peak_memory
+    assert view.results["zb"].makespan < 200  # the budget's own order, recomputed, takes 268.8
+    job = Job("zb", 4, 8, costs, 0.375, levers=("full", "none"))
+    assert job.cache_name != "zb" and Job("zb", 4, 8, costs, 0.375).cache_name == "zb"
+    sched, got_costs, error, _, _ = _build_part(job, SCHEDULES, build)
+    assert error is None and cm.simulate(sched, got_costs).makespan == view.results["zb"].makespan

@@ -89,6 +89,7 @@ class Job:
     optimize: float = 0.0
     improve_limit: float | None = None
     limits: tuple[float, ...] = ()
+    levers: tuple = ()
 
     def parts(self) -> list["Job"]:
         """The single builds this job is: itself, or one per limit of a sweep."""
@@ -99,8 +100,18 @@ class Job:
     @property
     def cache_name(self) -> str:
         """The name the explorer keeps the result under: ``name``, or for an optimize job
-        ``NAME+improved@SECONDSs`` (one entry per time limit)."""
-        return improved_name(self.name, self.optimize) if self.optimize else self.name
+        ``NAME+improved@SECONDSs`` (one entry per time limit), or with ``levers``
+        :func:`levered_name`'s."""
+        if self.optimize:
+            return improved_name(self.name, self.optimize)
+        return levered_name(self.name, self.levers)
+
+
+def levered_name(name: str, levers: tuple) -> str:
+    """The cache name of ``name`` built with ``levers`` ``(recompute, offload)`` on every forward
+    (``cm.build(..., recompute=, offload=)``: a budgeted search then orders for what the levers
+    free); ``name`` itself without levers."""
+    return f"{name}+levers({levers[0]},{levers[1]})" if levers else name
 
 
 def improved_name(name: str, seconds: float) -> str:
@@ -206,14 +217,15 @@ def _build_part(job: Job, schedules, build) -> tuple:  # pragma: no cover  (runs
     try:
         costs = job.costs
         takes = job.name not in schedules or schedules[job.name].uses_costs or not job.optimize
+        levers = dict(zip(("recompute", "offload"), job.levers))
         schedule = build(job.name, job.num_devices, job.num_microbatches, costs=costs if takes else None,
-                         memory_limit=job.memory_limit)
+                         memory_limit=job.memory_limit, **levers)
         if job.stage_costs is not None:
             staged = job.stage_costs(schedule.num_stages)
             if staged != costs:
                 costs = staged
                 schedule = build(job.name, job.num_devices, job.num_microbatches, costs=costs,
-                                 memory_limit=job.memory_limit)
+                                 memory_limit=job.memory_limit, **levers)
         if job.optimize:
             schedule, note = improve_built(schedule, costs, job.improve_limit, job.optimize)
     except Exception as exc:  # noqa: BLE001  (a generator's refusal is a result, not a crash)

@@ -43,7 +43,7 @@ import plotly.graph_objects as go
 
 from ctrlmem.plots import figures as plot
 from ctrlmem.plots.figio import without_hover_marks
-from ctrlmem.explorer.background import Job, improved_name
+from ctrlmem.explorer.background import Job, improved_name, levered_name
 from ctrlmem.model.costs import Costs
 from ctrlmem.util.fileio import atomic_write, make_output_folder
 from ctrlmem.util.htmlsafe import script_json
@@ -126,8 +126,10 @@ class Settings:
         offload: ``None`` (default) or the fraction in (0, 1] of every forward's activation
             copied to host memory and back; offload_cost: the time of one ``a`` copied, each way
             (``Costs.offload``). Both levers are applied as ``cm.build(..., recompute=,
-            offload=)`` applies them, after the order is built (a budgeted order is built for
-            the budget without levers); loaded files are shown as they are, and the 1F1B
+            offload=)`` applies them: onto every forward of the order, and for a budgeted
+            schedule with recompute on, to orders chosen for the memory recomputing frees
+            (built in the background like any budgeted order); loaded files are shown as they
+            are, and the 1F1B
             reference (the memory limit's unit) has no levers. ``optimize`` is refused with
             levers on: its improved order is built without them (``ctrlmem draw --optimize
             --recompute`` improves recomputed orders; :func:`ctrlmem.improve` models no copies).
@@ -367,15 +369,19 @@ class BuildCache:
         if key[4] is not None or (name, p, m, memory_limit) not in self._latest:
             self._latest[(name, p, m, memory_limit)] = (schedule, key[4])
 
-    def build(self, name: str, p: int, m: int, costs: Costs | None, memory_limit: float | None) -> Schedule:
-        """The schedule for these arguments, built (and kept) on a miss."""
-        found = self.get(name, p, m, costs, memory_limit)
+    def build(self, name: str, p: int, m: int, costs: Costs | None, memory_limit: float | None,
+              levers: tuple = ()) -> Schedule:
+        """The schedule for these arguments, built (and kept) on a miss; with ``levers``
+        ``(recompute, offload)`` built with them (kept under :func:`levered_name`)."""
+        kept = levered_name(name, levers)
+        found = self.get(kept, p, m, costs, memory_limit)
         if found is not None:
             self.hits += 1
             return found
         self.misses += 1
-        schedule = build(name, p, m, costs=costs, memory_limit=memory_limit)
-        self.put(name, p, m, costs, memory_limit, schedule)
+        schedule = build(name, p, m, costs=costs, memory_limit=memory_limit,
+                         **dict(zip(("recompute", "offload"), levers)))
+        self.put(kept, p, m, costs, memory_limit, schedule)
         return schedule
 
     def with_levers(self, schedule: Schedule, recompute: str, offload: object, costs: Costs) -> Schedule:
@@ -421,6 +427,15 @@ def _check(settings: Settings) -> Costs:
         raise ValueError("recompute/offload 'auto' is a search of the command line (ctrlmem draw --recompute auto "
                          "--memory-limit X); the explorer takes none, selective or full, and an offload fraction")
     return base_costs
+
+
+def _order_levers(settings: Settings, budget: float | None) -> tuple:
+    """``(recompute, offload)`` a budgeted schedule is built with (``cm.build`` then orders for
+    the memory recomputing frees, docs/theory.md §13), or ``()``: with no budget or no recompute
+    the levers go onto the order as it is (:func:`_with_levers`), as ``cm.build`` puts them."""
+    if budget is None or settings.recompute == "none":
+        return ()
+    return (settings.recompute, "none" if settings.offload is None else float(settings.offload))
 
 
 def _with_levers(schedule: Schedule, settings: Settings, cache: BuildCache) -> Schedule:
@@ -473,40 +488,42 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
             continue
         spec = SCHEDULES[name]
         budget = limit if spec.memory_limit else None
+        lev = _order_levers(settings, budget)
+        kept = levered_name(name, lev)
         try:
             if name in orders:
                 sched, origin = orders[name], (order_origins or {}).get(name, ORIGIN_STATE)
             elif not spec.uses_costs:
                 sched, origin = cache.build(name, p, m, None, budget), ORIGIN_FIXED
             else:
-                stages = cache.num_stages(name, p, m, budget)
+                stages = cache.num_stages(kept, p, m, budget)
                 if stages is None and not adapt and not spec.memory_limit:
                     stages = cache.build(name, p, m, None, None).num_stages  # the pattern: cheap
                 want = settings.costs(stages) if stages is not None else base_costs
-                failed = cache.failed.get(cache.key(name, p, m, want, budget))
+                failed = cache.failed.get(cache.key(kept, p, m, want, budget))
                 if failed is not None:
                     raise ValueError(failed)
-                sched = cache.get(name, p, m, want, budget)
+                sched = cache.get(kept, p, m, want, budget)
                 if sched is not None and settings.costs(sched.num_stages) != want:
                     want, sched = settings.costs(sched.num_stages), None
                 if sched is not None:
                     origin = ORIGIN_ADAPTED
                 elif adapt:
-                    sched = cache.build(name, p, m, want, budget)
+                    sched = cache.build(name, p, m, want, budget, lev)
                     if settings.costs(sched.num_stages) != want:
-                        sched = cache.build(name, p, m, settings.costs(sched.num_stages), budget)
+                        sched = cache.build(name, p, m, settings.costs(sched.num_stages), budget, lev)
                     origin = ORIGIN_ADAPTED
                 else:
                     jobs.append(Job(name, p, m, want, budget,
-                                    None if stages is not None else StageCosts(job_settings)))
-                    previous = cache.latest(name, p, m, budget)
+                                    None if stages is not None else StageCosts(job_settings), levers=lev))
+                    previous = cache.latest(kept, p, m, budget)
                     if previous is None:
                         waiting.append(name)
                         continue
                     sched, built_for = previous
                     origin = (ORIGIN_PATTERN if built_for is None
                               else ORIGIN_REUSED.format(costs=plot.costs_label(built_for)))
-            if name not in orders:  # a state's orders carry their levers
+            if name not in orders and not lev:  # a state's orders carry their levers, a levered build too
                 sched = _with_levers(sched, settings, cache)
             results[name] = simulate(sched, settings.costs(sched.num_stages))
             origins[name] = origin

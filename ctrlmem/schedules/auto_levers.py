@@ -112,6 +112,54 @@ def search_with_levers(generate: Callable[[float], Schedule], memory_limit: floa
     return best[2]
 
 
+def every_forward_levered(generate: Callable[[float], Schedule], memory_limit: float, costs: Costs,
+                          recompute: str, offload: object,
+                          patterns: Callable[[], Iterable[Schedule]] = tuple) -> Schedule:
+    """A budgeted search asked for a fixed lever on every forward (``recompute`` ``full`` or
+    ``selective``, ``offload`` ``none`` or a fraction): the fastest, with the lever on every
+    forward, of the order the search builds at ``memory_limit``, its orders at looser budgets and
+    the fixed ``patterns()`` (as they are and with every ``W`` right after its ``B``) that then fit
+    ``memory_limit``. The lever frees memory, so the order built for the budget alone wastes it:
+    zb at p = 4, m = 8, costs 3,4,2,0.1 and 0.375 of 1F1B's memory runs one microbatch at a time
+    (268.8 with every forward recomputed) where 1F1B with every forward recomputed (1F1B-R) fits
+    and takes 123.6 (``recompute="auto"``, recomputing 22 of the 32 forwards: 117.6).
+    ``ValueError`` when none fits."""
+    best: tuple[float, float, Schedule] | None = None
+
+    def consider(order: Schedule) -> bool:
+        nonlocal best
+        levered = order if recompute == "none" else with_recompute(order, recompute)
+        if offload != "none":
+            levered = with_offload(levered, float(offload), costs=costs)
+        r = simulate(levered, costs)
+        if r.max_peak_memory > memory_limit * order.num_devices + _EPS:
+            return False
+        if best is None or (r.makespan, r.max_peak_memory) < best[:2]:
+            best = (r.makespan, r.max_peak_memory, levered)
+        return True
+
+    try:
+        consider(generate(memory_limit))
+    except ValueError:  # below what reordering alone reaches: a looser order or a pattern may fit
+        pass
+    for seed in patterns():
+        consider(seed)
+        tight = w_after_b(seed)
+        if tight is not seed and recompute != "none":
+            consider(tight)
+    fitted_before = last_fitted = False
+    for loose in _looser(memory_limit):  # as search_with_levers: stop at the first misfit after a fit
+        if fitted_before and not last_fitted:
+            break
+        last_fitted = consider(generate(loose))
+        fitted_before = fitted_before or last_fitted
+    if best is None:
+        raise ValueError(f"no schedule fits memory_limit={memory_limit:g} of 1F1B's peak with recompute={recompute} "
+                         f"and offload={offload} on every forward; raise the limit, or let the search choose "
+                         "(recompute='auto', offload='auto')")
+    return best[2]
+
+
 def w_after_b(schedule: Schedule) -> Schedule:
     """``schedule`` with every ``W`` moved right after its ``B`` on its device (``schedule`` itself
     when every ``W`` is there already, or it has none). A ``W`` needs only its ``B`` and nothing

@@ -19,7 +19,7 @@ from ctrlmem.util.checks import memory_fraction
 import numbers
 from ctrlmem.model.levers import lever_mode, offload_choice
 from ctrlmem.model.levers import with_offload, with_recompute
-from ctrlmem.schedules.auto_levers import search_with_levers
+from ctrlmem.schedules.auto_levers import every_forward_levered, search_with_levers
 
 __all__ = ["ScheduleSpec", "SCHEDULES", "register", "build", "is_schedule_file"]
 
@@ -222,6 +222,11 @@ def build(
     recompute, offload = lever_mode(recompute), offload_choice(offload)
     if "auto" in (recompute, offload):
         return _auto(name, spec, p, m, kwargs, recompute, offload)
+    if recompute != "none" and spec.memory_limit and kwargs.get("memory_limit") is not None:
+        # every forward recomputed: the order may use the memory that frees (not the budget's alone)
+        generate, patterns = _generators(name, spec, p, m, kwargs)
+        return every_forward_levered(generate, kwargs["memory_limit"], costs or Costs(), recompute, offload,
+                                     patterns=patterns)
     return apply_levers(spec.func(p, m, **kwargs), recompute, offload, costs)
 
 
@@ -245,6 +250,15 @@ def _auto(name: str, spec: ScheduleSpec, p: int, m: int, kwargs: dict, recompute
                          f"budgeted schedule ({budgeted}), or a fixed lever (none, selective, full; an offload "
                          f"fraction) for {name!r}")
 
+    generate, patterns = _generators(name, spec, p, m, kwargs)
+    return search_with_levers(generate, kwargs["memory_limit"], kwargs.get("costs") or Costs(), recompute, offload,
+                              patterns=patterns)
+
+
+def _generators(name: str, spec: ScheduleSpec, p: int, m: int, kwargs: dict):
+    """``(generate, patterns)`` of a budgeted search: its order at a budget, and the fixed
+    patterns of its placement (:data:`LEVER_SEEDS`) that the levers bring under a budget."""
+
     def generate(limit: float) -> Schedule:
         return spec.func(p, m, **{**kwargs, "memory_limit": limit})
 
@@ -255,8 +269,7 @@ def _auto(name: str, spec: ScheduleSpec, p: int, m: int, kwargs: dict, recompute
                 o = SCHEDULES[other]
                 yield o.func(p, m, **({"costs": kwargs["costs"]} if o.uses_costs and "costs" in kwargs else {}))
 
-    return search_with_levers(generate, kwargs["memory_limit"], kwargs.get("costs") or Costs(), recompute, offload,
-                              patterns=patterns)
+    return generate, patterns
 
 
 LEVER_SEEDS: Mapping[str, tuple[str, ...]] = {"zb": ("1f1b",), "v-shape": ("v-min", "v-half")}

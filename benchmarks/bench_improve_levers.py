@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_improve_levers.py [--quick] [--seconds 10] [--jobs 2]
 
-For p = 4, 8, 16 (``--quick``: p = 4), m = 2p and 4p, F:B:W:comm mixes 1:1:1:0 and 3:4:2:0.1,
+For p = 4, 8, 16 (``--quick``: p = 4), m = 2p (and 4p with ``--long``), F:B:W:comm mixes 1:1:1:0 and 3:4:2:0.1,
 budgets 0.125, 0.25 and 0.375 of 1F1B's memory, both budgeted searches (``v-shape``, ``zb``) and
 both ways of asking for recompute: ``recompute="auto"`` (the lever search chooses what to
 recompute) and ``recompute="full"`` (the order built for the budget, every forward then
@@ -48,6 +48,7 @@ def _run(args):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--long", action="store_true", help="m = 4p too")
     ap.add_argument("--seconds", type=float, default=10.0, help="deterministic solver-seconds per improve (default 10)")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     args = ap.parse_args()
@@ -55,7 +56,7 @@ def main() -> None:
     sizes = [4] if args.quick else [4, 8, 16]
     tasks = [(name, p, k * p, mix, limit, mode, args.seconds)
              for name, p, k, mix, limit, mode in itertools.product(
-                 ("v-shape", "zb"), sizes, (2, 4), MIXES, (0.125, 0.25, 0.375), ("auto", "full"))]
+                 ("v-shape", "zb"), sizes, (2, 4) if args.long else (2,), MIXES, (0.125, 0.25, 0.375), ("auto", "full"))]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
         done = list(pool.map(_run, tasks))

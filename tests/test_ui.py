@@ -759,17 +759,30 @@ def test_bad_levers_are_one_message():
     assert "offload must be" in compute(Settings(offload="half")).messages[0]
 
 
-def test_the_solver_option_with_levers_is_refused_as_on_the_command_line():
-    """The explorer's improved order is built without the levers: with a lever on it shows no
-    improved order, says why (and what improves recomputed orders), and prints a line without
-    --optimize."""
-    from ctrlmem.explorer.views import Settings, command_line, compute
+def test_the_solver_option_improves_recomputed_orders_and_refuses_copies_as_on_the_command_line():
+    """With recompute on, the improved order is the recomputed one improved (every R kept, the
+    same passes, never longer) and the printed line carries --optimize with --recompute; with an
+    offload (cm.improve models no copies) no improved order is shown, the message says why, and
+    the line drops --optimize."""
+    from ctrlmem.explorer.views import IMPROVED_SUFFIX, Settings, command_line, compute
 
-    s = Settings(schedules=("1f1b", "v-half"), num_devices=4, num_microbatches=8, optimize=5.0, recompute="full")
+    s = Settings(schedules=("1f1b", "v-shape"), num_devices=4, num_microbatches=8, memory_limit=0.25,
+                 optimize=2.0, recompute="full")
     view = compute(s)
-    assert list(view.results) == ["1f1b", "v-half"] and "turn off optimize or the memory levers" in view.messages[0]
+    label = "v-shape" + IMPROVED_SUFFIX
+    assert list(view.results) == ["1f1b", "v-shape", label], view.messages
+    shown, better = view.results["v-shape"].schedule, view.results[label].schedule
+    count = lambda sch: sorted(ps for row in sch.device_passes for ps in row)  # noqa: E731
+    assert count(better) == count(shown) and better.recomputes
+    assert view.results[label].makespan <= view.results["v-shape"].makespan + 1e-9
+    assert view.results[label].max_peak_memory <= 0.25 * 4 + 1e-9
     line = command_line(s)
-    assert "--optimize" not in line and "--recompute full" in line
+    assert "--optimize 2" in line and "--recompute full" in line
+    s2 = Settings(schedules=("1f1b", "v-half"), num_devices=4, num_microbatches=8, optimize=5.0, offload=0.5)
+    view = compute(s2)
+    assert list(view.results) == ["1f1b", "v-half"] and "does not model activation copies" in view.messages[0]
+    line = command_line(s2)
+    assert "--optimize" not in line and "--offload 0.5" in line
 
 
 @pytest.mark.parametrize("p,m", [(4, 8), (8, 32)])
@@ -881,3 +894,8 @@ def test_budgeted_orders_with_recompute_are_cm_builds_in_the_view_and_the_worker
     assert job.cache_name != "zb" and Job("zb", 4, 8, costs, 0.375).cache_name == "zb"
     sched, got_costs, error, _, _ = _build_part(job, SCHEDULES, build)
     assert error is None and cm.simulate(sched, got_costs).makespan == view.results["zb"].makespan
+    job = Job("zb", 4, 8, costs, 0.375, optimize=1.0, improve_limit=0.375, levers=("full", "none"))
+    assert job.cache_name not in ("zb", Job("zb", 4, 8, costs, 0.375, optimize=1.0).cache_name)
+    sched, got_costs, error, _, note = _build_part(job, SCHEDULES, build)
+    assert error is None and sched.recomputes and "cm.improve" in note
+    assert cm.simulate(sched, got_costs).makespan <= view.results["zb"].makespan + 1e-9

@@ -103,7 +103,7 @@ class Job:
         ``NAME+improved@SECONDSs`` (one entry per time limit), or with ``levers``
         :func:`levered_name`'s."""
         if self.optimize:
-            return improved_name(self.name, self.optimize)
+            return levered_name(improved_name(self.name, self.optimize), self.levers)
         return levered_name(self.name, self.levers)
 
 

@@ -130,9 +130,9 @@ class Settings:
             schedule with recompute on, to orders chosen for the memory recomputing frees
             (built in the background like any budgeted order); loaded files are shown as they
             are, and the 1F1B
-            reference (the memory limit's unit) has no levers. ``optimize`` is refused with
-            levers on: its improved order is built without them (``ctrlmem draw --optimize
-            --recompute`` improves recomputed orders; :func:`ctrlmem.improve` models no copies).
+            reference (the memory limit's unit) has no levers. ``optimize`` improves the
+            recomputed order with recompute on (the same forwards recomputed) and is refused
+            with an offload (:func:`ctrlmem.improve` models no copies), as on the command line.
     """
 
     schedules: tuple[str, ...] = field(default_factory=default_schedules)
@@ -595,10 +595,9 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
         messages.append(f"optimize: give the solver's seconds, a number in (0, 3600], got {seconds!r}")
         return results, origins
-    if settings.levers:  # the improved order is built and timed without them
-        messages.append("optimize: the explorer improves orders without the memory levers (cm.improve reorders "
-                        "recompute passes, not copies: `ctrlmem draw --optimize S --recompute MODE`); turn off "
-                        "optimize or the memory levers")
+    if settings.offload is not None:  # as `ctrlmem draw --optimize --offload` refuses it
+        messages.append("optimize: cm.improve does not model activation copies yet; turn off optimize or the "
+                        "offload (recompute works with optimize)")
         return results, origins
     first = improve_target(settings, results)
     if first is None:
@@ -610,7 +609,9 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
     spec = SCHEDULES[first]
     budget = settings.memory_limit if spec.memory_limit else None
     costs = results[first].costs
-    name = improved_name(first, float(seconds))
+    # with recompute on, the shown (recomputed) order is improved: cm.build(..., recompute=) as on the command line
+    lev = (settings.recompute, "none") if settings.recompute != "none" else ()
+    name = levered_name(improved_name(first, float(seconds)), lev)
     sched, origin = None, None
     if label in orders:
         sched, origin = orders[label], order_origins.get(label, ORIGIN_STATE)
@@ -623,7 +624,7 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
         if sched is None and adapt:
 
             try:
-                base = cache.build(first, p, m, costs if spec.uses_costs else None, budget)
+                base = cache.build(first, p, m, costs if spec.uses_costs else None, budget, lev)
                 sched, note = improve_built(base, costs, settings.memory_limit, float(seconds))
             except (ValueError, TypeError, ScheduleError) as exc:
                 cache.failed[key] = _reason(exc)
@@ -635,7 +636,7 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
             origin = ORIGIN_IMPROVED.format(note=cache.notes.get(key, f"cm.improve {seconds:g} s"))
         else:
             jobs.append(Job(first, p, m, costs, budget, None, optimize=float(seconds),
-                            improve_limit=settings.memory_limit))
+                            improve_limit=settings.memory_limit, levers=lev))
             waiting.append(label)
     if sched is None:
         return results, origins
@@ -847,7 +848,7 @@ def command_line(settings: Settings, output: str | None = None) -> str:
     names = [n for n in s.schedules if n in SCHEDULES]
     if not names:
         return ""
-    optimize = s.optimize and not s.levers  # no improved order is shown with levers (see _with_improved)
+    optimize = s.optimize and s.offload is None  # no improved order is shown with copies (see _with_improved)
     target = improve_target(s, names) if optimize else None
     if target is not None:  # `ctrlmem draw --optimize` improves the first schedule it is given
         names = [target] + [n for n in names if n != target]

@@ -110,3 +110,24 @@ def test_a_fixed_recompute_under_a_budget_uses_the_memory_it_frees(name, p, m, l
     assert sum(ps.op is cm.Op.R for row in s.device_passes for ps in row) == s.num_stages * m
     assert r.max_peak_memory <= limit * p + 1e-9
     assert r.makespan < n.makespan - 1e-9
+
+
+def test_a_fixed_recompute_under_a_budget_is_never_longer_than_the_budgets_order_recomputed():
+    """Over sizes, costs, budgets and both modes: the order chosen for what recomputing frees is
+    never longer than the budget's own order with every forward recomputed, fits wherever that
+    fits, and recomputes every forward."""
+    import itertools
+
+    for name, p, m, limit, costs, mode in itertools.product(
+            ("zb", "v-shape"), (4, 6), (12,), (0.25, 0.4), ((1, 1, 1, 0), (2, 3, 1, 0.2)), ("full", "selective")):
+        c = cm.Costs(*costs)
+        try:
+            naive = cm.simulate(with_recompute(cm.build(name, p, m, costs=c, memory_limit=limit), mode), c)
+        except ValueError:
+            naive = None
+        s = cm.build(name, p, m, costs=c, memory_limit=limit, recompute=mode)
+        r = cm.simulate(s, c)
+        assert r.max_peak_memory <= limit * p + 1e-9
+        assert sum(ps.op is cm.Op.R for row in s.device_passes for ps in row) == s.num_stages * m
+        if naive is not None:
+            assert r.makespan <= naive.makespan + 1e-9, (name, p, limit, costs, mode)

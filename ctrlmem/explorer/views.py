@@ -129,8 +129,7 @@ class Settings:
             offload=)`` applies them: onto every forward of the order, and for a budgeted
             schedule with recompute on, to orders chosen for the memory recomputing frees
             (built in the background like any budgeted order); loaded files are shown as they
-            are, and the 1F1B
-            reference (the memory limit's unit) has no levers. ``optimize`` improves the
+            are, and the 1F1B reference (the memory limit's unit) has no levers. ``optimize`` improves the
             recomputed order with recompute on (the same forwards recomputed) and is refused
             with an offload (:func:`ctrlmem.improve` models no copies), as on the command line.
     """

@@ -103,7 +103,12 @@ def search_with_levers(generate: Callable[[float], Schedule], memory_limit: floa
         # does not (each seed is a whole search)
         if fitted_before and not last_fitted:
             break
-        last_fitted = consider(generate(loose))
+        seed = generate(loose)
+        last_fitted = consider(seed)
+        if recompute != "none":  # as the patterns: a deferred W keeps a recomputed stage whole
+            tight = w_after_b(seed)
+            if tight is not seed:
+                last_fitted = consider(tight) or last_fitted
         fitted_before = fitted_before or last_fitted
     if best is None:
         raise ValueError(f"no schedule fits memory_limit={memory_limit:g} of 1F1B's peak even with the levers "

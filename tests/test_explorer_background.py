@@ -272,3 +272,31 @@ def test_building_blocks_and_lifespans_are_comparisons_too(vexp):
     vexp.compare.value = "none"
     assert vexp.shown("compare-a") is None and vexp.shown("compare-b") is None
     assert vexp.plots.shown[0] == {"keep": True}  # the main plots were not sent again
+
+
+def test_bubble_vs_budget_with_recompute_sweeps_the_budgeted_searches_with_it():
+    """With recompute on, each budget of the sweep is cm.build(..., memory_limit=x,
+    recompute=MODE), built in the background under the levered name (not the orders without
+    levers), and the panel's title names the levers."""
+    from ctrlmem.explorer.background import levered_name
+
+    e = ui.explorer(schedules=["1f1b", "v-half"], num_devices=4, num_microbatches=8, recompute="full")
+    try:
+        e.wait()
+        e.compare.value = "bubble vs budget"
+        jobs = [e.background.progress().job, *e.background.progress().waiting]
+        assert jobs and all(j.levers == ("full", "none") for j in jobs)
+        e.wait()
+        fig = e.shown("compare-a")
+        assert "recompute full" in fig["layout"]["title"]["text"]
+        marks = {t["meta"]["name"]: t for t in fig["data"] if t["meta"]["kind"] == "bubble"}
+        costs = cm.Costs(1, 1, 1, 0)
+        for name in ("v-shape", "zb"):
+            got = {c[0]: y for c, y in zip(marks[name]["customdata"], marks[name]["y"])}
+            for limit in (0.3, 0.5):
+                want = cm.simulate(cm.build(name, 4, 8, costs=costs, memory_limit=limit, recompute="full"), costs)
+                kept = e.builds.get(levered_name(name, ("full", "none")), 4, 8, costs, limit)
+                assert kept is not None and kept.recomputes
+                assert got[limit] == pytest.approx(want.bubble_rate)
+    finally:
+        e.close()

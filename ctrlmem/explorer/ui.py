@@ -58,7 +58,7 @@ from typing import Sequence
 
 
 from ctrlmem.plots import figures as plot
-from ctrlmem.explorer.background import BackgroundBuilds, Job
+from ctrlmem.explorer.background import BackgroundBuilds, Job, levered_name
 from ctrlmem.explorer.views import EXPORT_KINDS, export_files, PLOTLY_MIME, BuildCache, Settings, StageCosts, View, command_line, comparison_specs, compute, default_schedules, export_view, formula_html, jsonable, messages_html, mime_bundle, read_state, report_html, save_view, slug, state_dict, static_figure, stats_html, stats_table, verdict
 from ctrlmem.model.ir import Schedule
 from ctrlmem.schedules import SCHEDULES
@@ -682,6 +682,8 @@ class Explorer:
         ref_peak = max(view.reference.peak_memory)
         points, jobs = [], []
         job_settings = StageCosts(replace(s, schedules=(), loaded=()))
+        # with recompute on, each budget is built with the levers, as the shown budgeted schedules
+        lev = (s.recompute, "none" if s.offload is None else float(s.offload)) if s.recompute != "none" else ()
         for name in budgeted:
             limits = _coarse_first(sorted(set(plot.TRADEOFF_LIMITS) | ({s.memory_limit} if s.memory_limit else set())),
                                    s.memory_limit)
@@ -689,10 +691,10 @@ class Explorer:
             for group in (limits, SWEEP_BEYOND):
                 if group is SWEEP_BEYOND and not (1.0 in done and done[1.0]["bubble_rate"] > SWEEP_BUBBLE_LEFT):
                     continue
-                todo, want, stages = self._sweep_group(name, group, s, view, ref_peak, done)
+                todo, want, stages = self._sweep_group(name, group, s, view, ref_peak, done, lev)
                 if todo:  # one job per group: the worker builds its budgets back to back
                     jobs.append(Job(name, p, m, want, None, None if stages is not None else job_settings,
-                                    limits=tuple(todo)))
+                                    limits=tuple(todo), levers=lev))
             points += [done[x] for x in sorted(done)]
         if not figure:
             return None, jobs
@@ -701,28 +703,35 @@ class Explorer:
                 points.append(_point(name, None, r, view.reference, ref_peak))
         done_n = sum(1 for q in points if q["memory_limit"] is not None)
         todo_n = sum(len(j.limits) for j in jobs)
-        title = (f"bubble rate vs memory budget ({_settings_summary(s)}); "
+        title = (f"bubble rate vs memory budget ({_settings_summary(s)}"
+                 + (f"; {s.levers_text()}" if s.levers else "") + "); "
                  + (f"{done_n} of {done_n + todo_n} budget builds done…" if jobs else "all budget builds done")
                  + "; points: the budgets searched")
         fig = (plot.bubble_memory_figure(points, title=title, steps=False).to_plotly_json() if points
                else _note_figure(title))
         return fig, jobs
 
-    def _sweep_group(self, name: str, group, s: Settings, view: View, ref_peak: float, done: dict):
+    def _sweep_group(self, name: str, group, s: Settings, view: View, ref_peak: float, done: dict,
+                     levers: tuple = ()):
         """Points of ``group``'s budgets already built go into ``done``; returns the budgets
         still to build (not failed, not a build the view itself waits for), the costs to build
-        them for and the stage count when known."""
+        them for and the stage count when known. ``levers``: the ``(recompute, offload)`` the
+        budgets are built with (kept under :func:`levered_name`); without them an offload alone
+        goes onto each built order, as ``cm.build`` puts it."""
         p, m = s.num_devices, s.num_microbatches
-        queued = {j.memory_limit for j in view.jobs if j.name == name}
+        kept = levered_name(name, levers)
+        queued = {j.memory_limit for j in view.jobs if j.name == name and j.levers == levers}
         todo, want, stages = [], s.costs(), None
         for limit in group:
-            stages = self.builds.num_stages(name, p, m, limit)
+            stages = self.builds.num_stages(kept, p, m, limit)
             want = s.costs(stages) if stages is not None else s.costs()
-            key = self.builds.key(name, p, m, want, limit)
+            key = self.builds.key(kept, p, m, want, limit)
             if key in self.builds.failed:
                 continue
-            sched = self.builds.get(name, p, m, want, limit)
+            sched = self.builds.get(kept, p, m, want, limit)
             if sched is not None:
+                if not levers and s.offload is not None:
+                    sched = self.builds.with_levers(sched, "none", float(s.offload), s.costs(sched.num_stages))
                 done[limit] = _point(name, limit, self._sweep_sim(key, sched, s), view.reference, ref_peak)
             elif limit not in queued:
                 todo.append(limit)
@@ -732,7 +741,7 @@ class Explorer:
         """The simulation of a budget point (kept: a sweep redrawn per finished build would
         re-simulate every earlier point each time)."""
         costs = s.costs(sched.num_stages)
-        memo = (key, costs)
+        memo = (key, costs, s.recompute, s.offload)
         if memo not in self._sweep_sims:
             if len(self._sweep_sims) > 128:
                 self._sweep_sims.clear()

@@ -50,7 +50,7 @@ def test_improve_reorders_recompute_passes_within_the_budget(name, p, m, limit, 
 
 
 @pytest.mark.parametrize("mode", ["full", "selective"])
-@pytest.mark.parametrize("placement,name,m", [("sequential", "zb", 4), ("v-shape", "v-shape", 2)])
+@pytest.mark.parametrize("placement,name,m", [("sequential", "zb", 3), ("v-shape", "v-shape", 2)])
 def test_improve_with_recompute_never_beats_the_optimum_and_its_bound_holds(mode, placement, name, m):
     """cm.optimal may recompute any forward: its proven optimum is below anything cm.improve finds
     from a schedule recomputing in that mode, and cm.improve's lower bound is below the optimum."""
@@ -66,8 +66,8 @@ def test_improve_with_recompute_never_beats_the_optimum_and_its_bound_holds(mode
 def test_improve_with_recompute_is_deterministic():
     c = cm.Costs(2, 1, 1, 0)
     s = cm.build("v-shape", 4, 8, costs=c, memory_limit=0.4, recompute="full")
-    a = cm.improve(s, c, memory_limit=0.4, time_limit=2, deterministic=True)
-    b = cm.improve(s, c, memory_limit=0.4, time_limit=2, deterministic=True)
+    a = cm.improve(s, c, memory_limit=0.4, time_limit=1, deterministic=True)
+    b = cm.improve(s, c, memory_limit=0.4, time_limit=1, deterministic=True)
     assert a.schedule.device_passes == b.schedule.device_passes and a.makespan == b.makespan
 
 

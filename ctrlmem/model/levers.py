@@ -19,7 +19,7 @@ from typing import Iterable
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import RECOMPUTE_MODES, Copy, Op, Pass, Schedule
 
-__all__ = ["with_recompute", "with_offload", "lever_mode", "offload_choice", "LEVER_CHOICES"]
+__all__ = ["with_recompute", "with_offload", "apply_levers", "lever_mode", "offload_choice", "LEVER_CHOICES"]
 
 LEVER_CHOICES = ("none", "selective", "full")
 """The values of ``recompute=`` on :func:`ctrlmem.build` (``"auto"`` too for a budgeted search)."""
@@ -148,3 +148,14 @@ def _issue_step(f_step: int, b_step: int, times: list[float] | None, copy_time: 
             return step
         covered += times[step]
     return f_step
+
+
+def apply_levers(schedule: Schedule, recompute: str = "none", offload: object = "none",
+                 costs: Costs | None = None) -> Schedule:
+    """``schedule`` with ``recompute`` (``none``, ``selective``, ``full``) and ``offload``
+    (``none`` or a fraction) applied to every forward."""
+    if recompute != "none":
+        schedule = with_recompute(schedule, recompute)
+    if offload != "none":
+        schedule = with_offload(schedule, float(offload), costs=costs or Costs())
+    return schedule

@@ -25,7 +25,7 @@ from typing import Callable, Iterable
 
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Op, Schedule
-from ctrlmem.model.levers import with_offload, with_recompute
+from ctrlmem.model.levers import apply_levers, with_offload, with_recompute
 from ctrlmem.model.simulate import SimResult, simulate
 
 __all__ = ["search_with_levers", "fit_with_levers", "w_after_b"]
@@ -92,24 +92,7 @@ def search_with_levers(generate: Callable[[float], Schedule], memory_limit: floa
                 best = (r.makespan, r.max_peak_memory, fitted)
         return any_fit
 
-    for seed in patterns():  # first: they take no search, and often win, so later seeds are cut
-        consider(seed)
-        tight = w_after_b(seed)
-        if tight is not seed and recompute != "none":
-            consider(tight)
-    fitted_before = last_fitted = False
-    for loose in _looser(memory_limit):
-        # a looser seed needs more levers: once one fitted, the search stops at the first that
-        # does not (each seed is a whole search)
-        if fitted_before and not last_fitted:
-            break
-        seed = generate(loose)
-        last_fitted = consider(seed)
-        if recompute != "none":  # as the patterns: a deferred W keeps a recomputed stage whole
-            tight = w_after_b(seed)
-            if tight is not seed:
-                last_fitted = consider(tight) or last_fitted
-        fitted_before = fitted_before or last_fitted
+    _over_seeds(consider, generate, memory_limit, patterns, tighten=recompute != "none")
     if best is None:
         raise ValueError(f"no schedule fits memory_limit={memory_limit:g} of 1F1B's peak even with the levers "
                          f"(recompute={recompute}, offload={offload}); raise the limit"
@@ -123,19 +106,19 @@ def every_forward_levered(generate: Callable[[float], Schedule], memory_limit: f
     """A budgeted search asked for a fixed lever on every forward (``recompute`` ``full`` or
     ``selective``, ``offload`` ``none`` or a fraction): the fastest, with the lever on every
     forward, of the order the search builds at ``memory_limit``, its orders at looser budgets and
-    the fixed ``patterns()``, each as it is and with every ``W`` right after its ``B``, that then
-    fit ``memory_limit``. The lever frees memory, so the order built for the budget alone wastes
+    the fixed ``patterns()``, each as it is and with every ``W`` right after its ``B`` (a
+    deferred ``W`` keeps a recomputed stage whole: ZB's order at 0.75, p = 4, m = 6, F = B = W,
+    with every forward selectively recomputed peaks at 3 a as it is and 1.6 a so), that then fit
+    ``memory_limit``. The lever frees memory, so the order built for the budget alone wastes
     it: zb at p = 4, m = 8, costs 3,4,2,0.1 and 0.375 of 1F1B's memory runs one microbatch at a time
     (268.8 with every forward recomputed) where 1F1B with every forward recomputed (1F1B-R) fits
     and takes 123.6 (``recompute="auto"``, recomputing 22 of the 32 forwards: 117.6).
     ``ValueError`` when none fits."""
     best: tuple[float, float, Schedule] | None = None
 
-    def one(order: Schedule) -> bool:
+    def consider(order: Schedule) -> bool:
         nonlocal best
-        levered = order if recompute == "none" else with_recompute(order, recompute)
-        if offload != "none":
-            levered = with_offload(levered, float(offload), costs=costs)
+        levered = apply_levers(order, recompute, offload, costs)
         r = simulate(levered, costs)
         if r.max_peak_memory > memory_limit * order.num_devices + _EPS:
             return False
@@ -143,33 +126,43 @@ def every_forward_levered(generate: Callable[[float], Schedule], memory_limit: f
             best = (r.makespan, r.max_peak_memory, levered)
         return True
 
-    def consider(order: Schedule) -> bool:
-        """``order`` and, with recompute, ``order`` with every ``W`` right after its ``B`` (a
-        deferred ``W`` keeps a recomputed stage whole: ZB's order at 0.75, p = 4, m = 6, F = B = W,
-        with every forward selectively recomputed peaks at 3 a as it is and 1.6 a so)."""
-        fits = one(order)
-        tight = w_after_b(order) if recompute != "none" else order
-        if tight is not order:
-            fits = one(tight) or fits
-        return fits
-
-    try:
-        consider(generate(memory_limit))
-    except ValueError:  # below what reordering alone reaches: a looser order or a pattern may fit
-        pass
-    for seed in patterns():
-        consider(seed)
-    fitted_before = last_fitted = False
-    for loose in _looser(memory_limit):  # as search_with_levers: stop at the first misfit after a fit
-        if fitted_before and not last_fitted:
-            break
-        last_fitted = consider(generate(loose))
-        fitted_before = fitted_before or last_fitted
+    _over_seeds(consider, generate, memory_limit, patterns, tighten=True, at_limit=True)
     if best is None:
         raise ValueError(f"no schedule fits memory_limit={memory_limit:g} of 1F1B's peak with recompute={recompute} "
                          f"and offload={offload} on every forward; raise the limit, or let the search choose "
                          "(recompute='auto', offload='auto')")
     return best[2]
+
+
+def _over_seeds(consider: Callable[[Schedule], bool], generate: Callable[[float], Schedule], memory_limit: float,
+                patterns: Callable[[], Iterable[Schedule]], tighten: bool, at_limit: bool = False) -> None:
+    """``consider`` (whether its seed fitted) on the search's order at ``memory_limit`` (with
+    ``at_limit``; skipped where reordering alone reaches no such order), on ``patterns()`` (they
+    take no search and often win, so later seeds are cut) and on the search's orders at looser
+    budgets, each as it is and, with ``tighten``, with every ``W`` right after its ``B``. A looser
+    seed needs more levers: once one fitted, the looser ones stop at the first that does not
+    (each seed is a whole search)."""
+
+    def both(seed: Schedule) -> bool:
+        fits = consider(seed)
+        tight = w_after_b(seed) if tighten else seed
+        if tight is not seed:
+            fits = consider(tight) or fits
+        return fits
+
+    if at_limit:
+        try:
+            both(generate(memory_limit))
+        except ValueError:  # below what reordering alone reaches: a looser order or a pattern may fit
+            pass
+    for seed in patterns():
+        both(seed)
+    fitted_before = last_fitted = False
+    for loose in _looser(memory_limit):
+        if fitted_before and not last_fitted:
+            break
+        last_fitted = both(generate(loose))
+        fitted_before = fitted_before or last_fitted
 
 
 def w_after_b(schedule: Schedule) -> Schedule:

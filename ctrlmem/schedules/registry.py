@@ -17,8 +17,7 @@ from ctrlmem.model import ir
 from ctrlmem.model.ir import Schedule
 from ctrlmem.util.checks import memory_fraction
 import numbers
-from ctrlmem.model.levers import lever_mode, offload_choice
-from ctrlmem.model.levers import with_offload, with_recompute
+from ctrlmem.model.levers import apply_levers, lever_mode, offload_choice
 from ctrlmem.schedules.auto_levers import every_forward_levered, search_with_levers
 
 __all__ = ["ScheduleSpec", "SCHEDULES", "register", "build", "is_schedule_file"]
@@ -228,18 +227,6 @@ def build(
         return every_forward_levered(generate, kwargs["memory_limit"], costs or Costs(), recompute, offload,
                                      patterns=patterns)
     return apply_levers(spec.func(p, m, **kwargs), recompute, offload, costs)
-
-
-def apply_levers(schedule: Schedule, recompute: str = "none", offload: object = "none",
-                 costs: Costs | None = None) -> Schedule:
-    """``schedule`` with ``recompute`` (``none``, ``selective``, ``full``) and ``offload``
-    (``none`` or a fraction) applied to every forward (:mod:`ctrlmem.model.levers`)."""
-
-    if recompute != "none":
-        schedule = with_recompute(schedule, recompute)
-    if offload != "none":
-        schedule = with_offload(schedule, float(offload), costs=costs or Costs())
-    return schedule
 
 
 def _auto(name: str, spec: ScheduleSpec, p: int, m: int, kwargs: dict, recompute: str, offload: object) -> Schedule:

@@ -114,6 +114,11 @@ def levered_name(name: str, levers: tuple) -> str:
     return f"{name}+levers({levers[0]},{levers[1]})" if levers else name
 
 
+def lever_kwargs(levers: tuple) -> dict:
+    """``levers`` ``(recompute, offload)`` as ``cm.build``'s keyword arguments (none without)."""
+    return dict(zip(("recompute", "offload"), levers))
+
+
 def improved_name(name: str, seconds: float) -> str:
     """The cache name of ``name`` improved by :func:`ctrlmem.improve` for ``seconds``."""
     return f"{name}+improved@{seconds:g}s"
@@ -217,7 +222,7 @@ def _build_part(job: Job, schedules, build) -> tuple:  # pragma: no cover  (runs
     try:
         costs = job.costs
         takes = job.name not in schedules or schedules[job.name].uses_costs or not job.optimize
-        levers = dict(zip(("recompute", "offload"), job.levers))
+        levers = lever_kwargs(job.levers)
         schedule = build(job.name, job.num_devices, job.num_microbatches, costs=costs if takes else None,
                          memory_limit=job.memory_limit, **levers)
         if job.stage_costs is not None:

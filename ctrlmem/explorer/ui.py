@@ -68,7 +68,7 @@ from ctrlmem.plots.render import ExportTimeout
 from ctrlmem.planner.model import PRESET_NAMES
 from ctrlmem.model.validate import validate
 from ctrlmem.model.ir import _clean_text
-from ctrlmem.explorer.views import write_state
+from ctrlmem.explorer.views import order_levers, write_state
 from ctrlmem.explorer.views import export_hints
 from ctrlmem.plots.render import StaticRenderer
 from ctrlmem.plots.figio import stabilize_svg
@@ -682,8 +682,8 @@ class Explorer:
         ref_peak = max(view.reference.peak_memory)
         points, jobs = [], []
         job_settings = StageCosts(replace(s, schedules=(), loaded=()))
-        # with recompute on, each budget is built with the levers, as the shown budgeted schedules
-        lev = (s.recompute, "none" if s.offload is None else float(s.offload)) if s.recompute != "none" else ()
+        # every point is a budget: with recompute on, each is built with the levers, as the shown budgeted schedules
+        lev = order_levers(s, plot.TRADEOFF_LIMITS[0])
         for name in budgeted:
             limits = _coarse_first(sorted(set(plot.TRADEOFF_LIMITS) | ({s.memory_limit} if s.memory_limit else set())),
                                    s.memory_limit)

@@ -43,7 +43,7 @@ import plotly.graph_objects as go
 
 from ctrlmem.plots import figures as plot
 from ctrlmem.plots.figio import without_hover_marks
-from ctrlmem.explorer.background import Job, improved_name, levered_name
+from ctrlmem.explorer.background import Job, improved_name, lever_kwargs, levered_name
 from ctrlmem.model.costs import Costs
 from ctrlmem.util.fileio import atomic_write, make_output_folder
 from ctrlmem.util.htmlsafe import script_json
@@ -378,8 +378,7 @@ class BuildCache:
             self.hits += 1
             return found
         self.misses += 1
-        schedule = build(name, p, m, costs=costs, memory_limit=memory_limit,
-                         **dict(zip(("recompute", "offload"), levers)))
+        schedule = build(name, p, m, costs=costs, memory_limit=memory_limit, **lever_kwargs(levers))
         self.put(kept, p, m, costs, memory_limit, schedule)
         return schedule
 
@@ -428,7 +427,7 @@ def _check(settings: Settings) -> Costs:
     return base_costs
 
 
-def _order_levers(settings: Settings, budget: float | None) -> tuple:
+def order_levers(settings: Settings, budget: float | None) -> tuple:
     """``(recompute, offload)`` a budgeted schedule is built with (``cm.build`` then orders for
     the memory recomputing frees, docs/theory.md §13), or ``()``: with no budget or no recompute
     the levers go onto the order as it is (:func:`_with_levers`), as ``cm.build`` puts them."""
@@ -487,7 +486,7 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
             continue
         spec = SCHEDULES[name]
         budget = limit if spec.memory_limit else None
-        lev = _order_levers(settings, budget)
+        lev = order_levers(settings, budget)
         kept = levered_name(name, lev)
         try:
             if name in orders:

@@ -15,7 +15,8 @@ End to end (``--browser``): the explorer notebook in JupyterLab, driven by headl
 (``benchmarks/lab_browser.py``): type a new value into a widget and time until both new plots
 are painted (the page's own clock); then how long until the adapted state is painted. The
 first ``v-min`` at p=32, m=256 is ticked, and while it is searched another edit is made and
-timed: the widgets must answer meanwhile.
+timed: the widgets must answer meanwhile. Last, the F&B overlap control with DualPipeV shown and
+a Hugging Face config.json typed into the model path field (p=16, m=64).
 
     .venv/bin/python benchmarks/bench_explorer.py [--schedules 1f1b,v-half,v-min] [--repeats 5]
     .venv/bin/python benchmarks/bench_explorer.py --gil
@@ -231,6 +232,36 @@ def end_to_end(names, repeats: int, notebook: str | None = None) -> None:
                   f"[{load()}]", flush=True)
 
 
+def new_controls(repeats: int, notebook: str | None = None) -> None:
+    """The controls this round added, timed as the cost edits are: an F&B overlap edit with
+    DualPipeV shown (p=16, m=64; its pairs re-timed), and a Hugging Face config.json typed into
+    the model path field (the memory panel's GB axis painted)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import lab_browser as lb
+
+    why = lb.available()
+    if why:
+        print(f"browser: skipped ({why})")
+        return
+    nb = notebook or os.path.join(ROOT, "notebooks", "01_explore_schedules.ipynb")
+    p, m = 16, 64
+    config = os.path.join(ROOT, "tests", "data", "hf_configs", "llama-3-8b.json")
+    with lb.lab_page(nb, schedules=["1f1b", "dualpipe-v"], num_devices=p, num_microbatches=m) as page:
+        _adapted(page)
+        edits = [lb.timed_change(page, lb.set_number(x, "F&B overlap"), expect_tick=f"d{p - 1}")
+                 for x in (0.9, 0.8, 0.7, 0.6, 0.5)[:max(1, repeats)]]
+
+        def type_config(page):
+            lb._commit(page, page.locator("input[placeholder^='or a Hugging Face']"), config)
+            page.keyboard.press("Enter")
+
+        gb = lb.timed_change(page, type_config, expect_tick=f"d{p - 1}")
+        page.wait_for_selector(".ctrlmem-memory text:has-text('Llama')", timeout=30_000)
+        print(f"browser p={p} m={m} 1f1b + dualpipe-v: F&B overlap edit painted median "
+              f"{statistics.median(x['painted'] for x in edits):.2f} s over {len(edits)} edits; a Hugging Face "
+              f"config.json typed: GB axis painted {gb['painted']:.2f} s [{load()}]", flush=True)
+
+
 def _tick(name: str):
     """An action for ``timed_change``: tick schedule ``name``'s checkbox."""
     def act(page):
@@ -260,6 +291,7 @@ def main() -> None:
             gil(args.repeats)
     if args.browser or args.browser_only:
         end_to_end(names, max(1, min(args.repeats, 3)), args.notebook)
+        new_controls(max(1, min(args.repeats, 3)), args.notebook)
 
 
 if __name__ == "__main__":

@@ -899,3 +899,78 @@ def test_budgeted_orders_with_recompute_are_cm_builds_in_the_view_and_the_worker
     sched, got_costs, error, _, note = _build_part(job, SCHEDULES, build)
     assert error is None and sched.recomputes and "cm.improve" in note
     assert cm.simulate(sched, got_costs).makespan <= view.results["zb"].makespan + 1e-9
+
+
+def test_fb_overlap_shortens_dualpipe_as_the_command_and_the_state_carry_it(tmp_path):
+    """The F&B overlap control: DualPipeV's overlapped pairs take that fraction of F + B (its
+    makespan drops, 1F1B's does not move), the `ctrlmem draw` line and the export name carry it, a
+    state brings it back, and a value with no overlapping schedule shown says so."""
+    import shlex
+
+    from ctrlmem.cli import make_parser
+    from ctrlmem.cli.draw import draw_figure
+    from ctrlmem.explorer.views import Settings, compute, write_state
+
+    ex = ui.explorer(schedules=["1f1b", "dualpipe-v"], num_devices=4, num_microbatches=16, f=1, b=2, w=1)
+    try:
+        before = dict(zip(ex.view.stats["schedule"], ex.view.stats["makespan"]))
+        ex.fb_overlap.value = 0.6
+        after = dict(zip(ex.view.stats["schedule"], ex.view.stats["makespan"]))
+        assert after["1f1b"] == before["1f1b"]
+        assert after["dualpipe-v"] < before["dualpipe-v"]
+        costs = cm.Costs(1, 2, 1, 0, fb_overlap=0.6)
+        assert after["dualpipe-v"] == pytest.approx(cm.simulate(cm.build("dualpipe-v", 4, 16), costs).makespan)
+        assert "--fb-overlap 0.6" in ex.command.value
+        argv = shlex.split(ex.command.value)[1:]
+        argv[argv.index("-o") + 1] = str(tmp_path / "x.html")
+        fig = draw_figure(make_parser().parse_args(argv))
+        assert "F&B=0.6" in fig.layout.title.text
+        assert not ex.view.messages
+        state = write_state(ex.view, tmp_path / "s.json")
+        other = ui.explorer(schedules=["1f1b"], num_devices=4, num_microbatches=8)
+        try:
+            other.apply_state(state)
+            assert other.fb_overlap.value == 0.6
+            assert dict(zip(other.view.stats["schedule"], other.view.stats["makespan"])) == after
+        finally:
+            other.close()
+    finally:
+        ex.close()
+    view = compute(Settings(schedules=("1f1b",), fb_overlap=0.5))
+    assert any("tick dualpipe or dualpipe-v" in x for x in view.messages)
+    assert "fraction" in " ".join(compute(Settings(schedules=("dualpipe-v",), fb_overlap=1.5)).messages)
+
+
+def test_a_hugging_face_config_gives_the_memory_panel_its_gb_axis(tmp_path):
+    """The model path field takes a Hugging Face config.json: the GB axis is that model's (a of
+    ctrlmem.planner.gb.bytes_per_a for it), the path wins over the preset, and a state restores
+    the path field, not the dropdown; a bad path is one message."""
+    from pathlib import Path
+
+    from ctrlmem.explorer.views import write_state
+    from ctrlmem.planner.gb import bytes_per_a
+
+    cfg = str(Path(__file__).parent / "data" / "hf_configs" / "llama-3-8b.json")
+    ex = ui.explorer(schedules=["1f1b", "v-half"], num_devices=4, num_microbatches=8)
+    try:
+        ex.model.value = "9.6B"
+        ex.model_path.value = cfg
+        assert ex.settings().model == cfg
+        layout = ex.view.memory_spec["layout"]
+        axes = [k for k in layout if k.startswith("yaxis") and "overlaying" in layout[k]]
+        assert axes, list(layout)
+        gb = layout[axes[0]]
+        assert "9.6B" not in gb["title"]["text"] and "mb 1" in gb["title"]["text"]
+        a_axis = layout["yaxis" + gb["overlaying"][1:]]
+        assert gb["range"][1] == pytest.approx(a_axis["range"][1] * bytes_per_a(cfg, 4, 1) / 1e9)
+        state = write_state(ex.view, tmp_path / "s.json")
+        other = ui.explorer(schedules=["1f1b"], num_devices=4, num_microbatches=8)
+        try:
+            other.apply_state(state)
+            assert (other.model.value, other.model_path.value) == ("", cfg)
+        finally:
+            other.close()
+        ex.model_path.value = str(tmp_path / "missing.json")
+        assert any("GB axis" in x for x in ex.view.messages)
+    finally:
+        ex.close()

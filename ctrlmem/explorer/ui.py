@@ -199,6 +199,8 @@ class Explorer:
         self.b = W.FloatText(value=s.b, description="B", layout=box, **label)
         self.w = W.FloatText(value=s.w, description="W", layout=box, **label)
         self.comm = W.FloatText(value=s.comm, description="comm", layout=box, **label)
+        self.fb_overlap = W.BoundedFloatText(value=s.fb_overlap, min=0.01, max=1.0, step=0.05, description="F&B overlap",
+                                             layout=W.Layout(width="180px"), **label)
         wide = W.Layout(width="230px")
         self.first_extra = W.FloatText(value=s.first_stage_extra, description="first-stage extra",
                                        layout=wide, **label)
@@ -232,9 +234,13 @@ class Explorer:
         self.offload_cost = W.BoundedFloatText(value=s.offload_cost, min=0.0, max=1e6, step=0.1,
                                                description="copy time per a", layout=W.Layout(width="190px"), **label)
 
+        preset = _preset_of(s.model)
         self.model = W.Dropdown(options=[("none", "")] + [(n, n) for n in PRESET_NAMES.values()],
-                                value=s.model or "", description="model (GB axis)", layout=W.Layout(width="230px"),
+                                value=preset or "", description="model (GB axis)", layout=W.Layout(width="230px"),
                                 **label)
+        self.model_path = W.Text(value="" if preset or not s.model else s.model, continuous_update=False,
+                                 placeholder="or a Hugging Face config.json (path)", description="",
+                                 layout=W.Layout(width="300px"))
         self.model_mb = W.BoundedIntText(value=s.microbatch_size or 0, min=0, max=4096, description="microbatch",
                                          layout=W.Layout(width="160px"), **label)
         self.load_path = W.Text(placeholder="torch / torchtitan CSV or ctrlmem text file (path)",
@@ -296,8 +302,8 @@ class Explorer:
                                               layout=W.Layout(width="130px"))
         self.load_state_button.observe(self._state_uploaded, names="value")
         self._inputs = [self.schedules, self.devices, self.microbatches, self.f, self.b, self.w,
-                        self.comm, self.first_extra, self.last_extra, self.weights, self.limit_on, self.limit,
-                        self.model, self.model_mb, self.optimize_on, self.optimize, self.improve,
+                        self.comm, self.fb_overlap, self.first_extra, self.last_extra, self.weights, self.limit_on, self.limit,
+                        self.model, self.model_path, self.model_mb, self.optimize_on, self.optimize, self.improve,
                         self.recompute, self.offload_on, self.offload, self.offload_cost]
         for wdg in self._inputs:
             wdg.observe(self._edited, names="value")
@@ -307,14 +313,19 @@ class Explorer:
             W.HBox([self.devices, self.microbatches, self.limit_on, self.limit, self.optimize_on, self.optimize,
                     self.improve],
                    layout=W.Layout(flex_flow="row wrap")),  # wraps in a narrow notebook column
-            W.HBox([self.f, self.b, self.w, self.comm]),
+            W.HBox([self.f, self.b, self.w, self.comm, self.fb_overlap,
+                    W.HTML("<small>F&B overlap: an overlapped forward + backward pair (dualpipe, dualpipe-v) "
+                           "takes this fraction of F + B</small>")],
+                   layout=W.Layout(flex_flow="row wrap")),
             W.HBox([self.first_extra, self.last_extra, self.weights]),
             W.HBox([self.recompute, self.offload_on, self.offload, self.offload_cost,
                     W.HTML("<small>memory levers for every schedule ticked (recompute: an R before each backward; "
                            "offload: copied to host after the forward, back before the backward)</small>")],
                    layout=W.Layout(flex_flow="row wrap")),
-            W.HBox([self.model, self.model_mb, W.HTML("<small>a model adds a GB axis to the memory panel "
-                                                      "(microbatch 0: the paper's)</small>")]),
+            W.HBox([self.model, self.model_path, self.model_mb,
+                    W.HTML("<small>a model adds a GB axis to the memory panel (a config.json path wins over the "
+                           "preset; microbatch 0: the paper's, 1 for a config)</small>")],
+                   layout=W.Layout(flex_flow="row wrap")),
             W.HBox([self.load_path, self.load_button, self.upload, self.clear_button]),
             W.HBox([W.HTML("<b style='margin-right:6px'>export</b>"), *self.buttons.values(),
                     self.load_state_button]),
@@ -344,11 +355,11 @@ class Explorer:
             first_stage_extra=self.first_extra.value, last_stage_extra=self.last_extra.value,
             memory_limit=float(self.limit.value) if self.limit_on.value else None,
             stage_weights=_parse_weights(self.weights.value), loaded=tuple(self.loaded),
-            model=self.model.value or None, microbatch_size=int(self.model_mb.value) or None,
+            model=self.model_path.value.strip() or self.model.value or None, microbatch_size=int(self.model_mb.value) or None,
             optimize=float(self.optimize.value) if self.optimize_on.value else 0.0,
             improve=self.improve.value or None, recompute=self.recompute.value,
             offload=float(self.offload.value) if self.offload_on.value else None,
-            offload_cost=float(self.offload_cost.value),
+            offload_cost=float(self.offload_cost.value), fb_overlap=float(self.fb_overlap.value),
         )
 
     def _edited(self, change=None) -> None:
@@ -814,7 +825,9 @@ class Explorer:
                               (self.last_extra, settings.last_stage_extra),
                               (self.weights, ",".join(f"{x:g}" for x in settings.stage_weights)),
                               (self.limit_on, settings.memory_limit is not None),
-                              (self.model, settings.model or ""), (self.model_mb, settings.microbatch_size or 0),
+                              (self.model, _preset_of(settings.model) or ""),
+                              (self.model_path, "" if _preset_of(settings.model) else settings.model or ""),
+                              (self.fb_overlap, settings.fb_overlap), (self.model_mb, settings.microbatch_size or 0),
                               (self.optimize_on, bool(settings.optimize)),
                               (self.improve, settings.improve if settings.improve in SCHEDULES else ""),
                               (self.recompute, settings.recompute if settings.recompute in ("selective", "full")
@@ -1194,6 +1207,14 @@ def _checklist_class():
     return _CHECKLIST
 
 
+def _preset_of(model: str | None) -> str | None:
+    """The model dropdown's entry for ``model`` (a paper preset, any case), or None (no model, or
+    a config.json path: the path field shows it)."""
+    if not model:
+        return None
+    return PRESET_NAMES.get(str(model).lower())
+
+
 def _parse_weights(text: str) -> tuple[float, ...]:
     parts = [x.strip() for x in str(text).replace(";", ",").split(",") if x.strip()]
     try:
@@ -1208,12 +1229,15 @@ def explorer(schedules: Sequence[str] | None = None, num_devices: int = 4, num_m
              memory_limit: float | None = None, stage_weights: Sequence[float] = (),
              load: Sequence[str] = (), state: str | None = None, optimize: float = 0.0, improve: str | None = None,
              recompute: str = "none", offload: float | None = None, offload_cost: float = 0.0,
+             model: str | None = None, microbatch_size: int | None = None, fb_overlap: float = 1.0,
              **kwargs) -> Explorer:
     """An :class:`Explorer` with these initial settings (display it in a notebook cell);
     ``load``: schedule files (torch / torchtitan CSV or text form) to compare as well;
     ``optimize``: seconds of :func:`ctrlmem.improve` for the schedule ``improve`` (default: the first
-    other than 1F1B; 0: off); ``recompute``, ``offload``, ``offload_cost``: the memory levers
-    (:class:`~ctrlmem.explorer.views.Settings`);
+    other than 1F1B; 0: off); ``recompute``, ``offload``, ``offload_cost``: the memory levers;
+    ``model`` (a paper preset or a Hugging Face ``config.json`` path) and ``microbatch_size``: the
+    memory panel's GB axis; ``fb_overlap``: DualPipe's overlapped F&B pair time as a fraction of
+    F + B (:class:`~ctrlmem.explorer.views.Settings`);
     ``state``: a state file to show instead (see :meth:`Explorer.apply_state`)."""
     settings = Settings(
         schedules=tuple(schedules) if schedules is not None else default_schedules(),
@@ -1222,6 +1246,7 @@ def explorer(schedules: Sequence[str] | None = None, num_devices: int = 4, num_m
         memory_limit=memory_limit, stage_weights=tuple(stage_weights),
         loaded=tuple(Schedule.load(x) for x in load), optimize=optimize, improve=improve,
         recompute=recompute, offload=offload, offload_cost=offload_cost,
+        model=model, microbatch_size=microbatch_size, fb_overlap=fb_overlap,
     )
     ex = Explorer(settings, **kwargs)
     if state:

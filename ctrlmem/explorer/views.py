@@ -114,8 +114,14 @@ class Settings:
             schedules are built for it; the others are checked against it.
         stage_weights: see :meth:`costs`.
         loaded: schedule files loaded into the comparison (simulated as they are).
-        model: a paper model (``ctrlmem.planner.model``) whose activation bytes give the memory
-            panel a GB axis, or ``None``; microbatch_size: its microbatch (``None``: the paper's).
+        model: a model whose activation bytes give the memory panel a GB axis — a paper preset
+            (``"9.6B"``, ...) or the path of a Hugging Face ``config.json`` (Llama, Mistral, Qwen,
+            Mixtral, DeepSeek: :func:`ctrlmem.planner.model.model_spec`) — or ``None``;
+            microbatch_size: its microbatch (``None``: the paper's for a preset, else 1).
+        fb_overlap: the time of an overlapped forward + backward pair (DualPipe's F&B, the
+            ``dualpipe`` and ``dualpipe-v`` schedules) as a fraction of ``F + B``, in (0, 1]
+            (``Costs.fb_overlap``; 1.0, the default, is no gain). Schedules without overlapped
+            pairs do not change with it.
         optimize: seconds of :func:`ctrlmem.improve` for one shown schedule (0: off, the
             default): its improved order is shown right below it (``NAME+improved``, its panel
             titled so), within the memory limit when the schedule fits it, else within its own peak.
@@ -153,6 +159,7 @@ class Settings:
     recompute: str = "none"
     offload: float | None = None
     offload_cost: float = 0.0
+    fb_overlap: float = 1.0
 
     @property
     def levers(self) -> bool:
@@ -180,7 +187,7 @@ class Settings:
         the model in model order (slice ``i`` is what a one-stage-per-device schedule puts on
         device ``i``); a schedule with ``v`` stages per device splits each slice into ``v``
         equal stages."""
-        base = Costs(self.f, self.b, self.w, self.comm, offload=self.offload_cost)
+        base = Costs(self.f, self.b, self.w, self.comm, offload=self.offload_cost, fb_overlap=self.fb_overlap)
         extra_first, extra_last = float(self.first_stage_extra), float(self.last_stage_extra)
         for label, x in (("first-stage extra", extra_first), ("last-stage extra", extra_last)):
             if not math.isfinite(x) or x < 0:
@@ -204,7 +211,7 @@ class Settings:
             per[0] += extra_first * full
             per[-1] += extra_last * full
             lists.append(per)
-        return Costs(*lists, comm=base.comm, offload=base.offload)
+        return Costs(*lists, comm=base.comm, offload=base.offload, fb_overlap=base.fb_overlap)
 
     def to_dict(self) -> dict:
         """The settings as JSON-ready values (loaded files as ``{"name", "text"}``)."""
@@ -566,6 +573,9 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
         elif len(over):
             messages.append("Over the memory limit of {:g} × 1F1B: {}.".format(
                 limit, ", ".join(f"{r['schedule']} ({plot.fmt_ratio(r['peak / 1F1B'])})" for _, r in over.iterrows())))
+    if settings.fb_overlap != 1.0 and results and not any(r.schedule.overlaps for r in results.values()):
+        messages.append(f"F&B overlap {settings.fb_overlap:g}: no shown schedule overlaps a forward with a backward, "
+                        "so nothing changes; tick dualpipe or dualpipe-v to see it")
     diagram_spec = memory_spec = None
     if results:
         rs = list(results.values())
@@ -864,6 +874,8 @@ def command_line(settings: Settings, output: str | None = None) -> str:
         cmd += f" --recompute {s.recompute}"
     if s.offload is not None:
         cmd += f" --offload {s.offload:g} --offload-cost {s.offload_cost:g}"
+    if s.fb_overlap != 1.0:
+        cmd += f" --fb-overlap {s.fb_overlap:g}"
     cmd += f" -o {out}"
     missing = []
     if s.stage_weights:
@@ -1168,6 +1180,8 @@ def _slug_of(names: Sequence[str], s: Settings) -> str:
         stem += f"_r{s.recompute}"
     if s.offload is not None:
         stem += f"_off{s.offload:g}-{s.offload_cost:g}"
+    if s.fb_overlap != 1.0:
+        stem += f"_fb{s.fb_overlap:g}"
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in stem)
 
 

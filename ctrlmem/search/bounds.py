@@ -138,7 +138,12 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
     ``act_s · (κ ℓ_s + (1 − κ) · min(ℓ_s, r_s + b_s + w_s))`` over time in ``"memory"``; the
     bounds that count whole activations held before the first backward (``"warm-up"``, ``"last
     forward"``, ``"one at a time"``) do not hold then and are 0; ``"device"`` holds as it is
-    (an ``R`` only adds work).
+    (an ``R`` only adds work). ``"recompute trade"`` (with ``recompute`` and a cap) couples the
+    two: every recompute that saves memory × time adds its ``R`` to the device's work, so per
+    device the makespan is at least the least, over how many forwards of each stage are
+    recomputed (fractions allowed), of the larger of the work with their ``R`` passes and the
+    memory × time bound with their saving (:func:`_recompute_trade`): a budget that forces
+    recomputation forces its work too.
     """
     S, p = placement.num_stages, placement.num_devices
     head_f, head_b, tail_b, (f, b, w) = chains(placement, costs, fused)
@@ -150,7 +155,7 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
         tail_f[s] = (comm if dev[s] != dev[s + 1] else 0.0) + f[s + 1] + tail_f[s + 1]
     act = p / S
     n_act = math.inf if cap is None else math.floor(cap / act + 1e-9)
-    life = shortest_lifespans(placement, costs)
+    whole = life = shortest_lifespans(placement, costs)
     if recompute != "none":  # the least memory × time a microbatch of each stage may hold (above)
         kappa = costs.kept_fraction(recompute)
         rec = costs.recompute_times(S, p, recompute)
@@ -158,6 +163,8 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
                 for s, x in enumerate(life)]
         n_act = math.inf
     out = {"device": 0.0, "memory": 0.0, "warm-up": 0.0, "last forward": 0.0, "one at a time": 0.0}
+    if recompute != "none":
+        out["recompute trade"] = 0.0
     for d in range(p):
         st = placement.stages_of(d)
         classes = []  # (arrival, work of the m passes, chain after)
@@ -177,6 +184,9 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
         if cap is not None and cap > 0:
             held = m * math.fsum(act * life[s] for s in st)
             out["memory"] = max(out["memory"], min(head_f[s] for s in st) + held / cap)
+            if recompute != "none":
+                out["recompute trade"] = max(out["recompute trade"], _recompute_trade(
+                    head, work, m, cap, [(rec[s], act * (whole[s] - life[s]), act * whole[s]) for s in st]))
         if n_act < math.inf:
             k = min(n_act, len(st) * m)
             first_b = min(head_b[s] for s in st)
@@ -205,6 +215,31 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
                 out["last forward"] = max(out["last forward"],
                                           work + idle_start + max(0.0, f[top] + tail_f[top] - late))
     return out
+
+
+def _recompute_trade(head: float, work: float, m: int, cap: float,
+                     stages: list[tuple[float, float, float]]) -> float:
+    """The least of ``max(head + work + R, head + (H − G) / cap)`` over how many of each stage's
+    ``m`` forwards a schedule recomputes (fractions allowed: a relaxation, so a lower bound): ``R``
+    the time of their ``R`` passes, ``G`` the memory × time they save, ``H`` what the device's
+    activations hold without recompute. ``stages``: per stage ``(r, g, h)``, one recompute's
+    time, its saving and one microbatch's whole memory × time. The cheapest saving per unit of
+    ``R`` time is taken first (fractional knapsack)."""
+    lo = head + work  # the device's work: grows with every recompute
+    hi = head + m * math.fsum(h for _, _, h in stages) / cap  # memory × time: falls with every one
+    for r, g, _ in sorted(stages, key=lambda x: -math.inf if x[0] <= 0 else -x[1] / x[0]):
+        if lo >= hi or g <= 0:
+            break
+        fall = g / cap
+        if r <= 0:
+            hi -= m * fall
+            continue
+        t = (hi - lo) / (r + fall)  # recomputes of this stage where the two meet
+        if t <= m:
+            return lo + t * r
+        lo += m * r
+        hi -= m * fall
+    return max(lo, hi)
 
 
 def makespan_bound(placement: Placement, m: int, costs: Costs, cap: float | None, fused: bool = False,

@@ -186,15 +186,22 @@ def _adapted(page, timeout_s: float = 900) -> float:
     return time.monotonic() - t0
 
 
-def end_to_end(names, repeats: int, notebook: str | None = None) -> None:
+def _browser(notebook: str | None):
+    """``(lab_browser, notebook path)``, or ``(None, None)`` after printing why no browser runs."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import lab_browser as lb
 
     why = lb.available()
     if why:
         print(f"browser: skipped ({why})")
+        return None, None
+    return lb, notebook or os.path.join(ROOT, "notebooks", "01_explore_schedules.ipynb")
+
+
+def end_to_end(names, repeats: int, notebook: str | None = None) -> None:
+    lb, nb = _browser(notebook)
+    if lb is None:
         return
-    nb = notebook or os.path.join(ROOT, "notebooks", "01_explore_schedules.ipynb")
     p0, m0 = SIZES[0]
     comm = iter(round(0.05 * k, 2) for k in range(1, 1000))  # every edit a new value
     with lb.lab_page(nb, schedules=list(names), num_devices=p0, num_microbatches=m0) as page:
@@ -236,14 +243,9 @@ def new_controls(repeats: int, notebook: str | None = None) -> None:
     """The controls this round added, timed as the cost edits are: an F&B overlap edit with
     DualPipeV shown (p=16, m=64; its pairs re-timed), and a Hugging Face config.json typed into
     the model path field (the memory panel's GB axis painted)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import lab_browser as lb
-
-    why = lb.available()
-    if why:
-        print(f"browser: skipped ({why})")
+    lb, nb = _browser(notebook)
+    if lb is None:
         return
-    nb = notebook or os.path.join(ROOT, "notebooks", "01_explore_schedules.ipynb")
     p, m = 16, 64
     config = os.path.join(ROOT, "tests", "data", "hf_configs", "llama-3-8b.json")
     with lb.lab_page(nb, schedules=["1f1b", "dualpipe-v"], num_devices=p, num_microbatches=m) as page:

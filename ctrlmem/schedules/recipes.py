@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ctrlmem.schedules.zero_bubble import zb_h1, zb_h2, zb_v
 from ctrlmem.search.families import (
-    BlockFamily, CostBlockFamily, FillAheadFamily, ForwardFirstFamily, FusedConstructionFamily, GridFamily,
+    BlockFamily, CostBlockFamily, CyclicFamily, FillAheadFamily, ForwardFirstFamily, FusedConstructionFamily, GridFamily,
     LateAcceptanceFamily, ListFamily, PeriodicFamily, PolishFamily, RelocateFamily, ZBCapFamily, ZBFixedFamily,
     ZBVFamily,
 )
@@ -27,11 +27,12 @@ _FIRST = ForwardFirstFamily()
 #: periodic family (seeded with the forward-first one) and the late-acceptance one come last, so
 #: the others' results are unchanged
 _PERIODIC = PeriodicFamily(_BASE + [_POLISH, _RELOCATE], seeds=[_FIRST])
-V_SPLIT = _BASE + [_POLISH, _RELOCATE, _PERIODIC, LateAcceptanceFamily(_BASE + [_POLISH, _RELOCATE, _PERIODIC])]
+V_SPLIT = _BASE + [_POLISH, _RELOCATE, _PERIODIC, LateAcceptanceFamily(_BASE + [_POLISH, _RELOCATE, _PERIODIC]),
+           CyclicFamily()]
 #: the fused-backward V-shape search (``1f1b-v``)
 V_FUSED = [FusedConstructionFamily(), _LISTS]
 #: one stage per device (``zb``)
 _ZB = [ZBFixedFamily(fixed=[("zb-h1", zb_h1), ("zb-h2", zb_h2)]), ZBCapFamily()]
 _ZB_RELOCATE = RelocateFamily(_ZB)
 _ZB_PERIODIC = PeriodicFamily(_ZB + [_ZB_RELOCATE])
-SEQUENTIAL = _ZB + [_ZB_RELOCATE, _ZB_PERIODIC, LateAcceptanceFamily(_ZB + [_ZB_RELOCATE, _ZB_PERIODIC])]
+SEQUENTIAL = _ZB + [_ZB_RELOCATE, _ZB_PERIODIC, LateAcceptanceFamily(_ZB + [_ZB_RELOCATE, _ZB_PERIODIC]), CyclicFamily()]

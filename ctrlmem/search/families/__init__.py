@@ -26,10 +26,14 @@ that seeds from fixed schedules (ZB-V, ZB-H1/H2) takes their generators as argum
 * :mod:`.lahc` — late-acceptance hill climbing from the best at each cap: moves through
   schedules that are not yet shorter (small pipelines; last in the V-shape and ``zb`` searches;
   docs/theory.md §12);
+* :mod:`.cyclic` — the building block searched for its shortest period under the exact periodic
+  peak (the arcs of its stages' lifespans placed apart), repeated (any size; last in the V-shape and
+  ``zb`` searches; docs/theory.md §12);
 * :mod:`.sequential` — ZB-H1/H2 and the ZB greedy on one stage per device (``zb``).
 """
 
 from ctrlmem.search.families.costblocks import CostBlockFamily
+from ctrlmem.search.families.cyclic import CyclicFamily
 from ctrlmem.search.families.fillahead import FillAheadFamily, ForwardFirstFamily
 from ctrlmem.search.families.fused import FusedConstructionFamily
 from ctrlmem.search.families.grid import GridFamily
@@ -42,6 +46,6 @@ from ctrlmem.search.families.relocate import RelocateFamily
 from ctrlmem.search.families.sequential import ZBCapFamily, ZBFixedFamily
 from ctrlmem.search.families.zbv import ZBVFamily
 
-__all__ = ["BlockFamily", "CostBlockFamily", "FillAheadFamily", "ForwardFirstFamily", "FusedConstructionFamily",
+__all__ = ["BlockFamily", "CostBlockFamily", "CyclicFamily", "FillAheadFamily", "ForwardFirstFamily", "FusedConstructionFamily",
            "GridFamily", "LateAcceptanceFamily", "ListFamily", "PeriodicFamily", "PolishFamily", "RelocateFamily",
            "ZBCapFamily", "ZBFixedFamily", "ZBVFamily"]

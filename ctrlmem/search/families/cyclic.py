@@ -1,0 +1,410 @@
+"""Cyclic blocks: the building block searched for its period under the exact periodic peak
+(docs/theory.md §11 item 11, §12 "Cyclic blocks").
+
+The paper builds a schedule by repeating one microbatch's *building block* every interval and
+bounds the peak by the lifespans (Eq. 1: a stage whose lifespan is ℓ holds ⌈ℓ / T⌉
+microbatches' activations). Where memory binds, the repeated block's real peak is lower than
+that sum: a stage holds ``⌊ℓ / T⌋`` microbatches all the time and one more only during an *arc*
+of the period, ``ℓ mod T`` long from its forward's start, so two stages of a device whose arcs do
+not meet peak one below Eq. 1's sum. The solver's optima at p = 6-16 under V-Min's memory exploit
+exactly this (docs/theory.md §12): with F:B:W = 3:4:2 and half of 1F1B's memory, the best block
+whose peak Eq. 1 bounds has a period of 12 per microbatch at p = 6 (the searches' stable phase),
+while blocks with a period of 10.5 fit the same memory once the arcs are placed apart.
+
+This family searches such blocks directly, for each memory cap of the list family's grid up to
+the budget, in integer slots (the costs' chunk pass times quantised: the shortest pass at
+:data:`RESOLUTION` slots). A block is the start time of each pass of one microbatch; a pass of
+microbatch ``j`` runs at that time plus ``j·T``, so a device runs each of its passes once per
+period and no two may overlap modulo ``T``. The block is laid out along its dependency chain
+(every forward, then every backward from the last stage back, ``comm`` slots across devices),
+each pass at the earliest start whose slots modulo ``T`` are free on its device; each device's
+``W`` s then fill the earliest free slots after their ``B`` (both orders tried for a device's two
+stages, the lower peak kept). The free choice is a *delay* before each forward: a late forward
+shortens its own stage's lifespan and moves its arc. For each period from the lower bound up,
+a fixed-seed local search over the delays (one delay changed at a time, kept when the summed
+excess of the devices' exact periodic peaks over the cap, then their sum, is no larger) looks
+for a block within the cap; the first period that has one wins. The block repeated ``m`` times,
+each device's passes in start order, is the candidate (the engine times it with the real costs:
+the repeat squeezed, ramps included). Its peak is the block's exact periodic peak (a device's
+memory follows its order).
+
+Deterministic (MINSTD), cached per (placement, quantised costs, cap); cost-adapted like the
+list family. Split backward only (``B`` and ``W``), any placement whose devices hold one or two
+stages (the V-shape and one stage per device). Monotone: a cap's candidates include every
+smaller cap's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ctrlmem.model.ir import Placement
+from ctrlmem.search.encoding import CandidateSet, concat
+from ctrlmem.search.engine import LRU, Family, Incumbent, Query
+from ctrlmem.search.families.lists import caps
+from ctrlmem.search.kernels import ints, kernel
+
+__all__ = ["CyclicFamily", "cyclic_block", "block_order", "quantise", "RESOLUTION", "ITERS", "SEEDS",
+           "MAX_SLOTS"]
+
+#: slots per shortest pass in the quantisation of the costs
+RESOLUTION = 2
+#: local-search steps per period and seed
+ITERS = 3000
+#: local-search steps without a strict improvement after which a restart gives up
+PATIENCE = 400
+#: restarts (fixed seeds) per period
+SEEDS = 8
+#: the largest period searched, in slots (a coarser quantisation is used above it)
+MAX_SLOTS = 400
+#: periods tried above the lower bound, as a multiple of it (the search stops at the first fit)
+SPAN = 2.0
+#: the largest cap searched, as a fraction of 1F1B's memory (above it the other families' blocks
+#: are within a few per cent of the bounds, docs/theory.md §12)
+TOP = 0.5
+#: restarts per period when going down from a fitting block (a larger cap's start)
+DOWN_SEEDS = 4
+_STEPS = np.array([-2, -1, 1, 2, 3, 5], dtype=np.int64)
+_BIG = 1 << 40
+
+
+@kernel(inline=True)
+def _place(occ, d, t, ln, P):  # pragma: no cover - compiled
+    """The earliest start ``>= t`` whose slots modulo ``P`` are free on device ``d``; -1 if none."""
+    if ln == 0:
+        return t
+    for tt in range(t, t + P):
+        r = tt % P
+        ok = True
+        for j in range(ln):
+            if occ[d, (r + j) % P] != 0:
+                ok = False
+                break
+        if ok:
+            return tt
+    return -1
+
+
+@kernel(inline=True)
+def _mark(occ, d, t, ln, P, val):  # pragma: no cover - compiled
+    for j in range(ln):
+        occ[d, (t + j) % P] = val
+
+
+@kernel(inline=True)
+def _peak(d, stages, nst, x, dW, act, P):  # pragma: no cover - compiled
+    """Device ``d``'s exact periodic peak: each stage holds ``⌊ℓ/P⌋`` microbatches always and one
+    more on the arc ``[F mod P, F mod P + ℓ mod P)``; the most any point of the circle holds."""
+    base = 0
+    top = 0
+    for j in range(nst[d]):
+        s = stages[d, j]
+        life = x[2, s] + dW[s] - x[0, s]
+        base += act[s] * (life // P)
+    for j in range(nst[d]):
+        s = stages[d, j]
+        rem = (x[2, s] + dW[s] - x[0, s]) % P
+        if rem == 0:
+            continue
+        point = x[0, s] % P
+        c = 0
+        for i in range(nst[d]):
+            s2 = stages[d, i]
+            rem2 = (x[2, s2] + dW[s2] - x[0, s2]) % P
+            if rem2 > 0 and (point - x[0, s2] % P) % P < rem2:
+                c += act[s2]
+        if c > top:
+            top = c
+    return base + top
+
+
+@kernel
+def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res):  # pragma: no cover - compiled
+    """Lay the block out with forward delays ``delta`` (see the module docstring) into ``x``
+    (``[3, S]``: F, B, W starts); ``res[0]`` the summed excess of the devices' peaks over
+    ``cap``, ``res[1]`` their sum; returns 0 when some pass finds no free slots."""
+    S = dev.shape[0]
+    p = occ.shape[0]
+    occ[:, :] = 0
+    for s in range(S):
+        t = 0
+        if s > 0:
+            t = x[0, s - 1] + dF[s - 1] + (comm if dev[s] != dev[s - 1] else 0)
+        t = _place(occ, dev[s], t + delta[s], dF[s], P)
+        if t < 0:
+            return 0
+        x[0, s] = t
+        _mark(occ, dev[s], t, dF[s], P, 1)
+    for s in range(S - 1, -1, -1):
+        if s == S - 1:
+            t = x[0, s] + dF[s]
+        else:
+            t = x[1, s + 1] + dB[s + 1] + (comm if dev[s] != dev[s + 1] else 0)
+        t = _place(occ, dev[s], t, dB[s], P)
+        if t < 0:
+            return 0
+        x[1, s] = t
+        _mark(occ, dev[s], t, dB[s], P, 1)
+    excess = 0
+    total = 0
+    for d in range(p):
+        n = nst[d]
+        best = -1
+        best_o = -1
+        for o in range(2 if n == 2 else 1):
+            placed = 0
+            for jj in range(n):
+                j = jj if o == 0 else n - 1 - jj
+                s = stages[d, j]
+                t = _place(occ, d, x[1, s] + dB[s], dW[s], P)
+                if t < 0:
+                    break
+                x[2, s] = t
+                _mark(occ, d, t, dW[s], P, 1)
+                placed += 1
+            pk = _peak(d, stages, nst, x, dW, act, P) if placed == n else -1
+            for jj in range(placed):
+                j = jj if o == 0 else n - 1 - jj
+                s = stages[d, j]
+                _mark(occ, d, x[2, s], dW[s], P, 0)
+            if pk >= 0 and (best < 0 or pk < best):
+                best = pk
+                best_o = o
+        if best_o < 0:
+            return 0
+        for jj in range(n):
+            j = jj if best_o == 0 else n - 1 - jj
+            s = stages[d, j]
+            t = _place(occ, d, x[1, s] + dB[s], dW[s], P)
+            x[2, s] = t
+            _mark(occ, d, t, dW[s], P, 1)
+        if best > cap:
+            excess += best - cap
+        total += best
+    res[0] = excess
+    res[1] = total
+    return 1
+
+
+@kernel(inline=True)
+def _minstd(state):  # pragma: no cover - compiled
+    return (state * 48271) % 2147483647
+
+
+@kernel
+def _search(dev, stages, nst, dF, dB, dW, comm, act, cap, P, iters, patience, seed, steps, x_out):  # pragma: no cover - compiled
+    """A block of period ``P`` within ``cap`` by local search over the forward delays (at most
+    ``iters`` steps, ending ``patience`` steps after the last strict improvement); 1 and the
+    block in ``x_out`` when found."""
+    S = dev.shape[0]
+    p = stages.shape[0]
+    delta = np.zeros(S, np.int64)
+    occ = np.zeros((p, P), np.int64)
+    x = np.zeros((3, S), np.int64)
+    res = np.zeros(2, np.int64)
+    if _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res) == 0:
+        return 0
+    cur = res[0] * _BIG + res[1]
+    excess = res[0]
+    state = 1 + seed % 2147483646
+    since = 0
+    for _ in range(iters):
+        if excess == 0 or S < 2 or since >= patience:
+            break
+        since += 1
+        state = _minstd(state)
+        i = 1 + state % (S - 1)
+        state = _minstd(state)
+        old_i = delta[i]
+        delta[i] = max(0, old_i + steps[state % steps.shape[0]])
+        state = _minstd(state)
+        j = -1
+        old_j = 0
+        if state % 10 < 3:
+            state = _minstd(state)
+            j = 1 + state % (S - 1)
+            old_j = delta[j]
+            delta[j] = 0
+        ok = _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res)
+        if ok == 1 and res[0] * _BIG + res[1] <= cur:
+            if res[0] * _BIG + res[1] < cur:
+                since = 0
+            cur = res[0] * _BIG + res[1]
+            excess = res[0]
+        else:
+            if j >= 0:
+                delta[j] = old_j
+            delta[i] = old_i
+    if excess != 0:
+        return 0
+    # x holds the last accepted layout only if the last evaluation was accepted: lay it out again
+    _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res)
+    for k in range(3):
+        for s in range(S):
+            x_out[k, s] = x[k, s]
+    return 1
+
+
+def quantise(placement: Placement, costs, resolution: int = RESOLUTION) -> tuple[tuple[int, ...], ...] | None:
+    """The chunk pass times and ``comm`` as whole slots (the shortest positive pass at
+    ``resolution`` slots): ``(dF, dB, dW, (comm,))``, or ``None`` when a pass time is zero for
+    every stage (nothing to quantise against)."""
+    S, p = placement.num_stages, placement.num_devices
+    f, b, w = costs.stage_times(S, p)
+    positive = [t for t in (*f, *b, *w) if t > 0]
+    if not positive:
+        return None
+    slot = min(positive) / resolution
+    q = lambda t: max(1, int(round(t / slot))) if t > 0 else 0  # noqa: E731 - one-line rounding rule
+    return (tuple(q(t) for t in f), tuple(q(t) for t in b), tuple(q(t) for t in w),
+            (int(round(float(costs.comm) / slot)),))
+
+
+def _chain_bounds(placement: Placement, dF, dB, dW, comm, cap: int) -> int:
+    """The smallest period worth trying (slots): a device's work, and its activation held over
+    the shortest lifespans (Little's law: a device holding ``cap`` at most holds ``Σ ℓ·act``
+    over one period of ``P`` only if ``P ≥ Σ ℓ·act / cap``)."""
+    S, p = placement.num_stages, placement.num_devices
+    dev = placement.stage_device
+    work = [0] * p
+    for s in range(S):
+        work[dev[s]] += dF[s] + dB[s] + dW[s]
+    # shortest start of each pass along the chain, from F of stage 0 at 0
+    tf = [0] * S
+    for s in range(1, S):
+        tf[s] = tf[s - 1] + dF[s - 1] + (comm if dev[s] != dev[s - 1] else 0)
+    tb = [0] * S
+    tb[S - 1] = tf[S - 1] + dF[S - 1]
+    for s in range(S - 2, -1, -1):
+        tb[s] = tb[s + 1] + dB[s + 1] + (comm if dev[s] != dev[s + 1] else 0)
+    held = [0] * p
+    for s in range(S):
+        held[dev[s]] += tb[s] + dB[s] + dW[s] - tf[s]  # one activation unit per stage
+    return max(max(work), max(math.ceil(h / cap) for h in held))
+
+
+def _arrays(placement: Placement):
+    S, p = placement.num_stages, placement.num_devices
+    dev = ints(placement.stage_device)
+    nst = ints([sum(1 for s in range(S) if dev[s] == d) for d in range(p)])
+    stages = np.zeros((p, 2), dtype=np.int64)
+    for d in range(p):
+        mine = [s for s in range(S) if dev[s] == d][:2]
+        stages[d, : len(mine)] = mine
+    return dev, stages, nst
+
+
+def _fits(placement: Placement, durations, cap: int, P: int, iters: int, seeds: int):
+    """A block of period ``P`` within ``cap`` (the first of ``seeds`` local searches that finds
+    one), or ``None``."""
+    dF, dB, dW, (comm,) = durations
+    dev, stages, nst = _arrays(placement)
+    act = np.ones(placement.num_stages, dtype=np.int64)
+    x = np.zeros((3, placement.num_stages), dtype=np.int64)
+    for seed in range(seeds):
+        if _search(dev, stages, nst, ints(dF), ints(dB), ints(dW), int(comm), act, int(cap), int(P),
+                   int(iters), PATIENCE, int(seed), _STEPS, x):
+            return P, x.copy()
+    return None
+
+
+def cyclic_block(placement: Placement, durations, cap: int, start=None, iters: int = ITERS, seeds: int = SEEDS):
+    """The block of the shortest period found within ``cap`` (activation units: one per stage),
+    for quantised ``durations`` (:func:`quantise`): ``(P, x)`` with ``x[k, s]`` the start slot of
+    pass kind ``k`` (F, B, W) of stage ``s``; ``None`` when none was found.
+
+    The period is bisected between the lower bound and a period with a block (``start``'s, a
+    smaller cap's; or :data:`SPAN` times the lower bound, at most :data:`MAX_SLOTS`): the local
+    search does not prove that a period has no block, so this takes a period without one found as
+    the end of the fitting ones."""
+    S, p = placement.num_stages, placement.num_devices
+    if max(sum(1 for s in range(S) if placement.stage_device[s] == d) for d in range(p)) > 2:
+        return None
+    dF, dB, dW, (comm,) = durations
+    lo = _chain_bounds(placement, dF, dB, dW, comm, cap)
+    best = start
+    n = seeds if start is None else DOWN_SEEDS
+    if best is None:
+        hi = min(MAX_SLOTS, int(math.ceil(SPAN * lo)))
+        best = _fits(placement, durations, cap, hi, iters, seeds) if hi >= lo else None
+        if best is None:
+            return None
+    a = lo
+    while a < best[0]:
+        mid = (a + best[0]) // 2
+        got = _fits(placement, durations, cap, mid, iters, n)
+        if got is None:
+            a = mid + 1
+        else:
+            best = got
+    return best
+
+
+def block_order(placement: Placement, m: int, P: int, x: np.ndarray) -> np.ndarray:
+    """The block repeated ``m`` times (microbatch ``j`` at ``x + j·P``), each device's passes in
+    start order, as the engine's pass keys (``int64[p, 3·v·m]``)."""
+    S, p = placement.num_stages, placement.num_devices
+    dev = np.asarray(placement.stage_device)
+    sm = S * m
+    rows = []
+    j = np.arange(m, dtype=np.int64)
+    for d in range(p):
+        times, keys = [], []
+        for s in np.nonzero(dev == d)[0]:
+            for k in range(3):
+                times.append(x[k, s] + j * P)
+                keys.append(k * sm + s * m + j)
+        t = np.concatenate(times)
+        kk = np.concatenate(keys)
+        rows.append(kk[np.lexsort((kk, t))])
+    return ints(np.stack(rows))
+
+
+class CyclicFamily(Family):
+    """See the module docstring."""
+
+    name = "cyclic"
+
+    def __init__(self) -> None:
+        self._blocks = LRU(2048)
+
+    def blocks(self, placement: Placement, durations, top: int, base: int) -> list[tuple[int, tuple]]:
+        """``(cap, block)`` for every cap of the grid up to ``top``, smallest first; each cap's
+        search starts from the block of the cap below it (a larger cap's period is never longer),
+        so a cap's block depends on the grid below it only (cached per cap)."""
+        out = []
+        prev = None
+        for h in caps(placement.num_devices, top, base):
+            key = (placement, durations, h)
+            got = self._blocks.get(key)
+            if got is None:
+                got = self._blocks.put(key, cyclic_block(placement, durations, h, start=prev) or ())
+            if got:
+                prev = got
+                out.append((h, got))
+        return out
+
+    def sets(self, q: Query, progress: Incumbent):
+        P = q.placement
+        p = P.num_devices
+        if q.fused or P.num_stages > 2 * p:
+            return
+        base = P.num_stages // p
+        top = min(int(math.floor(q.cap * base + 1e-9)), int(math.floor(TOP * base * p)))
+        durations = quantise(P, q.costs)
+        if durations is None:
+            return
+        out = []
+        seen = set()
+        for h, (period, x) in self.blocks(P, durations, top, base):
+            if (period, x.tobytes()) in seen:
+                continue
+            seen.add((period, x.tobytes()))
+            cs = CandidateSet(P, q.m, False, block_order(P, q.m, period, x)[None],
+                              (f"cyclic block, period {period} slots, cap {h}",))
+            if not progress.hopeless(q, float(cs.peak[0])):
+                out.append(cs)
+        if out:
+            yield concat(out)

@@ -1,0 +1,133 @@
+"""The cyclic-block family (docs/theory.md §12, "Cyclic blocks"): a building block searched for its
+shortest period under the exact periodic peak, repeated. It must fit its cap exactly as the
+simulator counts memory, beat the block whose peak Eq. 1 bounds where memory binds, only ever add
+candidates to the searches, and stay deterministic and monotone in the budget.
+
+Units: ``Costs`` are full-stage pass times; caps are activation units (half an ``a`` on the
+V-shape, one ``a`` with one stage per device); budgets fractions of 1F1B's ``p·a``.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ctrlmem as cm
+from ctrlmem.model.ir import Placement
+from ctrlmem.search import Incumbent, Query
+from ctrlmem.search.encoding import CandidateSet
+from ctrlmem.search.families.cyclic import CyclicFamily, block_order, cyclic_block, quantise
+
+
+def _block_schedule(placement, m, period, x):
+    cs = CandidateSet(placement, m, False, block_order(placement, m, period, x)[None], ("cyclic",))
+    return cs.schedule(0, "cyclic")
+
+
+def _eq1_bound(placement, period, x, dW):
+    """Eq. 1's peak of the block: every stage counts ⌈ℓ / T⌉ activations, per device."""
+    out = [0] * placement.num_devices
+    for s, d in enumerate(placement.stage_device):
+        life = x[2, s] + dW[s] - x[0, s]
+        out[d] += -(-life // period)
+    return max(out)
+
+
+def test_beats_every_block_whose_peak_eq1_bounds():
+    """p = 6, F:B:W = 3:4:2, half of 1F1B's memory (6 half-activations per device): the shortest
+    period of a block whose Eq. 1 sum fits is 12 per microbatch (a CP-SAT model of the block
+    proves it, docs/theory.md §12); with the arcs placed apart a block of period 10.5 fits, and
+    repeated it peaks exactly at the cap."""
+    placement, costs = Placement.v_shape(6), cm.Costs(3, 4, 2)
+    dur = quantise(placement, costs)
+    assert dur[:3] == ((3,) * 12, (4,) * 12, (2,) * 12)  # 1.5, 2, 1 at two slots per shortest pass
+    period, x = cyclic_block(placement, dur, 6)
+    assert period == 21  # 10.5 time units: the shortest the exact peak allows (CP-SAT: 10.5)
+    assert _eq1_bound(placement, period, x, dur[2]) > 6  # Eq. 1 would call it over the cap
+    for m in (12, 24):
+        r = cm.simulate(_block_schedule(placement, m, period, x), costs)
+        assert max(r.peak_memory) == 3.0  # 6 half-activations: exactly the cap
+    # the repeat's makespan grows by one period per microbatch in the stable phase
+    longer = cm.simulate(_block_schedule(placement, 36, period, x), costs).makespan
+    assert longer - cm.simulate(_block_schedule(placement, 24, period, x), costs).makespan == pytest.approx(12 * 10.5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(p=st.integers(2, 10), data=st.data(), sequential=st.booleans(),
+       fbw=st.tuples(st.sampled_from([1, 2, 3]), st.sampled_from([1, 2, 3, 4]), st.sampled_from([1, 2])),
+       comm=st.sampled_from([0.0, 0.1, 0.5]))
+def test_a_block_repeated_is_valid_and_peaks_within_its_cap(p, data, sequential, fbw, comm):
+    """Any block found, repeated any number of times, is a valid schedule (every pass once, on
+    its stage's device, no deadlock) whose simulated peak is within the cap it was found for."""
+    placement = Placement.sequential(p) if sequential else Placement.v_shape(p)
+    base = placement.num_stages // p
+    cap = data.draw(st.integers(base, base * p))
+    costs = cm.Costs(*fbw, comm)
+    got = cyclic_block(placement, quantise(placement, costs), cap)
+    if got is None:
+        return
+    m = data.draw(st.integers(1, 3 * p))
+    s = _block_schedule(placement, m, *got)
+    cm.validate(s)
+    assert max(cm.simulate(s, costs).peak_memory) <= cap / base + 1e-9
+
+
+@pytest.mark.parametrize("p,m,costs,limit,before", [
+    # v-shape's makespan before the family (main, 2026-12-06), all simulated
+    (8, 32, cm.Costs(3, 4, 2), 0.5, 408.5),
+    (6, 24, cm.Costs(3, 4, 2), 0.5, 307.0),
+    (8, 16, cm.Costs(2, 1, 1), 0.5, 99.5),
+])
+def test_the_search_gets_shorter_where_memory_binds(p, m, costs, limit, before):
+    s = cm.build("v-shape", p, m, costs=costs, memory_limit=limit, objective="makespan")
+    r = cm.simulate(s, costs)
+    assert r.makespan < 0.95 * before
+    assert max(r.peak_memory) <= limit * p + 1e-9
+    assert dict(s.params)["block"].startswith("cyclic block")
+
+
+def test_deterministic_and_independent_of_the_cache():
+    """The same block from a fresh family and from a family that already searched other caps
+    (each cap's search starts from the block of the cap below: the grid below decides it)."""
+    placement, costs = Placement.v_shape(8), cm.Costs(3, 4, 2, 0.1)
+    dur = quantise(placement, costs)
+    a = CyclicFamily().blocks(placement, dur, 8, 2)
+    warm = CyclicFamily()
+    warm.blocks(placement, dur, 16, 2)
+    b = warm.blocks(placement, dur, 8, 2)
+    assert [(h, P, x.tolist()) for h, (P, x) in a] == [(h, P, x.tolist()) for h, (P, x) in b]
+
+
+def test_periods_never_grow_with_the_cap():
+    placement, costs = Placement.v_shape(10), cm.Costs(1, 2, 2, 0.05)
+    blocks = CyclicFamily().blocks(placement, quantise(placement, costs), 10, 2)
+    periods = [P for _, (P, _) in blocks]
+    assert len(blocks) >= 5 and periods == sorted(periods, reverse=True)
+
+
+def test_monotone_in_the_budget():
+    """A larger budget yields every candidate a smaller one yields (the engine's contract)."""
+    placement, costs = Placement.v_shape(6), cm.Costs(3, 4, 2)
+    fam = CyclicFamily()
+
+    def labels(cap):
+        q = Query(placement, 12, costs, cap)
+        return {lab for cs in fam.sets(q, Incumbent()) for lab in cs.labels}
+
+    small, large = labels(1.5), labels(3.0)
+    assert small and small <= large
+
+
+def test_fused_and_looped_placements_are_left_to_the_other_families():
+    fam = CyclicFamily()
+    assert list(fam.sets(Query(Placement.v_shape(4), 8, cm.Costs(1, 1, 1), 2.0, fused=True), Incumbent())) == []
+    looped = Placement.interleaved(4, 4)  # four stages a device: more than the W orders it tries
+    assert list(fam.sets(Query(looped, 8, cm.Costs(1, 1, 1), 2.0), Incumbent())) == []
+
+
+def test_block_order_runs_each_pass_once_in_time_order():
+    placement = Placement.v_shape(3)
+    x = np.array([[0, 2, 4, 6, 8, 10], [24, 20, 18, 16, 14, 12], [26, 22, 21, 19, 15, 13]])
+    keys = block_order(placement, 4, 30, x)
+    assert keys.shape == (3, 24)
+    assert sorted(keys.ravel().tolist()) == list(range(3 * 6 * 4))

@@ -54,9 +54,9 @@ RESOLUTION = 2
 #: local-search steps per period and seed
 ITERS = 3000
 #: local-search steps without a strict improvement after which a restart gives up
-PATIENCE = 400
+PATIENCE = 300
 #: restarts (fixed seeds) per period
-SEEDS = 8
+SEEDS = 5
 #: the largest period searched, in slots (a coarser quantisation is used above it)
 MAX_SLOTS = 400
 #: periods tried above the lower bound, as a multiple of it (the search stops at the first fit)
@@ -64,8 +64,6 @@ SPAN = 2.0
 #: the largest cap searched, as a fraction of 1F1B's memory (above it the other families' blocks
 #: are within a few per cent of the bounds, docs/theory.md §12)
 TOP = 0.5
-#: restarts per period when going down from a fitting block (a larger cap's start)
-DOWN_SEEDS = 4
 _STEPS = np.array([-2, -1, 1, 2, 3, 5], dtype=np.int64)
 _BIG = 1 << 40
 
@@ -310,31 +308,27 @@ def _fits(placement: Placement, durations, cap: int, P: int, iters: int, seeds: 
     return None
 
 
-def cyclic_block(placement: Placement, durations, cap: int, start=None, iters: int = ITERS, seeds: int = SEEDS):
+def cyclic_block(placement: Placement, durations, cap: int, iters: int = ITERS, seeds: int = SEEDS):
     """The block of the shortest period found within ``cap`` (activation units: one per stage),
     for quantised ``durations`` (:func:`quantise`): ``(P, x)`` with ``x[k, s]`` the start slot of
     pass kind ``k`` (F, B, W) of stage ``s``; ``None`` when none was found.
 
-    The period is bisected between the lower bound and a period with a block (``start``'s, a
-    smaller cap's; or :data:`SPAN` times the lower bound, at most :data:`MAX_SLOTS`): the local
-    search does not prove that a period has no block, so this takes a period without one found as
-    the end of the fitting ones."""
+    The period is bisected between the lower bound and :data:`SPAN` times it (at most
+    :data:`MAX_SLOTS`), which must have a block: the local search does not prove that a period has
+    none, so this takes a period without one found as the end of the fitting ones."""
     S, p = placement.num_stages, placement.num_devices
     if max(sum(1 for s in range(S) if placement.stage_device[s] == d) for d in range(p)) > 2:
         return None
     dF, dB, dW, (comm,) = durations
     lo = _chain_bounds(placement, dF, dB, dW, comm, cap)
-    best = start
-    n = seeds if start is None else DOWN_SEEDS
+    hi = min(MAX_SLOTS, int(math.ceil(SPAN * lo)))
+    best = _fits(placement, durations, cap, hi, iters, seeds) if hi >= lo else None
     if best is None:
-        hi = min(MAX_SLOTS, int(math.ceil(SPAN * lo)))
-        best = _fits(placement, durations, cap, hi, iters, seeds) if hi >= lo else None
-        if best is None:
-            return None
+        return None
     a = lo
     while a < best[0]:
         mid = (a + best[0]) // 2
-        got = _fits(placement, durations, cap, mid, iters, n)
+        got = _fits(placement, durations, cap, mid, iters, seeds)
         if got is None:
             a = mid + 1
         else:
@@ -370,21 +364,13 @@ class CyclicFamily(Family):
     def __init__(self) -> None:
         self._blocks = LRU(2048)
 
-    def blocks(self, placement: Placement, durations, top: int, base: int) -> list[tuple[int, tuple]]:
-        """``(cap, block)`` for every cap of the grid up to ``top``, smallest first; each cap's
-        search starts from the block of the cap below it (a larger cap's period is never longer),
-        so a cap's block depends on the grid below it only (cached per cap)."""
-        out = []
-        prev = None
-        for h in caps(placement.num_devices, top, base):
-            key = (placement, durations, h)
-            got = self._blocks.get(key)
-            if got is None:
-                got = self._blocks.put(key, cyclic_block(placement, durations, h, start=prev) or ())
-            if got:
-                prev = got
-                out.append((h, got))
-        return out
+    def block(self, placement: Placement, durations, h: int):
+        """The block of cap ``h`` (cached per placement, quantised costs and cap), or ``()``."""
+        key = (placement, durations, h)
+        got = self._blocks.get(key)
+        if got is None:
+            got = self._blocks.put(key, cyclic_block(placement, durations, h) or ())
+        return got
 
     def sets(self, q: Query, progress: Incumbent):
         P = q.placement
@@ -398,13 +384,17 @@ class CyclicFamily(Family):
             return
         out = []
         seen = set()
-        for h, (period, x) in self.blocks(P, durations, top, base):
-            if (period, x.tobytes()) in seen:
+        # from the budget down: a smaller cap's candidates peak lower, so once the bound says a cap
+        # cannot win, no smaller one can (the bound only grows as the peak falls)
+        for h in reversed(caps(p, top, base)):
+            if progress.hopeless(q, h / base):
+                break
+            got = self.block(P, durations, h)
+            if not got or (got[0], got[1].tobytes()) in seen:
                 continue
+            period, x = got
             seen.add((period, x.tobytes()))
-            cs = CandidateSet(P, q.m, False, block_order(P, q.m, period, x)[None],
-                              (f"cyclic block, period {period} slots, cap {h}",))
-            if not progress.hopeless(q, float(cs.peak[0])):
-                out.append(cs)
+            out.append(CandidateSet(P, q.m, False, block_order(P, q.m, period, x)[None],
+                                    (f"cyclic block, period {period} slots, cap {h}",)))
         if out:
             yield concat(out)

@@ -46,7 +46,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
                    help="activation recomputation in every stage: torch.utils.checkpoint around the stage's layers "
                         "(full) or each layer's attention core (selective); adds an R before every backward to the "
-                        "schedule (fused-backward schedules; default none)")
+                        "schedule; with a split backward B recomputes and W reuses what B kept (default none)")
     p.add_argument("--offload", type=float, default=0.0, metavar="FRACTION",
                    help="activation offload: that share (0-1] of what every forward stores is copied to host memory "
                         "by saved-tensor hooks (pinned on CUDA) and back at its backward; the schedule gets an "
@@ -247,6 +247,11 @@ def _show(config, result: dict) -> None:
                                              result["theory_peak_bytes"])):
             print(f"  rank {r}: peak saved {_fmt_bytes(sv)}, allocator {_fmt_bytes(al)}, theory {_fmt_bytes(th)}"
                   f" (saved/theory {sv / th:.3f}, allocator/theory {al / th:.3f})")
+        rec = result.get("recompute")
+        if rec:
+            for r, (n, k) in enumerate(zip(rec["recomputes"], rec["regions"])):
+                print(f"  rank {r}: {rec['mode']} recompute: {k} checkpointed region(s) in the step, recomputed {n} "
+                      f"time(s){f' ({n / k:g} per region)' if k else ''}")
         off = result.get("offload")
         if off:
             for r, (hp, ht, moved) in enumerate(zip(off["peak_host_bytes"], off["theory_host_peak_bytes"],

@@ -24,7 +24,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+
+from ctrlmem.runtime.recompute import Recomputation
 
 __all__ = [
     "ModelConfig",
@@ -237,17 +238,17 @@ class Block(nn.Module):
         self.fc = DeferrableLinear(h, 4 * h)
         self.out = DeferrableLinear(4 * h, h)
 
-    recompute_attention = False
+    recompute_attention: Recomputation | None = None
     """Selective recomputation: keep everything but the attention core's internals, which the
-    backward recomputes (``torch.utils.checkpoint`` around it; docs/theory.md §13)."""
+    backward recomputes (the stage's checkpoint around it; docs/theory.md §13)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, h = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(h, dim=-1)
         shape = (b, s, self.num_heads, h // self.num_heads)
         q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
-        if self.recompute_attention and torch.is_grad_enabled():
-            a = checkpoint(_causal_attention, q, k, v, use_reentrant=True)
+        if self.recompute_attention is not None:
+            a = self.recompute_attention(_causal_attention, q, k, v)
         else:
             a = _causal_attention(q, k, v)
         x = x + self.proj(a.transpose(1, 2).reshape(b, s, h))
@@ -278,6 +279,7 @@ class StageModule(nn.Module):
             self.head = DeferrableLinear(cfg.hidden, cfg.vocab, bias=False)
         self.stash = WeightGradStash()
         self.recompute: str | None = None
+        self.recomputation = Recomputation(self.stash)
         for mod in self.modules():
             if isinstance(mod, DeferrableLinear):
                 mod.stash = self.stash
@@ -286,8 +288,8 @@ class StageModule(nn.Module):
         if self.is_first:
             pos = torch.arange(x.shape[1], device=x.device)
             x = self.tok(x) + self.pos(pos)
-        if self.recompute == "full" and torch.is_grad_enabled() and self.blocks:
-            x = checkpoint(self._blocks, x, use_reentrant=True)
+        if self.recompute == "full" and self.blocks:
+            x = self.recomputation(self._blocks, x)
         else:
             x = self._blocks(x)
         if self.is_last:
@@ -302,12 +304,16 @@ class StageModule(nn.Module):
 
     def set_recompute(self, mode: str | None) -> None:
         """Recompute in the backward (docs/theory.md §13): ``"full"`` wraps the stage's layers in
-        ``torch.utils.checkpoint`` (the forward keeps their input only), ``"selective"`` each
-        layer's attention core, ``None`` neither. Reentrant checkpointing: its saved inputs and
-        the recomputed tensors go through the saved-tensor hooks, so the meter counts them."""
+        a non-reentrant ``torch.utils.checkpoint`` (the forward keeps their input only),
+        ``"selective"`` each layer's attention core, ``None`` neither. The checkpoint's saved
+        inputs and the tensors it recomputes count in the stage's meter (``stash.meter``), and
+        :attr:`recomputation` counts the regions and their recomputations
+        (:mod:`ctrlmem.runtime.recompute`)."""
+        if mode not in (None, "full", "selective"):
+            raise ValueError(f"recompute mode must be None, 'full' or 'selective', got {mode!r}")
         self.recompute = mode
         for block in self.blocks:
-            block.recompute_attention = mode == "selective"
+            block.recompute_attention = self.recomputation if mode == "selective" else None
 
 
 def _init_weights(module: nn.Module, generator: torch.Generator, num_layers: int) -> None:

@@ -319,9 +319,13 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: RankWatchdog,
     ledger.reset_peak()
     copied_before = ledger.total
     active_meter[0] = meter
+    for s in mine:
+        modules[s].recomputation.reset()
     with meter:
         losses = train_step()
     active_meter[0] = None
+    regions = sum(modules[s].recomputation.regions for s in mine)
+    recomputes = sum(modules[s].recomputation.recomputes for s in mine)
     host_peak, host_copied = ledger.peak, ledger.total - copied_before
     for s in mine:
         modules[s].stash.meter = None
@@ -382,6 +386,8 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: RankWatchdog,
                   for s, (a, k, r) in probe.items()},
         "offload_probe": [{"stage": s, "fraction": f, "resident_bytes": v[0], "resident_kept_for_w_bytes": v[1],
                            "host_bytes": v[2], "host_kept_for_w_bytes": v[3]} for (s, f), v in offload_probe.items()],
+        "recompute_regions": regions,
+        "recomputes": recomputes,
         "peak_host_bytes": host_peak,
         "offloaded_bytes": host_copied,
         "step_times_s": step_times,

@@ -51,7 +51,9 @@ def add_commands(subparsers) -> None:
                    help="activation offload: that share (0-1] of what every forward stores is copied to host memory "
                         "by saved-tensor hooks (pinned on CUDA) and back at its backward; the schedule gets an "
                         "offload and a reload of each forward. On CPU the copy is a memcpy: the run shows exact "
-                        "gradients and the resident activation falling, not a host link's cost (default 0: none)")
+                        "gradients and the resident activation falling, not a host link's cost. Not with --recompute "
+                        "(a forward is recomputed or offloaded, not both; a schedule file may mix them per forward) "
+                        "(default 0: none)")
     p.add_argument("-m", "--microbatches", type=int_arg(), default=4, help="number of microbatches m (default 4)")
     p.add_argument("--dp", type=int_arg(), default=1,
                    help="data-parallel replicas of the pipeline (dp x p ranks; batch split, gradients averaged)")
@@ -259,5 +261,5 @@ def _show(config, result: dict) -> None:
                 print(f"  rank {r}: offloaded {_fmt_bytes(moved)} in the step, host peak {_fmt_bytes(hp)}, "
                       f"theory {_fmt_bytes(ht)}")
         elif config.offload:
-            print(f"  offload {config.offload:g}: no forward of this schedule is offloaded (a recomputed forward, and "
-                  "one whose backward comes next on its device, are left alone: docs/theory.md §13)")
+            print(f"  offload {config.offload:g}: no forward of this schedule is offloaded (one whose backward comes "
+                  "next on its device is left alone: docs/theory.md §13)")

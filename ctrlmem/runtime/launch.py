@@ -90,7 +90,9 @@ class RunConfig:
             memory (pinned on CUDA) by saved-tensor hooks and back at its backward
             (:mod:`ctrlmem.runtime.offload`); the schedule gets an offload and a reload of each
             forward (as ``build(..., offload=...)``; a device whose forwards go straight into their
-            backward offloads nothing). 0 (default): none.
+            backward offloads nothing). 0 (default): none. Not with ``recompute`` (a forward is
+            recomputed or offloaded, not both); a schedule file may recompute some forwards and
+            offload others, and the run levers each forward as its schedule says.
     """
 
     schedule: str
@@ -255,6 +257,12 @@ def check_config(config: RunConfig) -> None:
             raise ValueError(f"recompute must be none, selective or full, got {config.recompute!r}")
         checks.number("offload", config.offload, minimum=0.0, maximum=1.0, what="fraction of each forward's activation "
                       "copied to host memory (0: none)")
+        if config.recompute != "none" and config.offload:
+            raise ValueError(
+                f"recompute={config.recompute!r} and offload={config.offload:g} together: recompute puts an R on every "
+                "forward, and a forward is recomputed or offloaded, not both (docs/theory.md §13), so nothing would be "
+                "offloaded; give one of them, or a schedule that chooses per forward (e.g. ctrlmem export v-shape "
+                "-p P -m M --memory-limit L --recompute auto --offload auto --text FILE, then --schedule FILE)")
         checks.integer("num_microbatches", config.num_microbatches)
         checks.integer("dp", config.dp, what="data-parallel replicas")
         checks.integer("steps", config.steps, minimum=0, what="timed steps")

@@ -17,9 +17,10 @@ needs (the paper's 32·h of 34·h + 5·heads·s bytes per token).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -314,6 +315,17 @@ class StageModule(nn.Module):
         self.recompute = mode
         for block in self.blocks:
             block.recompute_attention = self.recomputation if mode == "selective" else None
+
+    @contextlib.contextmanager
+    def recomputing(self, mode: str | None) -> Iterator[None]:
+        """:meth:`set_recompute` ``mode`` for the forwards run inside, the previous mode after
+        (a run recomputes the forwards its schedule has an ``R`` of, each on its own)."""
+        before = self.recompute
+        self.set_recompute(mode)
+        try:
+            yield
+        finally:
+            self.set_recompute(before)
 
 
 def _init_weights(module: nn.Module, generator: torch.Generator, num_layers: int) -> None:

@@ -234,12 +234,17 @@ def run_command(schedule: str | Sequence[str], p: int, m: int, backend: str, run
 
 def real_levers(recompute: object, offload: object) -> tuple[str, object]:
     """The levers of a real run checked: ``recompute`` none, selective or full; ``offload`` none
-    or a fraction in (0, 1]. ``"auto"`` (or anything else) is a ``ValueError`` saying what to give."""
+    or a fraction in (0, 1], not both. ``"auto"`` (or anything else) is a ``ValueError`` saying
+    what to give."""
     recompute, offload = lever_mode(recompute), offload_choice(offload)
     if recompute == "auto" or offload == "auto":
         raise ValueError("recompute/offload 'auto' chooses levers inside a simulated search (backend='simulate'); "
                          "a real run takes fixed levers: recompute none, selective or full, offload none or a "
                          "fraction in (0, 1]")
+    if recompute != "none" and offload != "none":
+        raise ValueError(f"recompute {recompute!r} and offload {offload} together: a forward is recomputed or "
+                         "offloaded, not both (docs/theory.md §13), and recompute takes every forward, so a real run "
+                         "refuses the pair; give one of them")
     return recompute, offload
 
 

@@ -155,6 +155,36 @@ def test_lever_fields_are_keyword_only_with_defaults():
     assert (keep, cost) == pytest.approx(cm.Costs().selective)
 
 
+def test_gpt_levers_keep_the_input_of_the_whole_layer():
+    """A GPT layer saves sbh(34 + 5·heads·s/h) bytes and full recomputation keeps its input 2sbh
+    (Korthikanti et al. 2022): 2/74 for the 9.6B at seq 1024; a fused attention kernel saves no
+    s x s scores, so 2/34 and selective keeps everything; bad sizes are named."""
+    levers = cm.Costs.gpt_levers(5120, 40, 1024)
+    assert levers["input_fraction"] == pytest.approx(2 / 74)
+    assert levers["selective"] == pytest.approx(cm.Costs.selective_pair(5120, 40, 1024))
+    assert cm.Costs(**levers).kept_fraction("full") == pytest.approx(2 / 74)
+    flash = cm.Costs.gpt_levers(5120, 40, 1024, flash_attention=True)
+    assert flash == {"input_fraction": 2 / 34, "selective": (1.0, 0.0)}
+    with pytest.raises(ValueError, match="heads must be a positive integer"):
+        cm.Costs.gpt_levers(5120, 0, 1024)
+
+
+@pytest.mark.parametrize("model,flash", [("9.6B", False), ("38.5B", False), ("9.6B", True)])
+def test_paper_costs_recompute_keeps_the_models_own_input_fraction(model, flash):
+    """On the A100 cost model of a paper preset, 1F1B-R's device 0 holds one whole microbatch and
+    the inputs (2h bytes per layer and token) of the p − 1 others in flight, in the bytes
+    activation_bytes counts for that model (34h + 5·heads·s, or 34h with FlashAttention)."""
+    from ctrlmem.experiments import simulate_point
+    from ctrlmem.model import paper
+
+    pre = paper.model(model)
+    p, mb = pre.num_gpus, 1
+    r = simulate_point("1f1b-r", p, 2 * p, costs="paper", model=model, microbatch_size=mb, flash_attention=flash)
+    layers, tokens = pre.num_layers / p, mb * paper.ASSUMED_SEQ_LEN
+    whole = paper.activation_bytes(pre, layers, mb, flash_attention=flash)
+    assert r["activation_gb"] * 1e9 == pytest.approx(whole + (p - 1) * layers * tokens * 2 * pre.hidden)
+
+
 @pytest.mark.parametrize("p,m", [(2, 2), (4, 8), (8, 32), (8, 4), (3, 7)])
 def test_1f1b_r_closed_form(p, m):
     """1F1B-R's makespan is (p−1)(F+c) + m(F+R+B+W) + (p−1)(B+W+c): one recompute per

@@ -29,7 +29,7 @@ from ctrlmem.util.userfile import read_json
 
 
 def resolve_costs(costs: str, model: str | None, p: int, microbatch_size: int, seq_len: int,
-                  tp: int = 1) -> tuple[Costs, str]:
+                  tp: int = 1, flash_attention: bool = False) -> tuple[Costs, str]:
     """``costs`` as given to the notebook -> ``(Costs, description)``.
 
     ``"F,B,W[,COMM]"`` are full device-stage times; ``"paper"`` uses the A100 cost model of
@@ -39,7 +39,7 @@ def resolve_costs(costs: str, model: str | None, p: int, microbatch_size: int, s
     if costs == "paper":
         if not model or model not in paper.MODELS:
             raise ValueError(f"costs='paper' needs a model preset ({', '.join(paper.MODELS)}), got model={model!r}")
-        c = paper.paper_costs(model, p, microbatch_size, seq_len, tp=tp)
+        c = paper.paper_costs(model, p, microbatch_size, seq_len, tp=tp, flash_attention=flash_attention)
         return c, (f"A100 cost model (ctrlmem.model.paper: {paper.tp_efficiency(tp):.1%} of peak, seq {seq_len}, "
                    f"mb {microbatch_size}, tp {tp}; ms)")
     if costs.startswith("result:"):
@@ -121,7 +121,8 @@ def simulate_point(
         return {**base, "status": "skipped",
                 "reason": f"schedule {schedule!r} is not registered in cm.SCHEDULES yet "
                           f"(registered: {', '.join(SCHEDULES)})"}
-    cost_obj, cost_desc = resolve_costs(costs, model, p, microbatch_size, seq_len, tp=tp)
+    cost_obj, cost_desc = resolve_costs(costs, model, p, microbatch_size, seq_len, tp=tp,
+                                        flash_attention=flash_attention)
     if offload_cost is not None:
         cost_obj = dataclasses.replace(cost_obj, offload=offload_cost)
         cost_desc += f"; offload cost {offload_cost:g} per a"

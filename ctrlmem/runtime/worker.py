@@ -265,7 +265,7 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: RankWatchdog,
             return modules[s].recomputing(mode if (s, mb) in recomputed else None)
         return context
 
-    forward_contexts = {s: forward_context(s) for s in mine}
+    forward_contexts = {s: forward_context(s) for s in mine} if recomputed or offloads else {}
 
     b, sl, h = cfg.microbatch_size, cfg.seq_len, cfg.hidden
 

@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/bench_v_shape.py --baseline none   # this checkout only
     .venv/bin/python benchmarks/bench_v_shape.py --jit-compare     # also the kernels as plain Python
     .venv/bin/python benchmarks/bench_v_shape.py --levers          # the search with levers against without
+    .venv/bin/python benchmarks/bench_v_shape.py --levers-survey --baseline COMMIT  # 62 lever cases, both trees
 
 Every measurement is a fresh interpreter (nothing cached in memory; numba's compiled kernels are
 loaded from its on-disk cache, as for any user after set-up) that builds one schedule. It prints
@@ -21,6 +22,13 @@ Costs F:B:W:comm = 3:4:2:0.1 (full device-stage times), as in the issue.
 ``--levers`` (issue 26): each budgeted case built twice in cold processes, reordering only and with
 ``recompute="auto", offload="auto"`` (a copy of one ``a`` taking ½ F = 1.5 each way), printing both
 CPU times, the levers' over the plain one (target: within 2×) and both makespans.
+
+``--levers-survey``: the lever search on 62 cases (v-shape and zb, p = 4, 8, 16, m = 2p, budgets 1/p,
+0.2, 0.4, mixes 1:1:1 / 3:4:2:0.1 / 2:3:1:0.2 with copies ½ / 1.5 / 4 per ``a``, the lever choices
+auto/auto, recompute auto and offload auto in turn, and the eight p = 16, m = 64 cases of
+``--levers``), all in one process per tree, for this checkout and ``--baseline``: the makespans and
+peaks that differ, and both trees' total CPU time of the build calls (a change that is meant to
+be only faster must change nothing).
 """
 
 from __future__ import annotations
@@ -118,6 +126,79 @@ def lever_compare(quick: bool, repeat: int) -> None:
     print(f"{misses} case(s) over the {LEVER_TARGET:g}× target")
 
 
+_SURVEY_CHILD = r"""
+import json, resource
+import ctrlmem as cm
+from ctrlmem.search import kernels
+kernels._prepare()
+MIXES = [((1, 1, 1, 0), 0.5), ((3, 4, 2, 0.1), 1.5), ((2, 3, 1, 0.2), 4.0)]
+LEVERS = [("auto", "auto"), ("auto", "none"), ("none", "auto")]
+cases = []
+for name in ("v-shape", "zb"):
+    for p in (4, 8, 16):
+        for lim in sorted({1 / p, 0.2, 0.4}):
+            for mix in range(3):
+                cases.append((name, p, 2 * p, lim, mix, LEVERS[len(cases) % 3]))
+for lim in (0.125, 0.2, 0.25, 0.375):
+    for name in ("v-shape", "zb"):
+        cases.append((name, 16, 64, lim, 1, ("auto", "auto")))
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+out = []
+for name, p, m, lim, mix, (rc, off) in cases:
+    c, copy = MIXES[mix]
+    costs = cm.Costs(*c, offload=copy)
+    t = cpu()
+    try:
+        r = cm.simulate(cm.build(name, p, m, costs=costs, memory_limit=lim, recompute=rc, offload=off), costs)
+        res = {"makespan": r.makespan, "peak": max(r.peak_memory)}
+    except ValueError:
+        res = {"makespan": None, "peak": None}
+    out.append({"case": [name, p, m, lim, mix, rc, off], "cpu": cpu() - t, **res})
+print(json.dumps(out))
+"""
+
+
+def lever_survey(baseline: str) -> None:
+    """Print where this checkout's lever search differs from ``baseline``'s on the survey's cases."""
+    trees = {"this checkout": REPO}
+    if baseline != "none":
+        trees["baseline " + baseline] = baseline_tree(baseline)
+    try:
+        results = {}
+        for label, root in trees.items():
+            if root != REPO:  # its kernels compile once, outside the timed calls
+                subprocess.run([sys.executable, "-c", "from ctrlmem.schedules.warmup import compile_all; compile_all()"],
+                               env=dict(os.environ, PYTHONPATH=str(root)), cwd=root, check=True, capture_output=True)
+            proc = subprocess.run([sys.executable, "-c", _SURVEY_CHILD], capture_output=True, text=True,
+                                  env=dict(os.environ, PYTHONPATH=str(root)), cwd=root, timeout=7200)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{label}: survey failed:\n{proc.stderr[-2000:]}")
+            results[label] = json.loads(proc.stdout.strip().splitlines()[-1])
+            print(f"{label}: {len(results[label])} cases, build CPU {sum(c['cpu'] for c in results[label]):.1f} s, "
+                  f"{sum(c['makespan'] is None for c in results[label])} fit nothing", flush=True)
+        if len(results) == 2:
+            ours, base = results.values()
+            counts = {"shorter": 0, "longer": 0, "peak differs": 0}
+            for a, b in zip(ours, base):
+                if a["makespan"] is None or b["makespan"] is None:
+                    if a["makespan"] != b["makespan"]:
+                        print(f"  fits in one tree only: {a['case']}: {b['makespan']} -> {a['makespan']}")
+                    continue
+                if abs(a["makespan"] - b["makespan"]) > 1e-9:
+                    counts["shorter" if a["makespan"] < b["makespan"] else "longer"] += 1
+                    print(f"  {a['case']}: makespan {b['makespan']} -> {a['makespan']}")
+                elif abs(a["peak"] - b["peak"]) > 1e-9:
+                    counts["peak differs"] += 1
+                    print(f"  {a['case']}: peak {b['peak']} -> {a['peak']}")
+            print("against the baseline: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    finally:
+        for root in trees.values():
+            if root != REPO:
+                shutil.rmtree(root, ignore_errors=True)
+
+
 def baseline_tree(commit: str) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix="ctrlmem-baseline-"))
     archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "ctrlmem"], capture_output=True, check=True)
@@ -134,7 +215,13 @@ def main() -> None:
     ap.add_argument("--jit-compare", action="store_true", help="also run each case with CTRLMEM_JIT=0 (plain Python)")
     ap.add_argument("--levers", action="store_true",
                     help="the search with recompute/offload auto against without (issue 26's 2× target)")
+    ap.add_argument("--levers-survey", action="store_true",
+                    help="the lever search on 62 cases against --baseline: makespans and peaks that differ, CPU totals")
     args = ap.parse_args()
+    if args.levers_survey:
+        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
+        lever_survey(args.baseline)
+        return
     if args.levers:
         print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs); costs "
               f"3:4:2:0.1, copy 1.5 per a; CPU s = user + sys of the build call, median of {args.repeat} cold processes")

@@ -126,9 +126,14 @@ def test_simulated_points_take_the_levers():
 
 def test_real_run_commands_carry_fixed_levers_and_refuse_auto():
     """A real point's levers become `ctrlmem run --recompute/--offload`; none (or offload 0) adds
-    nothing; 'auto' (a simulated search) is refused with what to give instead."""
-    cmd = points.run_command("1f1b", 2, 4, "gloo", "out", recompute="selective", offload=0.5)
-    assert cmd[cmd.index("--recompute") + 1] == "selective" and float(cmd[cmd.index("--offload") + 1]) == 0.5
+    nothing; 'auto' (a simulated search) is refused with what to give instead, and so are both
+    levers at once (a forward is recomputed or offloaded, not both)."""
+    cmd = points.run_command("1f1b", 2, 4, "gloo", "out", recompute="selective")
+    assert cmd[cmd.index("--recompute") + 1] == "selective" and "--offload" not in cmd
+    cmd = points.run_command("1f1b", 2, 4, "gloo", "out", offload=0.5)
+    assert float(cmd[cmd.index("--offload") + 1]) == 0.5 and "--recompute" not in cmd
+    with pytest.raises(ValueError, match="recomputed or offloaded, not both"):
+        points.run_command("1f1b", 2, 4, "gloo", "out", recompute="selective", offload=0.5)
     bare = points.run_command("1f1b", 2, 4, "gloo", "out", offload=0)
     assert "--recompute" not in bare and "--offload" not in bare
     for kw in ({"recompute": "auto"}, {"offload": "auto"}):

@@ -155,6 +155,36 @@ def test_lever_fields_are_keyword_only_with_defaults():
     assert (keep, cost) == pytest.approx(cm.Costs().selective)
 
 
+def test_gpt_levers_keep_the_input_of_the_whole_layer():
+    """A GPT layer saves sbh(34 + 5·heads·s/h) bytes and full recomputation keeps its input 2sbh
+    (Korthikanti et al. 2022): 2/74 for the 9.6B at seq 1024; a fused attention kernel saves no
+    s x s scores, so 2/34 and selective keeps everything; bad sizes are named."""
+    levers = cm.Costs.gpt_levers(5120, 40, 1024)
+    assert levers["input_fraction"] == pytest.approx(2 / 74)
+    assert levers["selective"] == pytest.approx(cm.Costs.selective_pair(5120, 40, 1024))
+    assert cm.Costs(**levers).kept_fraction("full") == pytest.approx(2 / 74)
+    flash = cm.Costs.gpt_levers(5120, 40, 1024, flash_attention=True)
+    assert flash == {"input_fraction": 2 / 34, "selective": (1.0, 0.0)}
+    with pytest.raises(ValueError, match="heads must be a positive integer"):
+        cm.Costs.gpt_levers(5120, 0, 1024)
+
+
+@pytest.mark.parametrize("model,flash", [("9.6B", False), ("38.5B", False), ("9.6B", True)])
+def test_paper_costs_recompute_keeps_the_models_own_input_fraction(model, flash):
+    """On the A100 cost model of a paper preset, 1F1B-R's device 0 holds one whole microbatch and
+    the inputs (2h bytes per layer and token) of the p − 1 others in flight, in the bytes
+    activation_bytes counts for that model (34h + 5·heads·s, or 34h with FlashAttention)."""
+    from ctrlmem.experiments import simulate_point
+    from ctrlmem.model import paper
+
+    pre = paper.model(model)
+    p, mb = pre.num_gpus, 1
+    r = simulate_point("1f1b-r", p, 2 * p, costs="paper", model=model, microbatch_size=mb, flash_attention=flash)
+    layers, tokens = pre.num_layers / p, mb * paper.ASSUMED_SEQ_LEN
+    whole = paper.activation_bytes(pre, layers, mb, flash_attention=flash)
+    assert r["activation_gb"] * 1e9 == pytest.approx(whole + (p - 1) * layers * tokens * 2 * pre.hidden)
+
+
 @pytest.mark.parametrize("p,m", [(2, 2), (4, 8), (8, 32), (8, 4), (3, 7)])
 def test_1f1b_r_closed_form(p, m):
     """1F1B-R's makespan is (p−1)(F+c) + m(F+R+B+W) + (p−1)(B+W+c): one recompute per
@@ -331,3 +361,41 @@ def test_the_lever_search_tries_its_looser_seeds_with_every_w_after_its_b():
     assert r.makespan <= 34 + 1e-9
     fixed = cm.simulate(cm.build("zb", 4, 8, costs=costs, memory_limit=0.4, recompute="selective"), costs)
     assert r.makespan <= fixed.makespan + 1e-9
+
+
+@pytest.mark.parametrize("name,p,m", [("zb-h1", 4, 8), ("v-half", 4, 8), ("v-zb", 4, 8), ("1f1b", 4, 6),
+                                      ("zb-v", 3, 6)])
+def test_what_waits_for_w_bounds_the_peak_under_any_levers(name, p, m):
+    """held_for_w is a lower bound of every device's simulated peak, whatever levers are put on
+    the order (levers act between a forward and its backward; from B to W the whole activation
+    is there): the plain schedule, every forward recomputed, every forward with a backward more
+    than a pass away offloaded whole, a mix, with copies slow or free. A bound above the cap makes
+    fit_with_levers give up at once; it is reached by the plain schedule of 1F1B (no W)."""
+    from ctrlmem.schedules.auto_levers import fit_with_levers, held_for_w
+
+    base = cm.build(name, p, m)
+    bound = held_for_w(base)
+    for copy in (0.0, 0.5, 3.0):
+        costs = cm.Costs(1, 1, 1, 0.1, offload=copy)
+        half = [(s, k) for s in range(base.num_stages) for k in range(0, m, 2)]
+        for levered in (base, with_recompute(base), with_recompute(base, "selective"), with_offload(base, 1.0, costs=costs),
+                        with_recompute(with_offload(base, 1.0, which=half, costs=costs), "full")):
+            peaks = cm.simulate(levered, costs).peak_memory
+            assert all(b <= pk + 1e-9 for b, pk in zip(bound, peaks)), (levered.to_text(), bound, peaks)
+    assert held_for_w(with_recompute(base)) == bound
+    assert fit_with_levers(base, max(bound) - 0.01, cm.Costs(offload=0.5), "full", 1.0) is None
+    if name == "1f1b":
+        assert bound == [1.0] * p  # one BW at a time, nothing deferred
+
+
+def test_forward_windows_are_the_timed_passes_f_end_and_b_start():
+    """SimResult.forward_windows gives each forward's device, its F's end and its backward's start,
+    as the timed passes say."""
+    costs = cm.Costs(1, 2, 1, 0.3, offload=0.5)
+    r = cm.simulate(cm.build("v-half", 4, 8, costs=costs, offload=0.5), costs)
+    f_end = {(tp.stage, tp.microbatch): (tp.device, tp.end) for tp in r.passes if tp.op is Op.F}
+    b_start = {(tp.stage, tp.microbatch): tp.start for tp in r.passes if tp.op in (Op.B, Op.BW)}
+    windows = r.forward_windows()
+    assert len(windows) == len(f_end) == 8 * 8
+    for dev, stage, mb, end, start in windows:
+        assert (dev, end) == f_end[(stage, mb)] and start == b_start[(stage, mb)]

@@ -46,12 +46,14 @@ def add_commands(subparsers) -> None:
     p.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
                    help="activation recomputation in every stage: torch.utils.checkpoint around the stage's layers "
                         "(full) or each layer's attention core (selective); adds an R before every backward to the "
-                        "schedule (fused-backward schedules; default none)")
+                        "schedule; with a split backward B recomputes and W reuses what B kept (default none)")
     p.add_argument("--offload", type=float, default=0.0, metavar="FRACTION",
                    help="activation offload: that share (0-1] of what every forward stores is copied to host memory "
                         "by saved-tensor hooks (pinned on CUDA) and back at its backward; the schedule gets an "
                         "offload and a reload of each forward. On CPU the copy is a memcpy: the run shows exact "
-                        "gradients and the resident activation falling, not a host link's cost (default 0: none)")
+                        "gradients and the resident activation falling, not a host link's cost. Not with --recompute "
+                        "(a forward is recomputed or offloaded, not both; a schedule file may mix them per forward) "
+                        "(default 0: none)")
     p.add_argument("-m", "--microbatches", type=int_arg(), default=4, help="number of microbatches m (default 4)")
     p.add_argument("--dp", type=int_arg(), default=1,
                    help="data-parallel replicas of the pipeline (dp x p ranks; batch split, gradients averaged)")
@@ -247,6 +249,11 @@ def _show(config, result: dict) -> None:
                                              result["theory_peak_bytes"])):
             print(f"  rank {r}: peak saved {_fmt_bytes(sv)}, allocator {_fmt_bytes(al)}, theory {_fmt_bytes(th)}"
                   f" (saved/theory {sv / th:.3f}, allocator/theory {al / th:.3f})")
+        rec = result.get("recompute")
+        if rec:
+            for r, (n, k) in enumerate(zip(rec["recomputes"], rec["regions"])):
+                print(f"  rank {r}: {rec['mode']} recompute: {k} checkpointed region(s) in the step, recomputed {n} "
+                      f"time(s){f' ({n / k:g} per region)' if k else ''}")
         off = result.get("offload")
         if off:
             for r, (hp, ht, moved) in enumerate(zip(off["peak_host_bytes"], off["theory_host_peak_bytes"],
@@ -254,5 +261,5 @@ def _show(config, result: dict) -> None:
                 print(f"  rank {r}: offloaded {_fmt_bytes(moved)} in the step, host peak {_fmt_bytes(hp)}, "
                       f"theory {_fmt_bytes(ht)}")
         elif config.offload:
-            print(f"  offload {config.offload:g}: no forward of this schedule is offloaded (a recomputed forward, and "
-                  "one whose backward comes next on its device, are left alone: docs/theory.md §13)")
+            print(f"  offload {config.offload:g}: no forward of this schedule is offloaded (one whose backward comes "
+                  "next on its device is left alone: docs/theory.md §13)")

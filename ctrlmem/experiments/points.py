@@ -29,7 +29,7 @@ from ctrlmem.util.userfile import read_json
 
 
 def resolve_costs(costs: str, model: str | None, p: int, microbatch_size: int, seq_len: int,
-                  tp: int = 1) -> tuple[Costs, str]:
+                  tp: int = 1, flash_attention: bool = False) -> tuple[Costs, str]:
     """``costs`` as given to the notebook -> ``(Costs, description)``.
 
     ``"F,B,W[,COMM]"`` are full device-stage times; ``"paper"`` uses the A100 cost model of
@@ -39,7 +39,7 @@ def resolve_costs(costs: str, model: str | None, p: int, microbatch_size: int, s
     if costs == "paper":
         if not model or model not in paper.MODELS:
             raise ValueError(f"costs='paper' needs a model preset ({', '.join(paper.MODELS)}), got model={model!r}")
-        c = paper.paper_costs(model, p, microbatch_size, seq_len, tp=tp)
+        c = paper.paper_costs(model, p, microbatch_size, seq_len, tp=tp, flash_attention=flash_attention)
         return c, (f"A100 cost model (ctrlmem.model.paper: {paper.tp_efficiency(tp):.1%} of peak, seq {seq_len}, "
                    f"mb {microbatch_size}, tp {tp}; ms)")
     if costs.startswith("result:"):
@@ -121,7 +121,8 @@ def simulate_point(
         return {**base, "status": "skipped",
                 "reason": f"schedule {schedule!r} is not registered in cm.SCHEDULES yet "
                           f"(registered: {', '.join(SCHEDULES)})"}
-    cost_obj, cost_desc = resolve_costs(costs, model, p, microbatch_size, seq_len, tp=tp)
+    cost_obj, cost_desc = resolve_costs(costs, model, p, microbatch_size, seq_len, tp=tp,
+                                        flash_attention=flash_attention)
     if offload_cost is not None:
         cost_obj = dataclasses.replace(cost_obj, offload=offload_cost)
         cost_desc += f"; offload cost {offload_cost:g} per a"
@@ -234,12 +235,17 @@ def run_command(schedule: str | Sequence[str], p: int, m: int, backend: str, run
 
 def real_levers(recompute: object, offload: object) -> tuple[str, object]:
     """The levers of a real run checked: ``recompute`` none, selective or full; ``offload`` none
-    or a fraction in (0, 1]. ``"auto"`` (or anything else) is a ``ValueError`` saying what to give."""
+    or a fraction in (0, 1], not both. ``"auto"`` (or anything else) is a ``ValueError`` saying
+    what to give."""
     recompute, offload = lever_mode(recompute), offload_choice(offload)
     if recompute == "auto" or offload == "auto":
         raise ValueError("recompute/offload 'auto' chooses levers inside a simulated search (backend='simulate'); "
                          "a real run takes fixed levers: recompute none, selective or full, offload none or a "
                          "fraction in (0, 1]")
+    if recompute != "none" and offload != "none":
+        raise ValueError(f"recompute {recompute!r} and offload {offload} together: a forward is recomputed or "
+                         "offloaded, not both (docs/theory.md §13), and recompute takes every forward, so a real run "
+                         "refuses the pair; give one of them")
     return recompute, offload
 
 

@@ -105,13 +105,16 @@ class Costs:
         offload: time to copy one ``a`` of activation between device and host, one direction
             (a copy of ``x·a`` takes ``x·offload``).
         input_fraction: the share of a forward's activation a fully recomputed forward keeps
-            until its ``R``: the stage's input, ``2/34`` for a GPT layer (``2sbh`` of the ``34sbh``
-            bytes it saves, Korthikanti et al. 2022).
+            until its ``R``: the stage's input, ``2sbh`` of the ``sbh(34 + 5·heads·s/h)`` bytes a
+            GPT layer saves (Korthikanti et al. 2022). The default ``2/34`` drops attention's
+            ``s x s`` term, as the paper's ``34·s·b·h`` model does (and as a layer with a fused
+            attention kernel saves); :meth:`gpt_levers` gives the exact value for known sizes.
         selective: ``(keep, cost)`` of selective recomputation: the share kept (all but
             attention's ``s x s`` part) and the recompute's time as a fraction of the forward.
             The default is Korthikanti et al.'s GPT-3 175B layer (h = 12288, 96 heads, s = 2048):
             ``34 / (34 + 5·96·2048/12288)`` kept, ``s / (6h + s)`` of the forward recomputed;
-            :meth:`selective_pair` computes it for another model.
+            :meth:`selective_pair` computes it for another model (:meth:`gpt_levers`: both
+            fields).
         fb_overlap: (keyword-only) the time of an overlapped forward + backward pair
             (:attr:`ctrlmem.Schedule.overlaps`, DualPipe's F&B) as a fraction of ``F + B``, in
             (0, 1]; 1.0 (the default) is no gain. Measure it as DualPipe's authors do: time one
@@ -164,6 +167,23 @@ class Costs:
         forward's ``24bsh² + 4bs²h`` FLOPs."""
         scores = 5 * heads * seq_len / hidden
         return 34 / (34 + scores), seq_len / (6 * hidden + seq_len)
+
+    @staticmethod
+    def gpt_levers(hidden: int, heads: int, seq_len: int, flash_attention: bool = False) -> dict[str, object]:
+        """``input_fraction`` and ``selective`` of a GPT layer of hidden size ``hidden``, ``heads``
+        attention heads and sequence ``seq_len`` (Korthikanti et al. 2022), to pass to
+        ``Costs(..., **Costs.gpt_levers(h, heads, s))``: the layer saves ``sbh(34 + 5·heads·s/h)``
+        bytes, full recomputation keeps its input ``2sbh``, so ``input_fraction = 2 / (34 +
+        5·heads·s/h)``; selective keeps all but the scores (:meth:`selective_pair`). With a
+        fused attention kernel (``flash_attention``) the layer saves ``34sbh``, no scores:
+        ``2/34`` and selective keeps everything and recomputes nothing."""
+        for name, value in (("hidden", hidden), ("heads", heads), ("seq_len", seq_len)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if flash_attention:
+            return {"input_fraction": 2 / 34, "selective": (1.0, 0.0)}
+        return {"input_fraction": 2 / (34 + 5 * heads * seq_len / hidden),
+                "selective": Costs.selective_pair(hidden, heads, seq_len)}
 
     def recompute_times(self, num_stages: int, num_devices: int, mode: str = "full") -> list[float]:
         """Per-stage time of an ``R`` pass: ``recompute`` (the forward by default) for ``full``,

@@ -180,16 +180,21 @@ def paper_costs(
     seq_len: int = ASSUMED_SEQ_LEN,
     efficiency: float | None = None,
     tp: int = 1,
+    flash_attention: bool = False,
 ) -> Costs:
     """``Costs`` in **milliseconds** of one full device-stage (``1/num_devices`` of the layers and
     the head, split over ``tp`` GPUs at :func:`tp_efficiency`) on A100s, plus the P2P latency of
-    one activation hop (sequence-parallel: ``1/tp`` of it per GPU)."""
+    one activation hop (sequence-parallel: ``1/tp`` of it per GPU). The recomputation levers are
+    the model's own (:meth:`ctrlmem.Costs.gpt_levers`, the same bytes as
+    :func:`activation_bytes` with ``flash_attention``): full recomputation keeps ``2h`` of the
+    ``34·h + 5·heads·s`` bytes per layer and token (2/74 for the 9.6B at seq 1024)."""
     preset = model(preset) if isinstance(preset, str) else preset
     eff = tp_efficiency(tp) if efficiency is None else efficiency
     f, b, w = pass_times(preset, preset.num_layers / num_devices, microbatch_size, seq_len, eff,
                          head_share=1.0 / num_devices)
     comm = 2.0 * microbatch_size * seq_len * preset.hidden / tp / ASSUMED_P2P_BYTES_PER_S
-    return Costs(f=f * 1e3 / tp, b=b * 1e3 / tp, w=w * 1e3 / tp, comm=comm * 1e3)
+    return Costs(f=f * 1e3 / tp, b=b * 1e3 / tp, w=w * 1e3 / tp, comm=comm * 1e3,
+                 **Costs.gpt_levers(preset.hidden, preset.num_heads, seq_len, flash_attention))
 
 
 def model_flops(preset: ModelPreset | str, microbatch_size: int, seq_len: int = ASSUMED_SEQ_LEN,

@@ -8,7 +8,8 @@ from ctrlmem.schedules import build
 from ctrlmem.model.simulate import simulate
 
 RECOMPUTE_HOW = ("; 1F1B-R predicted with full recomputation modelled (docs/theory.md §13): each forward keeps "
-                 "2/34 of its activation (its input, Korthikanti et al. 2022) until its R right before its BW, the R "
+                 "its input, 2h of the 34h + 5·heads·s bytes per layer and token it saves (Korthikanti et al. 2022; "
+                 "2/74 of its activation for the 9.6B at seq 1024), until its R right before its BW, the R "
                  "recomputes the whole stage at once (holding the full activation until BW) and costs one forward, "
                  "counted as work; Megatron recomputes layer by layer, so its measured peak is lower")
 """What a 1F1B-R cell adds to its 'how' (the reproduction's cells of the recomputing baseline)."""

@@ -6,6 +6,9 @@ Import explicitly (``import ctrlmem.runtime``); ``import ctrlmem`` never imports
   the supported torch range (2.11 to 2.13) and its check; the P2P audit.
 * :mod:`.models`: the GPT-style model zoo, its presets (paper Table 2, small CPU ones) and stage split.
 * :mod:`.measure`: saved-tensor and allocator memory, theory peaks, measured costs → ``Costs``.
+* :mod:`.recompute`: ``--recompute``: a non-reentrant checkpoint per stage (or attention core),
+  its recomputed tensors metered and its recomputations counted.
+* :mod:`.offload`: ``--offload``: saved tensors of an offloaded forward to host memory and back.
 * :mod:`.launch`: ``ctrlmem run``: validate (torch range, NCCL ranks vs GPUs), launch torchrun
   locally (``dp · p`` ranks with ``--dp``), assemble ``result.json``; Slurm script emission.
 * :mod:`.worker`: the per-rank entry point torchrun starts (a ``(dp, pp)`` device mesh when ``dp > 1``).

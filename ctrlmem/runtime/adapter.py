@@ -6,7 +6,8 @@ refuses others, because the private runtime used here changes between releases).
 This is the only module of ctrlmem that touches private torch API: the pipelining runtime's
 (``_PipelineScheduleRuntime``, ``_Action``, ``_prepare_schedule_with_comms``, ``_validate_schedule``,
 ``stage_index_to_group_rank``, a stage's receive slots and its neighbour warm-up), the profiler's
-raw memory events (:func:`cpu_allocation_deltas`) and the point-to-point audit (:class:`P2PAudit`).
+raw memory events (:func:`cpu_allocation_deltas`), the point-to-point audit (:class:`P2PAudit`) and
+autograd's stack of saved-tensor hooks (:class:`ObservedSavedTensors`).
 
 **Shapes up front, no self-send.** Every stage is built with its input and output shapes
 (``input_args`` / ``output_args``), so torch runs no shape-inference exchange (torch 2.12 and 2.13
@@ -72,7 +73,8 @@ from torch.distributed.pipelining.schedules import (
 from ctrlmem.model.ir import Op, Pass, Schedule
 
 __all__ = ["SUPPORTED_TORCH", "UnsupportedTorch", "check_torch_version", "to_torch_actions", "torch_stage_to_rank",
-           "torch_inferred_placement", "cpu_allocation_deltas", "P2PAudit", "PassRecord", "TrackedStage", "Pipeline"]
+           "torch_inferred_placement", "cpu_allocation_deltas", "ObservedSavedTensors", "P2PAudit", "PassRecord",
+           "TrackedStage", "Pipeline"]
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +139,40 @@ def cpu_allocation_deltas(prof) -> list[tuple[int, int]]:
     events = prof.profiler.kineto_results.events()
     return sorted((e.start_ns(), e.nbytes()) for e in events
                   if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
+
+
+class ObservedSavedTensors(torch.autograd.graph.saved_tensors_hooks):
+    """Saved-tensor hooks that show every tensor autograd saves to ``observe`` and then hand what
+    ``observe`` returns to the hooks that were in effect when this context was entered.
+
+    Autograd applies only the innermost pair of ``saved_tensors_hooks``, so hooks pushed inside
+    another pair normally replace it. This pair keeps the one below working: it reads the pair in
+    effect at entry from autograd's hook stack (private: ``torch._C._autograd``) and calls its pack
+    and unpack itself (or keeps the tensor when there is none). ``observe(t)`` must return ``t``
+    or a tensor aliasing it (``t.detach()``).
+
+    ctrlmem enters it as the recompute context of a non-reentrant ``torch.utils.checkpoint``
+    (:mod:`ctrlmem.runtime.recompute`), where the pair below is the checkpoint's own, which stores
+    each recomputed tensor until the backward unpacks it: the observer sees what the recomputation
+    keeps without changing it.
+    """
+
+    def __init__(self, observe: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self._observe = observe
+        self._below: tuple[Callable, Callable] | None = None
+        super().__init__(self._pack, self._unpack)
+
+    def __enter__(self) -> "ObservedSavedTensors":
+        self._below = torch._C._autograd._top_saved_tensors_default_hooks(True)
+        super().__enter__()
+        return self
+
+    def _pack(self, t: torch.Tensor):
+        t = self._observe(t)
+        return self._below[0](t) if self._below is not None else t
+
+    def _unpack(self, obj):
+        return self._below[1](obj) if self._below is not None else obj
 
 
 class P2PAudit:

@@ -84,12 +84,15 @@ class RunConfig:
             finds that the run needs more memory than this machine has available.
         recompute: ``"none"``, ``"selective"`` or ``"full"``: an ``R`` of every forward in the
             schedule (docs/theory.md §13), run as ``torch.utils.checkpoint`` around each stage's
-            layers (full) or each layer's attention core (selective); fused-backward schedules only.
+            layers (full) or each layer's attention core (selective), non-reentrant
+            (:mod:`ctrlmem.runtime.recompute`); fused and split backward alike.
         offload: a fraction in (0, 1]: that share of what every forward stores is copied to host
             memory (pinned on CUDA) by saved-tensor hooks and back at its backward
             (:mod:`ctrlmem.runtime.offload`); the schedule gets an offload and a reload of each
             forward (as ``build(..., offload=...)``; a device whose forwards go straight into their
-            backward offloads nothing). 0 (default): none.
+            backward offloads nothing). 0 (default): none. Not with ``recompute`` (a forward is
+            recomputed or offloaded, not both); a schedule file may recompute some forwards and
+            offload others, and the run levers each forward as its schedule says.
     """
 
     schedule: str
@@ -165,14 +168,18 @@ def prepare(config: RunConfig, local: bool = True) -> tuple[Schedule, dict]:
     try:
         schedule = _schedule_of(config)
         validate(schedule)
-        if schedule.recomputes and schedule.split_backward:
-            raise RunError(f"schedule {config.schedule!r} splits B and W, and torch's input-only backward "
-                           "(autograd.grad) cannot run a reentrant checkpoint; recompute in real runs takes a "
-                           "fused-backward schedule (1f1b, 1f1b-r, gpipe, interleaved-1f1b)")
     except RunError:
         raise
     except Exception as exc:  # noqa: BLE001 - ValueError, KeyError, ScheduleError: all user errors here
         raise RunError(f"schedule {config.schedule!r}: {getattr(exc, 'reason', None) or exc}") from None
+    if schedule.recomputes and schedule.split_backward and not config.memory_fidelity:
+        log.warning(
+            "%s with %s recompute and torch's own split backward (memory_fidelity off, --torch-memory): torch "
+            "runs W as one autograd.grad per parameter group and the checkpoint recomputes the stage's layers for "
+            "each (25 times per forward on a 4-layer stage of the tiny model, measured), keeping what each does not "
+            "use until the graph is freed: expect W an order of magnitude slower and saved-tensor peaks several "
+            "times the theory (docs/theory.md §13); ctrlmem's default recomputes once, in B",
+            config.schedule, schedule.recompute_mode)
     if config.num_microbatches < config.num_devices:
         raise RunError(
             f"m={config.num_microbatches} is too small for p={config.num_devices}: ctrlmem run needs "
@@ -250,6 +257,12 @@ def check_config(config: RunConfig) -> None:
             raise ValueError(f"recompute must be none, selective or full, got {config.recompute!r}")
         checks.number("offload", config.offload, minimum=0.0, maximum=1.0, what="fraction of each forward's activation "
                       "copied to host memory (0: none)")
+        if config.recompute != "none" and config.offload:
+            raise ValueError(
+                f"recompute={config.recompute!r} and offload={config.offload:g} together: recompute puts an R on every "
+                "forward, and a forward is recomputed or offloaded, not both (docs/theory.md §13), so nothing would be "
+                "offloaded; give one of them, or a schedule that chooses per forward (e.g. ctrlmem export v-shape "
+                "-p P -m M --memory-limit L --recompute auto --offload auto --text FILE, then --schedule FILE)")
         checks.integer("num_microbatches", config.num_microbatches)
         checks.integer("dp", config.dp, what="data-parallel replicas")
         checks.integer("steps", config.steps, minimum=0, what="timed steps")
@@ -641,6 +654,7 @@ def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
                     "how": "measured on the saved-tensor hooks of each offloaded forward; on CPU the host copy is a "
                            "memcpy into another CPU buffer (no host link, no overlap; the allocator peak does not "
                            "fall): docs/theory.md §13"} if schedule.offloads else None,
+        "recompute": _recompute_summary(schedule, ranks) if schedule.recomputes else None,
         "saved_over_theory": [r["peak_saved_bytes"] / t if t else None for r, t in zip(ranks, theory)],
         "alloc_over_theory": [r["peak_alloc_bytes"] / t if t else None for r, t in zip(ranks, theory)],
         "stage_activation_bytes": act,
@@ -650,6 +664,18 @@ def assemble(worker: dict, schedule: Schedule, ranks: list[dict]) -> dict:
         "schedule_text": timed.to_text(),
         "measured_trace": measured_trace(ranks),
     }
+
+
+def _recompute_summary(schedule: Schedule, ranks: list[dict]) -> dict:
+    """How often the checkpointed regions were recomputed in the measured step, per rank
+    (:mod:`ctrlmem.runtime.recompute`): the schedule's ``R`` model is one recomputation of each
+    region per forward (``per_region`` 1)."""
+    regions = [r.get("recompute_regions", 0) for r in ranks]
+    recomputes = [r.get("recomputes", 0) for r in ranks]
+    return {"mode": schedule.recompute_mode, "regions": regions, "recomputes": recomputes,
+            "per_region": [n / k if k else None for n, k in zip(recomputes, regions)],
+            "how": "counted in the measured step: regions checkpointed by the forwards, recomputations by the "
+                   "backward (non-reentrant torch.utils.checkpoint): docs/theory.md §13"}
 
 
 def measured_trace(ranks: list[dict]) -> dict | None:

@@ -4,7 +4,10 @@
   (``torch.autograd.graph.saved_tensors_hooks``): deduplicated by storage, parameters skipped,
   each tensor packed as ``t.detach()`` (no reference cycle) and released when autograd drops
   the packed object. Tensors held for a deferred ``W`` register with the same meter, so a
-  tensor both saved and stashed is counted once. ``peak`` is the high-water mark in bytes.
+  tensor both saved and stashed is counted once, and so do the tensors a non-reentrant
+  checkpoint recomputes in the backward (:meth:`SavedTensorMeter.count_until_freed`, called by
+  :mod:`ctrlmem.runtime.recompute`), which the checkpoint's own saved-tensor hooks hide from the
+  meter's. ``peak`` is the high-water mark in bytes.
 * :class:`AllocatorPeak` reads the allocator: ``torch.cuda.max_memory_allocated`` on GPU, the
   profiler's memory events (``profile_memory=True``) on CPU; bytes above the level at entry.
 * :func:`theory_peak_bytes` replays a device's pass order with per-stage activation bytes: the
@@ -16,6 +19,7 @@
 from __future__ import annotations
 
 import statistics
+import weakref
 from collections import defaultdict
 from typing import Iterable, Mapping, Sequence
 
@@ -88,6 +92,17 @@ class SavedTensorMeter:
 
     def drop(self, key: int) -> None:
         self._release_key(key)
+
+    def count_until_freed(self, t: torch.Tensor) -> torch.Tensor:
+        """Count ``t`` (an activation; parameters and views of them are skipped) for as long as
+        the tensor returned lives: ``t.detach()``, released when the last reference to it goes.
+        For tensors kept by someone else than autograd's saved-tensor hooks (a non-reentrant
+        checkpoint keeps what it recomputes in its own table until the backward unpacks it)."""
+        if not_activation(t, self._excluded):
+            return t
+        alias = t.detach()
+        weakref.finalize(alias, self._release_key, self._acquire(alias))
+        return alias
 
     def _pack(self, t: torch.Tensor):
         if not_activation(t, self._excluded):

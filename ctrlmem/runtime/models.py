@@ -17,14 +17,16 @@ needs (the paper's 32·h of 34·h + 5·heads·s bytes per token).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+
+from ctrlmem.runtime.recompute import Recomputation
 
 __all__ = [
     "ModelConfig",
@@ -237,17 +239,17 @@ class Block(nn.Module):
         self.fc = DeferrableLinear(h, 4 * h)
         self.out = DeferrableLinear(4 * h, h)
 
-    recompute_attention = False
+    recompute_attention: Recomputation | None = None
     """Selective recomputation: keep everything but the attention core's internals, which the
-    backward recomputes (``torch.utils.checkpoint`` around it; docs/theory.md §13)."""
+    backward recomputes (the stage's checkpoint around it; docs/theory.md §13)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, h = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(h, dim=-1)
         shape = (b, s, self.num_heads, h // self.num_heads)
         q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
-        if self.recompute_attention and torch.is_grad_enabled():
-            a = checkpoint(_causal_attention, q, k, v, use_reentrant=True)
+        if self.recompute_attention is not None:
+            a = self.recompute_attention(_causal_attention, q, k, v)
         else:
             a = _causal_attention(q, k, v)
         x = x + self.proj(a.transpose(1, 2).reshape(b, s, h))
@@ -278,6 +280,7 @@ class StageModule(nn.Module):
             self.head = DeferrableLinear(cfg.hidden, cfg.vocab, bias=False)
         self.stash = WeightGradStash()
         self.recompute: str | None = None
+        self.recomputation = Recomputation(self.stash)
         for mod in self.modules():
             if isinstance(mod, DeferrableLinear):
                 mod.stash = self.stash
@@ -286,8 +289,8 @@ class StageModule(nn.Module):
         if self.is_first:
             pos = torch.arange(x.shape[1], device=x.device)
             x = self.tok(x) + self.pos(pos)
-        if self.recompute == "full" and torch.is_grad_enabled() and self.blocks:
-            x = checkpoint(self._blocks, x, use_reentrant=True)
+        if self.recompute == "full" and self.blocks:
+            x = self.recomputation(self._blocks, x)
         else:
             x = self._blocks(x)
         if self.is_last:
@@ -302,12 +305,27 @@ class StageModule(nn.Module):
 
     def set_recompute(self, mode: str | None) -> None:
         """Recompute in the backward (docs/theory.md §13): ``"full"`` wraps the stage's layers in
-        ``torch.utils.checkpoint`` (the forward keeps their input only), ``"selective"`` each
-        layer's attention core, ``None`` neither. Reentrant checkpointing: its saved inputs and
-        the recomputed tensors go through the saved-tensor hooks, so the meter counts them."""
+        a non-reentrant ``torch.utils.checkpoint`` (the forward keeps their input only),
+        ``"selective"`` each layer's attention core, ``None`` neither. The checkpoint's saved
+        inputs and the tensors it recomputes count in the stage's meter (``stash.meter``), and
+        :attr:`recomputation` counts the regions and their recomputations
+        (:mod:`ctrlmem.runtime.recompute`)."""
+        if mode not in (None, "full", "selective"):
+            raise ValueError(f"recompute mode must be None, 'full' or 'selective', got {mode!r}")
         self.recompute = mode
         for block in self.blocks:
-            block.recompute_attention = mode == "selective"
+            block.recompute_attention = self.recomputation if mode == "selective" else None
+
+    @contextlib.contextmanager
+    def recomputing(self, mode: str | None) -> Iterator[None]:
+        """:meth:`set_recompute` ``mode`` for the forwards run inside, the previous mode after
+        (a run recomputes the forwards its schedule has an ``R`` of, each on its own)."""
+        before = self.recompute
+        self.set_recompute(mode)
+        try:
+            yield
+        finally:
+            self.set_recompute(before)
 
 
 def _init_weights(module: nn.Module, generator: torch.Generator, num_layers: int) -> None:

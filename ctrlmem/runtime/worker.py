@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from ctrlmem.util.fileio import atomic_write
-from ctrlmem.model.ir import Schedule
+from ctrlmem.model.ir import Op, Schedule
 from ctrlmem.runtime.adapter import P2PAudit, Pipeline, check_torch_version
 from ctrlmem.runtime.measure import AllocatorPeak, SavedTensorMeter
 from ctrlmem.runtime.offload import HostLedger, OffloadForward
@@ -117,13 +117,12 @@ def _probe_stage(mod, cfg: ModelConfig, is_first: bool, is_last: bool, device,
     """Bytes one microbatch's F of this stage stores, how many of them wait for W after B, and
     what a forward recomputed in ``recompute`` mode stores until its backward (the first
     otherwise)."""
-    if recompute is None:
+    with mod.recomputing(None):
         act, kept = _probe_once(mod, cfg, is_first, is_last, device)
+    if recompute is None:
         return act, kept, act
-    mod.set_recompute(None)
-    act, kept = _probe_once(mod, cfg, is_first, is_last, device)
-    mod.set_recompute(recompute)
-    return act, kept, _probe_once(mod, cfg, is_first, is_last, device)[0]
+    with mod.recomputing(recompute):
+        return act, kept, _probe_once(mod, cfg, is_first, is_last, device)[0]
 
 
 def _probe_once(mod, cfg: ModelConfig, is_first: bool, is_last: bool, device,
@@ -243,11 +242,14 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: RankWatchdog,
     mode = schedule.recompute_mode if schedule.recomputes else None
     probe = {s: _probe_stage(modules[s], cfg, s == 0, s == S - 1, device, mode) for s in mine}
 
-    # the offloaded forwards of this rank (ctrlmem.runtime.offload): φ of what the forward
-    # stores (its checkpoint inputs when it recomputes) goes to host memory until its backward
+    # each forward gets its own levers (a forward is recomputed or offloaded, not both): the
+    # forwards of this rank with an R run checkpointed (ctrlmem.runtime.recompute), the others
+    # not; of an offloaded one (ctrlmem.runtime.offload), φ of what it stores goes to host memory
+    # until its backward
+    recomputed = {(ps.stage, ps.microbatch) for ps in schedule.device_passes[pp_rank] if ps.op is Op.R}
     offloads = {(c.stage, c.microbatch): c.fraction for c in (schedule.copies[pp_rank] if schedule.copies else ())
                 if c.kind == "O"}
-    resident = {s: probe[s][2] for s in mine}
+    resident = {s: probe[s][0] for s in mine}
     offload_probe = {(s, f): _probe_once(modules[s], cfg, s == 0, s == S - 1, device, f * resident[s])
                      for s, f in sorted({(st, f) for (st, _), f in offloads.items()})}
     ledger = HostLedger()
@@ -258,12 +260,12 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: RankWatchdog,
 
         def context(mb: int):
             f = offloads.get((s, mb))
-            if f is None:
-                return contextlib.nullcontext()
-            return OffloadForward(f * resident[s], ledger, active_meter[0], exclude=params)
+            if f is not None:
+                return OffloadForward(f * resident[s], ledger, active_meter[0], exclude=params)
+            return modules[s].recomputing(mode if (s, mb) in recomputed else None)
         return context
 
-    forward_contexts = {s: forward_context(s) for s in {st for st, _ in offloads}}
+    forward_contexts = {s: forward_context(s) for s in mine} if recomputed or offloads else {}
 
     b, sl, h = cfg.microbatch_size, cfg.seq_len, cfg.hidden
 
@@ -319,9 +321,13 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: RankWatchdog,
     ledger.reset_peak()
     copied_before = ledger.total
     active_meter[0] = meter
+    for s in mine:
+        modules[s].recomputation.reset()
     with meter:
         losses = train_step()
     active_meter[0] = None
+    regions = sum(modules[s].recomputation.regions for s in mine)
+    recomputes = sum(modules[s].recomputation.recomputes for s in mine)
     host_peak, host_copied = ledger.peak, ledger.total - copied_before
     for s in mine:
         modules[s].stash.meter = None
@@ -382,6 +388,8 @@ def _run(config: dict, rank: int, world: int, out: Path, progress: RankWatchdog,
                   for s, (a, k, r) in probe.items()},
         "offload_probe": [{"stage": s, "fraction": f, "resident_bytes": v[0], "resident_kept_for_w_bytes": v[1],
                            "host_bytes": v[2], "host_kept_for_w_bytes": v[3]} for (s, f), v in offload_probe.items()],
+        "recompute_regions": regions,
+        "recomputes": recomputes,
         "peak_host_bytes": host_peak,
         "offloaded_bytes": host_copied,
         "step_times_s": step_times,

@@ -28,7 +28,7 @@ from ctrlmem.model.ir import Op, Schedule
 from ctrlmem.model.levers import apply_levers, with_offload, with_recompute
 from ctrlmem.model.simulate import SimResult, simulate
 
-__all__ = ["search_with_levers", "fit_with_levers", "w_after_b"]
+__all__ = ["search_with_levers", "fit_with_levers", "w_after_b", "held_for_w"]
 
 _EPS = 1e-9
 
@@ -62,13 +62,20 @@ def search_with_levers(generate: Callable[[float], Schedule], memory_limit: floa
     if fraction is not None:
         combos += [(mode, None) for mode in modes if mode is not None]
 
+    spans: dict[int, tuple[Schedule, float]] = {}  # id -> (the seed, kept alive, its own makespan)
+
+    def own_makespan(seed: Schedule) -> float:
+        if id(seed) not in spans:
+            spans[id(seed)] = (seed, simulate(seed, costs).makespan)
+        return spans[id(seed)][1]
+
     def consider(seed: Schedule) -> bool:
         """Fit ``seed`` with each lever choice; whether one fitted."""
         nonlocal best
         cap = memory_limit * seed.num_devices
         # levers only add work and waits to fixed orders, so nothing fitted from a seed is faster
         # than the seed itself: one no faster than the best so far cannot win
-        own = simulate(seed, costs).makespan
+        own = own_makespan(seed)
         if best is not None and own >= best[0]:
             return True
         any_fit, done, failed = False, set(), set()
@@ -92,7 +99,7 @@ def search_with_levers(generate: Callable[[float], Schedule], memory_limit: floa
                 best = (r.makespan, r.max_peak_memory, fitted)
         return any_fit
 
-    _over_seeds(consider, generate, memory_limit, patterns, tighten=recompute != "none")
+    _over_seeds(consider, generate, memory_limit, patterns, tighten=recompute != "none", patterns_by=own_makespan)
     if best is None:
         raise ValueError(f"no schedule fits memory_limit={memory_limit:g} of 1F1B's peak even with the levers "
                          f"(recompute={recompute}, offload={offload}); raise the limit"
@@ -135,13 +142,16 @@ def every_forward_levered(generate: Callable[[float], Schedule], memory_limit: f
 
 
 def _over_seeds(consider: Callable[[Schedule], bool], generate: Callable[[float], Schedule], memory_limit: float,
-                patterns: Callable[[], Iterable[Schedule]], tighten: bool, at_limit: bool = False) -> None:
+                patterns: Callable[[], Iterable[Schedule]], tighten: bool, at_limit: bool = False,
+                patterns_by: Callable[[Schedule], float] | None = None) -> None:
     """``consider`` (whether its seed fitted) on the search's order at ``memory_limit`` (with
     ``at_limit``; skipped where reordering alone reaches no such order), on ``patterns()`` (they
     take no search and often win, so later seeds are cut) and on the search's orders at looser
     budgets, each as it is and, with ``tighten``, with every ``W`` right after its ``B``. A looser
     seed needs more levers: once one fitted, the looser ones stop at the first that does not
-    (each seed is a whole search)."""
+    (each seed is a whole search). ``patterns_by``: the patterns (and their tightened forms) are
+    considered in its ascending order (their own makespan: the fastest first, whose fit then cuts
+    the slower ones; V-Half's 688.4 before V-Min's 908.3 at p = 16, m = 64, 3:4:2:0.1)."""
 
     def both(seed: Schedule) -> bool:
         fits = consider(seed)
@@ -155,8 +165,18 @@ def _over_seeds(consider: Callable[[Schedule], bool], generate: Callable[[float]
             both(generate(memory_limit))
         except ValueError:  # below what reordering alone reaches: a looser order or a pattern may fit
             pass
-    for seed in patterns():
-        both(seed)
+    if patterns_by is None:
+        for seed in patterns():
+            both(seed)
+    else:
+        seeds = []
+        for seed in patterns():
+            seeds.append(seed)
+            tight = w_after_b(seed) if tighten else seed
+            if tight is not seed:
+                seeds.append(tight)
+        for seed in sorted(seeds, key=patterns_by):
+            consider(seed)
     fitted_before = last_fitted = False
     for loose in _looser(memory_limit):
         if fitted_before and not last_fitted:
@@ -219,6 +239,8 @@ def fit_with_levers(schedule: Schedule, cap: float, costs: Costs, mode: str | No
     most of a grid at p = 6-16)."""
     if mode is None and fraction is None:
         return None
+    if max(held_for_w(schedule)) > cap + _EPS:
+        return None  # what waits between a backward and its W is beyond every lever
     if fraction is None and _excess(simulate(with_recompute(schedule, mode), costs), cap) > _EPS:
         return None  # every forward recomputed does not fit: no subset does (recompute alone only lowers memory)
     r = simulate(schedule, costs)
@@ -256,6 +278,31 @@ _PATIENCE = 4
 """Rounds in a row without progress before :func:`fit_with_levers` changes lever or gives up."""
 
 
+def held_for_w(schedule: Schedule) -> list[float]:
+    """Per device, in ``a``, the most its order keeps of the forwards whose backward has started
+    and whose ``W`` has not ended (a ``B`` or ``BW`` counting its own): a lower bound of its peak
+    with any levers, which act only between a forward and its backward (a recompute's ``R`` and
+    an offload's reload both come before the ``B``, which then sees the whole activation, and
+    with ``B`` releasing nothing the whole stays until ``W``; the simulator's default memory
+    model). Order alone decides it, not timing: a seed above the budget here fits with no lever
+    (at p = 16, m = 64 the looser seeds of V-shape at 0.2 and 0.375 hold 12 a so, and each
+    failed fit had taken 0.5 s)."""
+    act = schedule.num_devices / schedule.num_stages
+    out = []
+    for row in schedule.device_passes:
+        level = peak = 0.0
+        for ps in row:
+            if ps.op is Op.B:
+                level += act
+                peak = max(peak, level)
+            elif ps.op is Op.BW:
+                peak = max(peak, level + act)
+            elif ps.op is Op.W:
+                level -= act
+        out.append(peak)
+    return out
+
+
 def _excess(r: SimResult, cap: float) -> float:
     """How far the devices' peaks are above ``cap``, summed."""
     return sum(max(0.0, peak - cap) for peak in r.peak_memory)
@@ -274,12 +321,10 @@ def _next_picks(r: SimResult, cap: float, costs: Costs, mode: str | None,
     s = r.schedule
     taken = {(ps.stage, ps.microbatch) for row in s.device_passes for ps in row if ps.op is Op.R}
     taken |= {(c.stage, c.microbatch) for row in s.copies for c in row}
-    f_end, b_start = {}, {}
-    for tp in r.passes:
-        if tp.op is Op.F:
-            f_end[(tp.stage, tp.microbatch)] = (tp.device, tp.end)
-        elif tp.op in (Op.B, Op.BW):
-            b_start[(tp.stage, tp.microbatch)] = tp.start
+    lives: list[list[tuple[float, float, tuple[int, int]]]] = [[] for _ in range(s.num_devices)]
+    for dev, stage, mb, end, b_start in r.forward_windows():
+        if (stage, mb) not in taken:
+            lives[dev].append((b_start - end, end, (stage, mb)))
     act = s.num_devices / s.num_stages
     one_way = float(costs.offload) * act * (fraction or 0.0)
     saves = {"O": act * (fraction or 0.0), "R": act * (1.0 - costs.kept_fraction(mode)) if mode else 0.0}
@@ -288,8 +333,7 @@ def _next_picks(r: SimResult, cap: float, costs: Costs, mode: str | None,
     for d, peak in enumerate(r.peak_memory):
         if peak <= cap + _EPS:
             continue
-        free = sorted(((b_start[k] - end, end, k) for k, (dev, end) in f_end.items() if dev == d and k not in taken),
-                      reverse=True)
+        free = sorted(lives[d], reverse=True)
         times, values = r.memory_curve(d)
         stretches = [[times[i], times[i + 1], values[i] - cap] for i in range(len(times) - 1)
                      if values[i] > cap + _EPS]

@@ -18,7 +18,10 @@ pytest.importorskip("ortools")
 def test_grids():
     quick, full = gap.instances("quick"), gap.instances("full")
     assert len(quick) == 10 and all(i.improve and i.m == i.p for i in quick)
-    assert len(full) == 435 and {i.p for i in full} == {2, 3, 4, 6, 8, 16}
+    # 435 rows plus 0.25 and 0.375 at p = 6, 8, 16 (3 sizes x 3 m x 5 mixes x 2 budgets), heuristics only
+    assert len(full) == 435 + 90 and {i.p for i in full} == {2, 3, 4, 6, 8, 16}
+    assert {i.budget for i in full if i.p >= 6} >= {"min", 0.25, 0.375, 0.5}
+    assert not any(i.improve for i in full if i.budget in gap.LOW_BUDGETS)
     assert sum(i.improve for i in full) == 246
     assert all(i.improve for i in full if i.p <= 4)
     assert not any(i.budget == 0.5 for i in full if i.p == 2)  # the same as the smallest, listed once

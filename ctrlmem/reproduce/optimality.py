@@ -43,7 +43,7 @@ def optimality_gap(quick: bool, out: str | Path = "figures") -> Table:
         "Optimality gap — each heuristic's makespan over the best proven lower bound, and what the solver buys (p up to 16)",
         f"For p ∈ {{{', '.join(map(str, ps))}}}, m ∈ {{p{'' if quick else ', 2p, 4p'}}}, F:B:W:comm mixes "
         f"{', '.join(mixes)}{f' (profiled: {prof.f:g}:{prof.b:g}:{prof.w:g} ms, hop {prof.comm:g} ms)' if 'profiled' in mixes else ''} "
-        f"and budgets {'smallest feasible (1/p), 0.5, 1.0' if quick else 'smallest feasible (1/p), 0.5, 0.75, 1.0, 1.5'} of "
+        f"and budgets {'smallest feasible (1/p), 0.5, 1.0' if quick else 'smallest feasible (1/p), 0.5, 0.75, 1.0, 1.5 (at p ≥ 6 also 0.25 and 0.375)'} of "
         f"1F1B's memory, on the V-shape and the one-stage-per-device placement: simulated each heuristic (the budgeted "
         f"searches v-shape and zb asked for the shortest makespan, objective='makespan': what the bound and the solver "
         f"measure), took the best "

@@ -13,7 +13,8 @@ the optimum is at most that; where the solver proved the optimum, it is exact.
 
 Grids (:func:`instances`): ``"quick"`` (CI) p ∈ {2, 3}, m = p, mixes 1:1:1 and 3:4:2, budgets
 smallest feasible / 0.5 / 1.0, checkpoints 2 and 5 s; ``"full"`` (committed) —
-p ∈ {2, 3, 4, 6, 8, 16}, m ∈ {p, 2p, 4p}, budgets smallest feasible / 0.5 / 0.75 / 1.0 / 1.5,
+p ∈ {2, 3, 4, 6, 8, 16}, m ∈ {p, 2p, 4p}, budgets smallest feasible / 0.5 / 0.75 / 1.0 / 1.5 (and at
+p ≥ 6 also 0.25 / 0.375),
 mixes 1:1:1, 3:4:2, 2:1:1, 1:2:2 and the profiled H200 mix with its hop — with ``cm.improve`` on
 every instance at p ≤ 4 and, at p ≥ 6, on m ∈ {2p, 4p}, mixes 3:4:2 and profiled, budgets
 smallest / 0.5 / 1.0 (the bound and the heuristics on every instance). docs/reproduce.md gives the
@@ -40,7 +41,7 @@ from importlib.resources import files
 import hashlib
 from concurrent.futures import ProcessPoolExecutor
 
-__all__ = ["Instance", "MIXES", "BUDGETS", "HEURISTICS", "instances", "measure", "measure_all", "profiled_costs",
+__all__ = ["Instance", "MIXES", "BUDGETS", "LOW_BUDGETS", "ALL_BUDGETS", "HEURISTICS", "instances", "measure", "measure_all", "profiled_costs",
            "summary"]
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,10 @@ HEURISTICS: dict[str, tuple[tuple[str, bool], ...]] = {
 BUDGETS = ("min", 0.5, 0.75, 1.0, 1.5)
 """Memory budgets, fractions of 1F1B's ``p·a``; ``"min"`` is the smallest feasible, ``1/p`` (one
 microbatch's activation per device)."""
+LOW_BUDGETS = (0.25, 0.375)
+"""Budgets between the smallest and V-Min's added at ``p ≥ 6`` (heuristics and bounds; no
+``cm.improve`` run), so every budget from ``1/p`` to 0.5 has rows there."""
+ALL_BUDGETS = ("min", *LOW_BUDGETS, *BUDGETS[1:])
 
 
 def profiled_costs() -> Costs:
@@ -130,7 +135,7 @@ def instances(size: str = "full") -> list[Instance]:
     for p in (2, 3, 4, 6, 8, 16):
         for m in (p, 2 * p, 4 * p):
             for mix in MIXES:
-                for budget in BUDGETS:
+                for budget in (ALL_BUDGETS if p >= 6 else BUDGETS):
                     if budget != "min" and abs(budget - 1 / p) < 1e-12:
                         continue
                     run = p <= 4 or (m > p and mix in ("3:4:2", "profiled") and budget in ("min", 0.5, 1.0))
@@ -315,11 +320,11 @@ def figure(rows: list[dict]):
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.06,
                         subplot_titles=[f"{names[pl]} ({'V-shape' if pl == 'v-shape' else 'one stage per device'})"
                                         for pl in HEURISTICS])
-    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"]
+    colors = ["#1f77b4", "#8c564b", "#e377c2", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"]
     for col, pl in enumerate(HEURISTICS, start=1):
         rs = [r for r in rows if r["placement"] == pl]
         ps = sorted({r["p"] for r in rs})
-        for i, budget in enumerate(BUDGETS):
+        for i, budget in enumerate(ALL_BUDGETS):
             label = "smallest (1/p)" if budget == "min" else f"{budget:g}"
             ys, yi = [], []
             for p in ps:

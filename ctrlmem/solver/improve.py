@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from ctrlmem.util import checks
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Op, Pass, Schedule
-from ctrlmem.solver.threaded import solve
+from ctrlmem.solver.threaded import DET_SECONDS, solve
 from ctrlmem.solver.optimal import MAX_TIME_LIMIT, OptimalResult, integer_scale, kept_units
 from ctrlmem.search.bounds import makespan_bounds
 from ctrlmem.model.simulate import simulate
@@ -74,13 +74,6 @@ _WINDOW_MIN, _WINDOW_MAX = 16, 2_500
 _SLICE_S = 2.0            # solver seconds per window
 _WINDOW_SPREAD = 3        # a window's interval holds at most this many times its free passes
 _WINDOW_CHARGE_S = 0.01   # deterministic seconds a window counts at least
-
-DET_SECONDS = 5.0
-"""With ``deterministic=True``, one unit of CP-SAT's deterministic time counts as this many
-seconds: on the windows' models it took 4–7 CPU seconds of one core of the reference machine
-(docs/reproduce.md), so that a deterministic run of ``time_limit`` spends about that much
-solver CPU time (the Python side, simulating and building each window, is not counted)."""
-
 
 # ---------------------------------------------------------------------------------------------
 # the problem as integer arrays

@@ -5,14 +5,16 @@ without offload, and its bound stays below every schedule that may offload."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
 
 import ctrlmem as cm
 from ctrlmem.cli import main
-from ctrlmem.model.ir import Op
+from ctrlmem.model.ir import Op, Placement
 from ctrlmem.model.validate import validate
+from ctrlmem.search.bounds import makespan_bound, makespan_bounds
 from ctrlmem.solver.copies import share_units
 from ctrlmem.solver.optimal import optimal
 
@@ -140,3 +142,72 @@ def test_cli_optimal_offload(capsys):
     assert main(["optimal", "-p", "2", "-m", "2", "--memory-limit", "0.5", "--offload", "auto",
                  "--offload-cost", "0.5", "--time-limit", "20"]) == 0
     assert "the solver offloads" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("p, m, limit, placement, costs, fraction, recompute", [
+    (2, 2, 0.5, "v-shape", cm.Costs(1, 1, 1, offload=0.5), "auto", "none"),
+    (2, 3, 0.5, "v-shape", cm.Costs(1, 1, 1), "auto", "none"),
+    (2, 2, 0.5, "sequential", cm.Costs(1, 1, 1), 0.5, "none"),
+    (3, 3, 1 / 3, "sequential", cm.Costs(1, 2, 1, offload=0.5), "auto", "none"),
+    (2, 3, 0.5, "sequential", cm.Costs(2, 3, 1, 0.5, offload=1.5), "auto", "none"),
+    (2, 2, 0.3, "v-shape", cm.Costs(1, 1, 1, offload=2.0), "auto", "full"),
+])
+def test_bounds_with_offload_stay_below_proven_optima(p, m, limit, placement, costs, fraction, recompute):
+    """The closed-form bounds with offload allowed (and recompute, where allowed too) are never
+    above the solver's proven optimum with those levers; where offloading pays, the bounds without
+    it are (they count whole activations held from a forward to its release)."""
+    res = optimal(p, m, costs, limit, placement, time_limit=30, offload=fraction, recompute=recompute)
+    assert res.status == "optimal"
+    P = Placement.v_shape(p) if placement == "v-shape" else Placement.sequential(p)
+    phi = 1.0 if fraction == "auto" else fraction
+    bounds = makespan_bounds(P, m, costs, limit * p, recompute=recompute, offload=phi)
+    assert max(bounds.values()) <= res.makespan + 1e-9, bounds
+    assert "lever trade" in bounds and "recompute trade" not in bounds
+    if res.makespan < optimal(p, m, costs, limit, placement, time_limit=30, recompute=recompute).makespan:
+        assert makespan_bound(P, m, costs, limit * p, recompute=recompute) > res.makespan
+
+
+def test_bounds_with_offload_hold_for_the_lever_search():
+    """On a grid of sizes, costs, copy costs and budgets, every schedule the lever search builds
+    with offload allowed (and the fixed patterns with every forward offloaded) within the budget
+    is at least the bound with offload allowed; the bound without levers is beaten by some."""
+    beaten_plain = 0
+    for p, m, costs, copy, limit, name in itertools.product(
+            [2, 4], [4, 8], ["1,1,1", "2,3,1,0.2"], [0.0, 2.0], [0.25, 0.5], ["v-shape", "zb"]):
+        c = cm.Costs.parse(costs)
+        c = cm.Costs(c.f, c.b, c.w, c.comm, offload=copy)
+        P = Placement.v_shape(p) if name == "v-shape" else Placement.sequential(p)
+        candidates = [cm.build("1f1b" if name == "zb" else "v-min", p, m, costs=c, offload=1.0)]
+        try:
+            candidates.append(cm.build(name, p, m, costs=c, memory_limit=limit, offload="auto"))
+        except ValueError:
+            pass
+        cap = limit * p
+        bound = makespan_bound(P, m, c, cap, offload=1.0)
+        plain = makespan_bound(P, m, c, cap)
+        for s in candidates:
+            r = cm.simulate(s, c)
+            if r.max_peak_memory > cap + 1e-9 or s.placement != P:
+                continue
+            assert r.makespan >= bound, (p, m, costs, copy, limit, name, r.makespan, bound)
+            beaten_plain += r.makespan < plain
+    assert beaten_plain > 0
+
+
+def test_offload_bounds_fall_to_the_forwards_own_passes_as_copies_get_free():
+    """With free copies a microbatch holds its activation only while its own F, B, W run
+    (``"memory"`` = first arrival + m·Σ act (f + b + w) / cap); with copies too long to fit in any
+    lifespan the memory bound is the one without offload. Between the two, it falls as copies get
+    cheaper and as the share offloaded grows."""
+    P = Placement.sequential(3)
+    costs = cm.Costs(1, 2, 1)
+    cap, m = 1.0, 6
+    free = makespan_bounds(P, m, costs, cap, offload=1.0)["memory"]
+    assert free == pytest.approx(2 + m * 1.0 * (1 + 2 + 1) / cap)  # the last device's first forward arrives at 2
+    plain = makespan_bounds(P, m, costs, cap)["memory"]
+    never = makespan_bounds(P, m, cm.Costs(1, 2, 1, offload=1e6), cap, offload=1.0)["memory"]
+    assert never == pytest.approx(plain)
+    mems = [makespan_bounds(P, m, cm.Costs(1, 2, 1, offload=t), cap, offload=1.0)["memory"] for t in (0, 0.5, 1, 2, 4)]
+    assert mems == sorted(mems) and mems[0] < mems[-1]
+    shares = [makespan_bounds(P, m, cm.Costs(1, 2, 1, offload=0.5), cap, offload=f)["memory"] for f in (0.25, 0.5, 1)]
+    assert shares == sorted(shares, reverse=True)

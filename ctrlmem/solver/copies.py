@@ -76,7 +76,7 @@ class CopyModel:
         of an optional ``R`` (empty without recompute)."""
         S, p = P.num_stages, P.num_devices
         dev = [P.device_of(s) for s in range(S)]
-        self._st, self._en, self._use, self._horizon = st, en, use, horizon
+        self._st, self._en, self._use, self._horizon, self._len = st, en, use, horizon, copy_len
         for s in range(S):
             for k in range(m):
                 on = model.NewBoolVar(f"off_{s}_{k}")
@@ -241,6 +241,8 @@ class CopyModel:
             model.AddHint(on, has)
             model.AddHint(self.o_st[x], times[("O", *x)][0] if has else 0)
             model.AddHint(self.l_st[x], times[("L", *x)][0] if has else 0)
+            model.AddHint(self.o_en[x], times[("O", *x)][1] if has else self._len[x[0]])
+            model.AddHint(self.l_en[x], times[("L", *x)][1] if has else self._len[x[0]])
             model.AddHint(self.issue_end[x], times[times[("I", *x)]["after"]][1] if has else 0)
         for lit, rule in self.aux:
             try:

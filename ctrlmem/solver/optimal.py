@@ -453,7 +453,8 @@ def optimal(
         model.Add(makespan >= first + sum(F[s] + B[s] + Wt[s] for s in P.stages_of(d)) * m)
     model.Minimize(makespan)
     if seed:
-        _hint(model, seed[1], costs, k, B, st, use, lanes, C)
+        _hint(model, seed[1], costs, k, B, st, en, use, lanes, C)
+        model.AddHint(makespan, int(round(seed_make * k)))
     # what is left of the time limit, less a margin for reading the solution back
     left = deadline - time.monotonic() - min(0.5, 0.05 * seconds)
     if left <= 0.01:
@@ -528,10 +529,13 @@ def optimal(
     return OptimalResult(sched, make, lower, status, (seed[0], seed_make) if seed else ("", math.inf), wall_s, k)
 
 
-def _hint(model, seed: Schedule, costs: Costs, k: int, B: list[int], st: dict, use: dict, lanes, comm: int) -> None:
-    """Hint the model with the seed schedule's simulated timeline (scaled by ``k``): every pass
-    start, the recompute choices and, with copies, every copy variable and order Boolean."""
+def _hint(model, seed: Schedule, costs: Costs, k: int, B: list[int], st: dict, en: dict, use: dict, lanes,
+          comm: int) -> None:
+    """Hint the model with the seed schedule's simulated timeline (scaled by ``k``): every pass's
+    start and end, the recompute choices and, with copies, every copy variable and Boolean (a
+    complete hint: CP-SAT checks it at once and starts from it)."""
     r = simulate(seed, costs)
+    rec = costs.recompute_times(seed.num_stages, seed.num_devices, seed.recompute_mode)
     times: dict = {}
     for tp in r.passes:
         t, e = int(round(tp.start * k)), int(round(tp.end * k))
@@ -540,13 +544,15 @@ def _hint(model, seed: Schedule, costs: Costs, k: int, B: list[int], st: dict, u
             times[2, tp.stage, tp.microbatch] = (t + B[tp.stage], e)
             continue
         times[{Op.F: 0, Op.B: 1, Op.W: 2, Op.R: 3}[tp.op], tp.stage, tp.microbatch] = (t, e)
-    for key, (t, _) in times.items():
+    for key, (t, e) in times.items():
         if key in st:
             model.AddHint(st[key], t)
+            model.AddHint(en[key], e)
     for (s, mb), on in use.items():
         model.AddHint(on, (3, s, mb) in times)
         if lanes is not None and (3, s, mb) not in times:
             model.AddHint(st[3, s, mb], 0)
+            model.AddHint(en[3, s, mb], int(round(rec[s] * k)))
     if lanes is None:
         return
     for c in r.copies:

@@ -235,6 +235,11 @@ def kept_units(fraction: float) -> tuple[int, int, bool]:
 MAX_TIME_LIMIT = 7 * 24 * 3600.0
 """Largest ``time_limit`` accepted (a week, in seconds)."""
 
+DET_WALL_FACTOR = 10
+"""With ``deterministic=True`` the wall-clock safety limit is ``DET_WALL_FACTOR × time_limit + 60``
+seconds: building a large model (offload allowed) takes wall time that CP-SAT's deterministic
+time does not count, and a run cut by the wall clock depends on the machine's speed."""
+
 MAX_OFFLOAD_PASSES = 1_024
 """Largest instance :func:`optimal` takes with offload allowed, counted as four passes per forward
 (its F, B, W and a copy pair): 256 forwards, e.g. p = 4, m = 32 V-shape. The copies' timing
@@ -278,7 +283,7 @@ def optimal(
     ``"timeout"``. ``deterministic=True`` counts the solver's deterministic time instead
     (``time_limit`` / :data:`ctrlmem.solver.threaded.DET_SECONDS` units, one worker, a fixed seed,
     the hint search run to its end): the same inputs give the same result on any machine and load,
-    within a wall-clock safety limit of ``3 × time_limit + 10`` seconds. Meant for small
+    within a wall-clock safety limit (:data:`DET_WALL_FACTOR`). Meant for small
     pipelines: at most :data:`MAX_PASSES` passes (``3 · S · m``); larger instances are refused.
 
     Raises ``TypeError`` / ``ValueError`` naming the argument for bad arguments, a budget that
@@ -292,7 +297,7 @@ def optimal(
     rec_on = recompute != "none"
     copies_on = fraction is not None
     levers = rec_on or copies_on
-    wall = 3 * seconds + 10 if deterministic else seconds
+    wall = DET_WALL_FACTOR * seconds + 60 if deterministic else seconds
     deadline = t_start + wall
     from ortools.sat.python import cp_model  # noqa: PLC0415 - ortools takes ~1 s to import; only the solver needs it
 
@@ -476,6 +481,9 @@ def optimal(
     t0 = time.perf_counter()
     code = solve(solver, model)  # in a thread: Ctrl-C / SIGTERM stop it at once (ctrlmem.solver.threaded)
     wall_s = time.perf_counter() - t0
+    if deterministic and time.monotonic() > deadline - 1:
+        log.warning("optimal: stopped by the wall-clock safety limit (%g s) before its deterministic budget of %g "
+                    "solver-seconds was spent; this result depends on the machine's speed", wall, seconds)
     bound = solver.BestObjectiveBound() / k if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
     if code == cp_model.INFEASIBLE:
         raise ValueError(f"no schedule fits memory_limit={limit} for p={p}, m={m} ({placement})")

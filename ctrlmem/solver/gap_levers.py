@@ -45,7 +45,7 @@ from ctrlmem.solver.improve import improve
 from ctrlmem.solver.optimal import optimal
 
 __all__ = ["Instance", "LEVERS", "MIXES", "SEARCH", "instances", "measure", "measure_all", "summary",
-           "SOLVER_VERSION"]
+           "VERSIONS"]
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +64,6 @@ SEARCH = {"v-shape": "v-shape", "sequential": "zb"}
 
 FIXED = {"v-shape": "v-min", "sequential": "1f1b"}
 """The fixed pattern of each placement levered on every forward (1F1B recomputed is 1F1B-R)."""
-
-SOLVER_VERSION = "levers-1"
-"""Part of the cache key of :func:`measure_all`: change it when the solvers change."""
-
 
 @dataclass(frozen=True)
 class Instance:
@@ -163,30 +159,28 @@ def heuristics(inst: Instance, placement: str) -> tuple[dict, str | None]:
     return out, seed
 
 
-def solve(inst: Instance, placement: str, seed_text: str | None, seconds: float) -> dict:
-    """The two solver runs of a row (deterministic, one worker, ``seconds`` solver-seconds each):
-    :func:`ctrlmem.improve` from ``seed_text`` and :func:`ctrlmem.optimal` with the lever."""
+def solve(inst: Instance, placement: str, run: str, seed_text: str | None, seconds: float) -> dict:
+    """One solver run of a row (deterministic, one worker, ``seconds`` solver-seconds): ``run``
+    ``"improve"`` (:func:`ctrlmem.improve` from ``seed_text``) or ``"optimal"``
+    (:func:`ctrlmem.optimal` with the lever allowed)."""
     p, m, costs, limit = inst.p, inst.m, inst.costs, inst.budget
     lev = LEVERS[inst.lever]
-    out: dict = {}
-    if seed_text is None:
-        out["improve"] = {"why": "no lever-search schedule to start from"}
-    else:
+    if run == "improve":
+        if seed_text is None:
+            return {"why": "no lever-search schedule to start from"}
         try:
             res = improve(Schedule.from_text(seed_text), costs, limit, time_limit=seconds, workers=1, deterministic=True)
-            out["improve"] = {"makespan": _round(res.makespan), "status": res.status,
-                              "lower_bound": _round(res.lower_bound)}
         except ValueError as exc:
-            out["improve"] = {"why": "refused: " + str(exc).split(";")[0][:160]}
+            return {"why": "refused: " + str(exc).split(";")[0][:160]}
+        return {"makespan": _round(res.makespan), "status": res.status, "lower_bound": _round(res.lower_bound)}
     try:
         res = optimal(p, m, costs, limit, placement, time_limit=seconds, workers=1, recompute=lev["recompute"],
                       offload=lev["offload"], deterministic=True)
-        rec, off = _levers_used(res.schedule)
-        out["optimal"] = {"makespan": _round(res.makespan), "status": res.status,
-                          "lower_bound": _round(res.lower_bound), "recomputed": rec, "offloaded": off}
     except ValueError as exc:
-        out["optimal"] = {"why": str(exc).split(";")[0][:160]}
-    return out
+        return {"why": str(exc).split(";")[0][:160]}
+    rec, off = _levers_used(res.schedule)
+    return {"makespan": _round(res.makespan), "status": res.status, "lower_bound": _round(res.lower_bound),
+            "recomputed": rec, "offloaded": off}
 
 
 def measure(inst: Instance, placement: str, solved: dict, built: tuple[dict, str | None]) -> dict:
@@ -218,19 +212,25 @@ def _solve_task(args):
     return solve(*args)
 
 
+VERSIONS = {"improve": "improve-offload-0", "optimal": "optimal-offload-1"}
+"""Part of the cache keys of :func:`measure_all`, per solver: change one when that solver changes
+(only its runs are redone)."""
+
+
 def measure_all(size: str = "full", jobs: int = 1, seconds: float | None = None,
                 cache: str | Path | None = None) -> list[dict]:
     """:func:`measure` for every instance and placement, in grid order. The solver runs go to
     ``jobs`` processes (each is deterministic: their number changes nothing). ``cache``: a
-    JSON-lines file of finished solver runs keyed by the row, the starting schedule, the solver
-    seconds and :data:`SOLVER_VERSION`, read first and appended to."""
+    JSON-lines file of finished solver runs keyed by the row, the solver, its starting schedule,
+    the solver seconds and its :data:`VERSIONS` entry, read first and appended to."""
     seconds = seconds or (2.0 if size == "quick" else 10.0)
-    tasks = [(inst, pl) for inst in instances(size) for pl in SEARCH]
-    built = {t: heuristics(*t) for t in tasks}
+    rows = [(inst, pl) for inst in instances(size) for pl in SEARCH]
+    built = {t: heuristics(*t) for t in rows}
+    tasks = [(inst, pl, run) for inst, pl in rows for run in VERSIONS]
 
-    def key(inst, pl):
-        digest = hashlib.sha1((built[(inst, pl)][1] or "").encode()).hexdigest()
-        return json.dumps([inst.p, inst.m, inst.mix, inst.budget, inst.lever, pl, seconds, digest, SOLVER_VERSION])
+    def key(inst, pl, run):
+        digest = hashlib.sha1((built[(inst, pl)][1] or "").encode()).hexdigest() if run == "improve" else ""
+        return json.dumps([inst.p, inst.m, inst.mix, inst.budget, inst.lever, pl, run, seconds, digest, VERSIONS[run]])
 
     done: dict[str, dict] = {}
     if cache is not None and Path(cache).exists():
@@ -239,7 +239,7 @@ def measure_all(size: str = "full", jobs: int = 1, seconds: float | None = None,
                 rec = json.loads(line)
                 done[rec.pop("_key")] = rec
     todo = [t for t in tasks if key(*t) not in done]
-    log.info("optimality gap with levers: %d rows, %d to solve, %d processes", len(tasks), len(todo), jobs)
+    log.info("optimality gap with levers: %d rows, %d solver runs to do, %d processes", len(rows), len(todo), jobs)
 
     def keep(t, rec):
         done[key(*t)] = rec
@@ -247,10 +247,10 @@ def measure_all(size: str = "full", jobs: int = 1, seconds: float | None = None,
             Path(cache).parent.mkdir(parents=True, exist_ok=True)
             with open(cache, "a") as fh:
                 fh.write(json.dumps({"_key": key(*t), **rec}, sort_keys=True) + "\n")
-        log.info("optimality gap with levers: p=%d %s %s %s: optimal %s (%d to go)", t[0].p, t[0].label, t[0].lever,
-                 t[1], rec["optimal"].get("status", "-"), sum(1 for x in todo if key(*x) not in done))
+        log.info("optimality gap with levers: p=%d %s %s %s %s: %s (%d to go)", t[0].p, t[0].label, t[0].lever, t[1],
+                 t[2], rec.get("status", rec.get("why", "-")), sum(1 for x in todo if key(*x) not in done))
 
-    args = [(inst, pl, built[(inst, pl)][1], seconds) for inst, pl in todo]
+    args = [(inst, pl, run, built[(inst, pl)][1], seconds) for inst, pl, run in todo]
     if jobs > 1 and len(todo) > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             for t, rec in zip(todo, pool.map(_solve_task, args)):
@@ -258,7 +258,8 @@ def measure_all(size: str = "full", jobs: int = 1, seconds: float | None = None,
     else:
         for t, a in zip(todo, args):
             keep(t, _solve_task(a))
-    return [measure(inst, pl, done[key(inst, pl)], built[(inst, pl)]) for inst, pl in tasks]
+    return [measure(inst, pl, {run: done[key(inst, pl, run)] for run in VERSIONS}, built[(inst, pl)])
+            for inst, pl in rows]
 
 
 def summary(rows: list[dict]) -> dict:

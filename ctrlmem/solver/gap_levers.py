@@ -212,7 +212,7 @@ def _solve_task(args):
     return solve(*args)
 
 
-VERSIONS = {"improve": "improve-offload-0", "optimal": "optimal-offload-1"}
+VERSIONS = {"improve": "improve-offload-1", "optimal": "optimal-offload-1"}
 """Part of the cache keys of :func:`measure_all`, per solver: change one when that solver changes
 (only its runs are redone)."""
 

@@ -257,6 +257,8 @@ def optimal(
     recompute: str = "none",
     offload: object = "none",
     deterministic: bool = False,
+    *,
+    keep_levers: Schedule | None = None,
 ) -> OptimalResult:
     """The shortest-makespan schedule for ``num_devices`` × ``num_microbatches`` under ``costs``
     within ``memory_limit`` (fraction of 1F1B's ``p·a``; ``None``: unlimited), by CP-SAT.
@@ -285,6 +287,11 @@ def optimal(
     the hint search run to its end): the same inputs give the same result on any machine and load,
     within a wall-clock safety limit (:data:`DET_WALL_FACTOR`). Meant for small
     pipelines: at most :data:`MAX_PASSES` passes (``3 · S · m``); larger instances are refused.
+
+    ``keep_levers`` (:func:`ctrlmem.improve`'s whole model): a schedule of this instance whose
+    choices the model keeps — the same forwards recomputed and offloaded, only the order and the
+    copies' timing free — and which is the hint and the fallback instead of the heuristics. The
+    bound is then one over those choices only.
 
     Raises ``TypeError`` / ``ValueError`` naming the argument for bad arguments, a budget that
     cannot hold one microbatch, an instance above the size limit, and a time limit that ran out
@@ -348,8 +355,11 @@ def optimal(
 
     # the hint search may use at most half of the time: the solver needs the rest (a
     # deterministic run lets it finish: its result must not depend on the machine's speed)
-    seed = _seed(p, m, costs, limit, placement, None if deterministic else t_start + 0.5 * seconds, recompute,
-                 fraction)
+    if keep_levers is not None:
+        seed = (keep_levers.name, keep_levers, simulate(keep_levers, costs).makespan)
+    else:
+        seed = _seed(p, m, costs, limit, placement, None if deterministic else t_start + 0.5 * seconds, recompute,
+                     fraction)
     seed_make = seed[2] if seed else math.inf
 
     def out_of_time(where: str) -> OptimalResult:
@@ -409,12 +419,21 @@ def optimal(
             if mb > 0 and not levers:  # symmetry breaking: identical microbatches run in order
                 for o in range(3):
                     model.Add(st[o, s, mb] >= en[o, s, mb - 1])
-            elif mb > 0 and s == 0:  # microbatches differ by their choices: relabel by the first forwards
+            elif mb > 0 and s == 0 and keep_levers is None:
+                # microbatches differ by their choices: relabel by the first forwards (not with the
+                # choices fixed per microbatch: a relabelling would move them)
                 model.Add(st[0, s, mb] >= en[0, s, mb - 1])
     lanes = None
     if copies_on:
         lanes = CopyModel(fraction=fraction)
         lanes.add(model, P=P, m=m, dur=(F, B, Wt, Rt), copy_len=D, comm=C, st=st, en=en, use=use, horizon=horizon)
+    if keep_levers is not None:  # the input's choices, fixed
+        chosen_r = {(ps.stage, ps.microbatch) for row in keep_levers.device_passes for ps in row if ps.op is Op.R}
+        chosen_o = {(c.stage, c.microbatch) for row in keep_levers.copies for c in row if c.kind == "O"}
+        for key, on in use.items():
+            model.Add(on == int(key in chosen_r))
+        for key, on in (lanes.off.items() if lanes is not None else ()):
+            model.Add(on == int(key in chosen_o))
         if time.monotonic() >= deadline:
             return out_of_time("while building the model")
     if cap is not None:

@@ -15,7 +15,7 @@ def test_the_grid():
     p = 2), three levers; quick: one instance per lever. The copy cost is in units of the mix's F."""
     full = gl.instances("full")
     assert len(full) == 3 * 2 * 2 * 2 * 3
-    assert {(i.p, i.budget) for i in full} == {(2, 0.375), (2, 0.5), (3, round(1 / 3, 6)), (3, 0.5), (4, 0.25), (4, 0.5)}
+    assert {(i.p, i.budget) for i in full} == {(2, 0.375), (2, 0.5), (3, 1 / 3), (3, 0.5), (4, 0.25), (4, 0.5)}
     assert len(gl.instances("quick")) == len(gl.LEVERS)
     inst = gl.Instance(3, 6, "3:4:2:0.1", 0.5, "offload, copy 2 F")
     assert inst.costs.offload == 6.0 and inst.costs.f == 3

@@ -88,7 +88,7 @@ class Instance:
 def budgets(p: int) -> tuple[float, ...]:
     """The budgets of a ``p``: one microbatch per device (1/p) and 0.5; at p = 2, where they are one,
     0.375 (below one microbatch per device: only levers reach it) and 0.5."""
-    return (0.375, 0.5) if p == 2 else (round(1 / p, 6), 0.5)
+    return (0.375, 0.5) if p == 2 else (1 / p, 0.5)
 
 
 def instances(size: str = "full") -> list[Instance]:
@@ -235,9 +235,11 @@ def measure_all(size: str = "full", jobs: int = 1, seconds: float | None = None,
     done: dict[str, dict] = {}
     if cache is not None and Path(cache).exists():
         for line in Path(cache).read_text().splitlines():
-            if line.strip():
+            try:
                 rec = json.loads(line)
-                done[rec.pop("_key")] = rec
+            except ValueError:  # a line cut short by an interrupted run: solved again
+                continue
+            done[rec.pop("_key")] = rec
     todo = [t for t in tasks if key(*t) not in done]
     log.info("optimality gap with levers: %d rows, %d solver runs to do, %d processes", len(rows), len(todo), jobs)
 

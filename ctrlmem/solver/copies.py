@@ -69,9 +69,8 @@ class CopyModel:
     fraction: float = 1.0                          # the share each offload copies
 
     # -----------------------------------------------------------------------------------------
-    def add(self, model, *, P, m, dur, copy_len, comm, st, en, use, horizon) -> None:
-        """Add the copies and the as-soon-as-possible rules to ``model``. ``dur[o][s]``: the scaled
-        pass times (``o`` 0-3); ``copy_len[s]``: one copy of stage ``s`` (scaled; the same each
+    def add(self, model, *, P, m, copy_len, comm, st, en, use, horizon) -> None:
+        """Add the copies and the as-soon-as-possible rules to ``model``. ``copy_len[s]``: one copy of stage ``s`` (scaled; the same each
         way); ``st`` / ``en``: the passes' start and end variables; ``use``: ``(s, mb) -> Bool``
         of an optional ``R`` (empty without recompute)."""
         S, p = P.num_stages, P.num_devices
@@ -96,27 +95,29 @@ class CopyModel:
             fwd = [(s, k) for s in stages for k in range(m)]
             passes = [(o, s, k) for s in stages for k in range(m) for o in (F_, B_, W_)]
             passes += [(R_, s, k) for s in stages for k in range(m) if (s, k) in use]
-            self._lanes(model, fwd, passes, copy_len)
-            self._asap(model, passes, S, dev, comm, dur)
+            self._lanes(model, fwd, passes)
+            self._asap(model, passes, S, dev, comm)
 
     # -----------------------------------------------------------------------------------------
-    def _order(self, model, name, x, y, first_st, first_en, second_st, second_en):
-        """A Boolean "x before y" with the two no-overlap sides enforced (compute passes of one device)."""
+    @staticmethod
+    def _order(model, name, first_st, first_en, second_st, second_en):
+        """A Boolean "first before second" with both sides of their no-overlap enforced (two passes
+        of one device)."""
         lit = model.NewBoolVar(name)
         model.Add(second_st >= first_en).OnlyEnforceIf(lit)
         model.Add(first_st >= second_en).OnlyEnforceIf(lit.Not())
         return lit
 
-    def _lanes(self, model, fwd, passes, copy_len) -> None:
+    def _lanes(self, model, fwd, passes) -> None:
         st, en, off = self._st, self._en, self.off
         # the forwards' order (the offload lane's) and the backwards' order (the reload lane's tie rule)
         f_before, b_before = {}, {}
         for i, x in enumerate(fwd):
             for y in fwd[i + 1:]:
-                f_before[x, y] = self._order(model, f"fo_{x}_{y}", x, y, st[(F_, *x)], en[(F_, *x)], st[(F_, *y)], en[(F_, *y)])
+                f_before[x, y] = self._order(model, f"fo_{x}_{y}", st[(F_, *x)], en[(F_, *x)], st[(F_, *y)], en[(F_, *y)])
                 f_before[y, x] = f_before[x, y].Not()
                 self.aux.append((f_before[x, y], lambda t, x=x, y=y: t[(F_, *x)][0] < t[(F_, *y)][0]))
-                b_before[x, y] = self._order(model, f"bo_{x}_{y}", x, y, st[(B_, *x)], en[(B_, *x)], st[(B_, *y)], en[(B_, *y)])
+                b_before[x, y] = self._order(model, f"bo_{x}_{y}", st[(B_, *x)], en[(B_, *x)], st[(B_, *y)], en[(B_, *y)])
                 b_before[y, x] = b_before[x, y].Not()
                 self.aux.append((b_before[x, y], lambda t, x=x, y=y: t[(B_, *x)][0] < t[(B_, *y)][0]))
         # offloads: in the forwards' order, each at its forward's end or the previous copy's end
@@ -198,7 +199,7 @@ class CopyModel:
         self.aux.append((lit, rule))
         return lit
 
-    def _asap(self, model, passes, S, dev, comm, dur) -> None:
+    def _asap(self, model, passes, S, dev, comm) -> None:
         """Each compute pass of a device starts at an input's arrival or at another pass's end."""
         st, en, use = self._st, self._en, self._use
         for key in passes:

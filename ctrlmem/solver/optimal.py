@@ -426,7 +426,7 @@ def optimal(
     lanes = None
     if copies_on:
         lanes = CopyModel(fraction=fraction)
-        lanes.add(model, P=P, m=m, dur=(F, B, Wt, Rt), copy_len=D, comm=C, st=st, en=en, use=use, horizon=horizon)
+        lanes.add(model, P=P, m=m, copy_len=D, comm=C, st=st, en=en, use=use, horizon=horizon)
     if keep_levers is not None:  # the input's choices, fixed
         chosen_r = {(ps.stage, ps.microbatch) for row in keep_levers.device_passes for ps in row if ps.op is Op.R}
         chosen_o = {(c.stage, c.microbatch) for row in keep_levers.copies for c in row if c.kind == "O"}

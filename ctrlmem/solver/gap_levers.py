@@ -36,10 +36,9 @@ from pathlib import Path
 
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Op, Placement, Schedule
-from ctrlmem.model.levers import apply_levers
 from ctrlmem.model.simulate import simulate
 from ctrlmem.schedules.auto_levers import search_with_levers
-from ctrlmem.schedules.registry import LEVER_SEEDS, build
+from ctrlmem.schedules.registry import LEVER_SEEDS, SCHEDULES, build
 from ctrlmem.search.bounds import makespan_bounds
 from ctrlmem.solver.improve import improve
 from ctrlmem.solver.optimal import optimal
@@ -143,16 +142,17 @@ def heuristics(inst: Instance, placement: str) -> tuple[dict, str | None]:
         def generate(x: float) -> Schedule:
             return build(name, p, m, costs=costs, memory_limit=x, objective="makespan")
 
-        def patterns():
-            return (build(other, p, m) for other in LEVER_SEEDS[name])
+        def patterns():  # as cm.build(..., recompute="auto") takes them: cost-adapted where they adapt
+            return (build(other, p, m, costs=costs if SCHEDULES[other].uses_costs else None)
+                    for other in LEVER_SEEDS[name])
 
         return search_with_levers(generate, limit, costs, lev["recompute"], lev["offload"], patterns=patterns)
 
     search, why = _try(searched)
     plain, why_plain = _try(lambda: build(name, p, m, costs=costs, memory_limit=limit, objective="makespan"))
     fixed = FIXED[placement]
-    levered, why_fixed = _try(lambda: apply_levers(build(fixed, p, m), lev["recompute"],
-                                                   1.0 if lev["offload"] != "none" else "none", costs))
+    levered, why_fixed = _try(lambda: build(fixed, p, m, costs=costs, recompute=lev["recompute"],
+                                            offload=1.0 if lev["offload"] != "none" else "none"))
     out = {"lever search": _point(search, costs, cap, why), "reordering only": _point(plain, costs, cap, why_plain),
            "every forward levered": _point(levered, costs, cap, why_fixed)}
     seed = search.to_text() if search is not None and out["lever search"]["fits"] else None

@@ -7,10 +7,9 @@ For each instance (``p``, ``m``, cost mix, budget), placement (V-shape: ``v-shap
 device: ``zb``) and lever (:data:`LEVERS`: full recomputation, or offload with a copy of one ``a``
 taking ½ F or 2 F each way), :func:`measure` simulates
 
-* the **lever search**: the budgeted search choosing what to lever (``recompute`` in full mode
-  only, through :func:`ctrlmem.schedules.auto_levers.search_with_levers`, which is
-  ``cm.build(..., recompute="auto")`` restricted to the row's mode; ``cm.build(...,
-  offload="auto")``), the makespan asked for (``objective="makespan"``);
+* the **lever search**: the budgeted search choosing what to lever
+  (:func:`ctrlmem.solver.optimal.lever_search`: ``cm.build(..., recompute="auto")`` restricted to
+  full recomputation, or ``cm.build(..., offload="auto")``), the makespan asked for;
 * **reordering only**: the same search without levers (nothing where the budget is below one
   microbatch per device);
 * **every forward levered**: 1F1B-R, or 1F1B with every forward offloaded (one stage per device),
@@ -37,11 +36,10 @@ from pathlib import Path
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Op, Placement, Schedule
 from ctrlmem.model.simulate import simulate
-from ctrlmem.schedules.auto_levers import search_with_levers
-from ctrlmem.schedules.registry import LEVER_SEEDS, SCHEDULES, build
+from ctrlmem.schedules.registry import build
 from ctrlmem.search.bounds import makespan_bounds
 from ctrlmem.solver.improve import improve
-from ctrlmem.solver.optimal import optimal
+from ctrlmem.solver.optimal import lever_search, optimal
 
 __all__ = ["Instance", "LEVERS", "MIXES", "SEARCH", "instances", "measure", "measure_all", "summary",
            "VERSIONS"]
@@ -136,17 +134,7 @@ def heuristics(inst: Instance, placement: str) -> tuple[dict, str | None]:
     cap = limit * p
 
     def searched() -> Schedule:
-        if lev["recompute"] == "none":
-            return build(name, p, m, costs=costs, memory_limit=limit, offload=lev["offload"], objective="makespan")
-
-        def generate(x: float) -> Schedule:
-            return build(name, p, m, costs=costs, memory_limit=x, objective="makespan")
-
-        def patterns():  # as cm.build(..., recompute="auto") takes them: cost-adapted where they adapt
-            return (build(other, p, m, costs=costs if SCHEDULES[other].uses_costs else None)
-                    for other in LEVER_SEEDS[name])
-
-        return search_with_levers(generate, limit, costs, lev["recompute"], lev["offload"], patterns=patterns)
+        return lever_search(name, p, m, costs, limit, lev["recompute"], lev["offload"])
 
     search, why = _try(searched)
     plain, why_plain = _try(lambda: build(name, p, m, costs=costs, memory_limit=limit, objective="makespan"))
@@ -212,7 +200,7 @@ def _solve_task(args):
     return solve(*args)
 
 
-VERSIONS = {"improve": "improve-offload-1", "optimal": "optimal-offload-1"}
+VERSIONS = {"improve": "improve-offload-1", "optimal": "optimal-offload-2"}
 """Part of the cache keys of :func:`measure_all`, per solver: change one when that solver changes
 (only its runs are redone)."""
 

@@ -45,13 +45,14 @@ from ctrlmem.util import checks
 from ctrlmem.model.costs import Costs, MemoryModel
 from ctrlmem.model.ir import RECOMPUTE_MODES, Op, Pass, Placement, Schedule
 from ctrlmem.model.levers import apply_levers, offload_choice
-from ctrlmem.schedules.registry import register
+from ctrlmem.schedules.auto_levers import search_with_levers
+from ctrlmem.schedules.registry import LEVER_SEEDS, SCHEDULES, register
 from ctrlmem.model.simulate import simulate
 from ctrlmem.schedules.registry import build
 from ctrlmem.solver.copies import CopyModel, share_units
 from ctrlmem.solver.threaded import DET_SECONDS, solve
 
-__all__ = ["OptimalResult", "optimal", "MAX_PASSES", "MAX_OFFLOAD_PASSES", "MAX_TIME_LIMIT",
+__all__ = ["OptimalResult", "optimal", "lever_search", "MAX_PASSES", "MAX_OFFLOAD_PASSES", "MAX_TIME_LIMIT",
            "PLACEMENTS"]
 
 log = logging.getLogger(__name__)
@@ -152,8 +153,7 @@ def _seed(p: int, m: int, costs: Costs, limit: float | None, placement: str,
         candidates += [(name, True, "none", "none") for name in searched]
         if limit is not None and (recompute != "none" or fraction is not None):
             auto_off = "none" if fraction is None else "auto" if fraction == 1 else fraction
-            candidates += [(name, True, "auto" if recompute != "none" else "none", auto_off)
-                           for name in searched if name in ("v-shape", "zb")]
+            candidates += [(name, "levers", recompute, auto_off) for name in searched if name in ("v-shape", "zb")]
     best = None
     cap = None if limit is None else limit * p + 1e-9
     for name, adapted, lever, copies in candidates:
@@ -162,7 +162,9 @@ def _seed(p: int, m: int, costs: Costs, limit: float | None, placement: str,
             break
         try:
             kw = {"memory_limit": limit if limit is not None else 2.0} if name in ("v-shape", "zb") else {}
-            if adapted or copies == "none":
+            if adapted == "levers":  # the lever search, recompute in the model's mode only
+                s = lever_search(name, p, m, costs, limit, lever, copies)
+            elif adapted or copies == "none":
                 s = build(name, p, m, costs=costs if adapted else None, recompute=lever, offload=copies, **kw)
             else:  # a fixed pattern: its reloads issued for the real pass times
                 s = apply_levers(build(name, p, m, **kw), lever, copies, costs)
@@ -178,6 +180,27 @@ def _seed(p: int, m: int, costs: Costs, limit: float | None, placement: str,
         if best is None or r.makespan < best[2]:
             best = (name, s, r.makespan)
     return best
+
+
+def lever_search(name: str, num_devices: int, num_microbatches: int, costs: Costs, memory_limit: float,
+                 recompute: str = "none", offload: object = "none") -> Schedule:
+    """The budgeted search ``name`` (``"v-shape"`` or ``"zb"``) at ``memory_limit`` with levers
+    chosen on top, as ``cm.build(name, ..., recompute="auto", offload=...)`` chooses them
+    (:func:`ctrlmem.schedules.auto_levers.search_with_levers`, the placement's fixed patterns
+    cost-adapted where they adapt), but recomputing in ``recompute``'s mode only (``"full"``,
+    ``"selective"``; ``"auto"`` both; ``"none"`` no recompute) and asking the search for the
+    shortest makespan (what the solver and the bounds measure). Raises ``ValueError`` when
+    nothing fits."""
+    p, m = num_devices, num_microbatches
+
+    def generate(limit: float) -> Schedule:
+        return build(name, p, m, costs=costs, memory_limit=limit, objective="makespan")
+
+    def patterns():
+        return (build(other, p, m, costs=costs if SCHEDULES[other].uses_costs else None)
+                for other in LEVER_SEEDS[name])
+
+    return search_with_levers(generate, memory_limit, costs, recompute, offload, patterns=patterns)
 
 
 def _check_arguments(num_devices, num_microbatches, costs, memory_limit, placement, time_limit, workers,

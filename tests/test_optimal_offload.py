@@ -9,6 +9,8 @@ import itertools
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ctrlmem as cm
 from ctrlmem.cli import main
@@ -211,3 +213,19 @@ def test_offload_bounds_fall_to_the_forwards_own_passes_as_copies_get_free():
     assert mems == sorted(mems) and mems[0] < mems[-1]
     shares = [makespan_bounds(P, m, cm.Costs(1, 2, 1, offload=0.5), cap, offload=f)["memory"] for f in (0.25, 0.5, 1)]
     assert shares == sorted(shares, reverse=True)
+
+
+@settings(max_examples=6, deadline=None)
+@given(placement=st.sampled_from(["v-shape", "sequential"]), f=st.integers(1, 3), b=st.integers(1, 3),
+       w=st.integers(1, 2), copy=st.sampled_from([0.0, 0.5, 1.0, 2.0]), limit=st.sampled_from([0.5, 0.75]))
+def test_offload_properties_on_random_costs(placement, f, b, w, copy, limit):
+    """On random pass and copy costs at p = 2, m = 2: the optimum with offload is proven, no longer
+    than without, simulates to its makespan within the budget, and the closed-form bounds with
+    offload are not above it."""
+    costs = cm.Costs(f, b, w, offload=copy)
+    plain = optimal(2, 2, costs, limit, placement, time_limit=30)
+    off = optimal(2, 2, costs, limit, placement, time_limit=30, offload="auto")
+    assert off.status == "optimal" and off.makespan <= plain.makespan + 1e-9
+    _check(off, costs, limit * 2)
+    P = Placement.v_shape(2) if placement == "v-shape" else Placement.sequential(2)
+    assert makespan_bound(P, 2, costs, limit * 2, offload=1.0) <= off.makespan + 1e-9

@@ -81,15 +81,17 @@ def test_a_deterministic_improve_that_settles_ends_within_its_budget(caplog):
     assert not [r for r in caplog.records if "safety limit" in r.getMessage()]
 
 
-def test_the_command_line_optimizes_recomputed_orders_and_refuses_copies(capsys):
+def test_the_command_line_optimizes_recomputed_and_offloaded_orders(capsys):
     base = ["simulate", "v-shape", "-p", "4", "-m", "8", "--costs", "1,1,1,0", "--memory-limit", "0.25"]
     assert cli_main(base + ["--recompute", "auto", "--optimize", "2", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["makespan"] < cm.simulate(cm.build("v-shape", 4, 8, memory_limit=0.25, recompute="auto")).makespan
-    code = cli_main(["simulate", "1f1b", "-p", "4", "-m", "8", "--offload", "0.5", "--offload-cost", "0.5",
-                     "--optimize", "2"])
-    assert code == 2
-    assert "does not model activation copies" in capsys.readouterr().err
+    costs = cm.Costs(3, 4, 2, 0.1, offload=1.5)
+    before = cm.simulate(cm.build("1f1b", 3, 6, costs=costs, offload=1.0), costs).makespan
+    assert cli_main(["simulate", "1f1b", "-p", "3", "-m", "6", "--costs", "3,4,2,0.1", "--offload", "1",
+                     "--offload-cost", "1.5", "--optimize", "2", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["makespan"] < before
 
 
 @pytest.mark.parametrize("name,p,m,limit,costs,mode", [

@@ -292,11 +292,14 @@ def test_auto_levers_that_offload_then_recompute_give_a_valid_schedule():
     assert r.makespan <= plain.makespan + 1e-9
 
 
-def test_improve_refuses_copies_by_name():
-    """cm.improve does not model activation copies: an offloaded schedule is refused, not mis-timed."""
+def test_improve_keeps_the_copies():
+    """cm.improve takes an offloaded schedule and keeps its copies: the same forwards offloaded,
+    the same shares (tests/test_improve_offload.py has the rest)."""
     costs = cm.Costs(1, 1, 1, 0, offload=0.5)
-    with pytest.raises(ValueError, match="does not model activation copies"):
-        cm.improve(cm.build("1f1b", 2, 4, costs=costs, offload=0.5), costs, time_limit=1)
+    s = cm.build("1f1b", 2, 4, costs=costs, offload=0.5)
+    r = cm.improve(s, costs, time_limit=1)
+    offs = lambda x: sorted((c.stage, c.microbatch, c.fraction) for row in x.copies for c in row if c.kind == "O")  # noqa: E731
+    assert offs(r.schedule) == offs(s) and r.makespan <= cm.simulate(s, costs).makespan + 1e-9
 
 
 @pytest.mark.parametrize("name,p,m,limit,costs", [

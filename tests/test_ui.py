@@ -778,11 +778,17 @@ def test_the_solver_option_improves_recomputed_orders_and_refuses_copies_as_on_t
     assert view.results[label].max_peak_memory <= 0.25 * 4 + 1e-9
     line = command_line(s)
     assert "--optimize 2" in line and "--recompute full" in line
-    s2 = Settings(schedules=("1f1b", "v-half"), num_devices=4, num_microbatches=8, optimize=5.0, offload=0.5)
+    s2 = Settings(schedules=("1f1b", "v-half"), num_devices=4, num_microbatches=8, optimize=2.0, offload=0.5,
+                  offload_cost=0.5)
     view = compute(s2)
-    assert list(view.results) == ["1f1b", "v-half"] and "does not model activation copies" in view.messages[0]
+    label = "v-half" + IMPROVED_SUFFIX
+    assert list(view.results) == ["1f1b", "v-half", label], view.messages
+    shown, better = view.results["v-half"].schedule, view.results[label].schedule
+    offloaded = lambda sch: sorted((c.stage, c.microbatch) for row in sch.copies for c in row if c.kind == "O")  # noqa: E731
+    assert offloaded(better) == offloaded(shown) and better.offloads
+    assert view.results[label].makespan <= view.results["v-half"].makespan + 1e-9
     line = command_line(s2)
-    assert "--optimize" not in line and "--offload 0.5" in line
+    assert "--optimize 2" in line and "--offload 0.5" in line
 
 
 @pytest.mark.parametrize("p,m", [(4, 8), (8, 32)])

@@ -317,14 +317,11 @@ def add_optimize_argument(parser: argparse.ArgumentParser) -> None:
 def optimize_schedule(args: argparse.Namespace, schedule, costs):
     """``(schedule, result)``: ``schedule`` improved for ``args.optimize`` seconds (``result`` the
     :class:`~ctrlmem.solver.optimal.OptimalResult`), or as it is with ``None`` without ``--optimize``.
-    Recompute passes are reordered with the rest (the same forwards stay recomputed); activation
-    copies are refused, as :func:`ctrlmem.improve` refuses them."""
+    Recompute passes are reordered with the rest (the same forwards stay recomputed); offloaded
+    forwards stay offloaded, each reload issued after the same pass (:func:`ctrlmem.improve`)."""
     seconds = getattr(args, "optimize", None)
     if seconds is None:
         return schedule, None
-    if schedule.offloads:
-        raise CliError("--optimize (cm.improve) does not model activation copies yet; drop --optimize or --offload "
-                       "(--recompute works with --optimize)")
 
     limit = getattr(args, "memory_limit", None)
     res = improve(schedule, costs, memory_limit=limit, time_limit=seconds)

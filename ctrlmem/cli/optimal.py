@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 from ctrlmem.cli.args import float_arg, int_arg, memory_limit_arg
@@ -19,10 +20,13 @@ def _cmd_optimal(args: argparse.Namespace) -> int:
     if args.text:
         check_output_path(args.text)  # before the solver runs, not after
     costs = Costs.parse(args.costs)  # a ValueError naming the bad part: one line, exit status 2
+    if args.offload_cost is not None:
+        costs = dataclasses.replace(costs, offload=args.offload_cost)
     r = optimal(args.devices, args.microbatches, costs, args.memory_limit, args.placement, args.time_limit, args.workers,
-                recompute=args.recompute)
+                recompute=args.recompute, offload=args.offload, deterministic=args.deterministic)
     sim = simulate(r.schedule, costs)
     recomputed = sum(1 for row in r.schedule.device_passes for ps in row if ps.op is Op.R)
+    offloaded = sum(1 for row in r.schedule.copies for c in row if c.kind == "O")
     if args.json:
         print(json.dumps({
             "num_devices": args.devices, "num_microbatches": args.microbatches, "costs": costs.to_dict(),
@@ -31,6 +35,7 @@ def _cmd_optimal(args: argparse.Namespace) -> int:
             "wall_s": round(r.wall_s, 3), "peak_memory": sim.peak_memory, "bubble_rate": sim.bubble_rate,
             "max_span": max(sim.device_spans), "schedule": r.schedule.to_text(),
             "recompute": args.recompute, "recomputed_forwards": recomputed,
+            "offload": args.offload, "offload_cost": costs.offload, "offloaded_forwards": offloaded,
         }))
     else:
         lim = "none" if args.memory_limit is None else f"{args.memory_limit:g}"
@@ -44,9 +49,12 @@ def _cmd_optimal(args: argparse.Namespace) -> int:
             print("  heuristic seed: none fits the budget (the solver started from nothing)")
         print(f"  peak {max(sim.peak_memory):g} a, longest span {max(sim.device_spans):g}, bubble rate "
               f"{sim.bubble_rate:.4f}")
+        total = r.schedule.num_stages * args.microbatches
         if args.recompute != "none":
-            total = r.schedule.num_stages * args.microbatches
             print(f"  recompute {args.recompute} allowed: the solver recomputes {recomputed} of {total} forwards")
+        if args.offload != "none":
+            print(f"  offload {args.offload} allowed (a copy of one a takes {costs.offload:g}): the solver offloads "
+                  f"{offloaded} of {total} forwards")
     if args.text:
         atomic_write(args.text, r.schedule.to_text() + "\n")
     return 0
@@ -69,6 +77,16 @@ def add_commands(subparsers) -> None:
     p.add_argument("--recompute", choices=("none", "full", "selective"), default="none",
                    help="let the solver recompute any forward in this mode, its choice per stage and microbatch "
                         "(an R pass before its B; docs/theory.md §13); the bound then covers such schedules too")
+    p.add_argument("--offload", default="none", metavar="none|auto|FRACTION",
+                   help="let the solver offload any forward it does not recompute: this share of its activation "
+                        "(auto: all of it) to host memory after it and back before its backward, on the device's "
+                        "copy lanes (docs/theory.md §13); the bound then covers such schedules too")
+    p.add_argument("--offload-cost", type=float_arg(positive=False), default=None, metavar="T",
+                   help="time of one a of activation copied between device and host, each direction "
+                        "(Costs.offload; default 0)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="count the solver's deterministic time (one worker, fixed seed): the same result on any "
+                        "machine and load")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--text", metavar="FILE", help="also write the schedule in ctrlmem's text form")
     p.set_defaults(func=_cmd_optimal)

@@ -136,8 +136,8 @@ class Settings:
             schedule with recompute on, to orders chosen for the memory recomputing frees
             (built in the background like any budgeted order); loaded files are shown as they
             are, and the 1F1B reference (the memory limit's unit) has no levers. ``optimize`` improves the
-            recomputed order with recompute on (the same forwards recomputed) and is refused
-            with an offload (:func:`ctrlmem.improve` models no copies), as on the command line.
+            levered order with a lever on (the same forwards recomputed and offloaded,
+            :func:`ctrlmem.improve`), as on the command line.
     """
 
     schedules: tuple[str, ...] = field(default_factory=default_schedules)
@@ -603,10 +603,6 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
         messages.append(f"optimize: give the solver's seconds, a number in (0, 3600], got {seconds!r}")
         return results, origins
-    if settings.offload is not None:  # as `ctrlmem draw --optimize --offload` refuses it
-        messages.append("optimize: cm.improve does not model activation copies yet; turn off optimize or the "
-                        "offload (recompute works with optimize)")
-        return results, origins
     first = improve_target(settings, results)
     if first is None:
         messages.append(f"optimize: {settings.improve} is not shown; tick it, or choose a shown schedule to improve"
@@ -617,8 +613,10 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
     spec = SCHEDULES[first]
     budget = settings.memory_limit if spec.memory_limit else None
     costs = results[first].costs
-    # with recompute on, the shown (recomputed) order is improved: cm.build(..., recompute=) as on the command line
-    lev = (settings.recompute, "none") if settings.recompute != "none" else ()
+    # with a lever on, the shown (levered) order is improved: cm.build(..., recompute=, offload=) as on the
+    # command line; cm.improve keeps its recomputed and offloaded forwards
+    off = "none" if settings.offload is None else settings.offload
+    lev = (settings.recompute, off) if settings.recompute != "none" or off != "none" else ()
     name = levered_name(improved_name(first, float(seconds)), lev)
     sched, origin = None, None
     if label in orders:
@@ -856,7 +854,7 @@ def command_line(settings: Settings, output: str | None = None) -> str:
     names = [n for n in s.schedules if n in SCHEDULES]
     if not names:
         return ""
-    optimize = s.optimize and s.offload is None  # no improved order is shown with copies (see _with_improved)
+    optimize = s.optimize
     target = improve_target(s, names) if optimize else None
     if target is not None:  # `ctrlmem draw --optimize` improves the first schedule it is given
         names = [target] + [n for n in names if n != target]

@@ -19,6 +19,7 @@ from ctrlmem.reproduce.gpu_replay import gpu_replay
 from ctrlmem.reproduce.levers import memory_levers
 from ctrlmem.reproduce.measured import cpu_real_memory
 from ctrlmem.reproduce.optimality import optimality_gap
+from ctrlmem.reproduce.optimality_levers import optimality_gap_levers
 from ctrlmem.reproduce.table import Table, write_table_file
 from ctrlmem.reproduce.theory import closed_forms, table1, table2, table8, table9, table_a
 from ctrlmem.reproduce.throughput import table3, table4
@@ -45,11 +46,13 @@ ARTIFACTS: dict[str, Callable[[bool], Table]] = {
     "schedule-figures": schedule_figures,
     "optimality-gap": optimality_gap,
     "memory-levers": memory_levers,
+    "optimality-gap-levers": optimality_gap_levers,
     "claims": claims,
 }
 
 
-WRITES_FILES = frozenset({"schedule-figures", "fig07", "fig09", "fig10", "table3", "optimality-gap", "memory-levers"})
+WRITES_FILES = frozenset({"schedule-figures", "fig07", "fig09", "fig10", "table3", "optimality-gap", "memory-levers",
+                          "optimality-gap-levers"})
 """Artifacts that draw figure files into the output folder (their functions take ``out``)."""
 
 READS_OUT = frozenset({"claims"})

@@ -109,7 +109,8 @@ def chains(placement: Placement, costs: Costs, fused: bool = False):
 
 
 def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | None,
-                    fused: bool = False, recompute: str = "none") -> dict[str, float]:
+                    fused: bool = False, recompute: str = "none",
+                    offload: float | None = None) -> dict[str, float]:
     """Lower bounds on the makespan of every schedule of ``placement``, ``m`` microbatches and
     ``costs`` whose devices peak at most at ``cap`` (``a``; ``None``: no limit), with the
     default memory model (each stage's activation ``p/S``, released at its ``W``, or at its
@@ -144,6 +145,23 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
     recomputed (fractions allowed), of the larger of the work with their ``R`` passes and the
     memory × time bound with their saving (:func:`_recompute_trade`): a budget that forces
     recomputation forces its work too.
+
+    ``offload`` (a fraction φ in (0, 1], or ``None``): the bounds hold for every schedule whose
+    offloads each copy at most φ of a forward's activation (``1.0``: every schedule that may
+    offload; docs/theory.md §13). A copy of a share ψ of stage ``s`` takes ``T = ψ c_s``
+    (``c_s = Costs.offload · act_s``) each way; the share leaves at the end of its copy out, at
+    least ``f_s + T`` after the forward's start, and is back from the start of its reload, at least
+    ``T + b_s + w_s`` before the release, so a microbatch holds at least ``act_s ((1 − ψ) ℓ_s + ψ
+    (f_s + b_s + w_s + 2T))`` over time (``ℓ_s`` when that is longer: the copies then lengthen its
+    life), least at ``ψ = (ℓ_s − f_s − b_s − w_s) / 4c_s`` clipped to ``[0, φ]``: ``"memory"`` uses
+    the least over the levers allowed, and the bounds that count whole activations before the
+    first backward are 0, as with recompute. With ``T → 0`` it falls to ``f + b + w``, a forward's
+    own passes. ``"lever trade"`` replaces ``"recompute trade"``: copies run one at a time on a
+    device's lane from its first forward's end, so their time is at most the makespan less that,
+    and each saves at most ``act_s (ℓ_s − f_s − b_s − w_s) / c_s`` of memory × time per unit of
+    copy time (and a stage's ``m`` forwards at most ``m`` times the best single saving); the
+    makespan is at least the least ``t`` for which the work with the ``R`` passes, the lane with
+    the copies and the memory × time bound with both savings all fit (:func:`_lever_trade`).
     """
     S, p = placement.num_stages, placement.num_devices
     head_f, head_b, tail_b, (f, b, w) = chains(placement, costs, fused)
@@ -162,9 +180,17 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
         life = [kappa * x + (1 - kappa) * min(x, rec[s] + b[s] + w[s])
                 for s, x in enumerate(life)]
         n_act = math.inf
+    copies = None
+    if offload is not None:  # per stage: (copy time of a whole activation, best saving of one copy, rate)
+        copies = [_offload_terms(whole[s], f[s] + b[s] + w[s], float(costs.offload) * act, offload)
+                  for s in range(S)]
+        life = [min(life[s], whole[s] - copies[s][1]) for s in range(S)]
+        n_act = math.inf
     out = {"device": 0.0, "memory": 0.0, "warm-up": 0.0, "last forward": 0.0, "one at a time": 0.0}
-    if recompute != "none":
+    if recompute != "none" and copies is None:
         out["recompute trade"] = 0.0
+    if copies is not None and cap is not None:
+        out["lever trade"] = 0.0
     for d in range(p):
         st = placement.stages_of(d)
         classes = []  # (arrival, work of the m passes, chain after)
@@ -184,9 +210,16 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
         if cap is not None and cap > 0:
             held = m * math.fsum(act * life[s] for s in st)
             out["memory"] = max(out["memory"], min(head_f[s] for s in st) + held / cap)
-            if recompute != "none":
+            if recompute != "none" and copies is None:
                 out["recompute trade"] = max(out["recompute trade"], _recompute_trade(
                     head, work, m, cap, [(rec[s], act * (whole[s] - life[s]), act * whole[s]) for s in st]))
+            if copies is not None:
+                saves_r = [] if recompute == "none" else [
+                    (rec[s], act * (1 - kappa) * (whole[s] - min(whole[s], rec[s] + b[s] + w[s]))) for s in st]
+                saves_o = [(act * copies[s][2], m * act * copies[s][1]) for s in st]
+                lane0 = min(head_f[s] + f[s] for s in st)
+                out["lever trade"] = max(out["lever trade"], _lever_trade(
+                    head, work, lane0, m, cap, m * math.fsum(act * whole[s] for s in st), saves_r, saves_o))
         if n_act < math.inf:
             k = min(n_act, len(st) * m)
             first_b = min(head_b[s] for s in st)
@@ -242,7 +275,66 @@ def _recompute_trade(head: float, work: float, m: int, cap: float,
     return max(lo, hi)
 
 
+def _offload_terms(life: float, base: float, c: float, most: float) -> tuple[float, float, float]:
+    """One stage's offload: ``(c, g, rate)`` with ``c`` the copy time of its whole activation,
+    ``g`` the most a single offload (a share ψ ≤ ``most``) takes off one microbatch's lifespan
+    held (``ψ (life − base − 2ψc)``, per unit of activation), and ``rate`` the most it takes off
+    per unit of copy time (``(life − base) / c``; infinite for free copies)."""
+    room = max(0.0, life - base)
+    if c <= 0:
+        return c, most * room, math.inf
+    psi = min(most, room / (4 * c))
+    return c, psi * (room - 2 * psi * c), room / c
+
+
+def _knapsack(budget: float, items: list[tuple[float, float]]) -> float:
+    """The most saving a fractional knapsack of ``budget`` gets from ``items`` (``(rate per unit,
+    capacity in saving)``; an infinite rate for free items)."""
+    got = 0.0
+    for rate, total in sorted(items, key=lambda x: -x[0]):
+        if total <= 0:
+            continue
+        if math.isinf(rate):
+            got += total
+            continue
+        if budget <= 0:
+            break
+        take = min(total, budget * rate)
+        got += take
+        budget -= take / rate
+    return got
+
+
+def _lever_trade(head: float, work: float, lane0: float, m: int, cap: float, held: float,
+                 saves_r: list[tuple[float, float]], saves_o: list[tuple[float, float]]) -> float:
+    """The least ``t`` with ``head + (held − saving) / cap ≤ t``, the saving being what recomputes
+    within ``t − head − work`` of ``R`` time (``saves_r``: per stage one ``R``'s time and saving,
+    ``m`` of each) and copies within ``t − lane0`` of lane time (``saves_o``: per stage the saving
+    per unit of copy time and the most in all) take off: a relaxation (fractions, and a forward
+    may count for both levers), so a lower bound. Bisection, to 1e-9 of ``t``."""
+    r_items = [(math.inf if r <= 0 else g / r, m * g) for r, g in saves_r]
+
+    def fits(t: float) -> bool:
+        saving = _knapsack(t - head - work, r_items) + _knapsack(t - lane0, saves_o)
+        return head + (held - saving) / cap <= t
+
+    lo = max(head + work, lane0)
+    if fits(lo):
+        return lo
+    hi = max(lo, head + held / cap)
+    for _ in range(200):
+        if hi - lo <= 1e-9 * max(1.0, hi):
+            break
+        mid = 0.5 * (lo + hi)
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
 def makespan_bound(placement: Placement, m: int, costs: Costs, cap: float | None, fused: bool = False,
-                   recompute: str = "none") -> float:
+                   recompute: str = "none", offload: float | None = None) -> float:
     """The best of :func:`makespan_bounds` (a lower bound on every schedule's makespan within ``cap``)."""
-    return max(makespan_bounds(placement, m, costs, cap, fused, recompute).values()) * (1 - 1e-12)
+    return max(makespan_bounds(placement, m, costs, cap, fused, recompute, offload).values()) * (1 - 1e-12)
+

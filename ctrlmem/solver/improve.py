@@ -25,7 +25,10 @@ How (docs/theory.md §12):
 Recompute passes (docs/theory.md §13) are passes like the others: an ``R`` runs on its
 forward's device after it and before its backward, a recomputed forward takes the kept share of
 its activation and its ``R`` the rest (memory in ``1/K`` of a stage's activation). The set of
-recomputed forwards stays the input's; only the order changes.
+recomputed forwards stays the input's; only the order changes. A schedule with activation copies
+keeps its offloaded forwards, their shares and each reload's issue pass; its whole model is
+:func:`ctrlmem.optimal`'s exact one with those choices fixed, its windows approximate the copies
+(:func:`_improve_copies` says how), and every candidate is simulated with its copies.
 
 Every schedule kept is simulated exactly (:func:`ctrlmem.simulate`'s as-soon-as-possible run,
 with the real costs) and checked against the budget, so the result is valid, within the budget,
@@ -50,9 +53,10 @@ from dataclasses import dataclass
 
 from ctrlmem.util import checks
 from ctrlmem.model.costs import Costs
-from ctrlmem.model.ir import Op, Pass, Schedule
-from ctrlmem.solver.threaded import solve
-from ctrlmem.solver.optimal import MAX_TIME_LIMIT, OptimalResult, integer_scale, kept_units
+from ctrlmem.model.ir import Copy, Op, Pass, Placement, Schedule
+from ctrlmem.solver.threaded import DET_SECONDS, solve
+from ctrlmem.solver.copies import share_units
+from ctrlmem.solver.optimal import MAX_OFFLOAD_PASSES, MAX_TIME_LIMIT, OptimalResult, integer_scale, kept_units, optimal
 from ctrlmem.search.bounds import makespan_bounds
 from ctrlmem.model.simulate import simulate
 from ctrlmem.model.validate import index_schedule
@@ -74,13 +78,6 @@ _WINDOW_MIN, _WINDOW_MAX = 16, 2_500
 _SLICE_S = 2.0            # solver seconds per window
 _WINDOW_SPREAD = 3        # a window's interval holds at most this many times its free passes
 _WINDOW_CHARGE_S = 0.01   # deterministic seconds a window counts at least
-
-DET_SECONDS = 5.0
-"""With ``deterministic=True``, one unit of CP-SAT's deterministic time counts as this many
-seconds: on the windows' models it took 4–7 CPU seconds of one core of the reference machine
-(docs/reproduce.md), so that a deterministic run of ``time_limit`` spends about that much
-solver CPU time (the Python side, simulating and building each window, is not counted)."""
-
 
 # ---------------------------------------------------------------------------------------------
 # the problem as integer arrays
@@ -106,7 +103,9 @@ class _Problem:
     cap: int                   # memory units a device may hold at once
     scale: int
     exact: bool
-    levers: bool               # R passes present: microbatches differ, units are a / K
+    levers: bool               # R passes or copies present: microbatches differ, units are a / K
+    copy_events: dict = dataclasses.field(default_factory=dict)  # key -> [(offset after its end, units)]
+    copies: list = dataclasses.field(default_factory=list)       # (F key, issue key, fraction) per offload
 
 
 def _problem(schedule: Schedule, costs: Costs, cap_a: float) -> _Problem:
@@ -114,20 +113,27 @@ def _problem(schedule: Schedule, costs: Costs, cap_a: float) -> _Problem:
     one stage's activation without ``R`` passes; with them ``1 / K`` of it, a recomputed forward
     taking the kept ``N / K`` (``Costs.kept_fraction``) at its start and its ``R`` the rest at its
     start (the simulator's model, docs/theory.md §13)."""
-    idx = index_schedule(schedule)
+    idx = index_schedule(dataclasses.replace(schedule, copies=()) if schedule.offloads else schedule)
     S, m, p = schedule.num_stages, schedule.num_microbatches, schedule.num_devices
     sm = S * m
     levers = schedule.recomputes
     n = (4 if levers else 3) * sm
     f, b, w = costs.stage_times(S, p)
+    act = p / S
     rec = costs.recompute_times(S, p, schedule.recompute_mode) if levers else []
-    scale, exact = integer_scale(list(f) + list(b) + list(w) + list(rec) + [float(costs.comm)])
+    offs = [(d, c) for d, row in enumerate(schedule.copies) for c in row if c.kind == "O"]
+    copy_t = [float(costs.offload) * c.fraction * act for _, c in offs]
+    scale, exact = integer_scale(list(f) + list(b) + list(w) + list(rec) + copy_t + [float(costs.comm)])
     if levers:
         keep_n, unit, keep_exact = kept_units(costs.kept_fraction(schedule.recompute_mode))
         exact = exact and keep_exact
     else:
         keep_n, unit = 1, 1
-    act = p / S
+    if offs:  # memory in a / (K D), D the offloaded shares' common denominator
+        denoms = [share_units(c.fraction) for _, c in offs]
+        share_d = math.lcm(*(dd for _, dd, _ in denoms))
+        exact = exact and all(ok for _, _, ok in denoms)
+        keep_n, unit = keep_n * share_d, unit * share_d
     cap_units = math.floor(cap_a / act * unit + 1e-9)
     fi = [int(round(x * scale)) for x in f]
     bi = [int(round(x * scale)) for x in b]
@@ -143,7 +149,7 @@ def _problem(schedule: Schedule, costs: Costs, cap_a: float) -> _Problem:
         for key in row:
             keys.append(key)
             dev[key] = d
-    recomputed = [levers and dev[3 * sm + r] >= 0 for r in range(sm)]
+    recomputed = [bool(levers) and dev[3 * sm + r] >= 0 for r in range(sm)]
     for key in keys:
         kind, r = divmod(key, sm)
         s, k = divmod(r, m)
@@ -170,10 +176,30 @@ def _problem(schedule: Schedule, costs: Costs, cap_a: float) -> _Problem:
         if kind == 1 and recomputed[r]:
             edges.append((3 * sm + r, 0, 0.0))
         ins[key] = tuple(edges)
-        for x, li, lf in edges:
+    copy_events: dict[int, list[tuple[int, int]]] = {}
+    copies = []
+    loads = {(c.stage, c.microbatch): c.after for row in schedule.copies for c in row if c.kind == "L"}
+    for (d, c), t_real in zip(offs, copy_t):
+        # the copies, approximated for the windows: the share leaves one copy time after its
+        # forward ends and comes back when the pass its reload is issued after ends; the backward
+        # waits for both copies after its forward and for the reload after that pass
+        r = c.stage * m + c.microbatch
+        issue = idx.device_keys[d][loads[(c.stage, c.microbatch)]]
+        share = int(c.fraction * (keep_n if recomputed[r] else unit) + 1e-9)
+        t = int(round(t_real * scale))
+        copy_events.setdefault(r, []).append((t, -share))
+        copy_events.setdefault(issue, []).append((0, share))
+        extra = [(r, 2 * t, 2 * t_real)]
+        if issue != r:
+            extra.append((issue, t, t_real))
+            ins[issue] += ((r, 0, 0.0),)
+        ins[sm + r] += tuple(extra)
+        copies.append((r, issue, c.fraction))
+    for key in keys:
+        for x, li, lf in ins[key]:
             succ[x].append((key, li, lf))
     return _Problem(schedule, n, keys, dev, dur, durf, ins, succ, delta, rank, mbs, release_of,
-                    cap_units, scale, exact, levers)
+                    cap_units, scale, exact, levers or bool(offs), copy_events, copies)
 
 
 def _asap(pb: _Problem, orders: list[list[int]], real: bool = False):
@@ -365,7 +391,7 @@ def _model(pb: _Problem, orders, start, end, window: list[int], free: set[int], 
         if pb.cap >= 0:
             level = 0
             for k in row[:lo]:
-                level += pb.delta[k]
+                level += pb.delta[k] + sum(u for _, u in pb.copy_events.get(k, ()))
             times, deltas = [], []
             if level:
                 times.append(0)
@@ -377,6 +403,9 @@ def _model(pb: _Problem, orders, start, end, window: list[int], free: set[int], 
                 elif pb.delta[k] < 0:
                     times.append(ev[k])
                     deltas.append(pb.delta[k])
+                for off, units in pb.copy_events.get(k, ()):
+                    times.append(ev[k] + off)
+                    deltas.append(units)
             if len(deltas) > (1 if level else 0):
                 model.AddReservoirConstraint(times, deltas, 0, pb.cap)
     if whole and not pb.levers:  # with R passes the microbatches differ and deltas are not unit
@@ -438,9 +467,6 @@ def _check(schedule, costs, memory_limit, time_limit, workers, seed, determinist
     if not isinstance(schedule, Schedule):
         raise TypeError(f"schedule must be a ctrlmem Schedule (from cm.build or Schedule.load), got "
                         f"{type(schedule).__name__} {checks.short_repr(schedule)}")
-    if schedule.offloads:
-        raise ValueError("cm.improve does not model activation copies yet (it reorders compute and R passes, "
-                         "docs/theory.md §12-13); improve the schedule without --offload, or simulate it as it is")
     costs = Costs.coerce(costs, "costs")
     limit = None if memory_limit is None else checks.memory_fraction("memory_limit", memory_limit)
     seconds = checks.number("time_limit", time_limit, positive=True, maximum=MAX_TIME_LIMIT, what="seconds")
@@ -490,8 +516,10 @@ def improve(
     same mode (what to recompute is the lever search's choice: ``cm.build(...,
     recompute="auto")``); its lower bound then holds for every schedule that may recompute any
     forward in that mode (the whole model, which keeps the input's ``R`` passes, searches but
-    bounds nothing). Activation copies (offloads) are refused. ``workers``: the solver's threads (one with
-    ``deterministic``). ``seed``: the windows' random choice.
+    bounds nothing). A schedule with activation copies keeps the same forwards offloaded, their
+    shares and each reload's issue pass (:func:`_improve_copies`); its bound holds for every
+    schedule whose offloads copy at most its largest share. ``workers``: the solver's threads
+    (one with ``deterministic``). ``seed``: the windows' random choice.
 
     Raises ``TypeError`` / ``ValueError`` naming the argument for bad arguments, an input that
     deadlocks (:class:`ctrlmem.ScheduleError`), or an input above ``memory_limit`` (the message
@@ -514,10 +542,13 @@ def improve(
     fused = not schedule.split_backward
     # with R passes: bounds on every schedule that may recompute any forward in that mode
     mode = schedule.recompute_mode if schedule.recomputes else "none"
-    bounds = makespan_bounds(schedule.placement, m, costs, cap_a, fused=fused, recompute=mode)
+    # with copies: bounds on every schedule whose offloads copy at most the input's largest share
+    share = max((c.fraction for row in schedule.copies for c in row if c.kind == "O"), default=None)
+    bounds = makespan_bounds(schedule.placement, m, costs, cap_a, fused=fused, recompute=mode, offload=share)
     mixed = any(ps.op is Op.BW for row in schedule.device_passes for ps in row) and not fused
     if mixed:  # a schedule mixing BW with B/W: only the bounds that do not depend on it
-        bounds = {"device": makespan_bounds(schedule.placement, m, costs, None, fused=True, recompute=mode)["device"]}
+        bounds = {"device": makespan_bounds(schedule.placement, m, costs, None, fused=True, recompute=mode,
+                                            offload=share)["device"]}
     lower = max(bounds.values()) * (1 - 1e-12)
     best_make = sim.makespan
     trace = [(0.0, best_make)]
@@ -543,6 +574,8 @@ def improve(
         log.info("improve: %s meets the lower bound %g already", name, lower)
         return result(None, best_make, lower, 0.0, None)
 
+    if schedule.offloads:
+        return _improve_copies(schedule, sim, costs, limit, seconds, threads, seed, deterministic, t0, bounds, lower)
     pb = _problem(schedule, costs, cap_a)
     orders = [list(row) for row in index_schedule(schedule).device_keys]
     cur = _score(pb, orders, real=True)
@@ -660,6 +693,157 @@ def improve(
         return result(None, sim.makespan, lower, 0.0, pb)
     return OptimalResult(final.schedule, check.makespan, final.lower_bound, final.status, final.seed,
                          final.wall_s, final.scale, final.trace, final.bounds)
+
+
+# ---------------------------------------------------------------------------------------------
+# schedules with activation copies
+
+
+def _with_copies(pb: _Problem, orders, name: str) -> Schedule:
+    """``orders`` (keys) as a schedule with ``pb``'s offloads: the same forwards and shares, each
+    reload issued after the same pass as before, at that pass's new step."""
+    sch = pb.schedule
+    m = sch.num_microbatches
+    step = {key: i for row in orders for i, key in enumerate(row)}
+    lanes: list[list[Copy]] = [[] for _ in orders]
+    for r, issue, fraction in pb.copies:
+        s, k = divmod(r, m)
+        d = pb.dev[r]
+        lanes[d] += [Copy("O", s, k, fraction), Copy("L", s, k, after=step[issue])]
+    out = Schedule.from_orders(name, sch.placement, m, [[_pass(pb, k) for k in row] for row in orders],
+                               {**dict(sch.params), "improved_from": sch.name})
+    return dataclasses.replace(out, recompute_mode=sch.recompute_mode, copies=tuple(tuple(x) for x in lanes))
+
+
+def _whole_copies_model(schedule: Schedule) -> tuple[str, float] | None:
+    """``(placement, share)`` when :func:`ctrlmem.optimal`'s exact model with copies takes
+    ``schedule`` (V-shape or one stage per device, split backward, one offloaded share, within
+    :data:`~ctrlmem.solver.optimal.MAX_OFFLOAD_PASSES`); else ``None``."""
+    p, m, S = schedule.num_devices, schedule.num_microbatches, schedule.num_stages
+    shares = {c.fraction for row in schedule.copies for c in row if c.kind == "O"}
+    if len(shares) != 1 or 4 * S * m > MAX_OFFLOAD_PASSES or not schedule.split_backward \
+            or any(ps.op is Op.BW for row in schedule.device_passes for ps in row):
+        return None
+    for name, placement in (("v-shape", Placement.v_shape(p) if p >= 2 else None), ("sequential", Placement.sequential(p))):
+        if placement is not None and schedule.placement.stage_device == placement.stage_device:
+            return name, shares.pop()
+    return None
+
+
+def _improve_copies(schedule: Schedule, sim, costs: Costs, limit: float, seconds: float, threads: int, seed: int,
+                    deterministic: bool, t0: float, bounds: dict, lower: float) -> OptimalResult:
+    """:func:`improve` for a schedule with activation copies (docs/theory.md §12-13): the same
+    forwards offloaded (and recomputed), the same shares, each reload issued after the same pass.
+
+    1. *The whole model*, where :func:`ctrlmem.optimal`'s exact model takes the schedule: that
+       model with the input's choices fixed, hinted with it, for up to half of the time. It times
+       passes and copies as the simulator does, so what it finds is exact; proven optimal, it
+       settles the run (no order of these passes with these copies is shorter).
+    2. *Windows*, as for schedules without copies, with the copies approximated: an offloaded
+       share leaves one copy time after its forward ends, comes back when the pass its reload is
+       issued after ends, and the backward waits two copy times after its forward and one after
+       that pass (the lanes' queueing is not modelled). Every window's result is rebuilt with its
+       copies and simulated exactly, and kept only when it is shorter (or as long with the devices
+       ending earlier in sum) and within the budget.
+    """
+    p, m = schedule.num_devices, schedule.num_microbatches
+    cap_a = limit * p
+    trace = [(0.0, sim.makespan)]
+    name = schedule.name
+    wall_cap = 3 * seconds + 10 if deterministic else seconds
+    clock = {"det": 0.0}
+
+    def used() -> float:
+        return clock["det"] if deterministic else time.monotonic() - t0
+
+    def left() -> float:
+        return 0.0 if time.monotonic() - t0 > wall_cap else seconds - used()
+
+    def wall_left() -> float:
+        return t0 + wall_cap - time.monotonic() - min(0.3, 0.05 * seconds)
+
+    def score(r) -> tuple[float, float]:
+        ends = [0.0] * p
+        for tp in r.passes:
+            ends[tp.device] = max(ends[tp.device], tp.end)
+        return r.makespan, math.fsum(ends)
+
+    best = (schedule, sim, score(sim))
+
+    def consider(cand: Schedule, label: str) -> bool:
+        nonlocal best
+        try:
+            r = simulate(cand, costs)
+        except ValueError:  # a rebuilt order the copies cannot follow (ScheduleError is a ValueError)
+            return False
+        if max(r.peak_memory) > cap_a + 1e-9:
+            return False
+        sc = score(r)
+        old = best[2]
+        if sc[0] < old[0] - 1e-9 or (sc[0] <= old[0] + 1e-9 and sc[1] < old[1] - 1e-9):
+            best = (cand, r, sc)
+            if sc[0] < old[0] - 1e-9:
+                trace.append((round(used(), 3), round(sc[0], 9) + 0.0))
+                log.info("improve: %s makespan %g (%s, %.1f s)", name, sc[0], label, used())
+            return True
+        return False
+
+    settled = False
+    whole = _whole_copies_model(schedule)
+    pb = _problem(schedule, costs, cap_a)
+    if whole is not None and pb.exact and len(pb.keys) <= WHOLE_MODEL_PASSES:
+        budget = 0.5 * left()
+        if budget > 0.05:
+            mode = schedule.recompute_mode if schedule.recomputes else "none"
+            try:
+                res = optimal(p, m, costs, limit, whole[0], time_limit=budget, workers=threads, recompute=mode,
+                              offload=whole[1], deterministic=deterministic, keep_levers=schedule)
+                consider(dataclasses.replace(res.schedule, name=f"{name}+improved",
+                                             params=tuple(sorted({**dict(schedule.params),
+                                                                       "improved_from": name}.items()))),
+                         "whole model")
+                settled = res.status == "optimal"
+            except ValueError as exc:  # the time ran out before the solver had anything
+                log.info("improve: whole model with copies gave nothing (%s)", exc)
+            clock["det"] += budget
+    size = min(_WINDOW_START, len(pb.keys))
+    steps = 0
+    rng = random.Random(seed)
+    while not settled and left() > 0.05 and wall_left() > 0.05 and best[2][0] > lower * (1 + 1e-9) + 1e-12:
+        steps += 1
+        pb = _problem(best[0], costs, cap_a)
+        orders = [list(row) for row in index_schedule(dataclasses.replace(best[0], copies=())).device_keys]
+        start, end = [0] * pb.n, [0] * pb.n
+        kinds = {Op.F: 0, Op.B: 1, Op.BW: 1, Op.W: 2, Op.R: 3}
+        S = best[0].num_stages
+        for tp in best[1].passes:
+            key = (kinds[tp.op] * S + tp.stage) * m + tp.microbatch
+            start[key], end[key] = int(round(tp.start * pb.scale)), int(round(tp.end * pb.scale))
+        horizon = max(end)
+        window, free, label = _pick(pb, orders, start, size, rng)
+        built = _model(pb, orders, start, end, window, free, horizon, whole=False)
+        if built is None:
+            continue
+        model, sv, _ = built
+        slice_s = min(_SLICE_S, left())
+        solver, code = _solve(model, slice_s, threads, deterministic, seed + steps,
+                              max(0.01, min(wall_left(), slice_s if not deterministic else wall_left())))
+        clock["det"] += max(_WINDOW_CHARGE_S, solver.response_proto.deterministic_time * DET_SECONDS)
+        from ortools.sat.python import cp_model  # noqa: PLC0415 - ortools takes ~1 s to import; only the solver needs it
+
+        if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            consider(_with_copies(pb, _orders_from(pb, orders, window, solver, sv), f"{name}+improved"), label)
+        if code == cp_model.OPTIMAL:
+            size = min(_WINDOW_MAX, len(pb.keys), int(size * 1.25) + 1)
+        else:
+            size = max(_WINDOW_MIN, int(size * 0.8))
+    log.info("improve: %s (copies) %d windows, makespan %g -> %g (bound %g) in %.1f s", name, steps, sim.makespan,
+             best[2][0], lower, time.monotonic() - t0)
+    make = best[2][0]
+    status = "optimal" if make <= lower * (1 + 1e-9) + 1e-12 else "feasible"
+    return OptimalResult(best[0], make, make if status == "optimal" else min(lower, make), status,
+                         (name, sim.makespan), time.monotonic() - t0, pb.scale, tuple(trace),
+                         tuple(sorted(bounds.items())))
 
 
 def _pass(pb: _Problem, key: int) -> Pass:

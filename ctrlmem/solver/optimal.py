@@ -44,12 +44,15 @@ from fractions import Fraction
 from ctrlmem.util import checks
 from ctrlmem.model.costs import Costs, MemoryModel
 from ctrlmem.model.ir import RECOMPUTE_MODES, Op, Pass, Placement, Schedule
-from ctrlmem.schedules.registry import register
+from ctrlmem.model.levers import apply_levers, offload_choice
+from ctrlmem.schedules.auto_levers import search_with_levers
+from ctrlmem.schedules.registry import LEVER_SEEDS, SCHEDULES, register
 from ctrlmem.model.simulate import simulate
 from ctrlmem.schedules.registry import build
-from ctrlmem.solver.threaded import solve
+from ctrlmem.solver.copies import CopyModel, share_units
+from ctrlmem.solver.threaded import DET_SECONDS, solve
 
-__all__ = ["OptimalResult", "optimal", "MAX_PASSES", "MAX_TIME_LIMIT",
+__all__ = ["OptimalResult", "optimal", "lever_search", "MAX_PASSES", "MAX_OFFLOAD_PASSES", "MAX_TIME_LIMIT",
            "PLACEMENTS"]
 
 log = logging.getLogger(__name__)
@@ -122,12 +125,17 @@ milliseconds, so that the time limit also holds for the hint search."""
 
 
 def _seed(p: int, m: int, costs: Costs, limit: float | None, placement: str,
-          deadline: float, recompute: str = "none") -> tuple[str, Schedule, float] | None:
+          deadline: float, recompute: str = "none",
+          fraction: float | None = None) -> tuple[str, Schedule, float] | None:
     """The fastest heuristic schedule within the budget (the solver's hint and fallback) and its
     makespan. The fixed patterns come first; the searches (slow at large sizes) only on
     instances of at most :data:`SEARCH_SEED_PASSES` passes, and no candidate starts after
     ``deadline``. With ``recompute`` allowed the fixed patterns also come fully recomputed, and
-    the searches choose what to recompute (``recompute="auto"``)."""
+    the searches choose what to recompute (``recompute="auto"``); with an offload ``fraction``
+    the fixed patterns also come with every forward offloaded, and the searches choose what to
+    offload (``offload="auto"`` at a fraction of 1, else that fraction on every forward). A
+    candidate whose levers the model cannot express (another recompute mode, another fraction)
+    is skipped."""
 
     if placement == "v-shape":
         fixed, searched = ["v-min", "v-half", "v-zb"], ["v-shape", "v-min", "v-half", "v-zb"]
@@ -135,26 +143,37 @@ def _seed(p: int, m: int, costs: Costs, limit: float | None, placement: str,
     else:
         fixed, searched = ["1f1b", "zb-h1", "zb-h2"], ["zb"]
         stages = p
-    candidates = [(name, False, "none") for name in fixed]
+    off = "none" if fraction is None else fraction
+    candidates = [(name, False, "none", "none") for name in fixed]
     if recompute != "none":
-        candidates += [(name, False, recompute) for name in fixed]
+        candidates += [(name, False, recompute, "none") for name in fixed]
+    if fraction is not None:
+        candidates += [(name, False, "none", off) for name in fixed]
     if 3 * stages * m <= SEARCH_SEED_PASSES:
-        candidates += [(name, True, "none") for name in searched]
-        if recompute != "none" and limit is not None:
-            candidates += [(name, True, "auto") for name in searched if name in ("v-shape", "zb")]
+        candidates += [(name, True, "none", "none") for name in searched]
+        if limit is not None and (recompute != "none" or fraction is not None):
+            auto_off = "none" if fraction is None else "auto" if fraction == 1 else fraction
+            candidates += [(name, "levers", recompute, auto_off) for name in searched if name in ("v-shape", "zb")]
     best = None
     cap = None if limit is None else limit * p + 1e-9
-    for name, adapted, lever in candidates:
-        if time.monotonic() >= deadline:
+    for name, adapted, lever, copies in candidates:
+        if deadline is not None and time.monotonic() >= deadline:
             log.info("optimal: hint search stopped at the time limit (before %s)", name)
             break
         try:
             kw = {"memory_limit": limit if limit is not None else 2.0} if name in ("v-shape", "zb") else {}
-            s = build(name, p, m, costs=costs if adapted else None, recompute=lever, **kw)
+            if adapted == "levers":  # the lever search, recompute in the model's mode only
+                s = lever_search(name, p, m, costs, limit, lever, copies)
+            elif adapted or copies == "none":
+                s = build(name, p, m, costs=costs if adapted else None, recompute=lever, offload=copies, **kw)
+            else:  # a fixed pattern: its reloads issued for the real pass times
+                s = apply_levers(build(name, p, m, **kw), lever, copies, costs)
         except ValueError:
             continue
         if s.recomputes and s.recompute_mode != recompute:
             continue  # "auto" may choose the other mode; the model allows one
+        if any(c.kind == "O" and c.fraction != fraction for row in s.copies for c in row):
+            continue  # the model copies one fraction
         r = simulate(s, costs)
         if cap is not None and max(r.peak_memory) > cap:
             continue
@@ -163,13 +182,41 @@ def _seed(p: int, m: int, costs: Costs, limit: float | None, placement: str,
     return best
 
 
+def lever_search(name: str, num_devices: int, num_microbatches: int, costs: Costs, memory_limit: float,
+                 recompute: str = "none", offload: object = "none") -> Schedule:
+    """The budgeted search ``name`` (``"v-shape"`` or ``"zb"``) at ``memory_limit`` with levers
+    chosen on top, as ``cm.build(name, ..., recompute="auto", offload=...)`` chooses them
+    (:func:`ctrlmem.schedules.auto_levers.search_with_levers`, the placement's fixed patterns
+    cost-adapted where they adapt), but recomputing in ``recompute``'s mode only (``"full"``,
+    ``"selective"``; ``"auto"`` both; ``"none"`` no recompute) and asking the search for the
+    shortest makespan (what the solver and the bounds measure). Raises ``ValueError`` when
+    nothing fits."""
+    p, m = num_devices, num_microbatches
+
+    def generate(limit: float) -> Schedule:
+        return build(name, p, m, costs=costs, memory_limit=limit, objective="makespan")
+
+    def patterns():
+        return (build(other, p, m, costs=costs if SCHEDULES[other].uses_costs else None)
+                for other in LEVER_SEEDS[name])
+
+    return search_with_levers(generate, memory_limit, costs, recompute, offload, patterns=patterns)
+
+
 def _check_arguments(num_devices, num_microbatches, costs, memory_limit, placement, time_limit, workers,
-                     recompute="none"):
+                     recompute="none", offload="none", deterministic=False):
     """The arguments as plain values, checked as :func:`ctrlmem.build` checks its own (numpy
     numbers and costs text accepted; errors name the argument)."""
     if recompute not in ("none", *RECOMPUTE_MODES):
         raise ValueError(f"recompute must be none, {' or '.join(RECOMPUTE_MODES)} (the solver chooses which "
                          f"forwards to recompute in that mode), got {checks.short_repr(recompute)}")
+    try:
+        off = offload_choice(offload)
+    except ValueError:
+        raise ValueError(f"offload must be none, auto (offload whole activations) or a fraction in (0, 1] (the "
+                         f"solver chooses which forwards to offload, that share of each), got "
+                         f"{checks.short_repr(offload)}") from None
+    fraction = None if off == "none" else 1.0 if off == "auto" else float(off)
     p = checks.integer("num_devices", num_devices)
     m = checks.integer("num_microbatches", num_microbatches)
     if not isinstance(placement, str) or placement not in PLACEMENTS:
@@ -179,6 +226,7 @@ def _check_arguments(num_devices, num_microbatches, costs, memory_limit, placeme
     limit = None if memory_limit is None else checks.memory_fraction("memory_limit", memory_limit)
     seconds = checks.number("time_limit", time_limit, positive=True, maximum=MAX_TIME_LIMIT, what="seconds")
     threads = checks.integer("workers", workers, maximum=256, what="solver threads")
+    deterministic = checks.flag("deterministic", deterministic)
     costs = Costs.coerce(costs, "costs")
     stages = 2 * p if placement == "v-shape" else p
     passes = 3 * stages * m
@@ -187,7 +235,14 @@ def _check_arguments(num_devices, num_microbatches, costs, memory_limit, placeme
             f"optimal: p={p}, m={m} ({placement}) has {passes} passes, more than the {MAX_PASSES} the exact solver "
             f"takes (ctrlmem.solver.optimal.MAX_PASSES: its model has one interval per pass); use smaller p and m, or a "
             f"heuristic: ctrlmem.build('v-shape' or 'zb', p, m, costs=..., memory_limit=...)")
-    return p, m, costs, limit, seconds, threads
+    if fraction is not None and 4 * stages * m > MAX_OFFLOAD_PASSES:
+        raise ValueError(
+            f"optimal: offload={offload!r} at p={p}, m={m} ({placement}): {stages * m} forwards, each with a possible "
+            f"copy out and back, more than the exact solver models with copies ({MAX_OFFLOAD_PASSES // 4} forwards, "
+            f"ctrlmem.solver.optimal.MAX_OFFLOAD_PASSES: its timing constraints grow with the square of a device's "
+            f"passes); use smaller p and m, or the lever search: ctrlmem.build('v-shape' or 'zb', p, m, costs=..., "
+            f"memory_limit=..., offload='auto')")
+    return p, m, costs, limit, seconds, threads, fraction, deterministic
 
 
 def kept_units(fraction: float) -> tuple[int, int, bool]:
@@ -203,6 +258,16 @@ def kept_units(fraction: float) -> tuple[int, int, bool]:
 MAX_TIME_LIMIT = 7 * 24 * 3600.0
 """Largest ``time_limit`` accepted (a week, in seconds)."""
 
+DET_WALL_FACTOR = 10
+"""With ``deterministic=True`` the wall-clock safety limit is ``DET_WALL_FACTOR × time_limit + 60``
+seconds: building a large model (offload allowed) takes wall time that CP-SAT's deterministic
+time does not count, and a run cut by the wall clock depends on the machine's speed."""
+
+MAX_OFFLOAD_PASSES = 1_024
+"""Largest instance :func:`optimal` takes with offload allowed, counted as four passes per forward
+(its F, B, W and a copy pair): 256 forwards, e.g. p = 4, m = 32 V-shape. The copies' timing
+constraints (:mod:`ctrlmem.solver.copies`) grow with the square of a device's passes."""
+
 
 def optimal(
     num_devices: int,
@@ -213,6 +278,10 @@ def optimal(
     time_limit: float = 60.0,
     workers: int = 2,
     recompute: str = "none",
+    offload: object = "none",
+    deterministic: bool = False,
+    *,
+    keep_levers: Schedule | None = None,
 ) -> OptimalResult:
     """The shortest-makespan schedule for ``num_devices`` × ``num_microbatches`` under ``costs``
     within ``memory_limit`` (fraction of 1F1B's ``p·a``; ``None``: unlimited), by CP-SAT.
@@ -225,55 +294,95 @@ def optimal(
     ``Costs.recompute_times``, keeping ``Costs.kept_fraction`` until it): the schedule says which,
     and the bound is then a lower bound over every schedule that may recompute.
 
+    ``offload`` (a fraction φ in (0, 1], or ``"auto"``: φ = 1) lets the solver offload any
+    forward (not one it recomputes): φ of its activation goes to host memory after it on the
+    device's copy lanes and comes back before its backward, each copy taking
+    ``φ · Costs.offload`` per ``a`` (docs/theory.md §13). The model then times every pass as
+    :func:`ctrlmem.simulate` does (:mod:`ctrlmem.solver.copies`), so the schedule returned (with
+    its ``Schedule.copies``) simulates to the solver's makespan, and the bound holds for every
+    schedule whose offloads copy φ. It needs positive pass times and at most
+    :data:`MAX_OFFLOAD_PASSES`.
+
     ``time_limit`` (seconds) bounds the whole call: the heuristic hint, building the model and
     solving. When it runs out first the result is the best heuristic schedule with status
-    ``"timeout"``. Meant for small pipelines: at most :data:`MAX_PASSES` passes (``3 · S · m``);
-    larger instances are refused.
+    ``"timeout"``. ``deterministic=True`` counts the solver's deterministic time instead
+    (``time_limit`` / :data:`ctrlmem.solver.threaded.DET_SECONDS` units, one worker, a fixed seed,
+    the hint search run to its end): the same inputs give the same result on any machine and load,
+    within a wall-clock safety limit (:data:`DET_WALL_FACTOR`). Meant for small
+    pipelines: at most :data:`MAX_PASSES` passes (``3 · S · m``); larger instances are refused.
+
+    ``keep_levers`` (:func:`ctrlmem.improve`'s whole model): a schedule of this instance whose
+    choices the model keeps — the same forwards recomputed and offloaded, only the order and the
+    copies' timing free — and which is the hint and the fallback instead of the heuristics. The
+    bound is then one over those choices only.
 
     Raises ``TypeError`` / ``ValueError`` naming the argument for bad arguments, a budget that
     cannot hold one microbatch, an instance above the size limit, and a time limit that ran out
     before any schedule fitting the budget was found (raise ``time_limit``).
     """
     t_start = time.monotonic()
-    p, m, costs, limit, seconds, threads = _check_arguments(
-        num_devices, num_microbatches, costs, memory_limit, placement, time_limit, workers, recompute)
-    levers = recompute != "none"
-    deadline = t_start + seconds
+    p, m, costs, limit, seconds, threads, fraction, deterministic = _check_arguments(
+        num_devices, num_microbatches, costs, memory_limit, placement, time_limit, workers, recompute, offload,
+        deterministic)
+    rec_on = recompute != "none"
+    copies_on = fraction is not None
+    levers = rec_on or copies_on
+    wall = DET_WALL_FACTOR * seconds + 60 if deterministic else seconds
+    deadline = t_start + wall
     from ortools.sat.python import cp_model  # noqa: PLC0415 - ortools takes ~1 s to import; only the solver needs it
 
     P = Placement.v_shape(p) if placement == "v-shape" else Placement.sequential(p)
     S = P.num_stages
     f, b, w = costs.stage_times(S, p)
     act_a = MemoryModel().stage_activation(S, p)
-    # memory units: a / 2K (half-a units when nothing is recomputed); a recomputed forward keeps N / K
-    keep_n, unit, keep_exact = kept_units(costs.kept_fraction(recompute)) if levers else (1, 1, True)
-    act = [int(round(2 * x)) * unit for x in act_a]
-    kept = [a // unit * keep_n for a in act]
+    # memory units: a / (2 K D): half-a units, K the kept share's denominator (recompute), D the
+    # offloaded share's (a recomputed forward keeps N / K, an offload copies N' / D)
+    keep_n, keep_k, keep_exact = kept_units(costs.kept_fraction(recompute)) if rec_on else (1, 1, True)
+    share_n, share_d, share_exact = share_units(fraction) if copies_on else (0, 1, True)
+    unit = keep_k * share_d
+    half = [int(round(2 * x)) for x in act_a]
+    act = [h * unit for h in half]
+    kept = [h * keep_n * share_d for h in half]
+    share = [h * keep_k * share_n for h in half]
     cap = None
     if limit is not None:
         cap = math.floor(2 * unit * p * limit + 1e-9)
-        # without levers a device holds one microbatch of each of its stages; recomputing, at least
-        # one stage's whole activation (its F or its R running) beside what the others keep
-        need = max(max(act[s] + sum(kept[t] for t in P.stages_of(d) if t != s) for s in P.stages_of(d))
+        # without levers a device holds one microbatch of each of its stages; with them, at least
+        # one stage's whole activation (its F, R or B running) beside what the others keep
+        least = [min([act[s]] + ([kept[s]] if rec_on else []) + ([act[s] - share[s]] if copies_on else []))
+                 for s in range(S)]
+        need = max(max(act[s] + sum(least[t] for t in P.stages_of(d) if t != s) for s in P.stages_of(d))
                    if levers else sum(act[s] for s in P.stages_of(d)) for d in range(p))
         if cap < need:
             raise ValueError(
                 f"memory_limit={limit:g} cannot hold one microbatch on a device (p={p}, {placement}); "
                 f"the smallest feasible limit is {need / (2 * unit * p):.6g}"
-                + ("" if levers else "; recompute='full' (--recompute full) lets forwards keep only their input")
+                + ("" if levers else "; recompute='full' (--recompute full) lets forwards keep only their input, "
+                                     "offload='auto' (--offload auto) moves them to host memory")
             )
-    rec = costs.recompute_times(S, p, recompute) if levers else []
-    k, exact = integer_scale(list(f) + list(b) + list(w) + list(rec) + [float(costs.comm)])
-    exact = exact and keep_exact
+    rec = costs.recompute_times(S, p, recompute) if rec_on else []
+    copy_t = [float(costs.offload) * fraction * x for x in act_a] if copies_on else []
+    if copies_on and min(list(f) + list(b) + list(w) + list(rec)) <= 0:
+        raise ValueError(f"optimal: offload needs positive pass times (costs {costs.f}, {costs.b}, {costs.w}"
+                         + (f", recompute {min(rec):g}" if rec_on else "") + "): the model times passes as soon as "
+                         "possible, which a pass of no time leaves ambiguous; give every F, B, W (and R) a time > 0")
+    k, exact = integer_scale(list(f) + list(b) + list(w) + list(rec) + copy_t + [float(costs.comm)])
+    exact = exact and keep_exact and share_exact
     Rt = [int(round(x * k)) for x in rec]
     F = [int(round(x * k)) for x in f]
     B = [int(round(x * k)) for x in b]
     Wt = [int(round(x * k)) for x in w]
+    D = [int(round(x * k)) for x in copy_t]
     C = int(round(float(costs.comm) * k))
     dev = [P.device_of(s) for s in range(S)]
 
-    # the hint search may use at most half of the time: the solver needs the rest
-    seed = _seed(p, m, costs, limit, placement, t_start + 0.5 * seconds, recompute)
+    # the hint search may use at most half of the time: the solver needs the rest (a
+    # deterministic run lets it finish: its result must not depend on the machine's speed)
+    if keep_levers is not None:
+        seed = (keep_levers.name, keep_levers, simulate(keep_levers, costs).makespan)
+    else:
+        seed = _seed(p, m, costs, limit, placement, None if deterministic else t_start + 0.5 * seconds, recompute,
+                     fraction)
     seed_make = seed[2] if seed else math.inf
 
     def out_of_time(where: str) -> OptimalResult:
@@ -284,10 +393,10 @@ def optimal(
         return OptimalResult(seed[1], seed_make, 0.0, "timeout", (seed[0], seed_make),
                              time.monotonic() - t_start, k)
 
-    work = [sum(F[s] + B[s] + Wt[s] for s in P.stages_of(d)) * m for d in range(p)]
-    horizon = int(math.ceil(seed_make * k)) if seed else sum(work) + 2 * S * C * m + 1
+    work = [sum(F[s] + B[s] + Wt[s] + (Rt[s] if rec_on else 0) for s in P.stages_of(d)) * m for d in range(p)]
+    horizon = int(math.ceil(seed_make * k)) if seed else sum(work) + 2 * S * C * m + 2 * sum(D) * m + 1
     if not exact and seed:
-        horizon = int(horizon * 1.01) + sum(F) + sum(B)
+        horizon = int(horizon * 1.01) + sum(F) + sum(B) + 2 * sum(D)
 
     model = cp_model.CpModel()
     st: dict[tuple[int, int, int], object] = {}
@@ -305,7 +414,7 @@ def optimal(
                 iv = model.NewIntervalVar(a, dur[o][s], e, f"i{o}_{s}_{mb}")
                 st[o, s, mb], en[o, s, mb] = a, e
                 per_dev[dev[s]].append(iv)
-            if levers:  # an optional R: present when the forward is recomputed
+            if rec_on:  # an optional R: present when the forward is recomputed
                 on = model.NewBoolVar(f"r_{s}_{mb}")
                 a = model.NewIntVar(0, horizon, f"s3_{s}_{mb}")
                 e = model.NewIntVar(0, horizon, f"e3_{s}_{mb}")
@@ -313,6 +422,8 @@ def optimal(
                 st[3, s, mb], en[3, s, mb], use[s, mb] = a, e, on
                 model.Add(a >= en[0, s, mb]).OnlyEnforceIf(on)
                 model.Add(st[1, s, mb] >= e).OnlyEnforceIf(on)
+                if copies_on:  # an absent R sits at 0 (the timing rules look at it only when present)
+                    model.Add(a == 0).OnlyEnforceIf(on.Not())
     for d in range(p):
         model.AddNoOverlap(per_dev[d])
     for s in range(S):
@@ -331,8 +442,23 @@ def optimal(
             if mb > 0 and not levers:  # symmetry breaking: identical microbatches run in order
                 for o in range(3):
                     model.Add(st[o, s, mb] >= en[o, s, mb - 1])
-            elif mb > 0 and s == 0:  # microbatches differ by their choices: relabel by the first forwards
+            elif mb > 0 and s == 0 and keep_levers is None:
+                # microbatches differ by their choices: relabel by the first forwards (not with the
+                # choices fixed per microbatch: a relabelling would move them)
                 model.Add(st[0, s, mb] >= en[0, s, mb - 1])
+    lanes = None
+    if copies_on:
+        lanes = CopyModel(fraction=fraction)
+        lanes.add(model, P=P, m=m, copy_len=D, comm=C, st=st, en=en, use=use, horizon=horizon)
+    if keep_levers is not None:  # the input's choices, fixed
+        chosen_r = {(ps.stage, ps.microbatch) for row in keep_levers.device_passes for ps in row if ps.op is Op.R}
+        chosen_o = {(c.stage, c.microbatch) for row in keep_levers.copies for c in row if c.kind == "O"}
+        for key, on in use.items():
+            model.Add(on == int(key in chosen_r))
+        for key, on in (lanes.off.items() if lanes is not None else ()):
+            model.Add(on == int(key in chosen_o))
+        if time.monotonic() >= deadline:
+            return out_of_time("while building the model")
     if cap is not None:
         for d in range(p):
             if time.monotonic() >= deadline:
@@ -343,10 +469,14 @@ def optimal(
                     times += [st[0, s, mb], en[2, s, mb]]
                     deltas += [act[s], -act[s]]
                     active += [model.NewConstant(1)] * 2
-                    if levers:  # a recomputed forward gives back all it does not keep; its R takes it again
+                    if rec_on:  # a recomputed forward gives back all it does not keep; its R takes it again
                         times += [st[0, s, mb], st[3, s, mb]]
                         deltas += [kept[s] - act[s], act[s] - kept[s]]
                         active += [use[s, mb]] * 2
+                    if copies_on:  # the offloaded share leaves when its copy ends, returns when its reload starts
+                        times += [lanes.o_en[s, mb], lanes.l_st[s, mb]]
+                        deltas += [-share[s], share[s]]
+                        active += [lanes.off[s, mb]] * 2
             if levers:
                 model.AddReservoirConstraintWithActive(times, deltas, active, 0, cap)
                 continue
@@ -367,38 +497,35 @@ def optimal(
         head[s] = head[s - 1] + F[s - 1] + (C if dev[s - 1] != dev[s] else 0)
     for d in range(p):
         first = min(head[s] for s in P.stages_of(d))
-        model.Add(makespan >= first + work[d])
+        model.Add(makespan >= first + sum(F[s] + B[s] + Wt[s] for s in P.stages_of(d)) * m)
     model.Minimize(makespan)
     if seed:
-        r = simulate(seed[1], costs)
-        hinted = set()
-        for tp in r.passes:
-            t = int(round(tp.start * k))
-            if tp.op is Op.BW:  # a fused backward: its B, then its W
-                model.AddHint(st[1, tp.stage, tp.microbatch], t)
-                model.AddHint(st[2, tp.stage, tp.microbatch], t + B[tp.stage])
-                continue
-            o = {Op.F: 0, Op.B: 1, Op.W: 2, Op.R: 3}[tp.op]
-            if (o, tp.stage, tp.microbatch) in st:
-                model.AddHint(st[o, tp.stage, tp.microbatch], t)
-                hinted.add((o, tp.stage, tp.microbatch))
-        for (s, mb), on in use.items():
-            model.AddHint(on, (3, s, mb) in hinted)
+        _hint(model, seed[1], costs, k, B, st, en, use, lanes, C)
+        model.AddHint(makespan, int(round(seed_make * k)))
     # what is left of the time limit, less a margin for reading the solution back
     left = deadline - time.monotonic() - min(0.5, 0.05 * seconds)
     if left <= 0.01:
         return out_of_time("before the solver started")
 
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(left)
-    solver.parameters.num_workers = threads
+    if deterministic:
+        solver.parameters.max_deterministic_time = seconds / DET_SECONDS
+        solver.parameters.max_time_in_seconds = float(left)
+        solver.parameters.num_workers = 1
+        solver.parameters.random_seed = 0
+    else:
+        solver.parameters.max_time_in_seconds = float(left)
+        solver.parameters.num_workers = threads
     # the reservoir's default expansion into precedence literals is quadratic in a device's passes
     # (a million Booleans at p = 16, m = 64) and ignores the time limit; the native propagator
     # proved every instance of the tests faster (p = 4, m = 8, 6:8:4, budget 0.5: 2.8 s, not 12.8 s)
     solver.parameters.expand_reservoir_constraints = False
     t0 = time.perf_counter()
     code = solve(solver, model)  # in a thread: Ctrl-C / SIGTERM stop it at once (ctrlmem.solver.threaded)
-    wall = time.perf_counter() - t0
+    wall_s = time.perf_counter() - t0
+    if deterministic and time.monotonic() > deadline - 1:
+        log.warning("optimal: stopped by the wall-clock safety limit (%g s) before its deterministic budget of %g "
+                    "solver-seconds was spent; this result depends on the machine's speed", wall, seconds)
     bound = solver.BestObjectiveBound() / k if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
     if code == cp_model.INFEASIBLE:
         raise ValueError(f"no schedule fits memory_limit={limit} for p={p}, m={m} ({placement})")
@@ -410,18 +537,35 @@ def optimal(
                 for mb in range(m):
                     for o, op in enumerate((Op.F, Op.B, Op.W)):
                         row.append((solver.Value(st[o, s, mb]), o, Pass(op, s, mb)))
-                    if levers and solver.Value(use[s, mb]):
+                    if rec_on and solver.Value(use[s, mb]):
                         row.append((solver.Value(st[3, s, mb]), 0.5, Pass(Op.R, s, mb)))
             row.sort(key=lambda x: (x[0], x[1]))
             orders.append([x[2] for x in row])
         params = {"placement": placement, "memory_limit": limit,
                   "status": "optimal" if code == cp_model.OPTIMAL else "feasible"}
-        if levers:
+        if rec_on:
             params["recompute"] = recompute
+        if copies_on:
+            params["offload"] = fraction
         sched = Schedule.from_orders("optimal", P, m, orders, params)
         if sched.recomputes:
             sched = replace(sched, recompute_mode=recompute)
-        make = simulate(sched, costs).makespan
+        if copies_on:
+            kinds = {Op.F: 0, Op.B: 1, Op.W: 2, Op.R: 3}
+            position = {(kinds[ps.op], ps.stage, ps.microbatch): (d, i)
+                        for d, row in enumerate(orders) for i, ps in enumerate(row)}
+            rows = lanes.read(solver, position)
+            if rows:
+                sched = replace(sched, copies=tuple(tuple(rows.get(d, ())) for d in range(p)))
+        sim = simulate(sched, costs)
+        make = sim.makespan
+        if copies_on and exact and (abs(make * k - solver.ObjectiveValue()) > 1e-6 * max(1, k * make)
+                                    or (cap is not None and max(sim.peak_memory) > limit * p + 1e-9)):
+            # pragma: no cover - the model times what the simulator times; a mismatch is a bug to report
+            log.error("optimal: the solver's schedule simulates to makespan %g, peak %g (the model: %g within %s); "
+                      "returning the heuristic", make, max(sim.peak_memory), solver.ObjectiveValue() / k, limit)
+            if seed:
+                sched, make = seed[1], seed_make
         if seed and seed_make < make:  # rounding of inexact costs: keep the better one
             sched, make = seed[1], seed_make
         status = "optimal" if code == cp_model.OPTIMAL and exact else "feasible"
@@ -432,7 +576,44 @@ def optimal(
     lower = min(bound, make)
     if status == "optimal":
         lower = make
-    return OptimalResult(sched, make, lower, status, (seed[0], seed_make) if seed else ("", math.inf), wall, k)
+    return OptimalResult(sched, make, lower, status, (seed[0], seed_make) if seed else ("", math.inf), wall_s, k)
+
+
+def _hint(model, seed: Schedule, costs: Costs, k: int, B: list[int], st: dict, en: dict, use: dict, lanes,
+          comm: int) -> None:
+    """Hint the model with the seed schedule's simulated timeline (scaled by ``k``): every pass's
+    start and end, the recompute choices and, with copies, every copy variable and Boolean (a
+    complete hint: CP-SAT checks it at once and starts from it)."""
+    r = simulate(seed, costs)
+    rec = costs.recompute_times(seed.num_stages, seed.num_devices, seed.recompute_mode)
+    times: dict = {}
+    for tp in r.passes:
+        t, e = int(round(tp.start * k)), int(round(tp.end * k))
+        if tp.op is Op.BW:  # a fused backward: its B, then its W
+            times[1, tp.stage, tp.microbatch] = (t, t + B[tp.stage])
+            times[2, tp.stage, tp.microbatch] = (t + B[tp.stage], e)
+            continue
+        times[{Op.F: 0, Op.B: 1, Op.W: 2, Op.R: 3}[tp.op], tp.stage, tp.microbatch] = (t, e)
+    for key, (t, e) in times.items():
+        if key in st:
+            model.AddHint(st[key], t)
+            model.AddHint(en[key], e)
+    for (s, mb), on in use.items():
+        model.AddHint(on, (3, s, mb) in times)
+        if lanes is not None and (3, s, mb) not in times:
+            model.AddHint(st[3, s, mb], 0)
+            model.AddHint(en[3, s, mb], int(round(rec[s] * k)))
+    if lanes is None:
+        return
+    for c in r.copies:
+        times[c.op, c.stage, c.microbatch] = (int(round(c.start * k)), int(round(c.end * k)))
+    kinds = {Op.F: 0, Op.B: 1, Op.W: 2, Op.R: 3, Op.BW: 1}
+    for d, row in enumerate(seed.copies):
+        for c in row:
+            if c.kind == "L":
+                ps = seed.device_passes[d][c.after]
+                times["I", c.stage, c.microbatch] = {"after": (kinds[ps.op], ps.stage, ps.microbatch)}
+    lanes.hint(model, times, comm)
 
 
 @register("optimal", source="CP-SAT model of the whole schedule (OR-Tools); the physical limit the heuristics are measured against")

@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["solve"]
+__all__ = ["solve", "DET_SECONDS"]
+
+DET_SECONDS = 5.0
+"""With ``deterministic=True`` (:func:`ctrlmem.improve`, :func:`ctrlmem.optimal`), one unit of
+CP-SAT's deterministic time counts as this many seconds: on the windows' models it took 4–7 CPU
+seconds of one core of the reference machine (docs/reproduce.md), so that a deterministic run of
+``time_limit`` spends about that much solver CPU time (the Python side is not counted)."""
 
 
 def solve(solver, model) -> int:

@@ -277,7 +277,7 @@ class Explorer:
         self.compare.observe(self._compare_changed, names="value")
         self.compare_schedule.observe(self._compare_changed, names="value")
         self.plots = plot_view_class()(names=["ctrlmem-diagram", "ctrlmem-memory", "ctrlmem-compare-a",
-                                               "ctrlmem-compare-b"], plotly_js=plotly_js())
+                                               "ctrlmem-compare-b"], main=2, plotly_js=plotly_js())
         self.plots.observe(self._drawn, names="drawn")
         self.plots.observe(self._width_changed, names="width")
         self._sent: list[dict | None] = [None, None, None, None]

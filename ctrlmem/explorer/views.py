@@ -263,7 +263,10 @@ class View:
         stats: one row per schedule (see :func:`stats_table`).
         messages: readable problems (bad input, a schedule that cannot be built, a memory limit
             nothing meets); empty when all is well.
-        diagram_spec, memory_spec: plotly figure dicts (``None`` when nothing could be built).
+        diagram_spec, memory_spec: plotly figure dicts (``None`` when nothing could be built);
+            a raster overview in ``diagram_spec`` keeps its hover as a table for the explorer's
+            viewer (``overview_hover="table"``): :attr:`diagram` and the HTML report carry it as
+            plotly's own hover (:func:`ctrlmem.plots.figures.hover_on_cells`).
         seconds: wall time :func:`compute` took.
         origins: how each shown order was obtained (``ORIGIN_*``).
         jobs: builds still to do for these settings (``adapt=False``): cost-adapted schedules
@@ -285,8 +288,8 @@ class View:
 
     @property
     def diagram(self) -> go.Figure | None:
-        """The schedule diagram as a validated plotly figure."""
-        return go.Figure(self.diagram_spec) if self.diagram_spec is not None else None
+        """The schedule diagram as a validated plotly figure (an overview with plotly's own hover)."""
+        return go.Figure(plot.hover_on_cells(self.diagram_spec)) if self.diagram_spec is not None else None
 
     @property
     def memory(self) -> go.Figure | None:
@@ -353,6 +356,7 @@ class BuildCache:
         self.failed: dict[tuple, str] = {}
         self.notes: dict[tuple, str] = {}  # an improved order's summary (before/after, bound, gap)
         self._levered: dict[tuple, tuple[Schedule, Schedule]] = {}  # (order, levers) -> (order, levered)
+        self._sims: dict[tuple, tuple[Schedule, SimResult]] = {}  # (order, costs) -> (order, simulation)
         self.hits = self.misses = 0
 
     @staticmethod
@@ -401,6 +405,23 @@ class BuildCache:
             self._levered.pop(next(iter(self._levered)))
         self._levered[key] = (schedule, levered)
         return levered
+
+    #: Simulations kept by :meth:`simulate`: what one state shows (up to a few schedules and the
+    #: 1F1B reference) and the one before.
+    MAX_SIMULATIONS = 12
+
+    def simulate(self, schedule: Schedule, costs: Costs) -> SimResult:
+        """``simulate(schedule, costs)``, kept for the very same order and costs: a state that
+        changes one schedule (an adapted build arriving, a budget or lever edit) re-simulates
+        that one only."""
+        key = (id(schedule), costs)
+        found = self._sims.pop(key, None)
+        if found is None or found[0] is not schedule:
+            found = (schedule, simulate(schedule, costs))
+            while len(self._sims) >= self.MAX_SIMULATIONS:
+                self._sims.pop(next(iter(self._sims)))
+        self._sims[key] = found  # the newest last
+        return found[1]
 
     def latest(self, name: str, p: int, m: int, memory_limit: float | None) -> tuple[Schedule, Costs | None] | None:
         """The last order built for ``name`` at ``(p, m, memory_limit)`` and the costs it was
@@ -530,7 +551,7 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
                               else ORIGIN_REUSED.format(costs=plot.costs_label(built_for)))
             if name not in orders and not lev:  # a state's orders carry their levers, a levered build too
                 sched = _with_levers(sched, settings, cache)
-            results[name] = simulate(sched, settings.costs(sched.num_stages))
+            results[name] = cache.simulate(sched, settings.costs(sched.num_stages))
             origins[name] = origin
         except (ValueError, ScheduleError, KeyError) as exc:
             messages.append(f"{name}: {_reason(exc)}")
@@ -541,7 +562,7 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
                             "to those to compare it")
             continue
         try:
-            results[label] = simulate(sched, settings.costs(sched.num_stages))
+            results[label] = cache.simulate(sched, settings.costs(sched.num_stages))
             origins[label] = ORIGIN_FILE
         except (ValueError, ScheduleError) as exc:
             messages.append(f"{label}: {_reason(exc)}")
@@ -553,7 +574,7 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
         if "1f1b" in results and results["1f1b"].costs == ref_costs and not settings.levers:
             reference = results["1f1b"]
         else:
-            reference = simulate(cache.build("1f1b", p, m, None, None), ref_costs)
+            reference = cache.simulate(cache.build("1f1b", p, m, None, None), ref_costs)
     except (ValueError, ScheduleError) as exc:
         messages.append(f"1F1B reference: {_reason(exc)}")
     stats = stats_table(results, reference, limit, origins)
@@ -580,10 +601,12 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
     if results:
         rs = list(results.values())
         title = plot.setting_label(p, m, settings.costs(p) if settings.per_stage else base_costs, limit)
-        diagram_spec = plot.schedule_spec(rs, title=f"schedules: {title}", **style.get("diagram", {}))
+        # the overview's hover as a table the explorer's viewer reads (hover_on_cells for other pages)
+        diagram_spec = plot.schedule_spec(rs, title=f"schedules: {title}", **{
+            "overview_hover": "table", "tick_overflow": "allow", **style.get("diagram", {})})
         memory_spec = plot.memory_spec(
             rs, reference_peak=max(reference.peak_memory) if reference is not None else None,
-            title=f"activation memory per device: {title}", **style.get("memory", {}))
+            title=f"activation memory per device: {title}", **{"tick_overflow": "allow", **style.get("memory", {})})
         if settings.model:
             _add_gb_axis(memory_spec, settings, messages)
     view = View(settings, results, reference, stats, messages, diagram_spec, memory_spec,
@@ -651,7 +674,7 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
     if sched.name != label:  # the solver hands back its input when it finds nothing better
         sched = replace(sched, name=label)
     try:
-        improved = simulate(sched, costs)
+        improved = cache.simulate(sched, costs)
     except (ValueError, ScheduleError) as exc:
         messages.append(f"optimize {first}: {_reason(exc)}")
         return results, origins
@@ -1156,7 +1179,7 @@ def draw_state(source, output: str, view: str = "explorer", width: int | None = 
 
         return render_file(static_figure(shown, width or 1100), output, scale=scale)
     if view in ("schedule", "memory"):
-        fig = go.Figure(shown.diagram_spec if view == "schedule" else shown.memory_spec)
+        fig = shown.diagram if view == "schedule" else shown.memory
         if width:
             fig.update_layout(width=width)
     else:
@@ -1193,7 +1216,7 @@ def slug(view: View) -> str:
 def static_figure(view: View, width: int = 1100) -> go.Figure:
     """The diagram above the memory curves, one figure at ``width`` pixels with the label rule
     applied there: what a PNG, SVG or PDF export draws."""
-    spec = plot.stack_specs([view.diagram_spec, view.memory_spec])
+    spec = plot.stack_specs([plot.without_hover_tables(view.diagram_spec), view.memory_spec])
     fig = go.Figure(spec).update_layout(width=width)
     for i, tr in enumerate(fig.data):  # fixed trace ids: the SVG holds no random one
         if tr.uid is None:
@@ -1265,7 +1288,7 @@ def report_html(view: View, style: dict | None = None) -> str:
         rows.append(("loaded files", ", ".join(x.name for x in s.loaded)))
     settings_table = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
     peaks, pareto = comparison_specs(view)
-    plots = [_report_plot("ctrlmem-report-diagram", view.diagram_spec),
+    plots = [_report_plot("ctrlmem-report-diagram", plot.hover_on_cells(view.diagram_spec)),
              _report_plot("ctrlmem-report-memory", view.memory_spec)]
     plots += [_report_plot(f"ctrlmem-report-{k}", sp) for k, sp in (("peaks", peaks), ("pareto", pareto)) if sp]
     state = script_json(state_dict(view, style), sort_keys=True)

@@ -246,11 +246,13 @@ def simulate(
         if not keys:
             spans.append(0.0), work.append(0.0), peaks.append(0.0), events.append([])
             continue
-        first = min(start[k] for k in keys)
-        last = max(end[k] for k in keys)
+        # a device runs its passes in order, each after the previous one ended (an overlapped
+        # pair's two passes share their start and end): its first pass starts first, its last ends last
+        first = start[keys[0]]
+        last = end[keys[-1]]
         makespan = max(makespan, last)
         spans.append(_clean(last - first))
-        work.append(_clean(math.fsum(durations[k] for k in keys)))
+        work.append(_clean(math.fsum(map(durations.__getitem__, keys))))
         ev: list[tuple[float, float]] = []
         for key in keys:
             kind, r = divmod(key, sm)

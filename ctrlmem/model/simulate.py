@@ -225,13 +225,11 @@ def simulate(
                         f"{type(schedule).__name__} {schedule!r}"[:200])
     costs = Costs.coerce(costs, "costs")
     memory = MemoryModel.coerce(memory, "memory")
-    S, m, p = schedule.num_stages, schedule.num_microbatches, schedule.num_devices
+    S, p = schedule.num_stages, schedule.num_devices
     # a model copy's layers are split over S / copies stages (two copies: each stage is 1/p of the model)
     f, b, w = costs.stage_times(S, p * schedule.model_copies)
     act = memory.stage_activation(S, p * schedule.model_copies)
     index = _index_of(schedule)
-    sm = S * m
-    fused = index.fused
     durations = pass_durations(index, f, b, w)
     keep = _kept(schedule, index, costs, act) if index.kinds > 3 else None
     if keep is not None:
@@ -242,7 +240,8 @@ def simulate(
     rb = memory.release_at_b
     spans, work, peaks, events = [], [], [], []
     makespan = 0.0
-    for keys in index.device_keys:
+    static = _memory_deltas(index, act, rb)
+    for d, keys in enumerate(index.device_keys):
         if not keys:
             spans.append(0.0), work.append(0.0), peaks.append(0.0), events.append([])
             continue
@@ -253,19 +252,9 @@ def simulate(
         makespan = max(makespan, last)
         spans.append(_clean(last - first))
         work.append(_clean(math.fsum(map(durations.__getitem__, keys))))
-        ev: list[tuple[float, float]] = []
-        for key in keys:
-            kind, r = divmod(key, sm)
-            a = act[r // m]
-            if kind == 0:
-                ev.append((start[key], a))
-            elif kind == 1:
-                if fused[r]:
-                    ev.append((end[key], -a))
-                elif rb:
-                    ev.append((end[key], -a * rb))
-            elif kind == 2:
-                ev.append((end[key], -a * (1.0 - rb)))
+        at_start, at_end = static[d]
+        ev: list[tuple[float, float]] = [(start[k], a) for k, a in at_start]
+        ev += [(end[k], a) for k, a in at_end]
         if keep is not None:
             ev += _lever_events(index, keys, keep, act, start, end)
         ev.sort()  # at equal times the negative deltas (releases) sort first
@@ -298,6 +287,47 @@ def simulate(
         _end=end,
         _events=events,
     )
+
+
+_DELTAS: "OrderedDict[tuple, tuple[ScheduleIndex, list]]" = OrderedDict()
+_DELTAS_KEPT = 8
+
+
+def _memory_deltas(index: ScheduleIndex, act: list[float], rb: float) -> list:
+    """Per device, the memory each of its passes moves: ``(at_start, at_end)``, lists of ``(key,
+    delta)`` (an ``F`` allocates its stage's activation at its start; a ``B`` releases the share
+    ``rb`` at its end, a fused ``BW`` all of it, a ``W`` the rest; the levers' passes are
+    :func:`_lever_events`'). They depend on the orders and the memory model only, so a schedule
+    simulated again under new costs (every cost edit of the explorer) reuses them; the last few
+    are kept."""
+    key = (id(index), rb, tuple(act))
+    with _INDEXES_LOCK:
+        hit = _DELTAS.get(key)
+        if hit is not None and hit[0] is index:
+            _DELTAS.move_to_end(key)
+            return hit[1]
+    sm, m, fused = index.num_stages * index.num_microbatches, index.num_microbatches, index.fused
+    out = []
+    for keys in index.device_keys:
+        at_start, at_end = [], []
+        for k in keys:
+            kind, r = divmod(k, sm)
+            a = act[r // m]
+            if kind == 0:
+                at_start.append((k, a))
+            elif kind == 1:
+                if fused[r]:
+                    at_end.append((k, -a))
+                elif rb:
+                    at_end.append((k, -a * rb))
+            elif kind == 2:
+                at_end.append((k, -a * (1.0 - rb)))
+        out.append((at_start, at_end))
+    with _INDEXES_LOCK:
+        _DELTAS[key] = (index, out)
+        while len(_DELTAS) > _DELTAS_KEPT:
+            _DELTAS.popitem(last=False)
+    return out
 
 
 _INDEXES: "OrderedDict[int, tuple[weakref.ref, ScheduleIndex]]" = OrderedDict()

@@ -241,13 +241,29 @@ def _order_columns(sched: Schedule) -> tuple[np.ndarray, ...]:
     return dev, op, stage, mb
 
 
+_FLAT_KEYS: dict[int, tuple] = {}
+
+
+def _flat_keys(index) -> np.ndarray:
+    """The simulator's pass keys in device-major order, once per schedule index (kept for the
+    last few, by identity: a cost edit re-simulates the same orders)."""
+    found = _FLAT_KEYS.get(id(index))
+    if found is not None and found[0] is index:
+        return found[1]
+    flat = np.fromiter(chain.from_iterable(index.device_keys), np.int64)
+    if len(_FLAT_KEYS) >= 16:
+        _FLAT_KEYS.pop(next(iter(_FLAT_KEYS)))
+    _FLAT_KEYS[id(index)] = (index, flat)
+    return flat
+
+
 def _times(result: SimResult) -> tuple[np.ndarray, np.ndarray]:
     """Start and end of every pass in device-major order."""
     sched = result.schedule
     index, start_of, end_of = (getattr(result, a, None) for a in ("_index", "_start", "_end"))
     keys = getattr(index, "device_keys", None)
     if keys is not None and start_of is not None and end_of is not None:  # the simulator's own arrays
-        flat = np.fromiter((k for row in keys for k in row), np.int64, sched.num_passes)
+        flat = _flat_keys(index)
         return np.asarray(start_of, float)[flat], np.asarray(end_of, float)[flat]
     start, end = np.empty(sched.num_passes), np.empty(sched.num_passes)
     k = 0

@@ -974,3 +974,71 @@ def test_a_hugging_face_config_gives_the_memory_panel_its_gb_axis(tmp_path):
         assert any("GB axis" in x for x in ex.view.messages)
     finally:
         ex.close()
+
+
+def test_edits_from_the_subshell_and_the_main_loop_run_one_at_a_time_on_the_explorer_thread():
+    """ipykernel 7 answers widget messages in a subshell thread with a loop of its own, beside
+    the main thread's loop that made the explorer. Edits arriving on both at once (and a
+    schedule ticked from the subshell) are all answered on the explorer's own thread, one at a
+    time, and once they settle the explorer shows the widgets' last values: the last edit wins,
+    the state shown is the latest, no state number is lost. (Before, an edit from the subshell
+    was answered on the subshell's thread, beside the main thread's.)"""
+    import asyncio
+    import threading
+    import time
+
+    main, main_th = _loop_in_thread("kernel-main")
+    sub, sub_th = _loop_in_thread("subshell")
+    try:
+        e = _on(main, lambda: ui.explorer(schedules=["1f1b", "zb-v"], num_devices=4, num_microbatches=8,
+                                          background=False, export_dir=None))
+        threads, active, overlaps, renders = [], {}, [0], [0]
+
+        def watched(fn, count=None):
+            def run(*args, **kwargs):
+                me = threading.current_thread().name
+                threads.append(me)
+                overlaps[0] += any(n for t, n in active.items() if t != me)  # another thread inside
+                active[me] = active.get(me, 0) + 1
+                if count is not None:
+                    count[0] += 1
+                try:
+                    time.sleep(0.002)  # widen the window a second thread would race in
+                    return fn(*args, **kwargs)
+                finally:
+                    active[me] -= 1
+            return run
+
+        e.update, e.render = watched(e.update), watched(e.render, renders)
+        start = e._state
+
+        async def edit(widget, values):
+            for v in values:
+                widget.value = v
+                await asyncio.sleep(0.003)
+
+        comms = [round(0.01 * k, 2) for k in range(1, 31)]
+        fs = [round(1 + 0.1 * k, 1) for k in range(1, 31)]
+        both = [asyncio.run_coroutine_threadsafe(edit(e.comm, comms), sub),
+                asyncio.run_coroutine_threadsafe(edit(e.f, fs), main)]
+        for fut in both:
+            fut.result(timeout=120)
+        _on(sub, lambda: setattr(e.schedules.boxes["v-half"], "value", True))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # settled: nothing scheduled, the last edit answered
+            time.sleep(0.1)
+            if not _on(main, lambda: e._flush_scheduled) and "v-half" in e.view.settings.schedules:
+                break
+        settled = _on(main, lambda: (e.view.settings, e.settings(), e._state, e.plots.seq))
+        assert set(threads) == {"kernel-main"}, sorted(set(threads))
+        assert overlaps[0] == 0
+        view_settings, widgets, state, seq = settled
+        assert view_settings == widgets and (view_settings.comm, view_settings.f) == (comms[-1], fs[-1])
+        assert view_settings.schedules == ("1f1b", "zb-v", "v-half")
+        assert seq == state and state - start == renders[0] > 0
+        _on(main, e.close)
+    finally:
+        for loop, th in ((main, main_th), (sub, sub_th)):
+            loop.call_soon_threadsafe(loop.stop)
+            th.join(10)
+            loop.close()

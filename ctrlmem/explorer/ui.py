@@ -45,12 +45,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import html
 import io
 import json
 import logging
 import os
 import tempfile
+import threading
 import time
 import zipfile
 from dataclasses import replace
@@ -117,16 +119,6 @@ def _export_reason(kind: str, exc: BaseException | None) -> str:
             "was stopped and the next try starts a fresh one")
 
 
-class _Arming:
-    """A tick handed to another thread's loop, not armed there yet (see Explorer._schedule_tick)."""
-
-    def cancel(self) -> None:
-        pass
-
-
-_ARMING = _Arming()
-
-
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
         return asyncio.get_running_loop()
@@ -179,16 +171,21 @@ class Explorer:
         self._state = 0
         self._flush_scheduled = False
         self._tick_handle = None
-        self._loop = _running_loop()
+        # the home thread: every handler, timer and poll runs here (see Explorer._on_home)
+        self._home_loop = _running_loop()
+        self._home_thread = threading.get_ident()
         self._exports: list[tuple] = []
         self._block_cache: dict[tuple, dict] = {}
         self._sweep_sims: dict[tuple, object] = {}  # (build key, costs) -> SimResult of a budget point
         self._closed = False
+        self.last_render_seconds = 0.0  # sending the last main plots (s)
+        self._compare_seconds: float | None = None  # sending the comparisons, when a state of their own
+        self._main_state, self._main_drawn = 0, None  # the state of the main plots shown, the browser's report
         self.view: View | None = None
         names = list(SCHEDULES)
         self._unknown = [n for n in s.schedules if n not in SCHEDULES]
         label = {"style": {"description_width": "initial"}}
-        self.schedules = _checklist_class()(names, [n for n in s.schedules if n in SCHEDULES])
+        self.schedules = _checklist_class()(names, [n for n in s.schedules if n in SCHEDULES], dispatch=self._on_home)
         self.devices = W.IntSlider(value=s.num_devices, min=1, max=max(max_devices, s.num_devices),
                                    description="p (devices)", continuous_update=False, **label)
         self.microbatches = W.IntSlider(value=s.num_microbatches, min=1,
@@ -250,9 +247,9 @@ class Explorer:
         self.upload = W.FileUpload(accept=".csv,.txt", multiple=False, description="upload",
                                    layout=W.Layout(width="110px"))
         self.clear_button = W.Button(description="clear loaded", layout=W.Layout(width="110px"))
-        self.load_button.on_click(lambda _b: self.load(self.load_path.value))
-        self.clear_button.on_click(lambda _b: self.clear_loaded())
-        self.upload.observe(self._uploaded, names="value")
+        self.load_button.on_click(self._on_home(lambda _b: self.load(self.load_path.value)))
+        self.clear_button.on_click(self._on_home(lambda _b: self.clear_loaded()))
+        self.upload.observe(self._on_home(self._uploaded), names="value")
         self.message = W.HTML()
         self.verdict = W.HTML()
         self.verdict.add_class("ctrlmem-verdict")
@@ -268,18 +265,19 @@ class Explorer:
         self.progress = W.HTML()
         self.progress.add_class("ctrlmem-progress")
         self.stop_button = W.Button(description="stop adapting", layout=W.Layout(width="120px", display="none"))
-        self.stop_button.on_click(lambda _b: self.stop_background())
+        self.stop_button.on_click(self._on_home(lambda _b: self.stop_background()))
         self.compare = W.ToggleButtons(options=COMPARISONS, value=COMPARISONS[0], description="compare",
                                        style={"button_width": "auto", "description_width": "initial"})
         self.compare.add_class("ctrlmem-compare")
         self.compare_schedule = W.Dropdown(options=[], description="of", layout=W.Layout(width="220px"),
                                            style={"description_width": "initial"})
-        self.compare.observe(self._compare_changed, names="value")
-        self.compare_schedule.observe(self._compare_changed, names="value")
+        self._compare_handler = self._on_home(self._compare_changed)
+        self.compare.observe(self._compare_handler, names="value")
+        self.compare_schedule.observe(self._compare_handler, names="value")
         self.plots = plot_view_class()(names=["ctrlmem-diagram", "ctrlmem-memory", "ctrlmem-compare-a",
                                                "ctrlmem-compare-b"], main=2, plotly_js=plotly_js())
-        self.plots.observe(self._drawn, names="drawn")
-        self.plots.observe(self._width_changed, names="width")
+        self.plots.observe(self._on_home(self._drawn), names="drawn")
+        self.plots.observe(self._on_home(self._width_changed), names="width")
         self._sent: list[dict | None] = [None, None, None, None]
         self.downloads = _downloads_class()()
         self.export_note = W.HTML()
@@ -292,21 +290,22 @@ class Explorer:
                         for kind in EXPORT_KINDS}
         for kind, button in self.buttons.items():
             button.add_class(f"ctrlmem-export-{kind}")
-            button.on_click(lambda _b, kind=kind: self._export_clicked(kind))
+            button.on_click(self._on_home(lambda _b, kind=kind: self._export_clicked(kind)))
         self.retry_button = W.Button(description="retry", tooltip="try the failed export again",
                                      layout=W.Layout(width="80px", display="none"))
         self.retry_button.add_class("ctrlmem-export-retry")
-        self.retry_button.on_click(lambda _b: self._retry_export())
+        self.retry_button.on_click(self._on_home(lambda _b: self._retry_export()))
         self._failed_export: str | None = None
         self.load_state_button = W.FileUpload(accept=".json,.html", multiple=False, description="load state",
                                               layout=W.Layout(width="130px"))
-        self.load_state_button.observe(self._state_uploaded, names="value")
+        self.load_state_button.observe(self._on_home(self._state_uploaded), names="value")
         self._inputs = [self.schedules, self.devices, self.microbatches, self.f, self.b, self.w,
                         self.comm, self.fb_overlap, self.first_extra, self.last_extra, self.weights, self.limit_on, self.limit,
                         self.model, self.model_path, self.model_mb, self.optimize_on, self.optimize, self.improve,
                         self.recompute, self.offload_on, self.offload, self.offload_cost]
+        self._edit_handler = self._on_home(self._edited)
         for wdg in self._inputs:
-            wdg.observe(self._edited, names="value")
+            wdg.observe(self._edit_handler, names="value")
         controls = W.VBox([
             W.HTML(_CSS + "<b>schedules</b> <small>(tick to compare; panels stack in the order ticked)</small>"),
             self.schedules,
@@ -362,6 +361,55 @@ class Explorer:
             offload_cost=float(self.offload_cost.value), fb_overlap=float(self.fb_overlap.value),
         )
 
+    # -- one thread ----------------------------------------------------------------------------
+
+    def _home(self) -> asyncio.AbstractEventLoop | None:
+        """The home loop while it runs (the loop running where the explorer was made: in a
+        kernel, the main thread's), else None."""
+        home = self._home_loop
+        return home if home is not None and home.is_running() else None
+
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop the explorer's work runs on: its home loop, else the one running here, else
+        None (a script: everything runs at once)."""
+        return self._home() or _running_loop()
+
+    def _at_home(self) -> bool:
+        """Whether this thread may touch the explorer's state now: the home thread, or any
+        when no home loop runs (a script, a test)."""
+        return self._home() is None or threading.get_ident() == self._home_thread
+
+    def _on_home(self, handler):
+        """``handler`` (a widget callback) made to run on the explorer's home thread.
+
+        ipykernel 7 answers widget messages in a subshell thread with an event loop of its own,
+        beside the main thread whose loop ran the cell that made the explorer (and runs the
+        user's later cells); a handler would otherwise run on whichever thread got the message,
+        and two of them could change the explorer's state at once. Called on another thread, the
+        handler is handed to the home loop (``call_soon_threadsafe``, in the order the messages
+        came) and returns; the widgets' values it reads are then the latest, so the last edit
+        wins. Without a home loop (a script) it runs at once."""
+
+        @functools.wraps(handler)
+        def on_home(*args):
+            if self._at_home():
+                return handler(*args)
+            if not self._closed:
+                self._home_loop.call_soon_threadsafe(self._guarded, handler, *args)
+            return None
+
+        return on_home
+
+    def _guarded(self, handler, *args) -> None:
+        """Run a handler handed over from another thread (an exception is logged, as a widget
+        callback's would be)."""
+        if self._closed:
+            return
+        try:
+            handler(*args)
+        except Exception:
+            log.exception("explorer handler %s failed", getattr(handler, "__name__", handler))
+
     def _edited(self, change=None) -> None:
         """A widget changed: mark everything pending now, answer once the queued edits are in."""
         if change is not None and change.get("owner") is self.schedules:
@@ -371,11 +419,10 @@ class Explorer:
 
     def _request(self) -> None:
         self._mark_pending()
-        loop = _running_loop()
+        loop = self._loop()
         if loop is None:
             self.update()
             return
-        self._loop = loop
         if not self._flush_scheduled:
             self._flush_scheduled = True
             # a moment for the edits already queued in the kernel to arrive: they are answered once
@@ -434,29 +481,18 @@ class Explorer:
             self._schedule_tick()
 
     def _schedule_tick(self) -> None:
-        """Poll again in TICK_SECONDS, on the event loop of the thread asking when it has one.
-
-        ipykernel 7 answers widget messages in a subshell thread with a loop of its own, beside
-        the main thread's loop that ran the cell: a timer put on the other thread's loop with
-        ``call_later`` does not wake it (that loop sleeps in its selector until a message
-        arrives), so an export clicked in the subshell waited for the next unrelated message —
-        after an ordinary session, forever. From a thread without a loop the timer is handed to
-        the explorer's loop with ``call_soon_threadsafe``, which wakes it."""
+        """Poll again in TICK_SECONDS, on the home loop (from another thread, the timer is handed
+        to it with ``call_soon_threadsafe``, which wakes it: a timer put on another thread's loop
+        may not wake that loop, which can sleep in its selector until a message arrives)."""
         if self._tick_handle is not None or self._closed:
             return
-        here = _running_loop()
-        if here is not None:
-            self._tick_handle = here.call_later(TICK_SECONDS, self._tick)
-            return
-        loop = self._loop
+        loop = self._loop()
         if loop is None or loop.is_closed():
             return
-        self._tick_handle = _ARMING
-        loop.call_soon_threadsafe(self._arm_tick, loop)
-
-    def _arm_tick(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._tick_handle is _ARMING and not self._closed:
-            self._tick_handle = loop.call_later(TICK_SECONDS, self._tick)
+        if not self._at_home():
+            loop.call_soon_threadsafe(self._schedule_tick)
+            return
+        self._tick_handle = loop.call_later(TICK_SECONDS, self._tick)
 
     def _tick(self) -> None:
         self._tick_handle = None
@@ -564,7 +600,11 @@ class Explorer:
 
     def render(self, view: View, *, keep_main: bool = False) -> None:
         """Put ``view`` into the widgets as a new state (``keep_main``: the two main plots are
-        already the view's; only the comparisons change)."""
+        already the view's; only the comparisons change).
+
+        On a running event loop (a kernel) the comparisons of a new view follow as a state of
+        their own, made just after this one is sent: the browser draws the diagram and the
+        memory curves meanwhile (the comparisons shown before stay, dimmed, until then)."""
         t0 = time.perf_counter()
         self._state += 1
         n = self._state
@@ -577,39 +617,79 @@ class Explorer:
         names = list(view.results)
         if list(self.compare_schedule.options) != names:
             current = self.compare_schedule.value
-            self.compare_schedule.unobserve(self._compare_changed, names="value")
+            self.compare_schedule.unobserve(self._compare_handler, names="value")
             try:
                 self.compare_schedule.options = names
                 self.compare_schedule.value = current if current in names else (names[0] if names else None)
             finally:
-                self.compare_schedule.observe(self._compare_changed, names="value")
+                self.compare_schedule.observe(self._compare_handler, names="value")
+        loop = _running_loop() if self._at_home() else None
+        later = (not keep_main and loop is not None and view.results and self.compare.value != "none"
+                 and any(x is not None for x in self._sent[2:]))
         if keep_main:
             main = self._sent[:2]
         else:
             main = [mime_bundle(spec, label)[PLOTLY_MIME] if spec is not None else None
                     for spec, label in ((view.diagram_spec, "schedule diagram"), (view.memory_spec, "memory curves"))]
-        extra = [mime_bundle(spec, "comparison")[PLOTLY_MIME] if spec is not None else None
-                 for spec in self._comparison(view)]
+        if later:
+            extra = self._sent[2:]
+        else:
+            extra = [mime_bundle(spec, "comparison")[PLOTLY_MIME] if spec is not None else None
+                     for spec in self._comparison(view)]
         self._sent = main + extra
-        self.plots.show(self._sent, seq=n, keep=[keep_main, keep_main, False, False])
+        self.plots.show(self._sent, seq=n, keep=[keep_main, keep_main, later, later])
         self._hint_exports(view)
-        self.last_render_seconds = time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        if keep_main:
+            self._compare_seconds = seconds
+        else:
+            self.last_render_seconds, self._compare_seconds = seconds, None
+            self._main_state, self._main_drawn = n, None
         self._python_ms = (view.seconds + self.last_render_seconds) * 1e3
-        self.timing.value = _tagged(n, f"<small style='color:#777'>state {n}: computed in {view.seconds * 1e3:.0f} ms, "
-                                       f"sent in {self.last_render_seconds * 1e3:.0f} ms; drawing…</small>")
+        self.timing.value = _tagged(n, self._timing_text(n, None))
+        if later:
+            loop.call_soon(self._comparisons_after, n)
+
+    def _comparisons_after(self, state: int) -> None:
+        """The comparisons of state ``state``'s view, as the next state (unless a newer edit or
+        build has drawn one of its own meanwhile)."""
+        if self._closed or self._state != state or self._flush_scheduled or self.view is None:
+            return
+        try:
+            self.render(self.view, keep_main=True)
+        except Exception:  # a comparison that fails must not take the explorer down
+            log.exception("explorer comparisons failed")
+
+    def _timing_text(self, n: int, drawn: dict | None) -> str:
+        """The timer line of state ``n`` (``drawn``: the browser's report of it, when in): the
+        Python side of the main plots (computed, sent), the browser's drawing of them (each
+        plot's share), and the comparisons when they came as a state of their own."""
+        view_ms = self.view.seconds * 1e3 if self.view is not None else 0.0
+        text = f"state {n}: computed in {view_ms:.0f} ms, sent in {self.last_render_seconds * 1e3:.0f} ms"
+        main = self._main_drawn
+        if main is not None:
+            slots = main.get("slots") or []
+            split = f" (diagram {slots[0]:.0f} ms, memory {slots[1]:.0f} ms)" if len(slots) >= 2 else ""
+            text += f", drawn by the browser in {main.get('ms', 0):.0f} ms{split}"
+        if self._compare_seconds is not None:
+            text += f"; comparisons sent in {self._compare_seconds * 1e3:.0f} ms"
+            if drawn is not None:
+                text += f", drawn in {drawn.get('ms', 0):.0f} ms"
+        if drawn is None:
+            text += "; drawing…"
+        return f"<small style='color:#777'>{text}</small>"
 
     def _drawn(self, change) -> None:
         """The browser drew state ``seq`` in ``ms``: the pending mark goes if it is the latest."""
         got = change["new"] or {}
+        if got.get("seq") == self._main_state and not got.get("error"):
+            self._main_drawn = got
         if got.get("seq") != self._state or self.view is None:
             return
         if got.get("error"):
             self.message.value = _tagged(self._state, messages_html(
                 [f"The browser could not draw the plots: {got['error']}"]))
-        self.timing.value = _tagged(self._state, (
-            f"<small style='color:#777'>state {self._state}: computed in {self.view.seconds * 1e3:.0f} ms, "
-            f"sent in {self.last_render_seconds * 1e3:.0f} ms, drawn by the browser in {got.get('ms', 0):.0f} ms"
-            "</small>"))
+        self.timing.value = _tagged(self._state, self._timing_text(self._state, got))
         if not self._flush_scheduled:
             self.widget.remove_class("ctrlmem-pending")
             self.pending_note.value = ""
@@ -794,13 +874,13 @@ class Explorer:
         self.update()
 
     def _set_quietly(self, widget, value) -> None:
-        widget.unobserve(self._edited, names="value")
+        widget.unobserve(self._edit_handler, names="value")
         try:
             if hasattr(widget, "max") and isinstance(value, (int, float)):
                 widget.max = max(widget.max, value)
             widget.value = value
         finally:
-            widget.observe(self._edited, names="value")
+            widget.observe(self._edit_handler, names="value")
 
     def _uploaded(self, change) -> None:
         item = _first_upload(change["new"])
@@ -1175,7 +1255,7 @@ def _checklist_class():
     class ScheduleChecklist(W.GridBox):
         value = traitlets.Tuple()
 
-        def __init__(self, options: Sequence[str], value: Sequence[str] = (), columns: int = 4):
+        def __init__(self, options: Sequence[str], value: Sequence[str] = (), columns: int = 4, dispatch=None):
             self.boxes = {n: W.Checkbox(value=n in value, description=n, indent=False,
                                         layout=W.Layout(width="auto", margin="0 14px 0 0"))
                           for n in options}
@@ -1183,8 +1263,9 @@ def _checklist_class():
                 grid_template_columns=f"repeat({columns}, max-content)", grid_gap="0px 4px"))
             self._syncing = False
             self.value = tuple(n for n in value if n in self.boxes)
-            for box in self.boxes.values():
-                box.observe(self._box_changed, names="value")
+            on_box = dispatch(self._box_changed) if dispatch is not None else self._box_changed
+            for box in self.boxes.values():  # ``dispatch``: the thread the owner's state lives on
+                box.observe(on_box, names="value")
             self.observe(self._sync_boxes, names="value")
             self.add_class("ctrlmem-schedules")
 

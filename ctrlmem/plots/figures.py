@@ -785,8 +785,11 @@ def _overview_edges(tl: _Columns, horizon: float, max_columns: int) -> np.ndarra
     otherwise ``max_columns`` equal columns."""
     if horizon <= 0:
         return np.array([0.0, 1.0])
-    edges = np.unique(np.concatenate([[0.0, horizon], tl.start, tl.end]))
-    if len(edges) - 1 <= max_columns:
+    # passes that take time start at distinct times on their device: more of them than columns,
+    # no such grid (a grid missed this way is only drawn with max_columns columns instead)
+    busiest = int(np.bincount(tl.device).max()) if len(tl.device) else 0
+    edges = np.unique(np.concatenate([[0.0, horizon], tl.start, tl.end])) if busiest <= max_columns else ()
+    if 0 < len(edges) - 1 <= max_columns:
         step = float(np.min(np.diff(edges)))
         steps = round(horizon / step)
         units = edges / step

@@ -881,8 +881,9 @@ def _overview_traces(tl: _Columns, chunk: np.ndarray, panel: int, horizon: float
         "hoverongaps": False, "name": "passes", "showlegend": False,
         "meta": {"kind": "overview", "panel": panel, "codes": [[_OPS[oi].value, c] for oi, c in kinds]},
     }
-    table = {"stage": np.where(busy, tl.stage[pick_of], -1).astype(np.int32),
-             "microbatch": np.where(busy, tl.microbatch[pick_of], -1).astype(np.int32),
+    small = np.int16 if max(tl.placement.num_stages, int(tl.microbatch.max(initial=0)) + 1) < 2 ** 15 else np.int32
+    table = {"stage": np.where(busy, tl.stage[pick_of], -1).astype(small),
+             "microbatch": np.where(busy, tl.microbatch[pick_of], -1).astype(small),
              "start": np.where(busy, tl.start[pick_of], np.nan).astype(np.float32),
              "end": np.where(busy, tl.end[pick_of], np.nan).astype(np.float32),
              "columns": ncol, "template": template}

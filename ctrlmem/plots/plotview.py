@@ -92,11 +92,13 @@ export default {
       const figs = JSON.parse(decode(model.get("figures")));
       if (seq !== model.get("seq")) return;
       const slots = [];
-      // "drawing" (dims the plots) while the browser draws
+      // "drawing" (dims the plots) while the browser draws; an explorer marked pending since the
+      // edit shows them dimmed already (no frame to wait for)
       const shell = el.closest(".ctrlmem-explorer");
       if (shell) {
+        const dimmed = shell.classList.contains("ctrlmem-pending");
         shell.classList.add("ctrlmem-drawing");
-        await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));
+        if (!dimmed) await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));
       }
       try {
       for (let i = 0; i < gds.length; i++) {

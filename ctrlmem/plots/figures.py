@@ -1805,6 +1805,8 @@ def stack_specs(specs: Sequence[dict], *, gap_px: int = 30, title: str | None = 
                 axis["anchor"] = ref(axis["anchor"])
             if "matches" in axis:
                 axis["matches"] = ref(axis["matches"])
+            if axis.get("overlaying") not in (None, "free"):  # a second axis (the memory panel's GB) stays on its panel
+                axis["overlaying"] = ref(axis["overlaying"])
             if key.startswith("yaxis"):
                 lo, hi = axis.get("domain", [0.0, 1.0])
                 axis["domain"] = [scale_y(lo), scale_y(hi)]

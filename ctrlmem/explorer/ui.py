@@ -70,7 +70,7 @@ from ctrlmem.plots.render import ExportTimeout
 from ctrlmem.planner.model import PRESET_NAMES
 from ctrlmem.model.validate import validate
 from ctrlmem.model.ir import _clean_text
-from ctrlmem.explorer.views import order_levers, write_state
+from ctrlmem.explorer.views import order_levers, state_link, write_state
 from ctrlmem.explorer.views import export_hints
 from ctrlmem.plots.render import StaticRenderer
 from ctrlmem.plots.figio import stabilize_svg
@@ -206,6 +206,13 @@ class Explorer:
         self.weights = W.Text(value=",".join(f"{x:g}" for x in s.stage_weights), description="per-stage weights",
                               placeholder="p numbers, model order, e.g. 1.3,1,1,1.6", continuous_update=False,
                               layout=W.Layout(width="420px"), **label)
+        # per-stage costs given whole (a plan's winner, Settings.stage_costs): shown, not edited
+        self._stage_costs = tuple(s.stage_costs)
+        self.stage_note = W.HTML()
+        self.stage_note.add_class("ctrlmem-stage-costs-note")
+        self.clear_stage_costs = W.Button(description="use F, B, W instead", layout=W.Layout(width="170px"),
+                                          tooltip="drop the given per-stage costs and use the F, B, W fields")
+        self.clear_stage_costs.on_click(self._on_home(lambda _b: self._drop_stage_costs()))
         self.limit_on = W.Checkbox(value=s.memory_limit is not None, description="memory limit",
                                    indent=False, layout=W.Layout(width="110px"))
         self.limit = W.FloatSlider(value=s.memory_limit if s.memory_limit is not None else 0.5,
@@ -299,6 +306,19 @@ class Explorer:
         self.load_state_button = W.FileUpload(accept=".json,.html", multiple=False, description="load state",
                                               layout=W.Layout(width="130px"))
         self.load_state_button.observe(self._on_home(self._state_uploaded), names="value")
+        # a state as one line to share (state_link), and a field that opens one
+        self.link_button = W.Button(description="share link", layout=W.Layout(width="110px"),
+                                    tooltip="this state as one line of text to send: opened by 'open link', "
+                                            "explorer(state=LINK) or ctrlmem draw --state LINK")
+        self.link_button.add_class("ctrlmem-link-button")
+        self.link_button.on_click(self._on_home(lambda _b: self._share_link()))
+        self.link_out = W.Text(description="", placeholder="share link: click the button", layout=W.Layout(width="60%"))
+        self.link_out.add_class("ctrlmem-link")
+        self.copy_link = _copy_button(self.link_out)
+        self.link_in = W.Text(description="open link", placeholder="paste a ctrlmem-state=... link (or a URL holding one)",
+                              continuous_update=False, layout=W.Layout(width="420px"), style={"description_width": "initial"})
+        self.link_in.add_class("ctrlmem-open-link")
+        self.link_in.observe(self._on_home(self._link_pasted), names="value")
         self._inputs = [self.schedules, self.devices, self.microbatches, self.f, self.b, self.w,
                         self.comm, self.fb_overlap, self.first_extra, self.last_extra, self.weights, self.limit_on, self.limit,
                         self.model, self.model_path, self.model_mb, self.optimize_on, self.optimize, self.improve,
@@ -317,6 +337,7 @@ class Explorer:
                            "takes this fraction of F + B</small>")],
                    layout=W.Layout(flex_flow="row wrap")),
             W.HBox([self.first_extra, self.last_extra, self.weights]),
+            W.HBox([self.stage_note, self.clear_stage_costs]),
             W.HBox([self.recompute, self.offload_on, self.offload, self.offload_cost,
                     W.HTML("<small>memory levers for every schedule ticked (recompute: an R before each backward; "
                            "offload: copied to host after the forward, back before the backward)</small>")],
@@ -329,6 +350,8 @@ class Explorer:
             W.HBox([W.HTML("<b style='margin-right:6px'>export</b>"), *self.buttons.values(),
                     self.load_state_button]),
             W.HBox([self.downloads, self.export_note, self.retry_button]),
+            W.HBox([self.link_button, self.link_out] + ([self.copy_link] if self.copy_link else []) + [self.link_in],
+                   layout=W.Layout(flex_flow="row wrap")),
         ])
         results = W.VBox([
             W.HBox([self.pending_note, self.timing]),
@@ -341,6 +364,7 @@ class Explorer:
         results.add_class("ctrlmem-results")
         self.widget = W.VBox([controls, results])
         self.widget.add_class("ctrlmem-explorer")
+        self._show_stage_costs()
         self.update()
 
     # -- settings and updates -------------------------------------------------------------------
@@ -353,13 +377,33 @@ class Explorer:
             f=self.f.value, b=self.b.value, w=self.w.value, comm=self.comm.value,
             first_stage_extra=self.first_extra.value, last_stage_extra=self.last_extra.value,
             memory_limit=float(self.limit.value) if self.limit_on.value else None,
-            stage_weights=_parse_weights(self.weights.value), loaded=tuple(self.loaded),
+            stage_weights=_parse_weights(self.weights.value), stage_costs=self._stage_costs, loaded=tuple(self.loaded),
             model=self.model_path.value.strip() or self.model.value or None, microbatch_size=int(self.model_mb.value) or None,
             optimize=float(self.optimize.value) if self.optimize_on.value else 0.0,
             improve=self.improve.value or None, recompute=self.recompute.value,
             offload=float(self.offload.value) if self.offload_on.value else None,
             offload_cost=float(self.offload_cost.value), fb_overlap=float(self.fb_overlap.value),
         )
+
+    def _show_stage_costs(self) -> None:
+        """With per-stage costs given whole, say so (their range, from where) and take F, B, W,
+        the weights and the extras out of play until they are dropped."""
+        given = bool(self._stage_costs)
+        for widget in (self.f, self.b, self.w, self.first_extra, self.last_extra, self.weights):
+            widget.disabled = given
+        self.clear_stage_costs.layout.display = "" if given else "none"
+        if given:
+            k = len(self._stage_costs[0])
+            spans = ", ".join(f"{name} {min(part):.4g}–{max(part):.4g}" for name, part in zip("FBW", self._stage_costs))
+            self.stage_note.value = (f"<small>per-stage costs of {k} stages given whole (a plan's, or a saved "
+                                     f"state's): {html.escape(spans)}; F, B, W and the weights are not used</small>")
+        else:
+            self.stage_note.value = ""
+
+    def _drop_stage_costs(self) -> None:
+        self._stage_costs = ()
+        self._show_stage_costs()
+        self._edited()
 
     # -- one thread ----------------------------------------------------------------------------
 
@@ -888,8 +932,9 @@ class Explorer:
             self.load(item)
 
     def apply_state(self, source) -> None:
-        """Show a state file (a path, or its text / bytes): settings, loaded files and the very
-        orders it recorded (kept until the next edit; ``ctrlmem draw --state`` draws the same)."""
+        """Show a state (a file's path, its text or bytes, the data itself, or a state link):
+        settings, loaded files and the very orders it recorded (kept until the next edit; ``ctrlmem
+        draw --state`` draws the same); a link of its settings alone has its orders built again."""
         try:
             settings, orders, style = read_state(source)
             origins = style.pop("origins", {})
@@ -922,11 +967,42 @@ class Explorer:
         if settings.optimize:
             self._set_quietly(self.optimize, settings.optimize)
         self.loaded = list(settings.loaded)
+        self._stage_costs = tuple(settings.stage_costs)
+        self._show_stage_costs()
         for part, values in style.items():
             self.style.setdefault(part, {}).update({k: v for k, v in values.items() if k != "label_width"})
         self._pinned = orders
         self._pinned_origins = origins
         self.update()
+
+    def share_link(self) -> str:
+        """The state shown as a link (:func:`ctrlmem.explorer.views.state_link`): with its very
+        orders when they fit in one, else its settings (the orders are built again when opened)."""
+        if self.view is None or not self.view.results:
+            raise ValueError("nothing to share: no schedule could be built for these settings")
+        return state_link(self.view, self._style())[0]
+
+    def _share_link(self) -> None:
+        try:
+            link, exact = state_link(self.view, self._style()) if self.view is not None and self.view.results \
+                else (None, False)
+        except ValueError as exc:
+            self.export_note.value = messages_html([f"Share link: {_reason(exc)}"])
+            return
+        if link is None:
+            self.export_note.value = messages_html(["Share link: nothing to share: no schedule could be built"])
+            return
+        self.link_out.value = link
+        what = ("the settings and the very orders shown" if exact else
+                "the settings (the orders are too long for a link and are built again when it is opened; save the "
+                "state file to keep them)")
+        self.export_note.value = (f"<small class='ctrlmem-link-note'>state {self._state} as a link of "
+                                  f"{len(link):,} characters: {what}</small>")
+
+    def _link_pasted(self, change) -> None:
+        text = (change["new"] or "").strip()
+        if text:
+            self.apply_state(text)
 
     def _state_uploaded(self, change) -> None:
         item = _first_upload(change["new"])
@@ -1319,7 +1395,8 @@ def explorer(schedules: Sequence[str] | None = None, num_devices: int = 4, num_m
     ``model`` (a paper preset or a Hugging Face ``config.json`` path) and ``microbatch_size``: the
     memory panel's GB axis; ``fb_overlap``: DualPipe's overlapped F&B pair time as a fraction of
     F + B (:class:`~ctrlmem.explorer.views.Settings`);
-    ``state``: a state file to show instead (see :meth:`Explorer.apply_state`)."""
+    ``state``: a state to show instead: a state file, its data (``views.plan_state(df)``: a plan's
+    winner) or a state link (see :meth:`Explorer.apply_state`)."""
     settings = Settings(
         schedules=tuple(schedules) if schedules is not None else default_schedules(),
         num_devices=num_devices, num_microbatches=num_microbatches, f=f, b=b, w=w, comm=comm,

@@ -32,6 +32,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 import zlib
 from dataclasses import dataclass, field, fields, replace
@@ -55,7 +56,8 @@ from ctrlmem.model.simulate import SimResult, simulate
 from ctrlmem.model.validate import ScheduleError
 from ctrlmem.explorer.background import improve_built
 from ctrlmem.planner.gb import bytes_per_a, default_microbatch
-from ctrlmem.planner.model import model_spec
+from ctrlmem.planner.model import PRESET_NAMES, model_spec
+from ctrlmem.planner.core import row_schedule
 from ctrlmem.util.userfile import b64_inflate
 from ctrlmem.util.userfile import read_text
 from ctrlmem.util.userfile import parse_json
@@ -67,7 +69,8 @@ from importlib.resources import files
 __all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "stats_html", "verdict", "formula_html",
            "command_line", "messages_html", "jsonable", "mime_bundle", "export_view", "save_view",
            "state_dict", "write_state", "read_state", "state_view", "draw_state", "report_html", "comparison_specs", "default_schedules",
-           "EXPORT_KINDS", "export_files", "ORIGIN_ADAPTED", "ORIGIN_FIXED", "ORIGIN_FILE", "ORIGIN_STATE"]
+           "EXPORT_KINDS", "export_files", "ORIGIN_ADAPTED", "ORIGIN_FIXED", "ORIGIN_FILE", "ORIGIN_STATE",
+           "settings_from_plan", "plan_state", "state_link", "STATE_LINK_KEY"]
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +116,11 @@ class Settings:
         memory_limit: activation budget as a fraction of 1F1B's peak, or ``None``. Budgeted
             schedules are built for it; the others are checked against it.
         stage_weights: see :meth:`costs`.
+        stage_costs: ``(f, b, w)``, each a tuple of the times of ``K`` model-order stages (the
+            per-stage costs a plan simulated its winner with, :func:`settings_from_plan`), or
+            ``()``. When given they are the costs: ``f``, ``b``, ``w``, the weights and the
+            first/last-stage extras are not used (``comm`` still is); a schedule of ``S`` stages
+            gets them summed over ``K / S`` neighbours or split into ``S / K`` equal parts.
         loaded: schedule files loaded into the comparison (simulated as they are).
         model: a model whose activation bytes give the memory panel a GB axis — a paper preset
             (``"9.6B"``, ...) or the path of a Hugging Face ``config.json`` (Llama, Mistral, Qwen,
@@ -151,6 +159,7 @@ class Settings:
     last_stage_extra: float = 0.0
     memory_limit: float | None = None
     stage_weights: tuple[float, ...] = ()
+    stage_costs: tuple[tuple[float, ...], ...] = ()
     loaded: tuple[Schedule, ...] = ()
     model: str | None = None
     microbatch_size: int | None = None
@@ -176,7 +185,7 @@ class Settings:
     @property
     def per_stage(self) -> bool:
         """Whether stages cost different amounts (weights or first/last-stage extras)."""
-        return bool(self.stage_weights or self.first_stage_extra or self.last_stage_extra)
+        return bool(self.stage_weights or self.first_stage_extra or self.last_stage_extra or self.stage_costs)
 
     def costs(self, num_stages: int | None = None) -> Costs:
         """The costs for a schedule with ``num_stages`` stages: uniform, or per-stage lists
@@ -188,6 +197,8 @@ class Settings:
         device ``i``); a schedule with ``v`` stages per device splits each slice into ``v``
         equal stages."""
         base = Costs(self.f, self.b, self.w, self.comm, offload=self.offload_cost, fb_overlap=self.fb_overlap)
+        if self.stage_costs:
+            return self._given_costs(base, num_stages)
         extra_first, extra_last = float(self.first_stage_extra), float(self.last_stage_extra)
         for label, x in (("first-stage extra", extra_first), ("last-stage extra", extra_last)):
             if not math.isfinite(x) or x < 0:
@@ -213,11 +224,36 @@ class Settings:
             lists.append(per)
         return Costs(*lists, comm=base.comm, offload=base.offload, fb_overlap=base.fb_overlap)
 
+    def _given_costs(self, base: Costs, num_stages: int | None) -> Costs:
+        """:attr:`stage_costs` for a schedule of ``num_stages`` stages (see there); ``None``: one
+        time per pass kind, a full device-stage's on average (what a search starts from before
+        it knows its stage count)."""
+        lists = [tuple(float(x) for x in part) for part in self.stage_costs]
+        if len(lists) != 3 or len({len(x) for x in lists}) != 1 or not lists[0]:
+            raise ValueError("per-stage costs: give three lists (F, B, W) of one time per stage each, of one length")
+        if any(not math.isfinite(x) or x < 0 for part in lists for x in part):
+            raise ValueError("per-stage costs must be numbers >= 0")
+        if num_stages is None:
+            p = self.num_devices if isinstance(self.num_devices, int) and self.num_devices > 0 else 1
+            return Costs(*(math.fsum(part) / p for part in lists), comm=base.comm, offload=base.offload,
+                         fb_overlap=base.fb_overlap)
+        k = len(lists[0])
+        if num_stages % k and k % num_stages:
+            raise ValueError(f"per-stage costs of {k} stages cannot time a schedule of {num_stages} stages (one "
+                             "must divide the other); choose schedules with as many stages per device as the plan's")
+        if num_stages >= k:
+            parts = [[x / (num_stages // k) for x in part for _ in range(num_stages // k)] for part in lists]
+        else:
+            g = k // num_stages
+            parts = [[math.fsum(part[i * g:(i + 1) * g]) for i in range(num_stages)] for part in lists]
+        return Costs(*parts, comm=base.comm, offload=base.offload, fb_overlap=base.fb_overlap)
+
     def to_dict(self) -> dict:
         """The settings as JSON-ready values (loaded files as ``{"name", "text"}``)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "loaded"}
         out["schedules"] = list(self.schedules)
         out["stage_weights"] = list(self.stage_weights)
+        out["stage_costs"] = [list(part) for part in self.stage_costs]
         out["loaded"] = [_schedule_record(s) for s in self.loaded]
         return out
 
@@ -234,6 +270,11 @@ class Settings:
             values["schedules"] = tuple(values["schedules"])
         if "stage_weights" in values:
             values["stage_weights"] = tuple(float(x) for x in values["stage_weights"])
+        if "stage_costs" in values:
+            parts = values["stage_costs"]
+            if not isinstance(parts, (list, tuple)) or not all(isinstance(x, (list, tuple)) for x in parts):
+                raise ValueError("settings: stage_costs must be three lists (F, B, W) of numbers, or empty")
+            values["stage_costs"] = tuple(tuple(float(x) for x in part) for part in parts)
         if "loaded" in values:
             if not isinstance(values["loaded"], (list, tuple)):
                 raise ValueError(f"settings: loaded must be a list of schedule records, got "
@@ -901,6 +942,8 @@ def command_line(settings: Settings, output: str | None = None) -> str:
         cmd += f" --fb-overlap {s.fb_overlap:g}"
     cmd += f" -o {out}"
     missing = []
+    if s.stage_costs:
+        missing.append(f"per-stage costs of {len(s.stage_costs[0])} stages")
     if s.stage_weights:
         missing.append("per-stage weights " + ",".join(f"{x:g}" for x in s.stage_weights))
     if s.first_stage_extra or s.last_stage_extra:
@@ -1032,17 +1075,23 @@ def _schedule_from_record(record: Mapping, budget: list[int] | None = None) -> S
 
 
 def _state_text(source) -> str:
-    """The JSON text of a state (a path, the text itself or its bytes), out of an HTML report
-    when it is one; read through :func:`ctrlmem.util.userfile.read_text` (a regular file of at
+    """The JSON text of a state (a path, the text itself or its bytes, a state link), out of an
+    HTML report when it is one; read through :func:`ctrlmem.util.userfile.read_text` (a regular file of at
     most :data:`MAX_STATE_BYTES`)."""
 
-    if isinstance(source, (bytes, bytearray)):
+    if isinstance(source, Mapping):  # a state as data (plan_state, state_dict)
+        text = json.dumps(source)
+    elif isinstance(source, (bytes, bytearray)):
         try:
             text = bytes(source).decode("utf-8")
         except UnicodeDecodeError:
             raise ValueError("not a ctrlmem state file (not UTF-8 text)") from None
     elif isinstance(source, str) and source.lstrip().startswith("{"):
         text = source
+    elif isinstance(source, str) and STATE_LINK_KEY in source:  # a state link (from state_link)
+        text = _link_text(source)
+        if text is None:
+            raise ValueError("a state link is ctrlmem-state=1. followed by its letters; copy the whole link again")
     else:
         text = read_text(source, "state file", MAX_STATE_BYTES, fix="give a state the explorer saved")
     if len(text) > MAX_STATE_BYTES:
@@ -1105,6 +1154,57 @@ def state_dict(view: View, style: dict | None = None) -> dict:
             "style": style or {}}
 
 
+#: What starts a state link's text: ``ctrlmem-state=1.<base64url of the zlib'd state JSON>``, to
+#: paste as it is or after a URL's ``#`` or ``?`` (anything around it is ignored).
+STATE_LINK_KEY = "ctrlmem-state="
+#: Longest link :func:`state_link` writes with the orders inside (browsers and chat programs keep
+#: URLs of a few thousand characters); a longer state's link holds its settings alone.
+MAX_LINK_CHARS = 8000
+_LINK = re.compile(r"ctrlmem-state=(\d+)\.([A-Za-z0-9_-]+)")
+
+
+def state_link(view: View, style: dict | None = None, max_chars: int = MAX_LINK_CHARS) -> tuple[str, bool]:
+    """A state as one line of text to share: ``(link, exact)``. The link holds the settings, the
+    figure style and, when they fit in ``max_chars``, the very orders shown (``exact``); without
+    them, whoever opens it builds the orders again for the same settings (a searched order is
+    found again; an order improved by the solver within a time limit may differ: share the state
+    file for those). The explorer's *open link* field, ``explorer(state=LINK)`` and ``ctrlmem
+    draw --state LINK`` open it; a settings-only link longer than ``max_chars`` (large loaded
+    files) raises ``ValueError``."""
+    data = state_dict(view, style)
+    link = _encode_link(data)
+    if len(link) <= max_chars:
+        return link, True
+    data["orders"] = {}
+    link = _encode_link(data)
+    if len(link) > max_chars:
+        raise ValueError(f"this state needs {len(link):,} characters even without its orders (loaded schedule files "
+                         f"are inside it), more than a link of {max_chars:,} holds; save the state file instead")
+    return link, False
+
+
+def _encode_link(data: dict) -> str:
+    raw = zlib.compress(json.dumps(data, separators=(",", ":"), sort_keys=True).encode("utf-8"), 9)
+    return f"{STATE_LINK_KEY}{STATE_VERSION}.{base64.urlsafe_b64encode(raw).decode('ascii').rstrip('=')}"
+
+
+def _link_text(text: str) -> str | None:
+    """The state JSON inside a state link (anywhere in ``text``), or None when there is none."""
+    found = _LINK.search(text)
+    if found is None:
+        return None
+    version, payload = found.groups()
+    if int(version) != STATE_VERSION:
+        raise ValueError(f"state link version {version} is not supported (this ctrlmem reads {STATE_VERSION})")
+    padded = payload + "=" * (-len(payload) % 4)
+    standard = padded.replace("-", "+").replace("_", "/")
+    raw = b64_inflate(standard, "the state link", MAX_STATE_BYTES)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("the state link does not hold text; copy the whole link again") from None
+
+
 def write_state(view: View, path: str | os.PathLike, style: dict | None = None) -> str:
     """Write :func:`state_dict` as JSON to ``path``; returns the path."""
     path = str(path)
@@ -1151,12 +1251,66 @@ def read_state(source) -> tuple[Settings, dict[str, Schedule], dict]:
 def state_view(source) -> tuple[View, dict]:
     """The view a state file records, exactly: its settings, its very orders (how each was
     obtained as it was then) and its figure style; schedules it has no order for (still being
-    built when it was saved) are listed as waiting, not built. Returns ``(view, style)``."""
+    built when it was saved) are listed as waiting, not built. A state without any order (a
+    state link of its settings alone, :func:`state_link`) has them built, as the explorer would.
+    Returns ``(view, style)``."""
     settings, orders, style = read_state(source)
     origins = style.pop("origins", {})
-    view = compute(settings, style=style, adapt=False, orders=orders, order_origins=origins)
+    view = compute(settings, style=style, adapt=not orders, orders=orders, order_origins=origins)
     view.jobs = []
     return view, style
+
+
+ORIGIN_PLAN = "the plan's order: {what}"
+
+
+def settings_from_plan(df, index: int | None = None) -> tuple[Settings, dict[str, Schedule], dict[str, str]]:
+    """A plan's row (:func:`ctrlmem.plan`; default: the fastest that fits) as explorer settings and
+    the order to show: ``(settings, orders, origins)``, what :func:`plan_state` saves. The
+    settings are the row's pipeline (``p`` = its PP, ``m`` its microbatches per pipeline), its
+    schedule next to 1F1B, the per-stage pass costs it was simulated with (ms;
+    :attr:`Settings.stage_costs`, its recomputation already in them), its hop, budget, offload
+    and host copy time, and its model and microbatch for the memory panel's GB axis (the
+    explorer's GB: activation of one pipeline stage at TP 1, not the plan's per-GPU total). The
+    order is the very one the plan simulated."""
+    if index is None:
+        ok = [i for i, status in enumerate(df["status"]) if status == "ok"]
+        if not ok:
+            raise ValueError("no configuration of the plan fits: nothing to show (raise the GPU memory or the GPUs)")
+        index = ok[0]
+    if not 0 <= int(index) < len(df):
+        raise ValueError(f"the plan has rows 0..{len(df) - 1}, got {index}")
+    index = int(index)
+    sched, costs = row_schedule(df, index)
+    row = df.iloc[index]
+    name = str(row["schedule"]).partition("@")[0]
+    limit = row["memory_limit"]
+    limit = None if limit is None or (isinstance(limit, float) and math.isnan(limit)) else float(limit)
+    offload = float(row["offload"]) if row.get("offload") == row.get("offload") and row.get("offload") else None
+    model = str(df.attrs.get("settings", {}).get("model", {}).get("name") or "")
+    model = PRESET_NAMES.get(model.lower())  # a paper preset gives the GB axis; another model none
+    settings = Settings(
+        schedules=tuple(dict.fromkeys((name, "1f1b"))), num_devices=int(row["pp"]), num_microbatches=int(row["m"]),
+        f=float(sum(costs.f)) / int(row["pp"]), b=float(sum(costs.b)) / int(row["pp"]),
+        w=float(sum(costs.w)) / int(row["pp"]), comm=float(costs.comm),
+        stage_costs=(tuple(costs.f), tuple(costs.b), tuple(costs.w)), memory_limit=limit,
+        offload=offload, offload_cost=float(costs.offload) if offload else 0.0, fb_overlap=float(costs.fb_overlap),
+        model=model, microbatch_size=int(row["microbatch_size"]))
+    what = (f"rank {int(row['rank']) if row['rank'] == row['rank'] else index + 1}, DP {row['dp']}, TP {row['tp']}, "
+            f"PP {row['pp']}, microbatch {row['microbatch_size']}"
+            + (f", recompute {row['recompute']} (in its costs)" if str(row.get("recompute")) not in ("none", "nan") else ""))
+    sched = replace(sched, name=name) if sched.name != name else sched
+    return settings, {name: sched}, {name: ORIGIN_PLAN.format(what=what)}
+
+
+def plan_state(df, index: int | None = None) -> dict:
+    """The explorer state of a plan's row (:func:`settings_from_plan`), as :func:`state_dict`
+    gives it: ``explorer(state=...)`` (a dict, its JSON or a file holding it), the explorer's
+    *load state* and ``ctrlmem draw --state`` show it; ``ctrlmem plan --emit DIR`` writes it as
+    ``explorer.state.json``."""
+    settings, orders, origins = settings_from_plan(df, index)
+    view = compute(settings, adapt=False, orders=orders, order_origins=origins)
+    return state_dict(view)
 
 
 def draw_state(source, output: str, view: str = "explorer", width: int | None = None, scale: float = 2.0) -> str:
@@ -1195,6 +1349,9 @@ def _slug_of(names: Sequence[str], s: Settings) -> str:
     stem = f"{'-vs-'.join(names) or 'none'}_p{s.num_devices}_m{s.num_microbatches}_{costs}"
     if s.memory_limit is not None:
         stem += f"_lim{s.memory_limit:g}"
+    if s.stage_costs:  # a plan's: named by a digest of its times (a stem stays short)
+        digest = zlib.crc32(json.dumps([list(x) for x in s.stage_costs]).encode("utf-8"))
+        stem += f"_sc{len(s.stage_costs[0])}-{digest:08x}"
     if s.stage_weights:
         stem += "_w" + "-".join(f"{x:g}" for x in s.stage_weights)
     if s.first_stage_extra or s.last_stage_extra:
@@ -1278,6 +1435,9 @@ def report_html(view: View, style: dict | None = None) -> str:
             ("m (microbatches)", s.num_microbatches),
             ("costs", plot.costs_label(s.costs(s.num_devices) if s.per_stage else s.costs())),
             ("memory limit", "none" if s.memory_limit is None else f"{s.memory_limit:g} × 1F1B's peak")]
+    if s.stage_costs:
+        rows.append(("per-stage costs", "; ".join(f"{k} " + ", ".join(f"{x:.4g}" for x in part)
+                                                  for k, part in zip("FBW", s.stage_costs))))
     if s.stage_weights:
         rows.append(("per-stage weights", ", ".join(f"{x:g}" for x in s.stage_weights)))
     if s.first_stage_extra or s.last_stage_extra:

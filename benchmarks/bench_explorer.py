@@ -17,8 +17,9 @@ commits it until both new plots are painted (the page's own clock), with the exp
 split (computed and sent by the kernel, each plot drawn by the browser); then how long until
 the adapted state is painted. The
 first ``v-min`` at p=32, m=256 is ticked, and while it is searched another edit is made and
-timed: the widgets must answer meanwhile. Last, the F&B overlap control with DualPipeV shown and
-a Hugging Face config.json typed into the model path field (p=16, m=64).
+timed: the widgets must answer meanwhile. Last, the F&B overlap control with DualPipeV shown,
+a Hugging Face config.json typed into the model path field and the step grid comparison clicked
+(p=16, m=64).
 
     .venv/bin/python benchmarks/bench_explorer.py [--schedules 1f1b,v-half,v-min] [--repeats 5]
     .venv/bin/python benchmarks/bench_explorer.py --gil
@@ -265,9 +266,22 @@ def new_controls(repeats: int, notebook: str | None = None) -> None:
 
         gb = lb.timed_change(page, type_config, expect_tick=f"d{p - 1}")
         page.wait_for_selector(".ctrlmem-memory text:has-text('Llama')", timeout=30_000)
+        grid = _comparison_painted(page, "step grid", "arrows: the sends")
         print(f"browser p={p} m={m} 1f1b + dualpipe-v: F&B overlap edit painted median "
               f"{statistics.median(x['painted'] for x in edits):.2f} s over {len(edits)} edits; a Hugging Face "
-              f"config.json typed: GB axis painted {gb['painted']:.2f} s [{load()}]", flush=True)
+              f"config.json typed: GB axis painted {gb['painted']:.2f} s; 'step grid' clicked: grid painted "
+              f"{grid:.2f} s [{load()}]", flush=True)
+
+
+def _comparison_painted(page, button: str, title_has: str) -> float:
+    """Seconds (the page's clock) from clicking the comparison ``button`` to its figure drawn
+    (its title holding ``title_has``)."""
+    t0 = page.evaluate("() => performance.now()")
+    page.locator(".ctrlmem-compare").get_by_role("button", name=button, exact=True).click()
+    page.wait_for_function("text => { const t = document.querySelector('.ctrlmem-compare-a .gtitle');"
+                           " return t && t.textContent.includes(text); }", arg=title_has, polling="raf",
+                           timeout=120_000)
+    return (page.evaluate("() => performance.now()") - t0) / 1e3
 
 
 def _tick(name: str):

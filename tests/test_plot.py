@@ -494,3 +494,41 @@ def test_an_overlapped_pair_is_drawn_as_one_framed_slot_of_two_half_boxes():
                 assert np.isclose(y, d) and np.isclose(width, frames[0].width)  # the full row
                 alone += 1
     assert paired == 2 * len(frames[0].y) and alone == r.schedule.num_passes - paired
+
+
+def test_step_grid_cells_are_each_devices_order_and_arrows_are_its_sends():
+    """The step grid: cell (d, k) is device d's k-th pass, labelled stage-kind-microbatch in its
+    kind's colour, its hover holding the simulated start and end; one arrow per dependency that
+    crosses devices with both ends drawn, from the sender's cell to the receiver's; at most
+    max_steps steps, the title saying how many there are."""
+    r = cm.simulate(cm.build("v-half", 4, 8), cm.Costs(1, 1, 1, 0.1))
+    spec = plot.step_grid_spec(r, max_steps=12)
+    grid, sends = spec["data"]
+    sched = r.schedule
+    assert np.asarray(grid["z"]).shape == (4, 12) and "the first 12 steps of" in spec["layout"]["title"]["text"]
+    codes = grid["meta"]["codes"]
+    for d, row in enumerate(sched.device_passes):
+        for k, ps in enumerate(row[:12]):
+            assert grid["text"][d][k] == f"{ps.stage}{ps.op.value}{ps.microbatch}"
+            assert codes[int(grid["z"][d][k]) - 1] == [ps.op.value, sched.placement.chunk_of(ps.stage)]
+            tp = next(t for t in r.passes if (t.device, t.op, t.stage, t.microbatch) == (d, ps.op, ps.stage, ps.microbatch))
+            assert tuple(grid["customdata"][d][k][2:]) == pytest.approx((tp.start, tp.end), rel=1e-6)
+    where = {(d, ps.op, ps.stage, ps.microbatch): k for d, row in enumerate(sched.device_passes)
+             for k, ps in enumerate(row[:12])}
+    want = set()
+    for tr in r.transfers():
+        a = where.get((tr.sender.device, tr.sender.op, tr.sender.stage, tr.sender.microbatch))
+        b = where.get((tr.receiver.device, tr.receiver.op, tr.receiver.stage, tr.receiver.microbatch))
+        if a is not None and b is not None:
+            want.add((a, tr.sender.device, b, tr.receiver.device))
+    xs, ys = sends["x"], sends["y"]
+    got = {(xs[i], ys[i], xs[i + 1], ys[i + 1]) for i in range(0, len(xs), 3)}
+    assert got == want and sends["meta"]["count"] == len(want) > 0
+    assert all(a[1] != a[3] for a in got)  # every arrow crosses devices
+    assert sends["marker"]["size"][1::3] == [9] * len(want) and sends["marker"]["size"][0::3] == [0] * len(want)
+    whole = plot.step_grid_spec(r, max_steps=100)
+    longest = max(len(row) for row in sched.device_passes)
+    assert np.asarray(whole["data"][0]["z"]).shape[1] == longest and "first" not in whole["layout"]["title"]["text"]
+    assert np.asarray(plot.step_grid_spec(r)["data"][0]["z"]).shape[1] == min(plot.GRID_STEPS, longest)
+    with pytest.raises(ValueError, match="max_steps"):
+        plot.step_grid_spec(r, max_steps=0)

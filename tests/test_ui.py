@@ -1150,3 +1150,20 @@ def test_a_state_link_opens_the_same_state_in_the_explorer_and_the_command_line(
     finally:
         e.close()
         other.close()
+
+
+def test_the_step_grid_comparison_shows_the_schedule_chosen():
+    """'step grid' under the plots draws the schedule picked in 'of' as device × step cells with
+    its sends, and follows that choice."""
+    e = ui.explorer(schedules=["1f1b", "v-half"], num_devices=4, num_microbatches=8, background=False,
+                    export_dir=None)
+    try:
+        e.compare.value = "step grid"
+        fig = e.shown("compare-a")
+        assert fig["data"][0]["meta"]["kind"] == "grid" and fig["layout"]["title"]["text"].startswith("1f1b")
+        e.compare_schedule.value = "v-half"
+        fig = e.shown("compare-a")
+        assert fig["layout"]["title"]["text"].startswith("v-half") and fig["data"][1]["meta"]["count"] > 0
+        assert e.shown("compare-b") is None
+    finally:
+        e.close()

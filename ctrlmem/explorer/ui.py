@@ -34,7 +34,9 @@ draws the ``R`` passes in their own colour, and the 1F1B reference stays without
 
 Below the two main plots the explorer compares the shown schedules (peak memory over time
 overlaid, memory against speed-up with the Pareto frontier, the bubble-vs-budget steps of
-``v-shape`` and ``zb``, building blocks, lifespans). Exports (PNG/SVG/PDF of the diagram above
+``v-shape`` and ``zb``, building blocks, lifespans, and the step grid: one schedule as device ×
+step cells with its sends between devices as arrows, as torch's pipelining visualizer draws it).
+Exports (PNG/SVG/PDF of the diagram above
 the memory curves, the HTML report, torch CSV, the simulated Chrome / Perfetto trace, the state file) are offered as downloads in the
 browser and written into ``export_dir`` (default ``build/explorer`` under the kernel's working
 directory, the notebook's folder in JupyterLab; ``None`` writes nothing); static images come
@@ -84,7 +86,7 @@ __all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "export_v
 log = logging.getLogger(__name__)
 
 #: The comparison views under the main plots.
-COMPARISONS = ("peak memory & speed-up", "bubble vs budget", "building blocks", "lifespans", "none")
+COMPARISONS = ("peak memory & speed-up", "bubble vs budget", "building blocks", "lifespans", "step grid", "none")
 #: Microbatches the building-block view draws (the construction repeats after a few).
 BLOCK_MICROBATCHES = 8
 #: Seconds between two looks at the background builds (progress line, finished builds): the
@@ -782,6 +784,9 @@ class Explorer:
                         None]
             if which == "building blocks":
                 return [self._blocks(view), None]
+            if which == "step grid":
+                name = self.compare_schedule.value if self.compare_schedule.value in view.results else next(iter(view.results))
+                return [plot.step_grid_spec(view.results[name]), None]
         except (ValueError, ScheduleError, KeyError) as exc:
             log.info("comparison %s: %s", which, exc)
             return [_note_figure(f"{which}: {_reason(exc)}"), None]

@@ -52,6 +52,7 @@ __all__ = [
     "hover_on_cells",
     "without_hover_tables",
     "OVERVIEW_HOVER",
+    "step_grid_spec",
     "memory_figure",
     "memory_spec",
     "theoretical_peak",
@@ -1681,6 +1682,97 @@ def pareto_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVICE_COLO
         xpad = max(0.08 * (max(xs) - min(xs)), 0.05)
         fig.update_xaxes(range=[min(xs) - xpad, max(xs) + xpad])
     return fig
+
+
+#: Steps a step grid shows at most (torch's visualizer draws whole small schedules; a deep
+#: pipeline's grid shows its start, where the warm-up's sends are).
+GRID_STEPS = 32
+
+
+def step_grid_spec(result: SimResult, *, max_steps: int = GRID_STEPS, colors: Mapping[Op, Sequence[str]] = DEFAULT_COLORS,
+                   arrow_color: str = "#333333", width: int | None = None, title: str | None = None,
+                   font_family: str = "Helvetica, Arial, sans-serif") -> dict:
+    """A schedule as a device × step grid with its cross-device sends as arrows (the view of
+    torch's pipelining visualizer), as a plain figure dict: cell ``(d, k)`` is the ``k``-th pass
+    of device ``d``'s order, labelled ``<stage><kind><microbatch>`` (``0F3``, ``5BW2``; an ``R``,
+    a recomputed forward) in its kind's colour; an arrow runs from each pass whose output
+    another device needs (a forward's activation, a backward's gradient) to the pass that needs
+    it. Only the first ``max_steps`` steps are drawn (an arrow when both its ends are). Hover
+    names the pass and its simulated start and end.
+
+    Traces: one heatmap of the cells (``meta`` ``{"kind": "grid", "codes"}``, ``customdata``
+    rows ``[stage, microbatch, start, end]``), one scatter of the arrows (``meta`` ``{"kind":
+    "sends", "count"}``: line segments from sender to receiver, an arrowhead at each receiver).
+    """
+    if not isinstance(result, SimResult):
+        raise TypeError(f"step_grid_spec needs a SimResult (cm.simulate(...)), got {type(result).__name__}")
+    if not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+    sched = result.schedule
+    p = sched.num_devices
+    _check_drawable(p)
+    steps = min(max_steps, max((len(row) for row in sched.device_passes), default=0))
+    placement = sched.placement
+    where = {(d, ps.op, ps.stage, ps.microbatch): k
+             for d, row in enumerate(sched.device_passes) for k, ps in enumerate(row[:steps])}
+    kinds: list[tuple[Op, int]] = []
+    z = np.full((p, steps), np.nan, np.float32)
+    text = [[""] * steps for _ in range(p)]
+    custom = np.full((p, steps, 4), np.nan, np.float32)
+    times = {(tp.device, tp.op, tp.stage, tp.microbatch): (tp.start, tp.end) for tp in result.passes}
+    for d, row in enumerate(sched.device_passes):
+        for k, ps in enumerate(row[:steps]):
+            kind = (ps.op, placement.chunk_of(ps.stage))
+            if kind not in kinds:
+                kinds.append(kind)
+            z[d, k] = kinds.index(kind) + 1
+            text[d][k] = f"{ps.stage}{ps.op.value}{ps.microbatch}"
+            start, end = times.get((d, ps.op, ps.stage, ps.microbatch), (np.nan, np.nan))
+            custom[d, k] = (ps.stage, ps.microbatch, start, end)
+    n = max(len(kinds), 1)
+    scale = []
+    for i, (op, chunk) in enumerate(kinds):
+        fill = pass_color(op, chunk, colors)
+        scale += [[i / n, fill], [(i + 1) / n, fill]]
+    xs, ys, sizes = [], [], []
+    for tr in result.transfers():
+        a = where.get((tr.sender.device, tr.sender.op, tr.sender.stage, tr.sender.microbatch))
+        b = where.get((tr.receiver.device, tr.receiver.op, tr.receiver.stage, tr.receiver.microbatch))
+        if a is None or b is None:
+            continue
+        xs += [a, b, None]
+        ys += [tr.sender.device, tr.receiver.device, None]
+        sizes += [0, 9, 0]
+    height = MODEBAR_PX + 40 + max(p * 34, 120) + 60
+    data = [{
+        "type": "heatmap", "x": np.arange(steps, dtype=np.int32), "y": np.arange(p, dtype=np.int32), "z": z,
+        "zmin": 0.5, "zmax": n + 0.5, "colorscale": scale or [[0, IDLE_COLOR], [1, IDLE_COLOR]], "showscale": False,
+        "xgap": 2, "ygap": 2, "text": text, "texttemplate": "%{text}", "textfont": {"size": 9},
+        "customdata": custom, "hoverongaps": False, "name": "passes", "showlegend": False,
+        "hovertemplate": ("<b>%{text}</b>: stage %{customdata[0]}, microbatch %{customdata[1]}<br>device %{y}, "
+                          "step %{x}; simulated %{customdata[2]:.4g} to %{customdata[3]:.4g}<extra></extra>"),
+        "meta": {"kind": "grid", "codes": [[op.value, chunk] for op, chunk in kinds]},
+    }, {
+        "type": "scatter", "x": xs, "y": ys, "mode": "lines+markers", "name": "sends", "showlegend": False,
+        "line": {"color": arrow_color, "width": 1}, "hoverinfo": "skip", "connectgaps": False,
+        "marker": {"symbol": "arrow", "angleref": "previous", "size": sizes, "color": arrow_color},
+        "meta": {"kind": "sends", "count": len(xs) // 3},
+    }]
+    more = max((len(row) for row in sched.device_passes), default=0) - steps
+    label = title if title is not None else f"{sched.name} (p={p}, m={sched.num_microbatches})"
+    label += (f": the first {steps} steps of {steps + more}" if more > 0 else f": {steps} steps")
+    label += "; arrows: the sends between devices"
+    layout = {
+        "height": height, "width": width,
+        "plot_bgcolor": "white", "paper_bgcolor": "white", "font": {"family": font_family, "size": 12},
+        "margin": {"l": 50, "r": 20, "t": MODEBAR_PX + 40, "b": 50},
+        "title": _title(label, height),
+        "xaxis": {"title": {"text": "step (position in the device's order)"}, "range": [-0.5, steps - 0.5],
+                  "showgrid": False, "zeroline": False, "dtick": 1 if steps <= 24 else 4},
+        "yaxis": {"tickmode": "array", "tickvals": list(range(p)), "ticktext": [f"d{d}" for d in range(p)],
+                  "range": [p - 0.5, -0.5], "showgrid": False, "zeroline": False, "ticklabeloverflow": "allow"},
+    }
+    return {"data": data, "layout": layout}
 
 
 def peak_memory_curve(result: SimResult) -> tuple[np.ndarray, np.ndarray]:

@@ -18,8 +18,8 @@ split (computed and sent by the kernel, each plot drawn by the browser); then ho
 the adapted state is painted. The
 first ``v-min`` at p=32, m=256 is ticked, and while it is searched another edit is made and
 timed: the widgets must answer meanwhile. Last, the F&B overlap control with DualPipeV shown,
-a Hugging Face config.json typed into the model path field and the step grid comparison clicked
-(p=16, m=64).
+a Hugging Face config.json typed into the model path field, the step grid comparison clicked and a
+measured run (a trace-measured.json) loaded (p=16, m=64).
 
     .venv/bin/python benchmarks/bench_explorer.py [--schedules 1f1b,v-half,v-min] [--repeats 5]
     .venv/bin/python benchmarks/bench_explorer.py --gil
@@ -267,10 +267,41 @@ def new_controls(repeats: int, notebook: str | None = None) -> None:
         gb = lb.timed_change(page, type_config, expect_tick=f"d{p - 1}")
         page.wait_for_selector(".ctrlmem-memory text:has-text('Llama')", timeout=30_000)
         grid = _comparison_painted(page, "step grid", "arrows: the sends")
+        run = lb.timed_change(page, _load_run(_measured_file(p, m)), expect_tick=f"d{p - 1}")
         print(f"browser p={p} m={m} 1f1b + dualpipe-v: F&B overlap edit painted median "
               f"{statistics.median(x['painted'] for x in edits):.2f} s over {len(edits)} edits; a Hugging Face "
               f"config.json typed: GB axis painted {gb['painted']:.2f} s; 'step grid' clicked: grid painted "
-              f"{grid:.2f} s [{load()}]", flush=True)
+              f"{grid:.2f} s; a measured 1F1B run loaded: its panel painted {run['painted']:.2f} s [{load()}]",
+              flush=True)
+
+
+def _measured_file(p: int, m: int) -> str:
+    """A trace-measured.json as `ctrlmem run` writes it, of 1F1B at p, m (its passes the simulator's
+    at F=1, B=1.2, W=0.8 ms, stretched 10 %: a stand-in for a run, which needs torch and minutes)."""
+    import tempfile
+
+    from ctrlmem.plots.trace import measured_trace_events
+    from ctrlmem import simulate
+
+    r = simulate(build("1f1b", p, m), Costs(1, 1.2, 0.8, 0.1))
+    ranks = [{"rank": d, "pp_rank": d, "dp_rank": 0, "step_end_s": r.makespan * 1.1e-3,
+              "passes": [{"op": tp.op.value, "stage": tp.stage, "microbatch": tp.microbatch,
+                          "start_s": tp.start * 1.1e-3, "end_s": tp.end * 1.1e-3} for tp in r.passes if tp.device == d]}
+             for d in range(p)]
+    path = os.path.join(tempfile.mkdtemp(prefix="ctrlmem-bench-"), "trace-measured.json")
+    with open(path, "w") as fh:
+        json.dump(measured_trace_events(r.schedule, {"ranks": ranks, "step": 1}), fh)
+    return path
+
+
+def _load_run(path: str):
+    """An action for ``timed_change``: type a file's path into 'load schedule', click load."""
+    def act(page):
+        field = page.locator(".widget-text", has=page.locator(".widget-label", has_text="load schedule")).locator("input")
+        lb_commit = field.first
+        lb_commit.fill(path)
+        page.locator(".ctrlmem-explorer").get_by_role("button", name="load", exact=True).click()
+    return act
 
 
 def _comparison_painted(page, button: str, title_has: str) -> float:

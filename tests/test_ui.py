@@ -5,6 +5,7 @@ import base64
 import csv
 import html
 import json
+import os
 
 import numpy as np
 import pytest
@@ -1165,5 +1166,47 @@ def test_the_step_grid_comparison_shows_the_schedule_chosen():
         fig = e.shown("compare-a")
         assert fig["layout"]["title"]["text"].startswith("v-half") and fig["data"][1]["meta"]["count"] > 0
         assert e.shown("compare-b") is None
+    finally:
+        e.close()
+
+
+def test_a_measured_run_is_drawn_under_its_simulation_and_kept_in_the_state(tmp_path):
+    """A run's trace-measured.json loaded in the explorer: p and m follow it, a panel of its
+    passes at their measured times (ms) comes right under the simulation of its schedule, a line
+    gives its step and mean pass times (F, B, W in ms make the simulation comparable: with them
+    the shared axis is in ms for both), the state keeps it, 'clear loaded' drops it; a run of a
+    schedule not shown says to tick it."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_trace import _run_of
+
+    from ctrlmem.explorer import views
+    from ctrlmem.plots.trace import measured_trace_events
+
+    r = cm.simulate(cm.build("1f1b", 4, 8), cm.Costs(2, 3, 1, 0.2))
+    path = tmp_path / "trace-measured.json"
+    path.write_text(json.dumps(measured_trace_events(r.schedule, _run_of(r, factor=1.0))))
+    e = ui.explorer(schedules=["v-half", "1f1b"], num_devices=2, num_microbatches=4, background=False,
+                    export_dir=None)
+    try:
+        run = e.load(str(path))
+        assert (e.devices.value, e.microbatches.value) == (4, 8) and run.name == "1f1b"
+        titles = [a["text"] for a in e.shown("diagram")["layout"]["annotations"] if a.get("yanchor") == "bottom"]
+        assert [t.split(" ")[0] for t in titles] == ["v-half", "1f1b", "measured"], titles
+        assert titles[2].startswith(f"measured 1f1b: step {r.makespan:.4g} ms (trace-measured.json")
+        f, b, w = views.measured_costs(run, r.schedule)
+        assert (f, b + w) == pytest.approx((2, 4))
+        line = next(x for x in e.view.messages if x.startswith("measured 1f1b"))
+        assert f"step {r.makespan:.4g} ms" in line and "2 / 2 / 2 ms" in line
+        e.f.value, e.b.value, e.w.value, e.comm.value = 2.0, 3.0, 1.0, 0.2  # the run's costs: the same axis
+        assert e.view.results["1f1b"].makespan == pytest.approx(run.step_ms)
+        state = views.state_dict(e.view)
+        assert views.read_state(json.dumps(state))[0].measured == (run,)
+        e.schedules.value = ("v-half",)
+        assert any("tick 1f1b" in x for x in e.view.messages)
+        e.clear_loaded()
+        assert not e.view.settings.measured
+        assert e.load(str(tmp_path / "missing.json")) is None and "Cannot load" in e.message.value
     finally:
         e.close()

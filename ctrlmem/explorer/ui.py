@@ -78,6 +78,7 @@ from ctrlmem.plots.render import StaticRenderer
 from ctrlmem.plots.figio import stabilize_svg
 from ctrlmem.plots.plotview import plot_view_class, plotly_js
 from ctrlmem.plots.render import settled_bytes
+from ctrlmem.plots.trace import MeasuredRun, read_measured_trace
 from ctrlmem.util.fileio import atomic_write, make_output_folder
 
 __all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "export_view", "save_view", "jsonable", "Explorer",
@@ -168,6 +169,7 @@ class Explorer:
         self.background = BackgroundBuilds() if background else None
         self._renderer = None
         self.loaded: list[Schedule] = list(s.loaded)
+        self.measured: list[MeasuredRun] = list(s.measured)
         self._pinned: dict[str, Schedule] = {}
         self._pinned_origins: dict[str, str] = {}
         self._state = 0
@@ -249,11 +251,11 @@ class Explorer:
                                  layout=W.Layout(width="300px"))
         self.model_mb = W.BoundedIntText(value=s.microbatch_size or 0, min=0, max=4096, description="microbatch",
                                          layout=W.Layout(width="160px"), **label)
-        self.load_path = W.Text(placeholder="torch / torchtitan CSV or ctrlmem text file (path)",
+        self.load_path = W.Text(placeholder="torch / torchtitan CSV, ctrlmem text, or a run's trace-measured.json",
                                 description="load schedule", continuous_update=False,
                                 layout=W.Layout(width="420px"), **label)
         self.load_button = W.Button(description="load", layout=W.Layout(width="70px"))
-        self.upload = W.FileUpload(accept=".csv,.txt", multiple=False, description="upload",
+        self.upload = W.FileUpload(accept=".csv,.txt,.json", multiple=False, description="upload",
                                    layout=W.Layout(width="110px"))
         self.clear_button = W.Button(description="clear loaded", layout=W.Layout(width="110px"))
         self.load_button.on_click(self._on_home(lambda _b: self.load(self.load_path.value)))
@@ -380,6 +382,7 @@ class Explorer:
             first_stage_extra=self.first_extra.value, last_stage_extra=self.last_extra.value,
             memory_limit=float(self.limit.value) if self.limit_on.value else None,
             stage_weights=_parse_weights(self.weights.value), stage_costs=self._stage_costs, loaded=tuple(self.loaded),
+            measured=tuple(self.measured),
             model=self.model_path.value.strip() or self.model.value or None, microbatch_size=int(self.model_mb.value) or None,
             optimize=float(self.optimize.value) if self.optimize_on.value else 0.0,
             improve=self.improve.value or None, recompute=self.recompute.value,
@@ -890,9 +893,24 @@ class Explorer:
 
     # -- files ----------------------------------------------------------------------------------
 
-    def load(self, source) -> Schedule | None:
+    def load(self, source) -> Schedule | MeasuredRun | None:
         """Add a schedule file (torch / torchtitan CSV or ctrlmem's text form; a path, or
-        ``(name, bytes)`` from the upload button) to the comparison; p and m follow the file."""
+        ``(name, bytes)`` from the upload button) to the comparison; p and m follow the file.
+        A ``.json`` file is a measured step of a real run (``ctrlmem run``'s
+        ``trace-measured.json``): drawn under the simulation of its schedule (see
+        :attr:`~ctrlmem.explorer.views.Settings.measured`)."""
+        label = source[0] if isinstance(source, tuple) else str(source).strip()
+        if label.lower().endswith(".json"):
+            try:
+                run = read_measured_trace(source[1] if isinstance(source, tuple) else label, name=os.path.basename(label))
+            except (OSError, ValueError) as exc:
+                self.message.value = messages_html([f"Cannot load {label}: {_reason(exc)}"])
+                return None
+            self.measured = [x for x in self.measured if x.source != run.source] + [run]
+            self._set_quietly(self.devices, run.num_devices)
+            self._set_quietly(self.microbatches, run.num_microbatches)
+            self.update()
+            return run
         try:
             if isinstance(source, tuple):
                 name, raw = source
@@ -919,7 +937,9 @@ class Explorer:
         return sched
 
     def clear_loaded(self) -> None:
+        """Drop the loaded schedule files and measured runs."""
         self.loaded = []
+        self.measured = []
         self.update()
 
     def _set_quietly(self, widget, value) -> None:
@@ -972,6 +992,7 @@ class Explorer:
         if settings.optimize:
             self._set_quietly(self.optimize, settings.optimize)
         self.loaded = list(settings.loaded)
+        self.measured = list(settings.measured)
         self._stage_costs = tuple(settings.stage_costs)
         self._show_stage_costs()
         for part, values in style.items():

@@ -62,7 +62,7 @@ from ctrlmem.util.userfile import b64_inflate
 from ctrlmem.util.userfile import read_text
 from ctrlmem.util.userfile import parse_json
 from ctrlmem.plots.render import render_file
-from ctrlmem.plots.trace import trace_events
+from ctrlmem.plots.trace import MeasuredRun, trace_events
 import inspect
 from importlib.resources import files
 
@@ -70,7 +70,7 @@ __all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "stats_ht
            "command_line", "messages_html", "jsonable", "mime_bundle", "export_view", "save_view",
            "state_dict", "write_state", "read_state", "state_view", "draw_state", "report_html", "comparison_specs", "default_schedules",
            "EXPORT_KINDS", "export_files", "ORIGIN_ADAPTED", "ORIGIN_FIXED", "ORIGIN_FILE", "ORIGIN_STATE",
-           "settings_from_plan", "plan_state", "state_link", "STATE_LINK_KEY"]
+           "settings_from_plan", "plan_state", "state_link", "STATE_LINK_KEY", "measured_costs"]
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,10 @@ class Settings:
             first/last-stage extras are not used (``comm`` still is); a schedule of ``S`` stages
             gets them summed over ``K / S`` neighbours or split into ``S / K`` equal parts.
         loaded: schedule files loaded into the comparison (simulated as they are).
+        measured: measured steps of real runs (:class:`ctrlmem.plots.trace.MeasuredRun`, from
+            ``ctrlmem run``'s ``trace-measured.json``), each drawn as a panel right under the
+            simulation of its schedule, in milliseconds from the step's start, on the same time
+            axis (comparable when F, B, W are the run's times in ms: :func:`measured_costs`).
         model: a model whose activation bytes give the memory panel a GB axis — a paper preset
             (``"9.6B"``, ...) or the path of a Hugging Face ``config.json`` (Llama, Mistral, Qwen,
             Mixtral, DeepSeek: :func:`ctrlmem.planner.model.model_spec`) — or ``None``;
@@ -161,6 +165,7 @@ class Settings:
     stage_weights: tuple[float, ...] = ()
     stage_costs: tuple[tuple[float, ...], ...] = ()
     loaded: tuple[Schedule, ...] = ()
+    measured: tuple[MeasuredRun, ...] = ()
     model: str | None = None
     microbatch_size: int | None = None
     optimize: float = 0.0
@@ -250,7 +255,8 @@ class Settings:
 
     def to_dict(self) -> dict:
         """The settings as JSON-ready values (loaded files as ``{"name", "text"}``)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "loaded"}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("loaded", "measured")}
+        out["measured"] = [run.to_dict() for run in self.measured]
         out["schedules"] = list(self.schedules)
         out["stage_weights"] = list(self.stage_weights)
         out["stage_costs"] = [list(part) for part in self.stage_costs]
@@ -270,6 +276,11 @@ class Settings:
             values["schedules"] = tuple(values["schedules"])
         if "stage_weights" in values:
             values["stage_weights"] = tuple(float(x) for x in values["stage_weights"])
+        if "measured" in values:
+            if not isinstance(values["measured"], (list, tuple)):
+                raise ValueError("settings: measured must be a list of measured runs")
+            values["measured"] = tuple(MeasuredRun.from_dict(x) if isinstance(x, Mapping) else x
+                                       for x in values["measured"])
         if "stage_costs" in values:
             parts = values["stage_costs"]
             if not isinstance(parts, (list, tuple)) or not all(isinstance(x, (list, tuple)) for x in parts):
@@ -638,12 +649,13 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
     if settings.fb_overlap != 1.0 and results and not any(r.schedule.overlaps for r in results.values()):
         messages.append(f"F&B overlap {settings.fb_overlap:g}: no shown schedule overlaps a forward with a backward, "
                         "so nothing changes; tick dualpipe or dualpipe-v to see it")
+    panels = _with_measured(settings, results, messages)
     diagram_spec = memory_spec = None
     if results:
         rs = list(results.values())
         title = plot.setting_label(p, m, settings.costs(p) if settings.per_stage else base_costs, limit)
         # the overview's hover as a table the explorer's viewer reads (hover_on_cells for other pages)
-        diagram_spec = plot.schedule_spec(rs, title=f"schedules: {title}", **{
+        diagram_spec = plot.schedule_spec(panels, title=f"schedules: {title}", **{
             "overview_hover": "table", "tick_overflow": "allow", **style.get("diagram", {})})
         memory_spec = plot.memory_spec(
             rs, reference_peak=max(reference.peak_memory) if reference is not None else None,
@@ -654,6 +666,53 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
                 origins=origins, jobs=jobs, waiting=waiting)
     view.seconds = time.perf_counter() - t0
     return view
+
+
+def _with_measured(settings: Settings, results: dict[str, SimResult], messages: list[str]) -> list:
+    """The diagram's panels: each simulation, and right under the simulation of its schedule
+    each measured run of it (a timeline in ms); a run whose schedule is not shown, or of
+    another p or m, is a message saying what to do."""
+    under: dict[str, list] = {}
+    p, m = settings.num_devices, settings.num_microbatches
+    for run in settings.measured:
+        if (run.num_devices, run.num_microbatches) != (p, m):
+            messages.append(f"measured {run.name}: has p={run.num_devices}, m={run.num_microbatches}; set p and m to "
+                            "those to compare it with its simulation")
+            continue
+        shown = next((label for label, r in results.items() if r.schedule.name == run.name), None)
+        if shown is None:
+            messages.append(f"measured {run.name}: tick {run.name} (or load its schedule file) to draw the run under "
+                            "its simulation")
+            continue
+        sim = results[shown]
+        f, b, w = measured_costs(run, sim.schedule)
+        messages.append(f"measured {run.name}: step {run.step_ms:.4g} ms, its passes {f:.4g} / {b:.4g} / {w:.4g} ms "
+                        f"(F / B / W per device-stage, mean); simulated {sim.makespan:.4g} with these costs (the same "
+                        "unit when F, B, W are in ms)")
+        under.setdefault(shown, []).append(plot.PassTimeline(
+            f"measured {run.name}: step {run.step_ms:.4g} ms ({run.source}; ms from the step's start)",
+            p, sim.schedule.placement, run.passes))
+    out: list = []
+    for label, r in results.items():
+        out.append(r)
+        out += under.get(label, [])
+    return out
+
+
+def measured_costs(run: MeasuredRun, schedule: Schedule) -> tuple[float, float, float]:
+    """The run's mean F, B, W pass times (ms) per full device-stage (a chunk's pass times the
+    chunks per device; a fused ``BW``'s mean split evenly between B and W): what to give as F,
+    B, W for its simulation to be in ms too."""
+    v = schedule.num_stages / schedule.num_devices
+    times: dict[str, list[float]] = {}
+    for tp in run.passes:
+        times.setdefault(tp.op.value, []).append(tp.end - tp.start)
+    mean = {op: math.fsum(xs) / len(xs) * v for op, xs in times.items() if xs}
+    f = mean.get("F", 0.0)
+    if "B" in mean or "W" in mean:
+        return f, mean.get("B", 0.0), mean.get("W", 0.0)
+    bw = mean.get("BW", 0.0)
+    return f, bw / 2, bw / 2
 
 
 def _with_improved(settings: Settings, results: dict[str, SimResult], origins: dict[str, str], jobs: list[Job],
@@ -948,6 +1007,8 @@ def command_line(settings: Settings, output: str | None = None) -> str:
         missing.append("per-stage weights " + ",".join(f"{x:g}" for x in s.stage_weights))
     if s.first_stage_extra or s.last_stage_extra:
         missing.append(f"first/last-stage extra {s.first_stage_extra:g}/{s.last_stage_extra:g}")
+    if s.measured:
+        missing.append("measured runs " + ", ".join(x.name for x in s.measured))
     if s.loaded:
         missing.append("loaded files " + ", ".join(x.name for x in s.loaded)
                        + (" (shown without the levers)" if s.levers else ""))

@@ -47,16 +47,17 @@ const g4 = x => Number(x).toPrecision(4);  // plotly's ":.4g"
 // the hover of a raster overview drawn with its table (figures.schedule_spec overview_hover="table"):
 // plotly reports the cell under the mouse, the label is drawn here with plotly's own hover box
 function hoverTables(gd, Plotly, tables) {
-  gd.__ctrlmemHover = (tables || []).map(t => ({trace: t.trace, template: t.template, columns: t.columns,
-    stage: typed(t.stage),
-    microbatch: typed(t.microbatch), start: typed(t.start), end: typed(t.end)}));
+  gd.__ctrlmemHover = tables || [];  // decoded on the first hover (not on the way to the screen)
   if (gd.__ctrlmemHooked || !gd.on) return;
   gd.__ctrlmemHooked = true;
   const layer = () => gd._fullLayout && gd._fullLayout._hoverlayer && gd._fullLayout._hoverlayer.node();
   gd.on("plotly_hover", ev => {
     const pt = ev && ev.points && ev.points[0];
-    const table = pt && (gd.__ctrlmemHover || []).find(t => t.trace === pt.curveNumber);
-    if (!table || !Array.isArray(pt.pointNumber)) return;
+    const raw = pt && (gd.__ctrlmemHover || []).find(t => t.trace === pt.curveNumber);
+    if (!raw || !Array.isArray(pt.pointNumber)) return;
+    if (!raw.decoded) raw.decoded = {stage: typed(raw.stage), microbatch: typed(raw.microbatch),
+                                     start: typed(raw.start), end: typed(raw.end)};
+    const table = Object.assign({template: raw.template, columns: raw.columns}, raw.decoded);
     const [d, j] = pt.pointNumber, k = d * table.columns + j;
     if (!(table.microbatch[k] >= 0)) return;  // idle
     const full = pt.fullData || {}, kind = Math.floor((pt.z - 1) / 2);

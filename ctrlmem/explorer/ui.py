@@ -18,7 +18,10 @@ How an edit is answered:
    new state, its row marked "adapted for these costs".
 
 Several edits queued in the kernel are answered once (the work runs on the kernel's event loop
-after the queued widget messages). Without an event loop (a script, the tests), every edit is
+after the queued widget messages). Every widget callback runs on the explorer's home thread, the
+one whose loop made it (:meth:`Explorer._on_home`): ipykernel 7 takes widget messages in a
+subshell thread with a loop of its own, and those are handed over, so the explorer's state has one
+writer and the last edit wins. Without an event loop (a script, the tests), every edit is
 answered at once and :meth:`Explorer.wait` applies the background builds.
 
 The "optimize (solver)" option improves the schedule chosen in "improve" (default: the first

@@ -21,6 +21,12 @@
   comparisons, the stats and the settings (and the state, to load again).
 * :func:`export_view`: a view written as PNG / SVG / PDF (diagram above memory, one file), the
   HTML report, torch CSV or the state file.
+* :func:`state_link`: a state as one line of text to share (``ctrlmem-state=1.…``), read back
+  wherever a state is (:func:`read_state`).
+* :func:`settings_from_plan`, :func:`plan_state`: a plan's row (:func:`ctrlmem.plan`) as the
+  explorer's settings and order, its per-stage costs given whole (:attr:`Settings.stage_costs`).
+* :attr:`Settings.measured`, :func:`measured_costs`: real runs' measured steps drawn under their
+  simulations.
 """
 
 from __future__ import annotations

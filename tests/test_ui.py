@@ -1203,6 +1203,8 @@ def test_a_measured_run_is_drawn_under_its_simulation_and_kept_in_the_state(tmp_
         assert e.view.results["1f1b"].makespan == pytest.approx(run.step_ms)
         state = views.state_dict(e.view)
         assert views.read_state(json.dumps(state))[0].measured == (run,)
+        report = views.report_html(e.view)
+        assert "except the panels titled <i>measured</i>" in report and "measured runs" in report
         e.schedules.value = ("v-half",)
         assert any("tick 1f1b" in x for x in e.view.messages)
         e.clear_loaded()

@@ -1513,6 +1513,8 @@ def report_html(view: View, style: dict | None = None) -> str:
         rows.append(("memory levers", s.levers_text()))
     if s.loaded:
         rows.append(("loaded files", ", ".join(x.name for x in s.loaded)))
+    if s.measured:
+        rows.append(("measured runs", ", ".join(f"{x.name} ({x.source}, step {x.step_ms:.4g} ms)" for x in s.measured)))
     settings_table = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
     peaks, pareto = comparison_specs(view)
     plots = [_report_plot("ctrlmem-report-diagram", plot.hover_on_cells(view.diagram_spec)),
@@ -1529,8 +1531,11 @@ def report_html(view: View, style: dict | None = None) -> str:
         "code{background:#f4f4f4;padding:2px 4px}</style>"
         f"<script type='text/javascript'>{plotly_js}</script></head><body>"
         "<h1>ctrlmem explorer report</h1>"
-        "<p>Everything here is simulated by ctrlmem's exact simulator from the settings below; nothing is "
-        "measured. The explorer's state is inside this page: <code>ctrlmem draw --state THIS.html -o "
+        + ("<p>Everything here is simulated by ctrlmem's exact simulator from the settings below; nothing is "
+           "measured." if not s.measured else
+           "<p>Everything here is simulated by ctrlmem's exact simulator from the settings below, except the panels "
+           "titled <i>measured</i>: a real run's measured step (<code>ctrlmem run</code>'s trace-measured.json).")
+        + " The explorer's state is inside this page: <code>ctrlmem draw --state THIS.html -o "
         "OUT.png</code> draws it again, and the explorer's <i>load state</i> takes this file.</p>"
         f"<h2>Settings</h2><table class='ctrlmem-settings'>{settings_table}</table>"
         f"<h2>Verdict</h2><p class='ctrlmem-verdict'>{html.escape(verdict(view))}</p>"

@@ -321,7 +321,7 @@ class Explorer:
         self.link_button.on_click(self._on_home(lambda _b: self._share_link()))
         self.link_out = W.Text(description="", placeholder="share link: click the button", layout=W.Layout(width="60%"))
         self.link_out.add_class("ctrlmem-link")
-        self.copy_link = _copy_button(self.link_out)
+        self.copy_link = _copy_button(self.link_out, "ctrlmem-copy-link")
         self.link_in = W.Text(description="open link", placeholder="paste a ctrlmem-state=... link (or a URL holding one)",
                               continuous_update=False, layout=W.Layout(width="420px"), style={"description_width": "initial"})
         self.link_in.add_class("ctrlmem-open-link")
@@ -734,7 +734,9 @@ class Explorer:
     def _drawn(self, change) -> None:
         """The browser drew state ``seq`` in ``ms``: the pending mark goes if it is the latest."""
         got = change["new"] or {}
-        if got.get("seq") == self._main_state and not got.get("error"):
+        slots = got.get("slots") or []
+        if (not got.get("error") and (got.get("seq") or 0) >= self._main_state and len(slots) >= 2
+                and (slots[0] or slots[1])):  # the main plots of the latest main state were drawn
             self._main_drawn = got
         if got.get("seq") != self._state or self.view is None:
             return
@@ -1292,7 +1294,7 @@ _COPY_ESM = r"""
 export default {
   render({ model, el }) {
     const button = document.createElement("button");
-    button.className = "jupyter-button widget-button ctrlmem-copy";
+    button.className = "jupyter-button widget-button " + (model.get("css") || "ctrlmem-copy");
     button.textContent = "copy";
     button.title = "copy the command to the clipboard";
     button.addEventListener("click", async () => {
@@ -1314,8 +1316,9 @@ export default {
 """
 
 
-def _copy_button(text_widget):
-    """A button that copies ``text_widget.value`` to the clipboard (an anywidget), or None."""
+def _copy_button(text_widget, css: str = "ctrlmem-copy"):
+    """A button that copies ``text_widget.value`` to the clipboard (an anywidget; ``css``: its
+    class), or None."""
     try:
         import anywidget  # noqa: PLC0415 - only inside Jupyter
         import traitlets  # noqa: PLC0415 - only inside Jupyter
@@ -1326,8 +1329,9 @@ def _copy_button(text_widget):
         _esm = _COPY_ESM
         text = traitlets.Unicode("").tag(sync=True)
         copies = traitlets.Int(0).tag(sync=True)
+        css = traitlets.Unicode("ctrlmem-copy").tag(sync=True)
 
-    button = CopyButton(text=text_widget.value)
+    button = CopyButton(text=text_widget.value, css=css)
     text_widget.observe(lambda change: setattr(button, "text", change["new"]), names="value")
     return button
 

@@ -86,12 +86,25 @@ export default {
     });
     const Plotly = await ensurePlotly(model);
     const decode = v => v instanceof DataView ? new TextDecoder().decode(v) : (v || "[]");
+    // each state's figures are taken in as it arrives: a slot sent as {"keep": true} keeps what an
+    // earlier state (drawn or not yet) put there, so a state that only changes the comparisons,
+    // arriving before the browser drew the one before, does not lose that one's main plots
+    const pending = gds.map(() => undefined);  // per slot: a figure to draw, null to hide, undefined: nothing new
+    let takenSeq = null, drawnSeq = null, received = 0;
+    const take = () => {
+      const seq = model.get("seq");
+      if (seq === takenSeq) return;
+      takenSeq = seq;
+      received = performance.now();
+      JSON.parse(decode(model.get("figures"))).forEach((f, i) => {
+        if (i < pending.length && !(f && f.keep)) pending[i] = f || null;
+      });
+    };
     let busy = Promise.resolve();
     const draw = () => { busy = busy.then(async () => {
-      const seq = model.get("seq");
-      const t0 = performance.now();
-      const figs = JSON.parse(decode(model.get("figures")));
-      if (seq !== model.get("seq")) return;
+      const seq = takenSeq;
+      if (seq === drawnSeq) return;  // drawn already (several messages, one drawing)
+      const t0 = Math.min(received, performance.now());
       const slots = [];
       // "drawing" (dims the plots) while the browser draws; an explorer marked pending since the
       // edit shows them dimmed already (no frame to wait for)
@@ -103,9 +116,9 @@ export default {
       }
       try {
       for (let i = 0; i < gds.length; i++) {
-        const f = figs[i];
-        const ts = performance.now();
-        if (f && f.keep) { slots.push(0); continue; }  // unchanged since the last state
+        const f = pending[i];
+        if (f === undefined) { slots.push(0); continue; }  // unchanged since it was drawn
+        pending[i] = undefined;
         if (i === model.get("main") && slots.some(x => x > 0)) {
           // the slots before are on screen first: the rest (comparisons) follow a frame later
           await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));
@@ -125,12 +138,14 @@ export default {
       } finally {
         if (shell) shell.classList.remove("ctrlmem-drawing");
       }
-      el.dataset.ctrlmemState = String(seq);
+      if (pending.some(f => f !== undefined)) { drawnSeq = seq; return; }  // a newer state came meanwhile: its drawing reports
+      drawnSeq = takenSeq;
+      el.dataset.ctrlmemState = String(takenSeq);
       await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));  // on screen
-      model.set("drawn", {seq: seq, ms: performance.now() - t0, slots: slots});
+      model.set("drawn", {seq: takenSeq, ms: performance.now() - t0, slots: slots});
       model.save_changes();
     }).catch(e => console.error("ctrlmem plot", e)); };
-    model.on("change:seq", draw);
+    model.on("change:seq", () => { take(); draw(); });
     // follow the width only: plotly's own autosize would also take the height from a container
     // whose height is the plot's, and a plot could collapse to zero height when the window grows
     let lastWidth = el.clientWidth;
@@ -146,6 +161,7 @@ export default {
         ? Plotly.relayout(gd, {width: gd.parentNode.clientWidth}) : null))).catch(e => console.error(e));
     });
     resize.observe(el);
+    take();
     draw();
     return () => { resize.disconnect(); gds.forEach(gd => Plotly.purge(gd)); };
   }

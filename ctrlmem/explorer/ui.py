@@ -735,8 +735,8 @@ class Explorer:
         """The browser drew state ``seq`` in ``ms``: the pending mark goes if it is the latest."""
         got = change["new"] or {}
         slots = got.get("slots") or []
-        if (not got.get("error") and (got.get("seq") or 0) >= self._main_state and len(slots) >= 2
-                and (slots[0] or slots[1])):  # the main plots of the latest main state were drawn
+        if (not got.get("error") and (got.get("seq") or 0) >= self._main_state
+                and (len(slots) < 2 or slots[0] or slots[1])):  # the latest main plots were drawn (no split: all)
             self._main_drawn = got
         if got.get("seq") != self._state or self.view is None:
             return

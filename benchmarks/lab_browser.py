@@ -6,7 +6,9 @@ JupyterLab runs from this Python's environment on a loopback port with a random 
 temporary folder holding a copy of the notebook; Python playwright drives ``/usr/bin/chromium``
 (never a downloaded browser). Everything started here is stopped on exit, failures included.
 
-What is measured, in the page's own clock (``performance.now()``):
+What is measured, in the page's own clock (``performance.now()``), from the input event that
+commits the change (the Enter key of a typed value, the click on a checkbox; the typing before it
+is the user's, not the explorer's: ``typing`` says how long it took):
 
 * ``painted``: the first animation frame after the change in which both the diagram and the
   memory plot are new plotly graphs that have been drawn (plotly's ``_fullLayout`` is set and
@@ -200,7 +202,12 @@ def _terminate(signum, frame):
 _PROBE = """
 () => {
   if (window.__cm) return;
-  const cm = window.__cm = {longtasks: [], t0: null, painted: null, afterplot: [], want: null};
+  const cm = window.__cm = {longtasks: [], t0: null, commit: null, painted: null, afterplot: [], want: null};
+  // the change is committed by the last Enter or click before the plots are painted
+  const commit = e => { if (cm.t0 !== null && cm.painted === null && (e.type === 'click' || e.key === 'Enter'))
+    cm.commit = performance.now(); };
+  window.addEventListener('keydown', commit, true);
+  window.addEventListener('click', commit, true);
   try {
     new PerformanceObserver(list => { for (const e of list.getEntries())
       cm.longtasks.push([e.startTime, e.startTime + e.duration]); }).observe({entryTypes: ['longtask']});
@@ -215,7 +222,7 @@ _PROBE = """
   };
   cm.arm = (want) => {
     for (const gd of cm.graphs()) if (gd) { gd.__cmOld = true; hook(gd); }
-    cm.want = want; cm.painted = null; cm.afterplot = []; cm.t0 = performance.now();
+    cm.want = want; cm.painted = null; cm.commit = null; cm.afterplot = []; cm.t0 = performance.now();
     const frame = () => {
       const gds = cm.graphs();
       gds.forEach(hook);
@@ -255,9 +262,9 @@ def slider_readout(page, label: str):
 def timed_change(page, action, *, expect_tick: str | None = None, quiet_ms: int = 1500,
                  timeout_s: float = 300) -> dict:
     """Do ``action(page)`` (which must end with the keystroke or click that commits the change)
-    and return the end-to-end times in seconds: ``painted``, ``afterplot``, ``settled``, and
-    the explorer's own Python-side timer text. ``expect_tick``: a device label (``"d31"``) the
-    new diagram must show."""
+    and return the end-to-end times in seconds from that commit: ``painted``, ``afterplot``,
+    ``settled``; ``typing``: from the action's start to the commit; ``python``: the explorer's
+    own timer text. ``expect_tick``: a device label (``"d31"``) the new diagram must show."""
     page.evaluate("want => window.__cm.arm(want)", expect_tick)
     action(page)
     page.wait_for_function("() => window.__cm.painted !== null", timeout=timeout_s * 1000, polling=100)
@@ -266,7 +273,8 @@ def timed_change(page, action, *, expect_tick: str | None = None, quiet_ms: int 
         state = page.evaluate(
             "q => { const c = window.__cm, now = performance.now();"
             " const last = c.longtasks.filter(t => t[1] > c.t0).reduce((a, t) => Math.max(a, t[1]), c.painted);"
-            " return {quiet: now - last > q, last: last, t0: c.t0, painted: c.painted,"
+            " return {quiet: now - last > q, last: last, t0: c.commit === null ? c.t0 : c.commit, armed: c.t0,"
+            " painted: c.painted,"
             " afterplot: c.afterplot.length ? Math.max(...c.afterplot) : null}; }", quiet_ms)
         if state["quiet"]:
             break
@@ -274,6 +282,7 @@ def timed_change(page, action, *, expect_tick: str | None = None, quiet_ms: int 
     timer = page.locator(".ctrlmem-timing").inner_text() if page.locator(".ctrlmem-timing").count() else ""
     t0 = state["t0"]
     return {
+        "typing": (t0 - state["armed"]) / 1e3,
         "painted": (state["painted"] - t0) / 1e3,
         "afterplot": None if state["afterplot"] is None else (state["afterplot"] - t0) / 1e3,
         "settled": (max(state["last"], state["painted"]) - t0) / 1e3,

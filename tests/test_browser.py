@@ -416,3 +416,46 @@ def test_every_export_arrives_at_p32_m256_after_a_long_session_and_a_dead_export
             raise
     for what, t in times.items():
         print(f"p=32 m=256 export {what}: downloaded in {t:.1f} s [load {os.getloadavg()[0]:.2f}/{os.cpu_count()}]")
+
+
+_TWO_STATES_NOTEBOOK = {
+    "cells": [
+        {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "outputs": [], "execution_count": None,
+         "source": "quick = True\n"},
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": (
+            "from ctrlmem.plots.plotview import plot_view_class, plotly_js\n"
+            "fig = lambda t: {'data': [{'type': 'bar', 'x': [1], 'y': [1]}], 'layout': {'title': {'text': t}}}\n"
+            "view = plot_view_class()(names=['slot-a', 'slot-b'], main=1, plotly_js=plotly_js())\n"
+            "view")},
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": (
+            "import time\n"
+            "time.sleep(3)  # the view is on screen\n"
+            "view.show([fig('zero main'), fig('zero comparison')], seq=1)  # drawn in two parts: a frame between\n"
+            "view.show([fig('first main'), fig('first comparison')], seq=2)  # these two arrive meanwhile\n"
+            "view.show([None, fig('second comparison')], seq=3, keep=[True, False])\n")},
+    ],
+    "metadata": {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}},
+    "nbformat": 4, "nbformat_minor": 5,
+}
+
+
+def test_a_state_that_keeps_the_main_plot_arriving_before_the_one_before_is_drawn_loses_nothing(tmp_path):
+    """The plot view takes each state in as it arrives: while it draws one state (a frame between
+    its main slot and the rest), a state with both slots and then one that keeps slot a and
+    changes slot b arrive; slot a ends with the middle state's figure, slot b with the last's, and
+    the view reports the last drawn (the explorer sends its comparisons so, right after the main
+    plots; before, the middle state's main plot was never drawn)."""
+    import json
+
+    why = lb.available()
+    if why:
+        pytest.skip(why)
+    nb = tmp_path / "two_states.ipynb"
+    nb.write_text(json.dumps(_TWO_STATES_NOTEBOOK))
+    with lb.lab_page(str(nb), workdir=str(tmp_path / "lab"), path="two_states.ipynb",
+                     ready=(".slot-b .js-plotly-plot .main-svg",)) as page:
+        page.wait_for_function("() => { const t = document.querySelector('.slot-b .gtitle');"
+                               " return t && t.textContent === 'second comparison'; }", timeout=60_000)
+        page.wait_for_function("() => document.querySelector('.ctrlmem-plots').dataset.ctrlmemState === '3'",
+                               timeout=30_000)
+        assert page.locator(".slot-a .gtitle").text_content() == "first main"

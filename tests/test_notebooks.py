@@ -185,8 +185,12 @@ def check_30_plan(out_dir: Path) -> None:
     assert all(a["samples_per_s"] < b["samples_per_s"] for a, b in zip(front, front[1:]))
     assert front[-1]["samples_per_s"] == pytest.approx(win["samples_per_s"])
     assert numbers["bounded"] == 0 and numbers["fit_and_simulated"] > 10
-    for name in ("plan.csv", "plan.json", "plan_figure.html", "winner.html"):
+    for name in ("plan.csv", "plan.json", "plan_figure.html", "winner.html", "explorer.state.json"):
         assert (out_dir / name).is_file(), name
+    from ctrlmem.explorer.views import state_view
+
+    view, _ = state_view(str(out_dir / "explorer.state.json"))  # the winner, as the explorer shows it
+    assert view.settings.num_devices == win["pp"] and view.settings.stage_costs and not view.messages
 
 
 CHECKS = {"30_plan.ipynb": check_30_plan, "10_experiment.ipynb": check_10_experiment, "23_fig07_pareto.ipynb": check_23_fig07_pareto, "20_paper_tables.ipynb": check_20_paper_tables,

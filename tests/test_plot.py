@@ -304,8 +304,10 @@ def test_overview_cell_shows_the_pass_running_at_its_middle(name, costs):
 def test_overview_switches_on_by_size_and_bounds_the_explorer_update():
     """p=32, m=256, 1F1B and V-Half: the diagram is a raster overview, so the figure JSON one
     explorer update sends is bounded by the cells (p × at most OVERVIEW_COLUMNS per panel, each
-    with its pass's hover data: about 36 bytes), not by the passes; small figures keep one box
-    per pass. The hover template names kind, stage, chunk, microbatch, start and end."""
+    with its pass's hover data: about 20 bytes), not by the passes; small figures keep one box
+    per pass. The explorer's overview keeps its hover as a table, which its plotly figure
+    (``view.diagram``) and the HTML report turn into plotly's hover naming kind, stage, chunk,
+    microbatch, start and end."""
     import json
 
     from ctrlmem.explorer import ui
@@ -313,14 +315,82 @@ def test_overview_switches_on_by_size_and_bounds_the_explorer_update():
     small = plot.schedule_spec(cm.simulate(cm.build("v-half", 4, 8)))
     assert {t["meta"]["kind"] for t in small["data"]} == {"idle", "pass"}
     view = ui.compute(ui.Settings(schedules=("1f1b", "v-half"), num_devices=32, num_microbatches=256))
-    assert {t["meta"]["kind"] for t in view.diagram_spec["data"]} == {"idle", "overview", "legend"}
+    assert {t["meta"]["kind"] for t in view.diagram_spec["data"]} == {"idle", "overview", "rows", "legend"}
     (_, vhalf) = [t for t in view.diagram_spec["data"] if t["meta"]["kind"] == "overview"]
+    assert vhalf["hoverinfo"] == "none" and "customdata" not in vhalf and "text" not in vhalf
+    assert vhalf["meta"]["hover"]["template"] == plot._overview_template(2)
+    (_, full) = [t for t in view.diagram.data if (t.meta or {}).get("kind") == "overview"]
     for needle in ("%{text}", "stage %{customdata[0]}", "chunk %{customdata[1]}", "microbatch %{customdata[2]}",
                    "start %{customdata[3]", "end %{customdata[4]"):
-        assert needle in vhalf["hovertemplate"]
+        assert needle in full.hovertemplate
     cells = 2 * 32 * plot.OVERVIEW_COLUMNS
     size = sum(len(json.dumps(ui.mime_bundle(spec, "x"))) for spec in (view.diagram_spec, view.memory_spec))
-    assert size < cells * 40 + 1_000_000, size
+    assert size < cells * 20 + 700_000, size
+
+
+@pytest.mark.parametrize("name,costs", [("v-half", cm.Costs(1, 1, 1, 0)), ("1f1b", cm.Costs(6, 8, 4, 0.2)),
+                                        ("zb-v", cm.Costs(3, 4, 2, 0.5))])
+def test_overview_hover_table_gives_the_same_hover_as_plotly_cells(name, costs):
+    """An overview drawn with its hover as a table (what the explorer's viewer reads) holds the
+    same hover as one drawn with plotly's per-cell data: hover_on_cells of the first equals the
+    second, trace by trace (customdata, text and template), and leaves a figure without tables
+    as it is."""
+    r = cm.simulate(cm.build(name, 6, 24, costs=costs), costs)
+    cells = plot.schedule_spec(r, overview=True, overview_columns=300)
+    table = plot.schedule_spec(r, overview=True, overview_columns=300, overview_hover="table")
+    (hm,) = [t for t in table["data"] if t["meta"]["kind"] == "overview"]
+    assert hm["hoverinfo"] == "none" and "customdata" not in hm and "text" not in hm
+    assert hm["meta"]["hover"]["columns"] == np.asarray(hm["z"]).shape[1]
+    back = plot.hover_on_cells(table)
+    assert [t["meta"]["kind"] for t in back["data"]] == [t["meta"]["kind"] for t in cells["data"]]
+    for a, b in zip(back["data"], cells["data"]):
+        assert set(a) == set(b), (a["meta"], set(a) ^ set(b))
+        if a["meta"]["kind"] == "overview":
+            assert np.array_equal(a["customdata"], b["customdata"], equal_nan=True)
+            assert a["text"] == b["text"] and a["hovertemplate"] == b["hovertemplate"]
+            assert "hover" not in a["meta"]
+    assert plot.hover_on_cells(cells) is cells
+    stripped = plot.without_hover_tables(table)
+    assert not any("hover" in t["meta"] for t in stripped["data"]) and any("hover" in t["meta"] for t in table["data"])
+    with pytest.raises(ValueError, match="overview_hover"):
+        plot.schedule_spec(r, overview=True, overview_hover="tooltip")
+
+
+def ui_compute_p8():
+    from ctrlmem.explorer import views
+
+    return views.compute(views.Settings(schedules=("1f1b", "v-half"), num_devices=8, num_microbatches=16))
+
+
+def test_overview_is_drawn_as_one_image_with_rows_apart():
+    """What lets plotly.js draw an overview as one small image scaled up (not a rectangle per
+    cell): equally spaced columns and rows, no gaps between cells; the rows stay apart by
+    white lines on their boundaries. The explorer's device and memory axes never measure their
+    labels for overflow (what took most of drawing a p = 32 diagram); other figures keep
+    plotly's default (the committed figures stay byte-identical)."""
+    for costs in (cm.Costs(1, 1, 1, 0), cm.Costs(6, 8, 4, 0.2)):
+        r = cm.simulate(cm.build("v-half", 8, 64, costs=costs), costs)
+        spec = plot.schedule_spec(r, overview=True)
+        (hm,) = [t for t in spec["data"] if t["meta"]["kind"] == "overview"]
+        steps = np.diff(np.asarray(hm["x"]))
+        assert np.allclose(steps, steps[0]) and not hm.get("ygap") and not hm.get("xgap")
+        assert np.array_equal(hm["y"], np.arange(8))
+        (rows,) = [t for t in spec["data"] if t["meta"]["kind"] == "rows"]
+        assert sorted(set(np.asarray(rows["y"])[~np.isnan(rows["y"])])) == [d + 0.5 for d in range(7)]
+        assert rows["line"]["color"] == "white" and rows["hoverinfo"] == "skip"
+        assert "ticklabeloverflow" not in spec["layout"]["yaxis"]  # plotly's default, unless asked
+        fast = plot.schedule_spec(r, overview=True, tick_overflow="allow")
+        assert all(fast["layout"][k]["ticklabeloverflow"] == "allow" for k in fast["layout"] if k.startswith("yaxis"))
+    # unit costs: every pass boundary is a column edge (one column per interval, exact)
+    r = cm.simulate(cm.build("1f1b", 4, 8), cm.Costs(1, 1, 1, 0))
+    (hm,) = [t for t in plot.schedule_spec(r, overview=True)["data"] if t["meta"]["kind"] == "overview"]
+    bounds = {tp.start for tp in r.passes} | {tp.end for tp in r.passes}
+    assert bounds <= set(np.round(np.asarray(hm["x"]), 9))
+    mem = plot.memory_spec(r, tick_overflow="allow")
+    assert mem["layout"]["yaxis"]["ticklabeloverflow"] == "allow"
+    view = ui_compute_p8()
+    for spec in (view.diagram_spec, view.memory_spec):  # the explorer's figures ask for it
+        assert spec["layout"]["yaxis"]["ticklabeloverflow"] == "allow"
 
 
 @pytest.mark.parametrize("name", ["v-half", "1f1b"])
@@ -424,3 +494,41 @@ def test_an_overlapped_pair_is_drawn_as_one_framed_slot_of_two_half_boxes():
                 assert np.isclose(y, d) and np.isclose(width, frames[0].width)  # the full row
                 alone += 1
     assert paired == 2 * len(frames[0].y) and alone == r.schedule.num_passes - paired
+
+
+def test_step_grid_cells_are_each_devices_order_and_arrows_are_its_sends():
+    """The step grid: cell (d, k) is device d's k-th pass, labelled stage-kind-microbatch in its
+    kind's colour, its hover holding the simulated start and end; one arrow per dependency that
+    crosses devices with both ends drawn, from the sender's cell to the receiver's; at most
+    max_steps steps, the title saying how many there are."""
+    r = cm.simulate(cm.build("v-half", 4, 8), cm.Costs(1, 1, 1, 0.1))
+    spec = plot.step_grid_spec(r, max_steps=12)
+    grid, sends = spec["data"]
+    sched = r.schedule
+    assert np.asarray(grid["z"]).shape == (4, 12) and "the first 12 steps of" in spec["layout"]["title"]["text"]
+    codes = grid["meta"]["codes"]
+    for d, row in enumerate(sched.device_passes):
+        for k, ps in enumerate(row[:12]):
+            assert grid["text"][d][k] == f"{ps.stage}{ps.op.value}{ps.microbatch}"
+            assert codes[int(grid["z"][d][k]) - 1] == [ps.op.value, sched.placement.chunk_of(ps.stage)]
+            tp = next(t for t in r.passes if (t.device, t.op, t.stage, t.microbatch) == (d, ps.op, ps.stage, ps.microbatch))
+            assert tuple(grid["customdata"][d][k][2:]) == pytest.approx((tp.start, tp.end), rel=1e-6)
+    where = {(d, ps.op, ps.stage, ps.microbatch): k for d, row in enumerate(sched.device_passes)
+             for k, ps in enumerate(row[:12])}
+    want = set()
+    for tr in r.transfers():
+        a = where.get((tr.sender.device, tr.sender.op, tr.sender.stage, tr.sender.microbatch))
+        b = where.get((tr.receiver.device, tr.receiver.op, tr.receiver.stage, tr.receiver.microbatch))
+        if a is not None and b is not None:
+            want.add((a, tr.sender.device, b, tr.receiver.device))
+    xs, ys = sends["x"], sends["y"]
+    got = {(xs[i], ys[i], xs[i + 1], ys[i + 1]) for i in range(0, len(xs), 3)}
+    assert got == want and sends["meta"]["count"] == len(want) > 0
+    assert all(a[1] != a[3] for a in got)  # every arrow crosses devices
+    assert sends["marker"]["size"][1::3] == [9] * len(want) and sends["marker"]["size"][0::3] == [0] * len(want)
+    whole = plot.step_grid_spec(r, max_steps=100)
+    longest = max(len(row) for row in sched.device_passes)
+    assert np.asarray(whole["data"][0]["z"]).shape[1] == longest and "first" not in whole["layout"]["title"]["text"]
+    assert np.asarray(plot.step_grid_spec(r)["data"][0]["z"]).shape[1] == min(plot.GRID_STEPS, longest)
+    with pytest.raises(ValueError, match="max_steps"):
+        plot.step_grid_spec(r, max_steps=0)

@@ -263,3 +263,24 @@ def test_a_schedule_simulated_again_under_new_costs_is_simulated_afresh():
         a = cm.simulate(s, costs)
         b = cm.simulate(cm.Schedule.from_text(s.to_text()), costs)
         assert (a.makespan, a.peak_memory, a.passes, a.copies) == (b.makespan, b.peak_memory, b.passes, b.copies)
+
+
+@given(cases(), st.floats(0, 3))
+def test_a_second_simulation_times_every_pass_as_the_event_loop_does(case, comm2):
+    """A schedule simulated again is timed by one loop over the order the event loop first
+    reached its passes in (that order follows the orders alone): every start and end, span and
+    peak equals what the event loop (``validate.execute``) gives, under the first costs and
+    under others."""
+    from unittest import mock
+
+    from ctrlmem.model import simulate as sim
+
+    s, costs = case
+    for c in (costs, cm.Costs(costs.f, costs.b, costs.w, comm=comm2)):
+        r = cm.simulate(s, c)
+        with mock.patch.object(sim, "_plan_of", lambda index: None):  # the event loop alone
+            want = cm.simulate(s, c)
+        assert (r._start, r._end, r.device_spans, r.peak_memory, r.makespan) == \
+            (want._start, want._end, want.device_spans, want.peak_memory, want.makespan)
+    index = sim._index_of(s)
+    assert (sim._plan_of(index) is None) == (index.partner is not None or bool(index.extra_dep or index.lanes))

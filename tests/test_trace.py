@@ -150,3 +150,37 @@ def test_run_writes_both_traces_beside_its_result_and_unit_costs_without_timed_s
     unit = json.loads((tmp_path / "untimed" / "trace-simulated.json").read_text())["otherData"]
     assert unit["makespan"] == cm.simulate(schedule).makespan and unit["us_per_unit"] == 1000.0
     assert _write_traces(config, {"status": "failed", "failure": "x"}) == []
+
+
+def _run_of(result, factor: float = 1.2, replicas: int = 1) -> dict:
+    """A measured step as `ctrlmem run` records it (its measured_trace), from a simulation whose
+    times are milliseconds, each pass stretched by ``factor`` (replica k 1 ms later)."""
+    p = result.schedule.num_devices
+    ranks = []
+    for k in range(replicas):
+        for d in range(p):
+            rows = [tp for tp in result.passes if tp.device == d]
+            ranks.append({"rank": k * p + d, "pp_rank": d, "dp_rank": k, "step_end_s": result.makespan * factor / 1e3,
+                          "passes": [{"op": tp.op.value, "stage": tp.stage, "microbatch": tp.microbatch,
+                                      "start_s": (tp.start * factor + k) / 1e3, "end_s": (tp.end * factor + k) / 1e3}
+                                     for tp in rows]})
+    return {"ranks": ranks, "step": 1, "alignment": "barrier", "start_skew_s": None}
+
+
+def test_a_measured_trace_reads_back_the_passes_of_its_first_replica_in_ms():
+    """read_measured_trace gives back what ctrlmem run's trace-measured.json holds: every pass of
+    the first data-parallel replica, its device the pipeline rank, its times in ms from the
+    step's start; the step's time; and refuses a simulated trace, naming the measured one."""
+    from ctrlmem.plots.trace import measured_trace_events, read_measured_trace, trace_events
+
+    r = cm.simulate(cm.build("v-half", 4, 8), cm.Costs(2, 3, 1, 0.2))
+    data = measured_trace_events(r.schedule, _run_of(r, replicas=2))
+    run = read_measured_trace(json.dumps(data), name="trace-measured.json")
+    assert (run.name, run.num_devices, run.num_microbatches, run.source) == ("v-half", 4, 8, "trace-measured.json")
+    want = sorted((tp.device, tp.op, tp.stage, tp.microbatch, tp.start * 1.2, tp.end * 1.2) for tp in r.passes)
+    got = sorted(tuple(tp) for tp in run.passes)
+    assert len(got) == len(want) and all(g[:4] == w[:4] and g[4:] == pytest.approx(w[4:]) for g, w in zip(got, want))
+    assert run.step_ms == pytest.approx(r.makespan * 1.2)
+    assert type(run).from_dict(json.loads(json.dumps(run.to_dict()))) == run
+    with pytest.raises(ValueError, match="not a measured trace.*trace-measured.json"):
+        read_measured_trace(json.dumps(trace_events(r)))

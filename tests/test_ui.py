@@ -4,6 +4,8 @@ settings, redraws the figures, and bad input becomes a readable message, never a
 import base64
 import csv
 import html
+import json
+import os
 
 import numpy as np
 import pytest
@@ -980,3 +982,239 @@ def test_a_hugging_face_config_gives_the_memory_panel_its_gb_axis(tmp_path):
         assert any("GB axis" in x for x in ex.view.messages)
     finally:
         ex.close()
+
+
+def test_edits_from_the_subshell_and_the_main_loop_run_one_at_a_time_on_the_explorer_thread():
+    """ipykernel 7 answers widget messages in a subshell thread with a loop of its own, beside
+    the main thread's loop that made the explorer. Edits arriving on both at once (and a
+    schedule ticked from the subshell) are all answered on the explorer's own thread, one at a
+    time, and once they settle the explorer shows the widgets' last values: the last edit wins,
+    the state shown is the latest, no state number is lost. (Before, an edit from the subshell
+    was answered on the subshell's thread, beside the main thread's.)"""
+    import asyncio
+    import threading
+    import time
+
+    main, main_th = _loop_in_thread("kernel-main")
+    sub, sub_th = _loop_in_thread("subshell")
+    try:
+        e = _on(main, lambda: ui.explorer(schedules=["1f1b", "zb-v"], num_devices=4, num_microbatches=8,
+                                          background=False, export_dir=None))
+        threads, active, overlaps, renders = [], {}, [0], [0]
+
+        def watched(fn, count=None):
+            def run(*args, **kwargs):
+                me = threading.current_thread().name
+                threads.append(me)
+                overlaps[0] += any(n for t, n in active.items() if t != me)  # another thread inside
+                active[me] = active.get(me, 0) + 1
+                if count is not None:
+                    count[0] += 1
+                try:
+                    time.sleep(0.002)  # widen the window a second thread would race in
+                    return fn(*args, **kwargs)
+                finally:
+                    active[me] -= 1
+            return run
+
+        e.update, e.render = watched(e.update), watched(e.render, renders)
+        start = e._state
+
+        async def edit(widget, values):
+            for v in values:
+                widget.value = v
+                await asyncio.sleep(0.003)
+
+        comms = [round(0.01 * k, 2) for k in range(1, 31)]
+        fs = [round(1 + 0.1 * k, 1) for k in range(1, 31)]
+        both = [asyncio.run_coroutine_threadsafe(edit(e.comm, comms), sub),
+                asyncio.run_coroutine_threadsafe(edit(e.f, fs), main)]
+        for fut in both:
+            fut.result(timeout=120)
+        _on(sub, lambda: setattr(e.schedules.boxes["v-half"], "value", True))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # settled: nothing scheduled, the last edit answered
+            time.sleep(0.1)
+            if not _on(main, lambda: e._flush_scheduled) and "v-half" in e.view.settings.schedules:
+                break
+        settled = _on(main, lambda: (e.view.settings, e.settings(), e._state, e.plots.seq))
+        assert set(threads) == {"kernel-main"}, sorted(set(threads))
+        assert overlaps[0] == 0
+        view_settings, widgets, state, seq = settled
+        assert view_settings == widgets and (view_settings.comm, view_settings.f) == (comms[-1], fs[-1])
+        assert view_settings.schedules == ("1f1b", "zb-v", "v-half")
+        assert seq == state and state - start == renders[0] > 0
+        _on(main, e.close)
+    finally:
+        for loop, th in ((main, main_th), (sub, sub_th)):
+            loop.call_soon_threadsafe(loop.stop)
+            th.join(10)
+            loop.close()
+
+
+def test_per_stage_costs_are_summed_or_split_for_each_schedule_and_checked():
+    """Given per-stage costs (K stages in model order), a schedule of S stages gets them summed
+    over K/S neighbours or split into S/K equal parts (the model's total stays), its one-time
+    form is a full device-stage's average, they survive the state file, and a stage count neither
+    divides is refused naming both."""
+    from ctrlmem.explorer.views import Settings
+
+    f, b, w = (1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 3.0), (2.0,) * 8, (1.0,) * 7 + (0.5,)
+    s = Settings(schedules=("1f1b", "v-half"), num_devices=4, num_microbatches=8, stage_costs=(f, b, w), comm=0.5)
+    assert s.costs(8).f == f and s.costs(4).f == (3.0, 4.0, 4.0, 5.0) and s.costs(16).f[:3] == (0.5, 0.5, 1.0)
+    for n in (4, 8, 16):
+        assert sum(s.costs(n).w) == pytest.approx(sum(w)) and s.costs(n).comm == 0.5
+    assert (s.costs().f, s.costs().b) == (16 / 4, 16 / 4) and s.per_stage
+    assert Settings.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+    with pytest.raises(ValueError, match="8 stages cannot time a schedule of 12"):
+        s.costs(12)
+    with pytest.raises(ValueError, match="three lists"):
+        Settings(stage_costs=((1.0, 2.0), (1.0,), (1.0, 1.0))).costs(2)
+    view = ui.compute(s)
+    assert not view.messages and view.results["v-half"].costs.f == f and view.reference.costs.f == s.costs(4).f
+    assert "per-stage costs of 8 stages" in ui.command_line(s)
+
+
+def test_a_plans_winner_opens_in_the_explorer_as_the_plan_simulated_it(tmp_path):
+    """cm.plan's fastest configuration that fits, as an explorer state (plan_state; `ctrlmem
+    plan --emit` writes it as explorer.state.json): its schedule next to 1F1B at its PP and
+    microbatches, with the very order and per-stage costs (ms) the plan simulated, so the
+    explorer shows the plan's pipeline time; the explorer opens it and `ctrlmem draw --state`
+    draws it."""
+    from ctrlmem.explorer import views
+    from ctrlmem.planner.core import row_schedule
+
+    df = cm.plan(model="9.6b", gpus=8, gpu_memory_gb=40, costs="h200", progress=False)
+    win = int(df.index[df["status"] == "ok"][0])
+    row = df.iloc[win]
+    state = views.plan_state(df)
+    view, _ = views.state_view(state)
+    name = str(row["schedule"]).partition("@")[0]
+    assert list(view.results) == list(dict.fromkeys([name, "1f1b"])) and not view.messages
+    sched, costs = row_schedule(df, win)
+    shown = view.results[name]
+    assert shown.schedule.device_passes == sched.device_passes and shown.costs.f == tuple(costs.f)
+    assert shown.makespan == pytest.approx(row["pipeline_s"] * 1e3, rel=1e-9)
+    assert (view.settings.num_devices, view.settings.num_microbatches) == (row["pp"], row["m"])
+    assert view.origins[name].startswith("the plan's order: rank 1") and view.settings.model == "9.6B"
+    e = ui.explorer(state=json.dumps(state), background=False, export_dir=None)
+    try:
+        assert e.view.results[name].makespan == shown.makespan and e.view.settings.stage_costs
+        assert e.f.disabled and "per-stage costs of" in e.stage_note.value
+        e.clear_stage_costs.click()  # back to the F, B, W fields
+        assert not e.view.settings.stage_costs and not e.f.disabled and e.stage_note.value == ""
+    finally:
+        e.close()
+    with pytest.raises(ValueError, match="rows 0.."):
+        views.settings_from_plan(df, len(df) + 3)
+
+
+def test_a_static_export_keeps_the_gb_axis_on_its_memory_panel():
+    """With a model chosen, each memory panel has a second (GB) axis overlaying it; stacked under
+    the diagram for a PNG/SVG/PDF it still overlays that memory panel, not the diagram's panel of
+    the same number (which hid the diagram's boxes behind it)."""
+    from ctrlmem.explorer import views
+
+    view = views.compute(views.Settings(schedules=("1f1b", "v-half"), num_devices=4, num_microbatches=8,
+                                        model="9.6B"))
+    fig = views.static_figure(view)
+    memory_axes = {tr.yaxis for tr in fig.data if (tr.meta or {}).get("kind") == "memory"}
+    overlays = {fig.layout[k].overlaying for k in fig.layout if k.startswith("yaxis") and fig.layout[k].overlaying}
+    assert overlays and overlays == memory_axes, (overlays, memory_axes)
+
+
+def test_a_state_link_opens_the_same_state_in_the_explorer_and_the_command_line(tmp_path, capsys):
+    """'share link' puts the state into one line of text (also inside a URL, after # or ?): with
+    its very orders when they fit, which the explorer's 'open link' field, explorer(state=LINK)
+    and `ctrlmem draw --state LINK` show again exactly; a state too long for a link keeps its
+    settings and the orders are built again, to the same schedules; a broken link is a message."""
+    from ctrlmem.cli.app import main
+    from ctrlmem.explorer import views
+
+    e = ui.explorer(schedules=["1f1b", "v-half"], num_devices=4, num_microbatches=12, f=2.0, comm=0.1,
+                    background=False, export_dir=None)
+    other = ui.explorer(schedules=["1f1b"], num_devices=2, num_microbatches=4, background=False, export_dir=None)
+    try:
+        e.link_button.click()
+        link = e.link_out.value
+        assert link.startswith(views.STATE_LINK_KEY) and len(link) < views.MAX_LINK_CHARS
+        assert "the very orders shown" in e.export_note.value
+        other.link_in.value = f"http://localhost:8888/lab/tree/01_explore_schedules.ipynb#{link}"
+        shown = {n: (r.makespan, r.schedule.device_passes) for n, r in e.view.results.items()}
+        assert {n: (r.makespan, r.schedule.device_passes) for n, r in other.view.results.items()} == shown
+        assert other.view.settings == e.view.settings
+        assert main(["draw", "--state", link, "-o", str(tmp_path / "linked.html")]) == 0
+        assert (tmp_path / "linked.html").read_bytes() == views.report_html(e.view, e._style()).encode("utf-8")
+        # too long with its orders: the settings alone, the orders built again
+        short, exact = views.state_link(e.view, max_chars=600)
+        assert not exact and len(short) <= 600
+        rebuilt, _ = views.state_view(short)
+        assert {n: (r.makespan, r.schedule.device_passes) for n, r in rebuilt.results.items()} == shown
+        other.link_in.value = link[:-40] + "!!"
+        assert "Cannot load the state" in other.message.value
+        with pytest.raises(ValueError, match="state link"):
+            views.read_state(views.STATE_LINK_KEY + "1.AAAA")
+    finally:
+        e.close()
+        other.close()
+
+
+def test_the_step_grid_comparison_shows_the_schedule_chosen():
+    """'step grid' under the plots draws the schedule picked in 'of' as device × step cells with
+    its sends, and follows that choice."""
+    e = ui.explorer(schedules=["1f1b", "v-half"], num_devices=4, num_microbatches=8, background=False,
+                    export_dir=None)
+    try:
+        e.compare.value = "step grid"
+        fig = e.shown("compare-a")
+        assert fig["data"][0]["meta"]["kind"] == "grid" and fig["layout"]["title"]["text"].startswith("1f1b")
+        e.compare_schedule.value = "v-half"
+        fig = e.shown("compare-a")
+        assert fig["layout"]["title"]["text"].startswith("v-half") and fig["data"][1]["meta"]["count"] > 0
+        assert e.shown("compare-b") is None
+    finally:
+        e.close()
+
+
+def test_a_measured_run_is_drawn_under_its_simulation_and_kept_in_the_state(tmp_path):
+    """A run's trace-measured.json loaded in the explorer: p and m follow it, a panel of its
+    passes at their measured times (ms) comes right under the simulation of its schedule, a line
+    gives its step and mean pass times (F, B, W in ms make the simulation comparable: with them
+    the shared axis is in ms for both), the state keeps it, 'clear loaded' drops it; a run of a
+    schedule not shown says to tick it."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_trace import _run_of
+
+    from ctrlmem.explorer import views
+    from ctrlmem.plots.trace import measured_trace_events
+
+    r = cm.simulate(cm.build("1f1b", 4, 8), cm.Costs(2, 3, 1, 0.2))
+    path = tmp_path / "trace-measured.json"
+    path.write_text(json.dumps(measured_trace_events(r.schedule, _run_of(r, factor=1.0))))
+    e = ui.explorer(schedules=["v-half", "1f1b"], num_devices=2, num_microbatches=4, background=False,
+                    export_dir=None)
+    try:
+        run = e.load(str(path))
+        assert (e.devices.value, e.microbatches.value) == (4, 8) and run.name == "1f1b"
+        titles = [a["text"] for a in e.shown("diagram")["layout"]["annotations"] if a.get("yanchor") == "bottom"]
+        assert [t.split(" ")[0] for t in titles] == ["v-half", "1f1b", "measured"], titles
+        assert titles[2].startswith(f"measured 1f1b: step {r.makespan:.4g} ms (trace-measured.json")
+        f, b, w = views.measured_costs(run, r.schedule)
+        assert (f, b + w) == pytest.approx((2, 4))
+        line = next(x for x in e.view.messages if x.startswith("measured 1f1b"))
+        assert f"step {r.makespan:.4g} ms" in line and "2 / 2 / 2 ms" in line
+        e.f.value, e.b.value, e.w.value, e.comm.value = 2.0, 3.0, 1.0, 0.2  # the run's costs: the same axis
+        assert e.view.results["1f1b"].makespan == pytest.approx(run.step_ms)
+        state = views.state_dict(e.view)
+        assert views.read_state(json.dumps(state))[0].measured == (run,)
+        report = views.report_html(e.view)
+        assert "except the panels titled <i>measured</i>" in report and "measured runs" in report
+        e.schedules.value = ("v-half",)
+        assert any("tick 1f1b" in x for x in e.view.messages)
+        e.clear_loaded()
+        assert not e.view.settings.measured
+        assert e.load(str(tmp_path / "missing.json")) is None and "Cannot load" in e.message.value
+    finally:
+        e.close()

@@ -367,8 +367,9 @@ def add_commands(subparsers) -> None:
                    help="schedule name (see `ctrlmem list`), or a schedule file: a torch / torchtitan pipelining "
                         "CSV or ctrlmem's text form (not with --state)")
     add_schedule_arguments(p, name=False)
-    p.add_argument("--state", metavar="FILE", default=None,
-                   help="an explorer state file ('save state'): draw exactly what the explorer showed; .html "
+    p.add_argument("--state", metavar="FILE|LINK", default=None,
+                   help="an explorer state file ('save state') or state link ('share link'): draw exactly what "
+                        "the explorer showed; .html "
                         "gives its report, .png/.svg/.pdf its diagram above its memory curves (--view schedule "
                         "or memory: one of them)")
     add_optimize_argument(p)

@@ -191,6 +191,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                      tt_config=args.torchtitan_config)
         print("wrote " + ", ".join(v for k, v in paths.items() if k != "row") + " (the fastest configuration that fits)",
               file=sys.stderr if args.json else sys.stdout)
+        from ctrlmem.explorer.views import plan_state  # noqa: PLC0415 - loads plotly: only with --emit
+
+        state = os.path.join(args.emit, "explorer.state.json")
+        atomic_write(state, json.dumps(plan_state(df), indent=1, sort_keys=True).encode("utf-8"))
+        print(f"wrote {state} (the winner in the explorer: its load state, or ctrlmem draw --state {state} -o "
+              "winner.png)", file=sys.stderr if args.json else sys.stdout)
         with open(paths["row"]) as fh:
             rec = json.load(fh)
         mods = rec["module_fqns_per_model_part"]
@@ -271,8 +277,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("--top", type=int_arg(1, 1_000_000), default=15, help="rows to print (default 15)")
     p.add_argument("--out", default="build/plan", help="folder for plan.csv and plan.json (default build/plan)")
     p.add_argument("--emit", metavar="DIR", default=None,
-                   help="write the winner's schedule.csv, torchtitan.sh (torchtitan 0.3.0 launch), megatron.txt and "
-                        "run.sh into DIR")
+                   help="write the winner's schedule.csv, torchtitan.sh (torchtitan 0.3.0 launch), megatron.txt, "
+                        "run.sh and explorer.state.json (the winner in the explorer) into DIR")
     p.add_argument("--emit-torchtitan", default="0.3.0", choices=["0.3.0", "0.2"],
                    help="torchtitan release to write for (0.2 adds its TOML job file torchtitan.toml)")
     p.add_argument("--torchtitan-module", default=None,

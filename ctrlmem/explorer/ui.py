@@ -18,7 +18,10 @@ How an edit is answered:
    new state, its row marked "adapted for these costs".
 
 Several edits queued in the kernel are answered once (the work runs on the kernel's event loop
-after the queued widget messages). Without an event loop (a script, the tests), every edit is
+after the queued widget messages). Every widget callback runs on the explorer's home thread, the
+one whose loop made it (:meth:`Explorer._on_home`): ipykernel 7 takes widget messages in a
+subshell thread with a loop of its own, and those are handed over, so the explorer's state has one
+writer and the last edit wins. Without an event loop (a script, the tests), every edit is
 answered at once and :meth:`Explorer.wait` applies the background builds.
 
 The "optimize (solver)" option improves the schedule chosen in "improve" (default: the first
@@ -34,7 +37,9 @@ draws the ``R`` passes in their own colour, and the 1F1B reference stays without
 
 Below the two main plots the explorer compares the shown schedules (peak memory over time
 overlaid, memory against speed-up with the Pareto frontier, the bubble-vs-budget steps of
-``v-shape`` and ``zb``, building blocks, lifespans). Exports (PNG/SVG/PDF of the diagram above
+``v-shape`` and ``zb``, building blocks, lifespans, and the step grid: one schedule as device ×
+step cells with its sends between devices as arrows, as torch's pipelining visualizer draws it).
+Exports (PNG/SVG/PDF of the diagram above
 the memory curves, the HTML report, torch CSV, the simulated Chrome / Perfetto trace, the state file) are offered as downloads in the
 browser and written into ``export_dir`` (default ``build/explorer`` under the kernel's working
 directory, the notebook's folder in JupyterLab; ``None`` writes nothing); static images come
@@ -45,12 +50,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import html
 import io
 import json
 import logging
 import os
 import tempfile
+import threading
 import time
 import zipfile
 from dataclasses import replace
@@ -68,12 +75,13 @@ from ctrlmem.plots.render import ExportTimeout
 from ctrlmem.planner.model import PRESET_NAMES
 from ctrlmem.model.validate import validate
 from ctrlmem.model.ir import _clean_text
-from ctrlmem.explorer.views import order_levers, write_state
+from ctrlmem.explorer.views import order_levers, state_link, write_state
 from ctrlmem.explorer.views import export_hints
 from ctrlmem.plots.render import StaticRenderer
 from ctrlmem.plots.figio import stabilize_svg
 from ctrlmem.plots.plotview import plot_view_class, plotly_js
 from ctrlmem.plots.render import settled_bytes
+from ctrlmem.plots.trace import MeasuredRun, read_measured_trace
 from ctrlmem.util.fileio import atomic_write, make_output_folder
 
 __all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "export_view", "save_view", "jsonable", "Explorer",
@@ -82,7 +90,7 @@ __all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "export_v
 log = logging.getLogger(__name__)
 
 #: The comparison views under the main plots.
-COMPARISONS = ("peak memory & speed-up", "bubble vs budget", "building blocks", "lifespans", "none")
+COMPARISONS = ("peak memory & speed-up", "bubble vs budget", "building blocks", "lifespans", "step grid", "none")
 #: Microbatches the building-block view draws (the construction repeats after a few).
 BLOCK_MICROBATCHES = 8
 #: Seconds between two looks at the background builds (progress line, finished builds): the
@@ -115,16 +123,6 @@ def _export_reason(kind: str, exc: BaseException | None) -> str:
     detail = f": {text.splitlines()[0][:160]}" if text else ""
     return (f"Chromium (kaleido) did not draw the {kind.upper()} ({type(exc).__name__}{detail}); that Chromium "
             "was stopped and the next try starts a fresh one")
-
-
-class _Arming:
-    """A tick handed to another thread's loop, not armed there yet (see Explorer._schedule_tick)."""
-
-    def cancel(self) -> None:
-        pass
-
-
-_ARMING = _Arming()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -174,21 +172,27 @@ class Explorer:
         self.background = BackgroundBuilds() if background else None
         self._renderer = None
         self.loaded: list[Schedule] = list(s.loaded)
+        self.measured: list[MeasuredRun] = list(s.measured)
         self._pinned: dict[str, Schedule] = {}
         self._pinned_origins: dict[str, str] = {}
         self._state = 0
         self._flush_scheduled = False
         self._tick_handle = None
-        self._loop = _running_loop()
+        # the home thread: every handler, timer and poll runs here (see Explorer._on_home)
+        self._home_loop = _running_loop()
+        self._home_thread = threading.get_ident()
         self._exports: list[tuple] = []
         self._block_cache: dict[tuple, dict] = {}
         self._sweep_sims: dict[tuple, object] = {}  # (build key, costs) -> SimResult of a budget point
         self._closed = False
+        self.last_render_seconds = 0.0  # sending the last main plots (s)
+        self._compare_seconds: float | None = None  # sending the comparisons, when a state of their own
+        self._main_state, self._main_drawn = 0, None  # the state of the main plots shown, the browser's report
         self.view: View | None = None
         names = list(SCHEDULES)
         self._unknown = [n for n in s.schedules if n not in SCHEDULES]
         label = {"style": {"description_width": "initial"}}
-        self.schedules = _checklist_class()(names, [n for n in s.schedules if n in SCHEDULES])
+        self.schedules = _checklist_class()(names, [n for n in s.schedules if n in SCHEDULES], dispatch=self._on_home)
         self.devices = W.IntSlider(value=s.num_devices, min=1, max=max(max_devices, s.num_devices),
                                    description="p (devices)", continuous_update=False, **label)
         self.microbatches = W.IntSlider(value=s.num_microbatches, min=1,
@@ -209,6 +213,13 @@ class Explorer:
         self.weights = W.Text(value=",".join(f"{x:g}" for x in s.stage_weights), description="per-stage weights",
                               placeholder="p numbers, model order, e.g. 1.3,1,1,1.6", continuous_update=False,
                               layout=W.Layout(width="420px"), **label)
+        # per-stage costs given whole (a plan's winner, Settings.stage_costs): shown, not edited
+        self._stage_costs = tuple(s.stage_costs)
+        self.stage_note = W.HTML()
+        self.stage_note.add_class("ctrlmem-stage-costs-note")
+        self.clear_stage_costs = W.Button(description="use F, B, W instead", layout=W.Layout(width="170px"),
+                                          tooltip="drop the given per-stage costs and use the F, B, W fields")
+        self.clear_stage_costs.on_click(self._on_home(lambda _b: self._drop_stage_costs()))
         self.limit_on = W.Checkbox(value=s.memory_limit is not None, description="memory limit",
                                    indent=False, layout=W.Layout(width="110px"))
         self.limit = W.FloatSlider(value=s.memory_limit if s.memory_limit is not None else 0.5,
@@ -243,16 +254,16 @@ class Explorer:
                                  layout=W.Layout(width="300px"))
         self.model_mb = W.BoundedIntText(value=s.microbatch_size or 0, min=0, max=4096, description="microbatch",
                                          layout=W.Layout(width="160px"), **label)
-        self.load_path = W.Text(placeholder="torch / torchtitan CSV or ctrlmem text file (path)",
+        self.load_path = W.Text(placeholder="torch / torchtitan CSV, ctrlmem text, or a run's trace-measured.json",
                                 description="load schedule", continuous_update=False,
                                 layout=W.Layout(width="420px"), **label)
         self.load_button = W.Button(description="load", layout=W.Layout(width="70px"))
-        self.upload = W.FileUpload(accept=".csv,.txt", multiple=False, description="upload",
+        self.upload = W.FileUpload(accept=".csv,.txt,.json", multiple=False, description="upload",
                                    layout=W.Layout(width="110px"))
         self.clear_button = W.Button(description="clear loaded", layout=W.Layout(width="110px"))
-        self.load_button.on_click(lambda _b: self.load(self.load_path.value))
-        self.clear_button.on_click(lambda _b: self.clear_loaded())
-        self.upload.observe(self._uploaded, names="value")
+        self.load_button.on_click(self._on_home(lambda _b: self.load(self.load_path.value)))
+        self.clear_button.on_click(self._on_home(lambda _b: self.clear_loaded()))
+        self.upload.observe(self._on_home(self._uploaded), names="value")
         self.message = W.HTML()
         self.verdict = W.HTML()
         self.verdict.add_class("ctrlmem-verdict")
@@ -268,18 +279,19 @@ class Explorer:
         self.progress = W.HTML()
         self.progress.add_class("ctrlmem-progress")
         self.stop_button = W.Button(description="stop adapting", layout=W.Layout(width="120px", display="none"))
-        self.stop_button.on_click(lambda _b: self.stop_background())
+        self.stop_button.on_click(self._on_home(lambda _b: self.stop_background()))
         self.compare = W.ToggleButtons(options=COMPARISONS, value=COMPARISONS[0], description="compare",
                                        style={"button_width": "auto", "description_width": "initial"})
         self.compare.add_class("ctrlmem-compare")
         self.compare_schedule = W.Dropdown(options=[], description="of", layout=W.Layout(width="220px"),
                                            style={"description_width": "initial"})
-        self.compare.observe(self._compare_changed, names="value")
-        self.compare_schedule.observe(self._compare_changed, names="value")
+        self._compare_handler = self._on_home(self._compare_changed)
+        self.compare.observe(self._compare_handler, names="value")
+        self.compare_schedule.observe(self._compare_handler, names="value")
         self.plots = plot_view_class()(names=["ctrlmem-diagram", "ctrlmem-memory", "ctrlmem-compare-a",
-                                               "ctrlmem-compare-b"], plotly_js=plotly_js())
-        self.plots.observe(self._drawn, names="drawn")
-        self.plots.observe(self._width_changed, names="width")
+                                               "ctrlmem-compare-b"], main=2, plotly_js=plotly_js())
+        self.plots.observe(self._on_home(self._drawn), names="drawn")
+        self.plots.observe(self._on_home(self._width_changed), names="width")
         self._sent: list[dict | None] = [None, None, None, None]
         self.downloads = _downloads_class()()
         self.export_note = W.HTML()
@@ -292,21 +304,35 @@ class Explorer:
                         for kind in EXPORT_KINDS}
         for kind, button in self.buttons.items():
             button.add_class(f"ctrlmem-export-{kind}")
-            button.on_click(lambda _b, kind=kind: self._export_clicked(kind))
+            button.on_click(self._on_home(lambda _b, kind=kind: self._export_clicked(kind)))
         self.retry_button = W.Button(description="retry", tooltip="try the failed export again",
                                      layout=W.Layout(width="80px", display="none"))
         self.retry_button.add_class("ctrlmem-export-retry")
-        self.retry_button.on_click(lambda _b: self._retry_export())
+        self.retry_button.on_click(self._on_home(lambda _b: self._retry_export()))
         self._failed_export: str | None = None
         self.load_state_button = W.FileUpload(accept=".json,.html", multiple=False, description="load state",
                                               layout=W.Layout(width="130px"))
-        self.load_state_button.observe(self._state_uploaded, names="value")
+        self.load_state_button.observe(self._on_home(self._state_uploaded), names="value")
+        # a state as one line to share (state_link), and a field that opens one
+        self.link_button = W.Button(description="share link", layout=W.Layout(width="110px"),
+                                    tooltip="this state as one line of text to send: opened by 'open link', "
+                                            "explorer(state=LINK) or ctrlmem draw --state LINK")
+        self.link_button.add_class("ctrlmem-link-button")
+        self.link_button.on_click(self._on_home(lambda _b: self._share_link()))
+        self.link_out = W.Text(description="", placeholder="share link: click the button", layout=W.Layout(width="60%"))
+        self.link_out.add_class("ctrlmem-link")
+        self.copy_link = _copy_button(self.link_out, "ctrlmem-copy-link")
+        self.link_in = W.Text(description="open link", placeholder="paste a ctrlmem-state=... link (or a URL holding one)",
+                              continuous_update=False, layout=W.Layout(width="420px"), style={"description_width": "initial"})
+        self.link_in.add_class("ctrlmem-open-link")
+        self.link_in.observe(self._on_home(self._link_pasted), names="value")
         self._inputs = [self.schedules, self.devices, self.microbatches, self.f, self.b, self.w,
                         self.comm, self.fb_overlap, self.first_extra, self.last_extra, self.weights, self.limit_on, self.limit,
                         self.model, self.model_path, self.model_mb, self.optimize_on, self.optimize, self.improve,
                         self.recompute, self.offload_on, self.offload, self.offload_cost]
+        self._edit_handler = self._on_home(self._edited)
         for wdg in self._inputs:
-            wdg.observe(self._edited, names="value")
+            wdg.observe(self._edit_handler, names="value")
         controls = W.VBox([
             W.HTML(_CSS + "<b>schedules</b> <small>(tick to compare; panels stack in the order ticked)</small>"),
             self.schedules,
@@ -318,6 +344,7 @@ class Explorer:
                            "takes this fraction of F + B</small>")],
                    layout=W.Layout(flex_flow="row wrap")),
             W.HBox([self.first_extra, self.last_extra, self.weights]),
+            W.HBox([self.stage_note, self.clear_stage_costs]),
             W.HBox([self.recompute, self.offload_on, self.offload, self.offload_cost,
                     W.HTML("<small>memory levers for every schedule ticked (recompute: an R before each backward; "
                            "offload: copied to host after the forward, back before the backward)</small>")],
@@ -330,6 +357,8 @@ class Explorer:
             W.HBox([W.HTML("<b style='margin-right:6px'>export</b>"), *self.buttons.values(),
                     self.load_state_button]),
             W.HBox([self.downloads, self.export_note, self.retry_button]),
+            W.HBox([self.link_button, self.link_out] + ([self.copy_link] if self.copy_link else []) + [self.link_in],
+                   layout=W.Layout(flex_flow="row wrap")),
         ])
         results = W.VBox([
             W.HBox([self.pending_note, self.timing]),
@@ -342,6 +371,7 @@ class Explorer:
         results.add_class("ctrlmem-results")
         self.widget = W.VBox([controls, results])
         self.widget.add_class("ctrlmem-explorer")
+        self._show_stage_costs()
         self.update()
 
     # -- settings and updates -------------------------------------------------------------------
@@ -354,13 +384,83 @@ class Explorer:
             f=self.f.value, b=self.b.value, w=self.w.value, comm=self.comm.value,
             first_stage_extra=self.first_extra.value, last_stage_extra=self.last_extra.value,
             memory_limit=float(self.limit.value) if self.limit_on.value else None,
-            stage_weights=_parse_weights(self.weights.value), loaded=tuple(self.loaded),
+            stage_weights=_parse_weights(self.weights.value), stage_costs=self._stage_costs, loaded=tuple(self.loaded),
+            measured=tuple(self.measured),
             model=self.model_path.value.strip() or self.model.value or None, microbatch_size=int(self.model_mb.value) or None,
             optimize=float(self.optimize.value) if self.optimize_on.value else 0.0,
             improve=self.improve.value or None, recompute=self.recompute.value,
             offload=float(self.offload.value) if self.offload_on.value else None,
             offload_cost=float(self.offload_cost.value), fb_overlap=float(self.fb_overlap.value),
         )
+
+    def _show_stage_costs(self) -> None:
+        """With per-stage costs given whole, say so (their range, from where) and take F, B, W,
+        the weights and the extras out of play until they are dropped."""
+        given = bool(self._stage_costs)
+        for widget in (self.f, self.b, self.w, self.first_extra, self.last_extra, self.weights):
+            widget.disabled = given
+        self.clear_stage_costs.layout.display = "" if given else "none"
+        if given:
+            k = len(self._stage_costs[0])
+            spans = ", ".join(f"{name} {min(part):.4g}–{max(part):.4g}" for name, part in zip("FBW", self._stage_costs))
+            self.stage_note.value = (f"<small>per-stage costs of {k} stages given whole (a plan's, or a saved "
+                                     f"state's): {html.escape(spans)}; F, B, W and the weights are not used</small>")
+        else:
+            self.stage_note.value = ""
+
+    def _drop_stage_costs(self) -> None:
+        self._stage_costs = ()
+        self._show_stage_costs()
+        self._edited()
+
+    # -- one thread ----------------------------------------------------------------------------
+
+    def _home(self) -> asyncio.AbstractEventLoop | None:
+        """The home loop while it runs (the loop running where the explorer was made: in a
+        kernel, the main thread's), else None."""
+        home = self._home_loop
+        return home if home is not None and home.is_running() else None
+
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop the explorer's work runs on: its home loop, else the one running here, else
+        None (a script: everything runs at once)."""
+        return self._home() or _running_loop()
+
+    def _at_home(self) -> bool:
+        """Whether this thread may touch the explorer's state now: the home thread, or any
+        when no home loop runs (a script, a test)."""
+        return self._home() is None or threading.get_ident() == self._home_thread
+
+    def _on_home(self, handler):
+        """``handler`` (a widget callback) made to run on the explorer's home thread.
+
+        ipykernel 7 answers widget messages in a subshell thread with an event loop of its own,
+        beside the main thread whose loop ran the cell that made the explorer (and runs the
+        user's later cells); a handler would otherwise run on whichever thread got the message,
+        and two of them could change the explorer's state at once. Called on another thread, the
+        handler is handed to the home loop (``call_soon_threadsafe``, in the order the messages
+        came) and returns; the widgets' values it reads are then the latest, so the last edit
+        wins. Without a home loop (a script) it runs at once."""
+
+        @functools.wraps(handler)
+        def on_home(*args):
+            if self._at_home():
+                return handler(*args)
+            if not self._closed:
+                self._home_loop.call_soon_threadsafe(self._guarded, handler, *args)
+            return None
+
+        return on_home
+
+    def _guarded(self, handler, *args) -> None:
+        """Run a handler handed over from another thread (an exception is logged, as a widget
+        callback's would be)."""
+        if self._closed:
+            return
+        try:
+            handler(*args)
+        except Exception:
+            log.exception("explorer handler %s failed", getattr(handler, "__name__", handler))
 
     def _edited(self, change=None) -> None:
         """A widget changed: mark everything pending now, answer once the queued edits are in."""
@@ -371,11 +471,10 @@ class Explorer:
 
     def _request(self) -> None:
         self._mark_pending()
-        loop = _running_loop()
+        loop = self._loop()
         if loop is None:
             self.update()
             return
-        self._loop = loop
         if not self._flush_scheduled:
             self._flush_scheduled = True
             # a moment for the edits already queued in the kernel to arrive: they are answered once
@@ -434,29 +533,18 @@ class Explorer:
             self._schedule_tick()
 
     def _schedule_tick(self) -> None:
-        """Poll again in TICK_SECONDS, on the event loop of the thread asking when it has one.
-
-        ipykernel 7 answers widget messages in a subshell thread with a loop of its own, beside
-        the main thread's loop that ran the cell: a timer put on the other thread's loop with
-        ``call_later`` does not wake it (that loop sleeps in its selector until a message
-        arrives), so an export clicked in the subshell waited for the next unrelated message —
-        after an ordinary session, forever. From a thread without a loop the timer is handed to
-        the explorer's loop with ``call_soon_threadsafe``, which wakes it."""
+        """Poll again in TICK_SECONDS, on the home loop (from another thread, the timer is handed
+        to it with ``call_soon_threadsafe``, which wakes it: a timer put on another thread's loop
+        may not wake that loop, which can sleep in its selector until a message arrives)."""
         if self._tick_handle is not None or self._closed:
             return
-        here = _running_loop()
-        if here is not None:
-            self._tick_handle = here.call_later(TICK_SECONDS, self._tick)
-            return
-        loop = self._loop
+        loop = self._loop()
         if loop is None or loop.is_closed():
             return
-        self._tick_handle = _ARMING
-        loop.call_soon_threadsafe(self._arm_tick, loop)
-
-    def _arm_tick(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._tick_handle is _ARMING and not self._closed:
-            self._tick_handle = loop.call_later(TICK_SECONDS, self._tick)
+        if not self._at_home():
+            loop.call_soon_threadsafe(self._schedule_tick)
+            return
+        self._tick_handle = loop.call_later(TICK_SECONDS, self._tick)
 
     def _tick(self) -> None:
         self._tick_handle = None
@@ -564,7 +652,11 @@ class Explorer:
 
     def render(self, view: View, *, keep_main: bool = False) -> None:
         """Put ``view`` into the widgets as a new state (``keep_main``: the two main plots are
-        already the view's; only the comparisons change)."""
+        already the view's; only the comparisons change).
+
+        On a running event loop (a kernel) the comparisons of a new view follow as a state of
+        their own, made just after this one is sent: the browser draws the diagram and the
+        memory curves meanwhile (the comparisons shown before stay, dimmed, until then)."""
         t0 = time.perf_counter()
         self._state += 1
         n = self._state
@@ -577,39 +669,81 @@ class Explorer:
         names = list(view.results)
         if list(self.compare_schedule.options) != names:
             current = self.compare_schedule.value
-            self.compare_schedule.unobserve(self._compare_changed, names="value")
+            self.compare_schedule.unobserve(self._compare_handler, names="value")
             try:
                 self.compare_schedule.options = names
                 self.compare_schedule.value = current if current in names else (names[0] if names else None)
             finally:
-                self.compare_schedule.observe(self._compare_changed, names="value")
+                self.compare_schedule.observe(self._compare_handler, names="value")
+        loop = _running_loop() if self._at_home() else None
+        later = (not keep_main and loop is not None and view.results and self.compare.value != "none"
+                 and any(x is not None for x in self._sent[2:]))
         if keep_main:
             main = self._sent[:2]
         else:
             main = [mime_bundle(spec, label)[PLOTLY_MIME] if spec is not None else None
                     for spec, label in ((view.diagram_spec, "schedule diagram"), (view.memory_spec, "memory curves"))]
-        extra = [mime_bundle(spec, "comparison")[PLOTLY_MIME] if spec is not None else None
-                 for spec in self._comparison(view)]
+        if later:
+            extra = self._sent[2:]
+        else:
+            extra = [mime_bundle(spec, "comparison")[PLOTLY_MIME] if spec is not None else None
+                     for spec in self._comparison(view)]
         self._sent = main + extra
-        self.plots.show(self._sent, seq=n, keep=[keep_main, keep_main, False, False])
+        self.plots.show(self._sent, seq=n, keep=[keep_main, keep_main, later, later])
         self._hint_exports(view)
-        self.last_render_seconds = time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        if keep_main:
+            self._compare_seconds = seconds
+        else:
+            self.last_render_seconds, self._compare_seconds = seconds, None
+            self._main_state, self._main_drawn = n, None
         self._python_ms = (view.seconds + self.last_render_seconds) * 1e3
-        self.timing.value = _tagged(n, f"<small style='color:#777'>state {n}: computed in {view.seconds * 1e3:.0f} ms, "
-                                       f"sent in {self.last_render_seconds * 1e3:.0f} ms; drawing…</small>")
+        self.timing.value = _tagged(n, self._timing_text(n, None))
+        if later:
+            loop.call_soon(self._comparisons_after, n)
+
+    def _comparisons_after(self, state: int) -> None:
+        """The comparisons of state ``state``'s view, as the next state (unless a newer edit or
+        build has drawn one of its own meanwhile)."""
+        if self._closed or self._state != state or self._flush_scheduled or self.view is None:
+            return
+        try:
+            self.render(self.view, keep_main=True)
+        except Exception:  # a comparison that fails must not take the explorer down
+            log.exception("explorer comparisons failed")
+
+    def _timing_text(self, n: int, drawn: dict | None) -> str:
+        """The timer line of state ``n`` (``drawn``: the browser's report of it, when in): the
+        Python side of the main plots (computed, sent), the browser's drawing of them (each
+        plot's share), and the comparisons when they came as a state of their own."""
+        view_ms = self.view.seconds * 1e3 if self.view is not None else 0.0
+        text = f"state {n}: computed in {view_ms:.0f} ms, sent in {self.last_render_seconds * 1e3:.0f} ms"
+        main = self._main_drawn
+        if main is not None:
+            slots = main.get("slots") or []
+            split = f" (diagram {slots[0]:.0f} ms, memory {slots[1]:.0f} ms)" if len(slots) >= 2 else ""
+            text += f", drawn by the browser in {main.get('ms', 0):.0f} ms{split}"
+        if self._compare_seconds is not None:
+            text += f"; comparisons sent in {self._compare_seconds * 1e3:.0f} ms"
+            if drawn is not None:
+                text += f", drawn in {drawn.get('ms', 0):.0f} ms"
+        if drawn is None:
+            text += "; drawing…"
+        return f"<small style='color:#777'>{text}</small>"
 
     def _drawn(self, change) -> None:
         """The browser drew state ``seq`` in ``ms``: the pending mark goes if it is the latest."""
         got = change["new"] or {}
+        slots = got.get("slots") or []
+        if (not got.get("error") and (got.get("seq") or 0) >= self._main_state
+                and (len(slots) < 2 or slots[0] or slots[1])):  # the latest main plots were drawn (no split: all)
+            self._main_drawn = got
         if got.get("seq") != self._state or self.view is None:
             return
         if got.get("error"):
             self.message.value = _tagged(self._state, messages_html(
                 [f"The browser could not draw the plots: {got['error']}"]))
-        self.timing.value = _tagged(self._state, (
-            f"<small style='color:#777'>state {self._state}: computed in {self.view.seconds * 1e3:.0f} ms, "
-            f"sent in {self.last_render_seconds * 1e3:.0f} ms, drawn by the browser in {got.get('ms', 0):.0f} ms"
-            "</small>"))
+        self.timing.value = _tagged(self._state, self._timing_text(self._state, got))
         if not self._flush_scheduled:
             self.widget.remove_class("ctrlmem-pending")
             self.pending_note.value = ""
@@ -658,6 +792,9 @@ class Explorer:
                         None]
             if which == "building blocks":
                 return [self._blocks(view), None]
+            if which == "step grid":
+                name = self.compare_schedule.value if self.compare_schedule.value in view.results else next(iter(view.results))
+                return [plot.step_grid_spec(view.results[name]), None]
         except (ValueError, ScheduleError, KeyError) as exc:
             log.info("comparison %s: %s", which, exc)
             return [_note_figure(f"{which}: {_reason(exc)}"), None]
@@ -761,9 +898,24 @@ class Explorer:
 
     # -- files ----------------------------------------------------------------------------------
 
-    def load(self, source) -> Schedule | None:
+    def load(self, source) -> Schedule | MeasuredRun | None:
         """Add a schedule file (torch / torchtitan CSV or ctrlmem's text form; a path, or
-        ``(name, bytes)`` from the upload button) to the comparison; p and m follow the file."""
+        ``(name, bytes)`` from the upload button) to the comparison; p and m follow the file.
+        A ``.json`` file is a measured step of a real run (``ctrlmem run``'s
+        ``trace-measured.json``): drawn under the simulation of its schedule (see
+        :attr:`~ctrlmem.explorer.views.Settings.measured`)."""
+        label = source[0] if isinstance(source, tuple) else str(source).strip()
+        if label.lower().endswith(".json"):
+            try:
+                run = read_measured_trace(source[1] if isinstance(source, tuple) else label, name=os.path.basename(label))
+            except (OSError, ValueError) as exc:
+                self.message.value = messages_html([f"Cannot load {label}: {_reason(exc)}"])
+                return None
+            self.measured = [x for x in self.measured if x.source != run.source] + [run]
+            self._set_quietly(self.devices, run.num_devices)
+            self._set_quietly(self.microbatches, run.num_microbatches)
+            self.update()
+            return run
         try:
             if isinstance(source, tuple):
                 name, raw = source
@@ -790,17 +942,19 @@ class Explorer:
         return sched
 
     def clear_loaded(self) -> None:
+        """Drop the loaded schedule files and measured runs."""
         self.loaded = []
+        self.measured = []
         self.update()
 
     def _set_quietly(self, widget, value) -> None:
-        widget.unobserve(self._edited, names="value")
+        widget.unobserve(self._edit_handler, names="value")
         try:
             if hasattr(widget, "max") and isinstance(value, (int, float)):
                 widget.max = max(widget.max, value)
             widget.value = value
         finally:
-            widget.observe(self._edited, names="value")
+            widget.observe(self._edit_handler, names="value")
 
     def _uploaded(self, change) -> None:
         item = _first_upload(change["new"])
@@ -808,8 +962,9 @@ class Explorer:
             self.load(item)
 
     def apply_state(self, source) -> None:
-        """Show a state file (a path, or its text / bytes): settings, loaded files and the very
-        orders it recorded (kept until the next edit; ``ctrlmem draw --state`` draws the same)."""
+        """Show a state (a file's path, its text or bytes, the data itself, or a state link):
+        settings, loaded files and the very orders it recorded (kept until the next edit; ``ctrlmem
+        draw --state`` draws the same); a link of its settings alone has its orders built again."""
         try:
             settings, orders, style = read_state(source)
             origins = style.pop("origins", {})
@@ -842,11 +997,43 @@ class Explorer:
         if settings.optimize:
             self._set_quietly(self.optimize, settings.optimize)
         self.loaded = list(settings.loaded)
+        self.measured = list(settings.measured)
+        self._stage_costs = tuple(settings.stage_costs)
+        self._show_stage_costs()
         for part, values in style.items():
             self.style.setdefault(part, {}).update({k: v for k, v in values.items() if k != "label_width"})
         self._pinned = orders
         self._pinned_origins = origins
         self.update()
+
+    def share_link(self) -> str:
+        """The state shown as a link (:func:`ctrlmem.explorer.views.state_link`): with its very
+        orders when they fit in one, else its settings (the orders are built again when opened)."""
+        if self.view is None or not self.view.results:
+            raise ValueError("nothing to share: no schedule could be built for these settings")
+        return state_link(self.view, self._style())[0]
+
+    def _share_link(self) -> None:
+        try:
+            link, exact = state_link(self.view, self._style()) if self.view is not None and self.view.results \
+                else (None, False)
+        except ValueError as exc:
+            self.export_note.value = messages_html([f"Share link: {_reason(exc)}"])
+            return
+        if link is None:
+            self.export_note.value = messages_html(["Share link: nothing to share: no schedule could be built"])
+            return
+        self.link_out.value = link
+        what = ("the settings and the very orders shown" if exact else
+                "the settings (the orders are too long for a link and are built again when it is opened; save the "
+                "state file to keep them)")
+        self.export_note.value = (f"<small class='ctrlmem-link-note'>state {self._state} as a link of "
+                                  f"{len(link):,} characters: {what}</small>")
+
+    def _link_pasted(self, change) -> None:
+        text = (change["new"] or "").strip()
+        if text:
+            self.apply_state(text)
 
     def _state_uploaded(self, change) -> None:
         item = _first_upload(change["new"])
@@ -1107,7 +1294,7 @@ _COPY_ESM = r"""
 export default {
   render({ model, el }) {
     const button = document.createElement("button");
-    button.className = "jupyter-button widget-button ctrlmem-copy";
+    button.className = "jupyter-button widget-button " + (model.get("css") || "ctrlmem-copy");
     button.textContent = "copy";
     button.title = "copy the command to the clipboard";
     button.addEventListener("click", async () => {
@@ -1129,8 +1316,9 @@ export default {
 """
 
 
-def _copy_button(text_widget):
-    """A button that copies ``text_widget.value`` to the clipboard (an anywidget), or None."""
+def _copy_button(text_widget, css: str = "ctrlmem-copy"):
+    """A button that copies ``text_widget.value`` to the clipboard (an anywidget; ``css``: its
+    class), or None."""
     try:
         import anywidget  # noqa: PLC0415 - only inside Jupyter
         import traitlets  # noqa: PLC0415 - only inside Jupyter
@@ -1141,8 +1329,9 @@ def _copy_button(text_widget):
         _esm = _COPY_ESM
         text = traitlets.Unicode("").tag(sync=True)
         copies = traitlets.Int(0).tag(sync=True)
+        css = traitlets.Unicode("ctrlmem-copy").tag(sync=True)
 
-    button = CopyButton(text=text_widget.value)
+    button = CopyButton(text=text_widget.value, css=css)
     text_widget.observe(lambda change: setattr(button, "text", change["new"]), names="value")
     return button
 
@@ -1175,7 +1364,7 @@ def _checklist_class():
     class ScheduleChecklist(W.GridBox):
         value = traitlets.Tuple()
 
-        def __init__(self, options: Sequence[str], value: Sequence[str] = (), columns: int = 4):
+        def __init__(self, options: Sequence[str], value: Sequence[str] = (), columns: int = 4, dispatch=None):
             self.boxes = {n: W.Checkbox(value=n in value, description=n, indent=False,
                                         layout=W.Layout(width="auto", margin="0 14px 0 0"))
                           for n in options}
@@ -1183,8 +1372,9 @@ def _checklist_class():
                 grid_template_columns=f"repeat({columns}, max-content)", grid_gap="0px 4px"))
             self._syncing = False
             self.value = tuple(n for n in value if n in self.boxes)
-            for box in self.boxes.values():
-                box.observe(self._box_changed, names="value")
+            on_box = dispatch(self._box_changed) if dispatch is not None else self._box_changed
+            for box in self.boxes.values():  # ``dispatch``: the thread the owner's state lives on
+                box.observe(on_box, names="value")
             self.observe(self._sync_boxes, names="value")
             self.add_class("ctrlmem-schedules")
 
@@ -1238,7 +1428,8 @@ def explorer(schedules: Sequence[str] | None = None, num_devices: int = 4, num_m
     ``model`` (a paper preset or a Hugging Face ``config.json`` path) and ``microbatch_size``: the
     memory panel's GB axis; ``fb_overlap``: DualPipe's overlapped F&B pair time as a fraction of
     F + B (:class:`~ctrlmem.explorer.views.Settings`);
-    ``state``: a state file to show instead (see :meth:`Explorer.apply_state`)."""
+    ``state``: a state to show instead: a state file, its data (``views.plan_state(df)``: a plan's
+    winner) or a state link (see :meth:`Explorer.apply_state`)."""
     settings = Settings(
         schedules=tuple(schedules) if schedules is not None else default_schedules(),
         num_devices=num_devices, num_microbatches=num_microbatches, f=f, b=b, w=w, comm=comm,

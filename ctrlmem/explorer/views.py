@@ -21,6 +21,12 @@
   comparisons, the stats and the settings (and the state, to load again).
 * :func:`export_view`: a view written as PNG / SVG / PDF (diagram above memory, one file), the
   HTML report, torch CSV or the state file.
+* :func:`state_link`: a state as one line of text to share (``ctrlmem-state=1.…``), read back
+  wherever a state is (:func:`read_state`).
+* :func:`settings_from_plan`, :func:`plan_state`: a plan's row (:func:`ctrlmem.plan`) as the
+  explorer's settings and order, its per-stage costs given whole (:attr:`Settings.stage_costs`).
+* :attr:`Settings.measured`, :func:`measured_costs`: real runs' measured steps drawn under their
+  simulations.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 import zlib
 from dataclasses import dataclass, field, fields, replace
@@ -55,19 +62,21 @@ from ctrlmem.model.simulate import SimResult, simulate
 from ctrlmem.model.validate import ScheduleError
 from ctrlmem.explorer.background import improve_built
 from ctrlmem.planner.gb import bytes_per_a, default_microbatch
-from ctrlmem.planner.model import model_spec
+from ctrlmem.planner.model import PRESET_NAMES, model_spec
+from ctrlmem.planner.core import row_schedule
 from ctrlmem.util.userfile import b64_inflate
 from ctrlmem.util.userfile import read_text
 from ctrlmem.util.userfile import parse_json
 from ctrlmem.plots.render import render_file
-from ctrlmem.plots.trace import trace_events
+from ctrlmem.plots.trace import MeasuredRun, trace_events
 import inspect
 from importlib.resources import files
 
 __all__ = ["Settings", "View", "BuildCache", "compute", "stats_table", "stats_html", "verdict", "formula_html",
            "command_line", "messages_html", "jsonable", "mime_bundle", "export_view", "save_view",
            "state_dict", "write_state", "read_state", "state_view", "draw_state", "report_html", "comparison_specs", "default_schedules",
-           "EXPORT_KINDS", "export_files", "ORIGIN_ADAPTED", "ORIGIN_FIXED", "ORIGIN_FILE", "ORIGIN_STATE"]
+           "EXPORT_KINDS", "export_files", "ORIGIN_ADAPTED", "ORIGIN_FIXED", "ORIGIN_FILE", "ORIGIN_STATE",
+           "settings_from_plan", "plan_state", "state_link", "STATE_LINK_KEY", "measured_costs"]
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +122,16 @@ class Settings:
         memory_limit: activation budget as a fraction of 1F1B's peak, or ``None``. Budgeted
             schedules are built for it; the others are checked against it.
         stage_weights: see :meth:`costs`.
+        stage_costs: ``(f, b, w)``, each a tuple of the times of ``K`` model-order stages (the
+            per-stage costs a plan simulated its winner with, :func:`settings_from_plan`), or
+            ``()``. When given they are the costs: ``f``, ``b``, ``w``, the weights and the
+            first/last-stage extras are not used (``comm`` still is); a schedule of ``S`` stages
+            gets them summed over ``K / S`` neighbours or split into ``S / K`` equal parts.
         loaded: schedule files loaded into the comparison (simulated as they are).
+        measured: measured steps of real runs (:class:`ctrlmem.plots.trace.MeasuredRun`, from
+            ``ctrlmem run``'s ``trace-measured.json``), each drawn as a panel right under the
+            simulation of its schedule, in milliseconds from the step's start, on the same time
+            axis (comparable when F, B, W are the run's times in ms: :func:`measured_costs`).
         model: a model whose activation bytes give the memory panel a GB axis — a paper preset
             (``"9.6B"``, ...) or the path of a Hugging Face ``config.json`` (Llama, Mistral, Qwen,
             Mixtral, DeepSeek: :func:`ctrlmem.planner.model.model_spec`) — or ``None``;
@@ -151,7 +169,9 @@ class Settings:
     last_stage_extra: float = 0.0
     memory_limit: float | None = None
     stage_weights: tuple[float, ...] = ()
+    stage_costs: tuple[tuple[float, ...], ...] = ()
     loaded: tuple[Schedule, ...] = ()
+    measured: tuple[MeasuredRun, ...] = ()
     model: str | None = None
     microbatch_size: int | None = None
     optimize: float = 0.0
@@ -176,7 +196,7 @@ class Settings:
     @property
     def per_stage(self) -> bool:
         """Whether stages cost different amounts (weights or first/last-stage extras)."""
-        return bool(self.stage_weights or self.first_stage_extra or self.last_stage_extra)
+        return bool(self.stage_weights or self.first_stage_extra or self.last_stage_extra or self.stage_costs)
 
     def costs(self, num_stages: int | None = None) -> Costs:
         """The costs for a schedule with ``num_stages`` stages: uniform, or per-stage lists
@@ -188,6 +208,8 @@ class Settings:
         device ``i``); a schedule with ``v`` stages per device splits each slice into ``v``
         equal stages."""
         base = Costs(self.f, self.b, self.w, self.comm, offload=self.offload_cost, fb_overlap=self.fb_overlap)
+        if self.stage_costs:
+            return self._given_costs(base, num_stages)
         extra_first, extra_last = float(self.first_stage_extra), float(self.last_stage_extra)
         for label, x in (("first-stage extra", extra_first), ("last-stage extra", extra_last)):
             if not math.isfinite(x) or x < 0:
@@ -213,11 +235,37 @@ class Settings:
             lists.append(per)
         return Costs(*lists, comm=base.comm, offload=base.offload, fb_overlap=base.fb_overlap)
 
+    def _given_costs(self, base: Costs, num_stages: int | None) -> Costs:
+        """:attr:`stage_costs` for a schedule of ``num_stages`` stages (see there); ``None``: one
+        time per pass kind, a full device-stage's on average (what a search starts from before
+        it knows its stage count)."""
+        lists = [tuple(float(x) for x in part) for part in self.stage_costs]
+        if len(lists) != 3 or len({len(x) for x in lists}) != 1 or not lists[0]:
+            raise ValueError("per-stage costs: give three lists (F, B, W) of one time per stage each, of one length")
+        if any(not math.isfinite(x) or x < 0 for part in lists for x in part):
+            raise ValueError("per-stage costs must be numbers >= 0")
+        if num_stages is None:
+            p = self.num_devices if isinstance(self.num_devices, int) and self.num_devices > 0 else 1
+            return Costs(*(math.fsum(part) / p for part in lists), comm=base.comm, offload=base.offload,
+                         fb_overlap=base.fb_overlap)
+        k = len(lists[0])
+        if num_stages % k and k % num_stages:
+            raise ValueError(f"per-stage costs of {k} stages cannot time a schedule of {num_stages} stages (one "
+                             "must divide the other); choose schedules with as many stages per device as the plan's")
+        if num_stages >= k:
+            parts = [[x / (num_stages // k) for x in part for _ in range(num_stages // k)] for part in lists]
+        else:
+            g = k // num_stages
+            parts = [[math.fsum(part[i * g:(i + 1) * g]) for i in range(num_stages)] for part in lists]
+        return Costs(*parts, comm=base.comm, offload=base.offload, fb_overlap=base.fb_overlap)
+
     def to_dict(self) -> dict:
         """The settings as JSON-ready values (loaded files as ``{"name", "text"}``)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "loaded"}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("loaded", "measured")}
+        out["measured"] = [run.to_dict() for run in self.measured]
         out["schedules"] = list(self.schedules)
         out["stage_weights"] = list(self.stage_weights)
+        out["stage_costs"] = [list(part) for part in self.stage_costs]
         out["loaded"] = [_schedule_record(s) for s in self.loaded]
         return out
 
@@ -234,6 +282,16 @@ class Settings:
             values["schedules"] = tuple(values["schedules"])
         if "stage_weights" in values:
             values["stage_weights"] = tuple(float(x) for x in values["stage_weights"])
+        if "measured" in values:
+            if not isinstance(values["measured"], (list, tuple)):
+                raise ValueError("settings: measured must be a list of measured runs")
+            values["measured"] = tuple(MeasuredRun.from_dict(x) if isinstance(x, Mapping) else x
+                                       for x in values["measured"])
+        if "stage_costs" in values:
+            parts = values["stage_costs"]
+            if not isinstance(parts, (list, tuple)) or not all(isinstance(x, (list, tuple)) for x in parts):
+                raise ValueError("settings: stage_costs must be three lists (F, B, W) of numbers, or empty")
+            values["stage_costs"] = tuple(tuple(float(x) for x in part) for part in parts)
         if "loaded" in values:
             if not isinstance(values["loaded"], (list, tuple)):
                 raise ValueError(f"settings: loaded must be a list of schedule records, got "
@@ -263,7 +321,10 @@ class View:
         stats: one row per schedule (see :func:`stats_table`).
         messages: readable problems (bad input, a schedule that cannot be built, a memory limit
             nothing meets); empty when all is well.
-        diagram_spec, memory_spec: plotly figure dicts (``None`` when nothing could be built).
+        diagram_spec, memory_spec: plotly figure dicts (``None`` when nothing could be built);
+            a raster overview in ``diagram_spec`` keeps its hover as a table for the explorer's
+            viewer (``overview_hover="table"``): :attr:`diagram` and the HTML report carry it as
+            plotly's own hover (:func:`ctrlmem.plots.figures.hover_on_cells`).
         seconds: wall time :func:`compute` took.
         origins: how each shown order was obtained (``ORIGIN_*``).
         jobs: builds still to do for these settings (``adapt=False``): cost-adapted schedules
@@ -285,8 +346,8 @@ class View:
 
     @property
     def diagram(self) -> go.Figure | None:
-        """The schedule diagram as a validated plotly figure."""
-        return go.Figure(self.diagram_spec) if self.diagram_spec is not None else None
+        """The schedule diagram as a validated plotly figure (an overview with plotly's own hover)."""
+        return go.Figure(plot.hover_on_cells(self.diagram_spec)) if self.diagram_spec is not None else None
 
     @property
     def memory(self) -> go.Figure | None:
@@ -353,6 +414,7 @@ class BuildCache:
         self.failed: dict[tuple, str] = {}
         self.notes: dict[tuple, str] = {}  # an improved order's summary (before/after, bound, gap)
         self._levered: dict[tuple, tuple[Schedule, Schedule]] = {}  # (order, levers) -> (order, levered)
+        self._sims: dict[tuple, tuple[Schedule, SimResult]] = {}  # (order, costs) -> (order, simulation)
         self.hits = self.misses = 0
 
     @staticmethod
@@ -401,6 +463,23 @@ class BuildCache:
             self._levered.pop(next(iter(self._levered)))
         self._levered[key] = (schedule, levered)
         return levered
+
+    #: Simulations kept by :meth:`simulate`: what one state shows (up to a few schedules and the
+    #: 1F1B reference) and the one before.
+    MAX_SIMULATIONS = 12
+
+    def simulate(self, schedule: Schedule, costs: Costs) -> SimResult:
+        """``simulate(schedule, costs)``, kept for the very same order and costs: a state that
+        changes one schedule (an adapted build arriving, a budget or lever edit) re-simulates
+        that one only."""
+        key = (id(schedule), costs)
+        found = self._sims.pop(key, None)
+        if found is None or found[0] is not schedule:
+            found = (schedule, simulate(schedule, costs))
+            while len(self._sims) >= self.MAX_SIMULATIONS:
+                self._sims.pop(next(iter(self._sims)))
+        self._sims[key] = found  # the newest last
+        return found[1]
 
     def latest(self, name: str, p: int, m: int, memory_limit: float | None) -> tuple[Schedule, Costs | None] | None:
         """The last order built for ``name`` at ``(p, m, memory_limit)`` and the costs it was
@@ -530,7 +609,7 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
                               else ORIGIN_REUSED.format(costs=plot.costs_label(built_for)))
             if name not in orders and not lev:  # a state's orders carry their levers, a levered build too
                 sched = _with_levers(sched, settings, cache)
-            results[name] = simulate(sched, settings.costs(sched.num_stages))
+            results[name] = cache.simulate(sched, settings.costs(sched.num_stages))
             origins[name] = origin
         except (ValueError, ScheduleError, KeyError) as exc:
             messages.append(f"{name}: {_reason(exc)}")
@@ -541,7 +620,7 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
                             "to those to compare it")
             continue
         try:
-            results[label] = simulate(sched, settings.costs(sched.num_stages))
+            results[label] = cache.simulate(sched, settings.costs(sched.num_stages))
             origins[label] = ORIGIN_FILE
         except (ValueError, ScheduleError) as exc:
             messages.append(f"{label}: {_reason(exc)}")
@@ -553,7 +632,7 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
         if "1f1b" in results and results["1f1b"].costs == ref_costs and not settings.levers:
             reference = results["1f1b"]
         else:
-            reference = simulate(cache.build("1f1b", p, m, None, None), ref_costs)
+            reference = cache.simulate(cache.build("1f1b", p, m, None, None), ref_costs)
     except (ValueError, ScheduleError) as exc:
         messages.append(f"1F1B reference: {_reason(exc)}")
     stats = stats_table(results, reference, limit, origins)
@@ -576,20 +655,70 @@ def compute(settings: Settings, *, style: dict | None = None, cache: BuildCache 
     if settings.fb_overlap != 1.0 and results and not any(r.schedule.overlaps for r in results.values()):
         messages.append(f"F&B overlap {settings.fb_overlap:g}: no shown schedule overlaps a forward with a backward, "
                         "so nothing changes; tick dualpipe or dualpipe-v to see it")
+    panels = _with_measured(settings, results, messages)
     diagram_spec = memory_spec = None
     if results:
         rs = list(results.values())
         title = plot.setting_label(p, m, settings.costs(p) if settings.per_stage else base_costs, limit)
-        diagram_spec = plot.schedule_spec(rs, title=f"schedules: {title}", **style.get("diagram", {}))
+        # the overview's hover as a table the explorer's viewer reads (hover_on_cells for other pages)
+        diagram_spec = plot.schedule_spec(panels, title=f"schedules: {title}", **{
+            "overview_hover": "table", "tick_overflow": "allow", **style.get("diagram", {})})
         memory_spec = plot.memory_spec(
             rs, reference_peak=max(reference.peak_memory) if reference is not None else None,
-            title=f"activation memory per device: {title}", **style.get("memory", {}))
+            title=f"activation memory per device: {title}", **{"tick_overflow": "allow", **style.get("memory", {})})
         if settings.model:
             _add_gb_axis(memory_spec, settings, messages)
     view = View(settings, results, reference, stats, messages, diagram_spec, memory_spec,
                 origins=origins, jobs=jobs, waiting=waiting)
     view.seconds = time.perf_counter() - t0
     return view
+
+
+def _with_measured(settings: Settings, results: dict[str, SimResult], messages: list[str]) -> list:
+    """The diagram's panels: each simulation, and right under the simulation of its schedule
+    each measured run of it (a timeline in ms); a run whose schedule is not shown, or of
+    another p or m, is a message saying what to do."""
+    under: dict[str, list] = {}
+    p, m = settings.num_devices, settings.num_microbatches
+    for run in settings.measured:
+        if (run.num_devices, run.num_microbatches) != (p, m):
+            messages.append(f"measured {run.name}: has p={run.num_devices}, m={run.num_microbatches}; set p and m to "
+                            "those to compare it with its simulation")
+            continue
+        shown = next((label for label, r in results.items() if r.schedule.name == run.name), None)
+        if shown is None:
+            messages.append(f"measured {run.name}: tick {run.name} (or load its schedule file) to draw the run under "
+                            "its simulation")
+            continue
+        sim = results[shown]
+        f, b, w = measured_costs(run, sim.schedule)
+        messages.append(f"measured {run.name}: step {run.step_ms:.4g} ms, its passes {f:.4g} / {b:.4g} / {w:.4g} ms "
+                        f"(F / B / W per device-stage, mean); simulated {sim.makespan:.4g} with these costs (the same "
+                        "unit when F, B, W are in ms)")
+        under.setdefault(shown, []).append(plot.PassTimeline(
+            f"measured {run.name}: step {run.step_ms:.4g} ms ({run.source}; ms from the step's start)",
+            p, sim.schedule.placement, run.passes))
+    out: list = []
+    for label, r in results.items():
+        out.append(r)
+        out += under.get(label, [])
+    return out
+
+
+def measured_costs(run: MeasuredRun, schedule: Schedule) -> tuple[float, float, float]:
+    """The run's mean F, B, W pass times (ms) per full device-stage (a chunk's pass times the
+    chunks per device; a fused ``BW``'s mean split evenly between B and W): what to give as F,
+    B, W for its simulation to be in ms too."""
+    v = schedule.num_stages / schedule.num_devices
+    times: dict[str, list[float]] = {}
+    for tp in run.passes:
+        times.setdefault(tp.op.value, []).append(tp.end - tp.start)
+    mean = {op: math.fsum(xs) / len(xs) * v for op, xs in times.items() if xs}
+    f = mean.get("F", 0.0)
+    if "B" in mean or "W" in mean:
+        return f, mean.get("B", 0.0), mean.get("W", 0.0)
+    bw = mean.get("BW", 0.0)
+    return f, bw / 2, bw / 2
 
 
 def _with_improved(settings: Settings, results: dict[str, SimResult], origins: dict[str, str], jobs: list[Job],
@@ -649,7 +778,7 @@ def _with_improved(settings: Settings, results: dict[str, SimResult], origins: d
     if sched.name != label:  # the solver hands back its input when it finds nothing better
         sched = replace(sched, name=label)
     try:
-        improved = simulate(sched, costs)
+        improved = cache.simulate(sched, costs)
     except (ValueError, ScheduleError) as exc:
         messages.append(f"optimize {first}: {_reason(exc)}")
         return results, origins
@@ -876,10 +1005,14 @@ def command_line(settings: Settings, output: str | None = None) -> str:
         cmd += f" --fb-overlap {s.fb_overlap:g}"
     cmd += f" -o {out}"
     missing = []
+    if s.stage_costs:
+        missing.append(f"per-stage costs of {len(s.stage_costs[0])} stages")
     if s.stage_weights:
         missing.append("per-stage weights " + ",".join(f"{x:g}" for x in s.stage_weights))
     if s.first_stage_extra or s.last_stage_extra:
         missing.append(f"first/last-stage extra {s.first_stage_extra:g}/{s.last_stage_extra:g}")
+    if s.measured:
+        missing.append("measured runs " + ", ".join(x.name for x in s.measured))
     if s.loaded:
         missing.append("loaded files " + ", ".join(x.name for x in s.loaded)
                        + (" (shown without the levers)" if s.levers else ""))
@@ -1007,17 +1140,23 @@ def _schedule_from_record(record: Mapping, budget: list[int] | None = None) -> S
 
 
 def _state_text(source) -> str:
-    """The JSON text of a state (a path, the text itself or its bytes), out of an HTML report
-    when it is one; read through :func:`ctrlmem.util.userfile.read_text` (a regular file of at
+    """The JSON text of a state (a path, the text itself or its bytes, a state link), out of an
+    HTML report when it is one; read through :func:`ctrlmem.util.userfile.read_text` (a regular file of at
     most :data:`MAX_STATE_BYTES`)."""
 
-    if isinstance(source, (bytes, bytearray)):
+    if isinstance(source, Mapping):  # a state as data (plan_state, state_dict)
+        text = json.dumps(source)
+    elif isinstance(source, (bytes, bytearray)):
         try:
             text = bytes(source).decode("utf-8")
         except UnicodeDecodeError:
             raise ValueError("not a ctrlmem state file (not UTF-8 text)") from None
     elif isinstance(source, str) and source.lstrip().startswith("{"):
         text = source
+    elif isinstance(source, str) and STATE_LINK_KEY in source:  # a state link (from state_link)
+        text = _link_text(source)
+        if text is None:
+            raise ValueError("a state link is ctrlmem-state=1. followed by its letters; copy the whole link again")
     else:
         text = read_text(source, "state file", MAX_STATE_BYTES, fix="give a state the explorer saved")
     if len(text) > MAX_STATE_BYTES:
@@ -1080,6 +1219,57 @@ def state_dict(view: View, style: dict | None = None) -> dict:
             "style": style or {}}
 
 
+#: What starts a state link's text: ``ctrlmem-state=1.<base64url of the zlib'd state JSON>``, to
+#: paste as it is or after a URL's ``#`` or ``?`` (anything around it is ignored).
+STATE_LINK_KEY = "ctrlmem-state="
+#: Longest link :func:`state_link` writes with the orders inside (browsers and chat programs keep
+#: URLs of a few thousand characters); a longer state's link holds its settings alone.
+MAX_LINK_CHARS = 8000
+_LINK = re.compile(r"ctrlmem-state=(\d+)\.([A-Za-z0-9_-]+)")
+
+
+def state_link(view: View, style: dict | None = None, max_chars: int = MAX_LINK_CHARS) -> tuple[str, bool]:
+    """A state as one line of text to share: ``(link, exact)``. The link holds the settings, the
+    figure style and, when they fit in ``max_chars``, the very orders shown (``exact``); without
+    them, whoever opens it builds the orders again for the same settings (a searched order is
+    found again; an order improved by the solver within a time limit may differ: share the state
+    file for those). The explorer's *open link* field, ``explorer(state=LINK)`` and ``ctrlmem
+    draw --state LINK`` open it; a settings-only link longer than ``max_chars`` (large loaded
+    files) raises ``ValueError``."""
+    data = state_dict(view, style)
+    link = _encode_link(data)
+    if len(link) <= max_chars:
+        return link, True
+    data["orders"] = {}
+    link = _encode_link(data)
+    if len(link) > max_chars:
+        raise ValueError(f"this state needs {len(link):,} characters even without its orders (loaded schedule files "
+                         f"are inside it), more than a link of {max_chars:,} holds; save the state file instead")
+    return link, False
+
+
+def _encode_link(data: dict) -> str:
+    raw = zlib.compress(json.dumps(data, separators=(",", ":"), sort_keys=True).encode("utf-8"), 9)
+    return f"{STATE_LINK_KEY}{STATE_VERSION}.{base64.urlsafe_b64encode(raw).decode('ascii').rstrip('=')}"
+
+
+def _link_text(text: str) -> str | None:
+    """The state JSON inside a state link (anywhere in ``text``), or None when there is none."""
+    found = _LINK.search(text)
+    if found is None:
+        return None
+    version, payload = found.groups()
+    if int(version) != STATE_VERSION:
+        raise ValueError(f"state link version {version} is not supported (this ctrlmem reads {STATE_VERSION})")
+    padded = payload + "=" * (-len(payload) % 4)
+    standard = padded.replace("-", "+").replace("_", "/")
+    raw = b64_inflate(standard, "the state link", MAX_STATE_BYTES)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("the state link does not hold text; copy the whole link again") from None
+
+
 def write_state(view: View, path: str | os.PathLike, style: dict | None = None) -> str:
     """Write :func:`state_dict` as JSON to ``path``; returns the path."""
     path = str(path)
@@ -1126,12 +1316,66 @@ def read_state(source) -> tuple[Settings, dict[str, Schedule], dict]:
 def state_view(source) -> tuple[View, dict]:
     """The view a state file records, exactly: its settings, its very orders (how each was
     obtained as it was then) and its figure style; schedules it has no order for (still being
-    built when it was saved) are listed as waiting, not built. Returns ``(view, style)``."""
+    built when it was saved) are listed as waiting, not built. A state without any order (a
+    state link of its settings alone, :func:`state_link`) has them built, as the explorer would.
+    Returns ``(view, style)``."""
     settings, orders, style = read_state(source)
     origins = style.pop("origins", {})
-    view = compute(settings, style=style, adapt=False, orders=orders, order_origins=origins)
+    view = compute(settings, style=style, adapt=not orders, orders=orders, order_origins=origins)
     view.jobs = []
     return view, style
+
+
+ORIGIN_PLAN = "the plan's order: {what}"
+
+
+def settings_from_plan(df, index: int | None = None) -> tuple[Settings, dict[str, Schedule], dict[str, str]]:
+    """A plan's row (:func:`ctrlmem.plan`; default: the fastest that fits) as explorer settings and
+    the order to show: ``(settings, orders, origins)``, what :func:`plan_state` saves. The
+    settings are the row's pipeline (``p`` = its PP, ``m`` its microbatches per pipeline), its
+    schedule next to 1F1B, the per-stage pass costs it was simulated with (ms;
+    :attr:`Settings.stage_costs`, its recomputation already in them), its hop, budget, offload
+    and host copy time, and its model and microbatch for the memory panel's GB axis (the
+    explorer's GB: activation of one pipeline stage at TP 1, not the plan's per-GPU total). The
+    order is the very one the plan simulated."""
+    if index is None:
+        ok = [i for i, status in enumerate(df["status"]) if status == "ok"]
+        if not ok:
+            raise ValueError("no configuration of the plan fits: nothing to show (raise the GPU memory or the GPUs)")
+        index = ok[0]
+    if not 0 <= int(index) < len(df):
+        raise ValueError(f"the plan has rows 0..{len(df) - 1}, got {index}")
+    index = int(index)
+    sched, costs = row_schedule(df, index)
+    row = df.iloc[index]
+    name = str(row["schedule"]).partition("@")[0]
+    limit = row["memory_limit"]
+    limit = None if limit is None or (isinstance(limit, float) and math.isnan(limit)) else float(limit)
+    offload = float(row["offload"]) if row.get("offload") == row.get("offload") and row.get("offload") else None
+    model = str(df.attrs.get("settings", {}).get("model", {}).get("name") or "")
+    model = PRESET_NAMES.get(model.lower())  # a paper preset gives the GB axis; another model none
+    settings = Settings(
+        schedules=tuple(dict.fromkeys((name, "1f1b"))), num_devices=int(row["pp"]), num_microbatches=int(row["m"]),
+        f=float(sum(costs.f)) / int(row["pp"]), b=float(sum(costs.b)) / int(row["pp"]),
+        w=float(sum(costs.w)) / int(row["pp"]), comm=float(costs.comm),
+        stage_costs=(tuple(costs.f), tuple(costs.b), tuple(costs.w)), memory_limit=limit,
+        offload=offload, offload_cost=float(costs.offload) if offload else 0.0, fb_overlap=float(costs.fb_overlap),
+        model=model, microbatch_size=int(row["microbatch_size"]))
+    what = (f"rank {int(row['rank']) if row['rank'] == row['rank'] else index + 1}, DP {row['dp']}, TP {row['tp']}, "
+            f"PP {row['pp']}, microbatch {row['microbatch_size']}"
+            + (f", recompute {row['recompute']} (in its costs)" if str(row.get("recompute")) not in ("none", "nan") else ""))
+    sched = replace(sched, name=name) if sched.name != name else sched
+    return settings, {name: sched}, {name: ORIGIN_PLAN.format(what=what)}
+
+
+def plan_state(df, index: int | None = None) -> dict:
+    """The explorer state of a plan's row (:func:`settings_from_plan`), as :func:`state_dict`
+    gives it: ``explorer(state=...)`` (a dict, its JSON or a file holding it), the explorer's
+    *load state* and ``ctrlmem draw --state`` show it; ``ctrlmem plan --emit DIR`` writes it as
+    ``explorer.state.json``."""
+    settings, orders, origins = settings_from_plan(df, index)
+    view = compute(settings, adapt=False, orders=orders, order_origins=origins)
+    return state_dict(view)
 
 
 def draw_state(source, output: str, view: str = "explorer", width: int | None = None, scale: float = 2.0) -> str:
@@ -1154,7 +1398,7 @@ def draw_state(source, output: str, view: str = "explorer", width: int | None = 
 
         return render_file(static_figure(shown, width or 1100), output, scale=scale)
     if view in ("schedule", "memory"):
-        fig = go.Figure(shown.diagram_spec if view == "schedule" else shown.memory_spec)
+        fig = shown.diagram if view == "schedule" else shown.memory
         if width:
             fig.update_layout(width=width)
     else:
@@ -1170,6 +1414,9 @@ def _slug_of(names: Sequence[str], s: Settings) -> str:
     stem = f"{'-vs-'.join(names) or 'none'}_p{s.num_devices}_m{s.num_microbatches}_{costs}"
     if s.memory_limit is not None:
         stem += f"_lim{s.memory_limit:g}"
+    if s.stage_costs:  # a plan's: named by a digest of its times (a stem stays short)
+        digest = zlib.crc32(json.dumps([list(x) for x in s.stage_costs]).encode("utf-8"))
+        stem += f"_sc{len(s.stage_costs[0])}-{digest:08x}"
     if s.stage_weights:
         stem += "_w" + "-".join(f"{x:g}" for x in s.stage_weights)
     if s.first_stage_extra or s.last_stage_extra:
@@ -1191,7 +1438,7 @@ def slug(view: View) -> str:
 def static_figure(view: View, width: int = 1100) -> go.Figure:
     """The diagram above the memory curves, one figure at ``width`` pixels with the label rule
     applied there: what a PNG, SVG or PDF export draws."""
-    spec = plot.stack_specs([view.diagram_spec, view.memory_spec])
+    spec = plot.stack_specs([plot.without_hover_tables(view.diagram_spec), view.memory_spec])
     fig = go.Figure(spec).update_layout(width=width)
     for i, tr in enumerate(fig.data):  # fixed trace ids: the SVG holds no random one
         if tr.uid is None:
@@ -1253,6 +1500,9 @@ def report_html(view: View, style: dict | None = None) -> str:
             ("m (microbatches)", s.num_microbatches),
             ("costs", plot.costs_label(s.costs(s.num_devices) if s.per_stage else s.costs())),
             ("memory limit", "none" if s.memory_limit is None else f"{s.memory_limit:g} × 1F1B's peak")]
+    if s.stage_costs:
+        rows.append(("per-stage costs", "; ".join(f"{k} " + ", ".join(f"{x:.4g}" for x in part)
+                                                  for k, part in zip("FBW", s.stage_costs))))
     if s.stage_weights:
         rows.append(("per-stage weights", ", ".join(f"{x:g}" for x in s.stage_weights)))
     if s.first_stage_extra or s.last_stage_extra:
@@ -1261,9 +1511,11 @@ def report_html(view: View, style: dict | None = None) -> str:
         rows.append(("memory levers", s.levers_text()))
     if s.loaded:
         rows.append(("loaded files", ", ".join(x.name for x in s.loaded)))
+    if s.measured:
+        rows.append(("measured runs", ", ".join(f"{x.name} ({x.source}, step {x.step_ms:.4g} ms)" for x in s.measured)))
     settings_table = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
     peaks, pareto = comparison_specs(view)
-    plots = [_report_plot("ctrlmem-report-diagram", view.diagram_spec),
+    plots = [_report_plot("ctrlmem-report-diagram", plot.hover_on_cells(view.diagram_spec)),
              _report_plot("ctrlmem-report-memory", view.memory_spec)]
     plots += [_report_plot(f"ctrlmem-report-{k}", sp) for k, sp in (("peaks", peaks), ("pareto", pareto)) if sp]
     state = script_json(state_dict(view, style), sort_keys=True)
@@ -1277,8 +1529,11 @@ def report_html(view: View, style: dict | None = None) -> str:
         "code{background:#f4f4f4;padding:2px 4px}</style>"
         f"<script type='text/javascript'>{plotly_js}</script></head><body>"
         "<h1>ctrlmem explorer report</h1>"
-        "<p>Everything here is simulated by ctrlmem's exact simulator from the settings below; nothing is "
-        "measured. The explorer's state is inside this page: <code>ctrlmem draw --state THIS.html -o "
+        + ("<p>Everything here is simulated by ctrlmem's exact simulator from the settings below; nothing is "
+           "measured." if not s.measured else
+           "<p>Everything here is simulated by ctrlmem's exact simulator from the settings below, except the panels "
+           "titled <i>measured</i>: a real run's measured step (<code>ctrlmem run</code>'s trace-measured.json).")
+        + " The explorer's state is inside this page: <code>ctrlmem draw --state THIS.html -o "
         "OUT.png</code> draws it again, and the explorer's <i>load state</i> takes this file.</p>"
         f"<h2>Settings</h2><table class='ctrlmem-settings'>{settings_table}</table>"
         f"<h2>Verdict</h2><p class='ctrlmem-verdict'>{html.escape(verdict(view))}</p>"

@@ -233,45 +233,40 @@ def simulate(
                         f"{type(schedule).__name__} {schedule!r}"[:200])
     costs = Costs.coerce(costs, "costs")
     memory = MemoryModel.coerce(memory, "memory")
-    S, m, p = schedule.num_stages, schedule.num_microbatches, schedule.num_devices
+    S, p = schedule.num_stages, schedule.num_devices
     # a model copy's layers are split over S / copies stages (two copies: each stage is 1/p of the model)
     f, b, w = costs.stage_times(S, p * schedule.model_copies)
     act = memory.stage_activation(S, p * schedule.model_copies)
     index = _index_of(schedule)
-    sm = S * m
-    fused = index.fused
     durations = pass_durations(index, f, b, w)
     keep = _kept(schedule, index, costs, act) if index.kinds > 3 else None
     if keep is not None:
         _lever_durations(schedule, index, costs, durations, keep)
     _scale_overlapped(index, durations, costs.fb_overlap)
-    start, end = execute(schedule, index, durations, float(costs.comm))
+    plan = _plan_of(index)
+    if plan is not None:
+        start, end = _run_plan(plan, len(index.device), durations, float(costs.comm))
+    else:  # copy lanes, a lever's extra dependencies, overlapped pairs, or a deadlock to report
+        start, end = execute(schedule, index, durations, float(costs.comm))
 
     rb = memory.release_at_b
     spans, work, peaks, events = [], [], [], []
     makespan = 0.0
-    for keys in index.device_keys:
+    static = _memory_deltas(index, act, rb)
+    for d, keys in enumerate(index.device_keys):
         if not keys:
             spans.append(0.0), work.append(0.0), peaks.append(0.0), events.append([])
             continue
-        first = min(start[k] for k in keys)
-        last = max(end[k] for k in keys)
+        # a device runs its passes in order, each after the previous one ended (an overlapped
+        # pair's two passes share their start and end): its first pass starts first, its last ends last
+        first = start[keys[0]]
+        last = end[keys[-1]]
         makespan = max(makespan, last)
         spans.append(_clean(last - first))
-        work.append(_clean(math.fsum(durations[k] for k in keys)))
-        ev: list[tuple[float, float]] = []
-        for key in keys:
-            kind, r = divmod(key, sm)
-            a = act[r // m]
-            if kind == 0:
-                ev.append((start[key], a))
-            elif kind == 1:
-                if fused[r]:
-                    ev.append((end[key], -a))
-                elif rb:
-                    ev.append((end[key], -a * rb))
-            elif kind == 2:
-                ev.append((end[key], -a * (1.0 - rb)))
+        work.append(_clean(math.fsum(map(durations.__getitem__, keys))))
+        at_start, at_end = static[d]
+        ev: list[tuple[float, float]] = [(start[k], a) for k, a in at_start]
+        ev += [(end[k], a) for k, a in at_end]
         if keep is not None:
             ev += _lever_events(index, keys, keep, act, start, end)
         ev.sort()  # at equal times the negative deltas (releases) sort first
@@ -304,6 +299,129 @@ def simulate(
         _end=end,
         _events=events,
     )
+
+
+_PLANS: "OrderedDict[int, tuple[ScheduleIndex, tuple | None]]" = OrderedDict()
+
+
+def _plan_of(index: ScheduleIndex) -> tuple | None:
+    """The order :func:`~ctrlmem.model.validate.execute` times the passes in, with what each one
+    waits for: ``(keys, previous, dep, crosses)`` (per pass: its key, the key before it on its
+    device or -1, the key it needs or -1, and whether that one runs on another device). Which
+    pass ``execute`` can time next depends on the orders only, never on the costs, so a schedule
+    simulated again under new costs (every cost edit of the explorer) is timed by one loop over
+    this list (:func:`_run_plan`), with the very same additions and comparisons: 3 times faster.
+    ``None`` when ``execute`` itself is needed: copy lanes, extra dependencies (the levers),
+    overlapped pairs, or a deadlock (reported by ``execute``). The last few are kept."""
+    key = id(index)
+    with _INDEXES_LOCK:
+        hit = _PLANS.get(key)
+        if hit is not None and hit[0] is index:
+            _PLANS.move_to_end(key)
+            return hit[1]
+    plan = None
+    if index.partner is None and not index.extra_dep and not index.lanes:
+        plan = _structural_order(index)
+    with _INDEXES_LOCK:
+        _PLANS[key] = (index, plan)
+        while len(_PLANS) > _DELTAS_KEPT:
+            _PLANS.popitem(last=False)
+    return plan
+
+
+def _structural_order(index: ScheduleIndex) -> tuple | None:
+    """``execute``'s loop without the clock: the order it reaches the passes in (a device runs
+    on until a pass waits for one not reached yet; that device resumes when it is), or None on
+    a deadlock."""
+    dev, dep, orders = index.device, index.dep, index.device_keys
+    done = bytearray(len(dev))
+    ptr = [0] * len(orders)
+    waiting: dict[int, list[int]] = {}
+    queue = list(range(len(orders) - 1, -1, -1))
+    out_keys, out_prev, out_dep, out_cross = [], [], [], []
+    while queue:
+        d = queue.pop()
+        keys = orders[d]
+        i = ptr[d]
+        while i < len(keys):
+            k = keys[i]
+            q = dep[k]
+            if q >= 0 and not done[q]:
+                waiting.setdefault(q, []).append(d)
+                break
+            out_keys.append(k)
+            out_prev.append(keys[i - 1] if i else -1)
+            out_dep.append(q)
+            out_cross.append(q >= 0 and dev[q] != d)
+            done[k] = 1
+            i += 1
+            woken = waiting.pop(k, None)
+            if woken:
+                queue.extend(woken)
+        ptr[d] = i
+    if any(ptr[d] < len(keys) for d, keys in enumerate(orders)):
+        return None
+    return out_keys, out_prev, out_dep, out_cross
+
+
+def _run_plan(plan: tuple, n: int, durations: list[float], comm: float) -> tuple[list[float], list[float]]:
+    """Start and end of every pass, by :func:`_plan_of`'s order: a pass starts when the one
+    before it on its device has ended and its input has arrived (``comm`` later across devices),
+    as in ``execute``."""
+    start = [-1.0] * n
+    end = [-1.0] * n
+    for k, before, q, cross in zip(*plan):
+        t = end[before] if before >= 0 else 0.0
+        if q >= 0:
+            e = end[q]
+            if cross:
+                e += comm
+            if e > t:
+                t = e
+        start[k] = t
+        end[k] = t + durations[k]
+    return start, end
+
+
+_DELTAS: "OrderedDict[tuple, tuple[ScheduleIndex, list]]" = OrderedDict()
+_DELTAS_KEPT = 8
+
+
+def _memory_deltas(index: ScheduleIndex, act: list[float], rb: float) -> list:
+    """Per device, the memory each of its passes moves: ``(at_start, at_end)``, lists of ``(key,
+    delta)`` (an ``F`` allocates its stage's activation at its start; a ``B`` releases the share
+    ``rb`` at its end, a fused ``BW`` all of it, a ``W`` the rest; the levers' passes are
+    :func:`_lever_events`'). They depend on the orders and the memory model only, so a schedule
+    simulated again under new costs (every cost edit of the explorer) reuses them; the last few
+    are kept."""
+    key = (id(index), rb, tuple(act))
+    with _INDEXES_LOCK:
+        hit = _DELTAS.get(key)
+        if hit is not None and hit[0] is index:
+            _DELTAS.move_to_end(key)
+            return hit[1]
+    sm, m, fused = index.num_stages * index.num_microbatches, index.num_microbatches, index.fused
+    out = []
+    for keys in index.device_keys:
+        at_start, at_end = [], []
+        for k in keys:
+            kind, r = divmod(k, sm)
+            a = act[r // m]
+            if kind == 0:
+                at_start.append((k, a))
+            elif kind == 1:
+                if fused[r]:
+                    at_end.append((k, -a))
+                elif rb:
+                    at_end.append((k, -a * rb))
+            elif kind == 2:
+                at_end.append((k, -a * (1.0 - rb)))
+        out.append((at_start, at_end))
+    with _INDEXES_LOCK:
+        _DELTAS[key] = (index, out)
+        while len(_DELTAS) > _DELTAS_KEPT:
+            _DELTAS.popitem(last=False)
+    return out
 
 
 _INDEXES: "OrderedDict[int, tuple[weakref.ref, ScheduleIndex]]" = OrderedDict()

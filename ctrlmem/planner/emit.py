@@ -308,7 +308,7 @@ _TT_LLAMA3 = {(32, 4096): "llama3_8b", (80, 8192): "llama3_70b", (126, 16384): "
 #: What :func:`emit` may write into its folder (a file of these names that ctrlmem did not write is
 #: refused unless ``force``).
 EMIT_FILES = ("schedule.csv", "torchtitan.sh", "ctrlmem_torchtitan.py", "megatron.txt", "run.sh", "plan-row.json",
-              "torchtitan.toml")
+              "torchtitan.toml", "explorer.state.json")  # the last written by `ctrlmem plan` (the explorer's state)
 
 
 def torchtitan_target(model: dict) -> tuple[str, str, bool]:

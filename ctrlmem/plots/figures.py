@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from itertools import chain
 from typing import Iterable, Mapping, Sequence, Union
 
 import numpy as np
@@ -48,6 +49,10 @@ __all__ = [
     "pass_color",
     "schedule_figure",
     "schedule_spec",
+    "hover_on_cells",
+    "without_hover_tables",
+    "OVERVIEW_HOVER",
+    "step_grid_spec",
     "memory_figure",
     "memory_spec",
     "theoretical_peak",
@@ -237,13 +242,29 @@ def _order_columns(sched: Schedule) -> tuple[np.ndarray, ...]:
     return dev, op, stage, mb
 
 
+_FLAT_KEYS: dict[int, tuple] = {}
+
+
+def _flat_keys(index) -> np.ndarray:
+    """The simulator's pass keys in device-major order, once per schedule index (kept for the
+    last few, by identity: a cost edit re-simulates the same orders)."""
+    found = _FLAT_KEYS.get(id(index))
+    if found is not None and found[0] is index:
+        return found[1]
+    flat = np.fromiter(chain.from_iterable(index.device_keys), np.int64)
+    if len(_FLAT_KEYS) >= 16:
+        _FLAT_KEYS.pop(next(iter(_FLAT_KEYS)))
+    _FLAT_KEYS[id(index)] = (index, flat)
+    return flat
+
+
 def _times(result: SimResult) -> tuple[np.ndarray, np.ndarray]:
     """Start and end of every pass in device-major order."""
     sched = result.schedule
     index, start_of, end_of = (getattr(result, a, None) for a in ("_index", "_start", "_end"))
     keys = getattr(index, "device_keys", None)
     if keys is not None and start_of is not None and end_of is not None:  # the simulator's own arrays
-        flat = np.fromiter((k for row in keys for k in row), np.int64, sched.num_passes)
+        flat = _flat_keys(index)
         return np.asarray(start_of, float)[flat], np.asarray(end_of, float)[flat]
     start, end = np.empty(sched.num_passes), np.empty(sched.num_passes)
     k = 0
@@ -493,6 +514,8 @@ def schedule_spec(
     overview: bool | None = None,
     overview_passes: int = OVERVIEW_PASSES,
     overview_columns: int = OVERVIEW_COLUMNS,
+    overview_hover: str = "cells",
+    tick_overflow: str | None = None,
     font_family: str = "Helvetica, Arial, sans-serif",
 ) -> dict:
     """Gantt diagram of one or several schedules on a shared time axis, as the plain dict behind
@@ -520,6 +543,15 @@ def schedule_spec(
             at most ``overview_columns``, each cell the pass running at its middle) instead of
             one box per pass. Default: when the figure holds more than ``overview_passes``
             passes, where boxes would be too narrow to see and too many to draw quickly.
+        overview_hover: where an overview keeps what its cells show on hover: ``"cells"``
+            (plotly's per-cell ``customdata`` and ``text``, for any plotly page) or ``"table"``
+            (flat per-cell columns in the heatmap's ``meta["hover"]``, for a viewer that shows
+            the hover itself, as the explorer's does: a fraction of the time to draw;
+            :func:`hover_on_cells` gives the ``"cells"`` form of such a figure).
+        tick_overflow: plotly's ``ticklabeloverflow`` of the device axes (``None``: plotly's
+            default, "hide past div", which measures every label again after placing each one:
+            3/4 of drawing a p = 32 diagram in a browser; the explorer gives ``"allow"``, as its
+            device labels sit in the left margin).
 
     Boxes: trace ``meta`` carries ``{"kind": "pass", "op", "chunk", "panel"}``, ``y`` the device,
     ``base`` the start, ``x`` the duration, and ``customdata`` rows ``[stage, microbatch, start,
@@ -528,7 +560,9 @@ def schedule_spec(
     the bottom of its row (``meta["kind"] == "copy"``, box view only). Overview: one heatmap per
     panel, ``meta`` ``{"kind": "overview", "panel", "codes"}`` where ``codes[k]`` names the
     ``[op, chunk]`` of ``z`` in ``(2k+1, 2k+2)`` (even and odd microbatches; 0 is idle),
-    ``customdata[d][j]`` the microbatch (-1 where idle); legend entries are traces with ``meta["kind"] == "legend"``.
+    ``customdata[d][j]`` ``[stage, chunk, microbatch, start, end]`` (or ``meta["hover"]``, see
+    ``overview_hover``); the white lines between its rows are a trace with ``meta["kind"] ==
+    "rows"``; legend entries are traces with ``meta["kind"] == "legend"``.
     """
     items = _as_list(items)
     if not items:
@@ -539,6 +573,8 @@ def schedule_spec(
                  for i, it in enumerate(items)]
     _check_drawable(sum(t.num_devices for t in timelines))
     n = len(timelines)
+    if overview_hover not in ("cells", "table"):
+        raise ValueError(f"overview_hover must be 'cells' or 'table', got {overview_hover!r}")
     if overview is None:
         overview = sum(len(t.start) for t in timelines) > overview_passes
     row_px = row_height or _row_height(max(t.num_devices for t in timelines))
@@ -556,7 +592,7 @@ def schedule_spec(
         chunk = chunk_of_stage[tl.stage] if len(tl.stage) else tl.stage
         if overview:
             data += _overview_traces(tl, chunk, panel, horizon, colors, idle_color, row_px,
-                                     overview_columns, shown)
+                                     overview_columns, shown, overview_hover)
         else:
             drawn = width or label_width
             plot_px = max(drawn - 70, 1) if drawn else LABEL_MAX_PLOT_PX
@@ -568,6 +604,8 @@ def schedule_spec(
             range=[p - 0.5, -0.5], showgrid=False, zeroline=False, ticks="",
             tickfont={"size": 12 if row_px >= 14 else 9},
         )
+        if tick_overflow is not None:
+            layout[f"yaxis{'' if panel == 0 else panel + 1}"]["ticklabeloverflow"] = tick_overflow
     for panel in range(n):
         layout[f"xaxis{'' if panel == 0 else panel + 1}"].update(
             range=[0, horizon * 1.005 if horizon else 1], showgrid=False, zeroline=False)
@@ -740,15 +778,65 @@ def _shade(color: str, factor: float) -> str:
     return "#{:02X}{:02X}{:02X}".format(*(max(0, min(255, round(x * factor))) for x in (r, g, b)))
 
 
+def _overview_edges(tl: _Columns, horizon: float, max_columns: int) -> np.ndarray:
+    """The overview's column edges: always equally spaced (plotly.js then draws the raster as one
+    small image scaled up, instead of a rectangle per cell: 20 times faster at p = 32, m = 256).
+    When every pass boundary lies on a grid of at most ``max_columns`` steps (unit costs, costs
+    in halves), that grid: each column is then exactly one interval between boundaries;
+    otherwise ``max_columns`` equal columns."""
+    if horizon <= 0:
+        return np.array([0.0, 1.0])
+    # passes that take time start at distinct times on their device: more of them than columns,
+    # no such grid (a grid missed this way is only drawn with max_columns columns instead)
+    busiest = int(np.bincount(tl.device).max()) if len(tl.device) else 0
+    edges = np.unique(np.concatenate([[0.0, horizon], tl.start, tl.end])) if busiest <= max_columns else ()
+    if 0 < len(edges) - 1 <= max_columns:
+        step = float(np.min(np.diff(edges)))
+        steps = round(horizon / step)
+        units = edges / step
+        if steps <= max_columns and np.allclose(units, np.round(units), rtol=0, atol=1e-6):
+            return np.arange(steps + 1) * (horizon / steps)
+    return np.linspace(0.0, horizon, max_columns + 1)
+
+
+#: What a cell of the overview says on hover; ``{name}`` fields are the cell's pass (the same
+#: text whether plotly shows it from per-cell data, :func:`hover_on_cells`, or a viewer does from
+#: the hover table, as the explorer's does).
+OVERVIEW_HOVER = ("<b>{op}</b> stage {stage}{chunk_part}, microbatch {microbatch}<br>device {device}, "
+                  "start {start}, end {end}")
+_PLOTLY_FIELDS = {"{op}": "%{text}", "{stage}": "%{customdata[0]}", "{chunk}": "%{customdata[1]}",
+                  "{microbatch}": "%{customdata[2]}", "{device}": "%{y}", "{start}": "%{customdata[3]:.4g}",
+                  "{end}": "%{customdata[4]:.4g}"}
+
+
+def _overview_template(num_chunks: int) -> str:
+    """:data:`OVERVIEW_HOVER` for a panel of ``num_chunks`` chunks (the chunk named when > 1)."""
+    return OVERVIEW_HOVER.replace("{chunk_part}", ", chunk {chunk}" if num_chunks > 1 else "")
+
+
+def _plotly_template(template: str) -> str:
+    out = template
+    for field_, plotly_field in _PLOTLY_FIELDS.items():
+        out = out.replace(field_, plotly_field)
+    return out + "<extra></extra>"
+
+
 def _overview_traces(tl: _Columns, chunk: np.ndarray, panel: int, horizon: float, colors,
-                     idle_color: str, row_px: int, max_columns: int, shown: set[str]) -> list[dict]:
-    """The panel as a raster: an idle row per device, and one heatmap above it whose columns
-    are the intervals between pass boundaries when there are few enough, else ``max_columns``
-    equal columns (each cell: the pass running at its middle; idle cells are gaps, so the row's
-    idle colour shows through and hovering them shows nothing). Odd microbatches are drawn a
-    shade darker so that neighbouring passes of one kind stay apart. Hovering a cell names its
-    pass: kind, stage, chunk, microbatch, start and end (``customdata[d][j]`` is ``[stage,
-    chunk, microbatch, start, end]``, ``text[d][j]`` the kind)."""
+                     idle_color: str, row_px: int, max_columns: int, shown: set[str],
+                     hover: str = "cells") -> list[dict]:
+    """The panel as a raster: an idle row per device, one heatmap above it whose columns are
+    equally spaced (:func:`_overview_edges`; each cell: the pass running at its middle; idle
+    cells are gaps, so the row's idle colour shows through and hovering them shows nothing),
+    and white lines between the device rows. Odd microbatches are drawn a shade darker so that
+    neighbouring passes of one kind stay apart.
+
+    Hovering a cell names its pass: kind, stage, chunk, microbatch, start and end. ``hover``
+    ``"cells"``: as plotly data (``customdata[d][j]`` is ``[stage, chunk, microbatch, start,
+    end]``, ``text[d][j]`` the kind); ``"table"``: as ``meta["hover"]``, flat per-cell columns
+    (``stage``, ``microbatch`` (-1 where idle), ``start``, ``end``; ``columns`` per row) and the
+    ``template`` (:data:`OVERVIEW_HOVER`), for a
+    viewer that shows the hover itself (the explorer's; the kind and chunk come from ``z`` and
+    ``meta["codes"]``); :func:`hover_on_cells` turns it into the ``"cells"`` form."""
     xa, ya = _axis_names(panel)
     p, v = tl.num_devices, tl.placement.num_chunks
     kinds = [(oi, c) for oi in range(len(_OPS)) for c in range(v)
@@ -758,15 +846,11 @@ def _overview_traces(tl: _Columns, chunk: np.ndarray, panel: int, horizon: float
     for (oi, c), k in code_of.items():
         code[(tl.op == oi) & (chunk == c)] = k
     code = 2 * code - 1 + (tl.microbatch % 2)  # two shades per kind: 1..2K
-    edges = np.unique(np.concatenate([[0.0, horizon], tl.start, tl.end]))
-    if len(edges) - 1 > max_columns:
-        edges = np.linspace(0.0, horizon, max_columns + 1)
+    edges = _overview_edges(tl, horizon, max_columns)
     mid = (edges[:-1] + edges[1:]) / 2
     ncol = len(mid)
     z = np.full((p, ncol), np.nan, np.float32)
-    custom = np.full((p, ncol, 5), np.nan, np.float32)
-    op_names = [o.value for o in _OPS]
-    text = [[""] * ncol for _ in range(p)]
+    pick_of = np.full((p, ncol), -1, np.int64)  # the pass of each cell, -1 where idle
     for d in range(p):
         sel = np.flatnonzero(tl.device == d)
         if not len(sel):
@@ -775,13 +859,10 @@ def _overview_traces(tl: _Columns, chunk: np.ndarray, panel: int, horizon: float
         idx = np.searchsorted(tl.start[sel], mid, side="right") - 1
         ok = idx >= 0
         ok[ok] = tl.end[sel][idx[ok]] > mid[ok]
-        pick = sel[idx[ok]]
-        z[d, ok] = code[pick]
-        custom[d, ok] = np.column_stack([tl.stage[pick], chunk[pick], tl.microbatch[pick], tl.start[pick],
-                                         tl.end[pick]])
-        row = text[d]
-        for j, o in zip(np.flatnonzero(ok).tolist(), tl.op[pick].tolist()):
-            row[j] = op_names[o]
+        pick_of[d, ok] = sel[idx[ok]]
+    busy = pick_of >= 0
+    pick = pick_of[busy]
+    z[busy] = code[pick]
     ncodes = 2 * len(kinds)
     fills = []
     for oi, c in kinds:
@@ -794,22 +875,38 @@ def _overview_traces(tl: _Columns, chunk: np.ndarray, panel: int, horizon: float
     if not scale:
         scale = [[0, idle_color], [1, idle_color]]
     gap = 2 if row_px >= 12 else 1
+    template = _overview_template(v)
+    heat = {
+        "type": "heatmap", "xaxis": xa, "yaxis": ya, "x": edges, "y": np.arange(p, dtype=np.int32),
+        "z": z, "zmin": 0.5, "zmax": ncodes + 0.5, "colorscale": scale, "showscale": False,
+        "hoverongaps": False, "name": "passes", "showlegend": False,
+        "meta": {"kind": "overview", "panel": panel, "codes": [[_OPS[oi].value, c] for oi, c in kinds]},
+    }
+    small = np.int16 if max(tl.placement.num_stages, int(tl.microbatch.max(initial=0)) + 1) < 2 ** 15 else np.int32
+    table = {"stage": np.where(busy, tl.stage[pick_of], -1).astype(small),
+             "microbatch": np.where(busy, tl.microbatch[pick_of], -1).astype(small),
+             "start": np.where(busy, tl.start[pick_of], np.nan).astype(np.float32),
+             "end": np.where(busy, tl.end[pick_of], np.nan).astype(np.float32),
+             "columns": ncol, "template": template}
+    if hover == "table":
+        heat["hoverinfo"] = "none"  # the viewer shows it: plotly still reports the cell hovered
+        heat["meta"]["hover"] = table
+    else:
+        heat.update(_cell_hover(z, heat["meta"]["codes"], table))
     out = [{  # the idle rows: a one-column heatmap under the passes (a bar would be drawn above them)
         "type": "heatmap", "xaxis": xa, "yaxis": ya, "x": np.array([0.0, horizon]),
         "y": np.arange(p, dtype=np.int32), "z": np.zeros((p, 1), np.uint8), "zmin": 0, "zmax": 1,
-        "colorscale": [[0, idle_color], [1, idle_color]], "showscale": False, "ygap": gap,
+        "colorscale": [[0, idle_color], [1, idle_color]], "showscale": False,
         "name": "idle", "showlegend": False, "hoverinfo": "skip", "meta": {"kind": "idle", "panel": panel},
-    }, {
-        "type": "heatmap", "xaxis": xa, "yaxis": ya, "x": edges, "y": np.arange(p, dtype=np.int32),
-        "z": z, "zmin": 0.5, "zmax": ncodes + 0.5, "colorscale": scale, "showscale": False,
-        "ygap": gap, "customdata": custom, "text": text, "hoverongaps": False,
-        "name": "passes", "showlegend": False,
-        "hovertemplate": ("<b>%{text}</b> stage %{customdata[0]}" + (", chunk %{customdata[1]}" if v > 1 else "")
-                          + ", microbatch %{customdata[2]}<br>device %{y}, start %{customdata[3]:.4g}, "
-                          "end %{customdata[4]:.4g}<extra></extra>"),
-        "meta": {"kind": "overview", "panel": panel,
-                 "codes": [[_OPS[oi].value, c] for oi, c in kinds]},
-    }]
+    }, heat]
+    if p > 1:  # the rows apart: white lines on the row boundaries (gaps between cells would cost a
+        # rectangle per cell to draw)
+        ys = np.repeat(np.arange(p - 1) + 0.5, 3)
+        ys[2::3] = np.nan
+        xs = np.tile(np.array([0.0, horizon, np.nan]), p - 1)
+        out.append({"type": "scatter", "xaxis": xa, "yaxis": ya, "x": xs, "y": ys, "mode": "lines",
+                    "line": {"color": "white", "width": gap}, "connectgaps": False, "showlegend": False,
+                    "hoverinfo": "skip", "name": "rows", "meta": {"kind": "rows", "panel": panel}})
     if "idle" not in shown:
         shown.add("idle")
         out.append({
@@ -830,6 +927,52 @@ def _overview_traces(tl: _Columns, chunk: np.ndarray, panel: int, horizon: float
             "meta": {"kind": "legend", "op": _OPS[oi].value, "chunk": c, "panel": panel},
         })
     return out
+
+
+def _cell_hover(z: np.ndarray, codes: Sequence, table: Mapping) -> dict:
+    """An overview heatmap's plotly hover from its hover table: ``customdata`` ``[stage, chunk,
+    microbatch, start, end]`` per cell (NaN where idle), ``text`` the pass kind ("" where idle)
+    and the ``hovertemplate``."""
+    z = np.asarray(z, np.float32)
+    busy = ~np.isnan(z)
+    kind = np.where(busy, (np.nan_to_num(z, nan=1.0).astype(np.int64) - 1) // 2, len(codes))
+    chunks = np.array([c for _, c in codes] + [np.nan], np.float32)
+    names = np.array([op for op, _ in codes] + [""], dtype=object)
+    stage = np.asarray(table["stage"], np.float32)
+    micro = np.asarray(table["microbatch"], np.float32)
+    custom = np.stack([np.where(busy, stage, np.nan), chunks[kind], np.where(busy, micro, np.nan),
+                       np.asarray(table["start"], np.float32), np.asarray(table["end"], np.float32)],
+                      axis=-1).astype(np.float32)
+    return {"customdata": custom, "text": names[kind].tolist(), "hovertemplate": _plotly_template(table["template"])}
+
+
+def hover_on_cells(spec: dict) -> dict:
+    """``spec`` (a :func:`schedule_spec` figure) with the hover of every overview drawn with
+    ``overview_hover="table"`` as plotly's own per-cell hover data (what a page without the
+    explorer's viewer needs: the HTML report, ``ctrlmem draw --state -o x.html``); a shallow
+    copy where something changes, ``spec`` itself otherwise."""
+    data = spec.get("data", [])
+    if not any(isinstance(tr.get("meta"), dict) and "hover" in tr["meta"] for tr in data):
+        return spec
+    out = []
+    for tr in data:
+        meta = tr.get("meta")
+        if isinstance(meta, dict) and "hover" in meta:
+            tr = dict(tr, meta={k: v for k, v in meta.items() if k != "hover"})
+            tr.pop("hoverinfo", None)
+            tr.update(_cell_hover(tr["z"], meta["codes"], meta["hover"]))
+        out.append(tr)
+    return dict(spec, data=out)
+
+
+def without_hover_tables(spec: dict) -> dict:
+    """``spec`` without the overview hover tables (a static image shows no hover; a shallow copy
+    where something changes)."""
+    data = spec.get("data", [])
+    if not any(isinstance(tr.get("meta"), dict) and "hover" in tr["meta"] for tr in data):
+        return spec
+    return dict(spec, data=[dict(tr, meta={k: v for k, v in tr["meta"].items() if k != "hover"})
+                            if isinstance(tr.get("meta"), dict) and "hover" in tr["meta"] else tr for tr in data])
 
 
 def _text_on(fill: str, dark: str, light: str) -> str:
@@ -895,18 +1038,30 @@ def memory_figure(results: SimResult | Sequence[SimResult], **style) -> go.Figur
 _CURVES: dict[int, tuple] = {}
 
 
-def _memory_curves(result: SimResult) -> list[tuple[list[float], list[float]]]:
-    """``result.memory_curve(d)`` for every device, computed once per result (the memory plot
-    and the peak-memory comparison of one update draw the same curves; the last few results
-    are remembered, by identity)."""
+def _memory_curves(result: SimResult) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``result.memory_curve(d)`` for every device as arrays, computed once per result (the
+    memory plot and the peak-memory comparison of one update draw the same curves; the last few
+    results are remembered, by identity). The same steps as ``memory_curve``, at once per
+    device instead of one event at a time (levels rounded to 1e-9 as there, by numpy)."""
     found = _CURVES.get(id(result))
     if found is not None and found[0] is result:
         return found[1]
-    curves = [result.memory_curve(d) for d in range(result.schedule.num_devices)]
+    curves = [_curve_arrays(events) for events in result._events]
     if len(_CURVES) >= 16:
         _CURVES.pop(next(iter(_CURVES)))
     _CURVES[id(result)] = (result, curves)
     return curves
+
+
+def _curve_arrays(events: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """The step curve of one device's sorted ``(time, delta)`` memory events, from ``(0, 0)``:
+    the level after the last event of each distinct time."""
+    n = len(events)
+    flat = np.fromiter(chain.from_iterable(events), float, 2 * n)
+    times = np.concatenate([[0.0], flat[0::2]])
+    levels = np.concatenate([[0.0], np.cumsum(flat[1::2])])  # sequential sums, as level += delta
+    last = np.r_[times[1:] != times[:-1], True]  # the last of each run of equal times
+    return times[last], np.round(levels[last], 9) + 0.0
 
 
 #: Line colour of the host-memory curve (offloaded activations, docs/theory.md §13).
@@ -959,12 +1114,14 @@ def memory_spec(
     title: str | None = None,
     x_title: str = "time (cost units)",
     max_points: int = MEMORY_POINTS,
+    tick_overflow: str | None = None,
     font_family: str = "Helvetica, Arial, sans-serif",
 ) -> dict:
     """The plain-dict figure behind :func:`memory_figure` (same arguments, plus ``max_points``:
     a device curve with more steps than this is reduced to the first, lowest, highest and last
     point of each of ``max_points / 4`` time columns, which draws the same picture at screen
-    resolution and keeps every peak; ``meta["reduced"]`` says so).
+    resolution and keeps every peak; ``meta["reduced"]`` says so; ``tick_overflow``: the memory
+    axes' ``ticklabeloverflow``, as in :func:`schedule_spec`).
 
     ``budgets``: each panel's memory budget as a fraction of 1F1B's peak (default: the
     schedule's ``memory_limit`` parameter, :func:`schedule_budget`), drawn as a dashed line
@@ -1004,8 +1161,7 @@ def memory_spec(
         xa, ya = _axis_names(panel)
         for d, (t, v) in enumerate(_memory_curves(r)):
             if t[-1] < r.makespan:  # hold the last level until the end of the schedule
-                t, v = t + [r.makespan], v + [v[-1]]
-            t, v = np.asarray(t, float), np.asarray(v, float)
+                t, v = np.append(t, r.makespan), np.append(v, v[-1])
             reduced = len(t) > max_points
             if reduced:
                 t, v = _m4(t, v, max_points // 4, horizon)
@@ -1047,7 +1203,7 @@ def memory_spec(
                          max(host[1]) if host else 0.0, 1e-9])
         layout[f"yaxis{'' if panel == 0 else panel + 1}"].update(
             title={"text": "memory (a)"}, range=[0, top_value * 1.18], showgrid=True,
-            gridcolor="#EEEEEE")
+            gridcolor="#EEEEEE", **({"ticklabeloverflow": tick_overflow} if tick_overflow is not None else {}))
         layout[f"xaxis{'' if panel == 0 else panel + 1}"].update(showgrid=True, gridcolor="#EEEEEE")
     if sequential:
         ticks = sorted({0, deepest - 1, *range(0, deepest, max(1, deepest // 8))})
@@ -1076,18 +1232,20 @@ def memory_spec(
 
 def _m4(t: np.ndarray, v: np.ndarray, columns: int, horizon: float) -> tuple[np.ndarray, np.ndarray]:
     """Keep the first, lowest, highest and last point of each of ``columns`` equal time columns
-    (M4 reduction): the drawn step line is unchanged at that resolution and every peak stays."""
+    (M4 reduction; the first lowest and first highest where several tie): the drawn step line is
+    unchanged at that resolution and every peak stays."""
     col = np.minimum((t / (horizon or 1.0) * columns).astype(np.int64), columns - 1)
     starts = np.flatnonzero(np.r_[True, col[1:] != col[:-1]])
     ends = np.r_[starts[1:], len(t)] - 1
-    lo = np.minimum.reduceat(v, starts)
-    hi = np.maximum.reduceat(v, starts)
-    keep = set(starts.tolist()) | set(ends.tolist())
-    for s, e, _a, _b in zip(starts, ends, lo, hi):
-        seg = v[s:e + 1]
-        keep.add(s + int(np.argmin(seg)))
-        keep.add(s + int(np.argmax(seg)))
-    idx = np.array(sorted(keep))
+    seg = np.repeat(np.arange(len(starts)), ends - starts + 1)
+
+    def first_where(hit: np.ndarray) -> np.ndarray:  # the first index of each column where hit
+        idx = np.flatnonzero(hit)
+        return idx[np.r_[True, seg[idx][1:] != seg[idx][:-1]]]
+
+    lo = first_where(v == np.minimum.reduceat(v, starts)[seg])
+    hi = first_where(v == np.maximum.reduceat(v, starts)[seg])
+    idx = np.unique(np.concatenate([starts, ends, lo, hi]))
     return t[idx], v[idx]
 
 
@@ -1526,13 +1684,104 @@ def pareto_figure(points: Sequence[dict], *, colors: Sequence[str] = DEVICE_COLO
     return fig
 
 
+#: Steps a step grid shows at most (torch's visualizer draws whole small schedules; a deep
+#: pipeline's grid shows its start, where the warm-up's sends are).
+GRID_STEPS = 32
+
+
+def step_grid_spec(result: SimResult, *, max_steps: int = GRID_STEPS, colors: Mapping[Op, Sequence[str]] = DEFAULT_COLORS,
+                   arrow_color: str = "#333333", width: int | None = None, title: str | None = None,
+                   font_family: str = "Helvetica, Arial, sans-serif") -> dict:
+    """A schedule as a device × step grid with its cross-device sends as arrows (the view of
+    torch's pipelining visualizer), as a plain figure dict: cell ``(d, k)`` is the ``k``-th pass
+    of device ``d``'s order, labelled ``<stage><kind><microbatch>`` (``0F3``, ``5BW2``; an ``R``,
+    a recomputed forward) in its kind's colour; an arrow runs from each pass whose output
+    another device needs (a forward's activation, a backward's gradient) to the pass that needs
+    it. Only the first ``max_steps`` steps are drawn (an arrow when both its ends are). Hover
+    names the pass and its simulated start and end.
+
+    Traces: one heatmap of the cells (``meta`` ``{"kind": "grid", "codes"}``, ``customdata``
+    rows ``[stage, microbatch, start, end]``), one scatter of the arrows (``meta`` ``{"kind":
+    "sends", "count"}``: line segments from sender to receiver, an arrowhead at each receiver).
+    """
+    if not isinstance(result, SimResult):
+        raise TypeError(f"step_grid_spec needs a SimResult (cm.simulate(...)), got {type(result).__name__}")
+    if not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+    sched = result.schedule
+    p = sched.num_devices
+    _check_drawable(p)
+    steps = min(max_steps, max((len(row) for row in sched.device_passes), default=0))
+    placement = sched.placement
+    where = {(d, ps.op, ps.stage, ps.microbatch): k
+             for d, row in enumerate(sched.device_passes) for k, ps in enumerate(row[:steps])}
+    kinds: list[tuple[Op, int]] = []
+    z = np.full((p, steps), np.nan, np.float32)
+    text = [[""] * steps for _ in range(p)]
+    custom = np.full((p, steps, 4), np.nan, np.float32)
+    times = {(tp.device, tp.op, tp.stage, tp.microbatch): (tp.start, tp.end) for tp in result.passes}
+    for d, row in enumerate(sched.device_passes):
+        for k, ps in enumerate(row[:steps]):
+            kind = (ps.op, placement.chunk_of(ps.stage))
+            if kind not in kinds:
+                kinds.append(kind)
+            z[d, k] = kinds.index(kind) + 1
+            text[d][k] = f"{ps.stage}{ps.op.value}{ps.microbatch}"
+            start, end = times.get((d, ps.op, ps.stage, ps.microbatch), (np.nan, np.nan))
+            custom[d, k] = (ps.stage, ps.microbatch, start, end)
+    n = max(len(kinds), 1)
+    scale = []
+    for i, (op, chunk) in enumerate(kinds):
+        fill = pass_color(op, chunk, colors)
+        scale += [[i / n, fill], [(i + 1) / n, fill]]
+    xs, ys, sizes = [], [], []
+    for tr in result.transfers():
+        a = where.get((tr.sender.device, tr.sender.op, tr.sender.stage, tr.sender.microbatch))
+        b = where.get((tr.receiver.device, tr.receiver.op, tr.receiver.stage, tr.receiver.microbatch))
+        if a is None or b is None:
+            continue
+        xs += [a, b, None]
+        ys += [tr.sender.device, tr.receiver.device, None]
+        sizes += [0, 9, 0]
+    height = MODEBAR_PX + 40 + max(p * 34, 120) + 60
+    data = [{
+        "type": "heatmap", "x": np.arange(steps, dtype=np.int32), "y": np.arange(p, dtype=np.int32), "z": z,
+        "zmin": 0.5, "zmax": n + 0.5, "colorscale": scale or [[0, IDLE_COLOR], [1, IDLE_COLOR]], "showscale": False,
+        "xgap": 2, "ygap": 2, "text": text, "texttemplate": "%{text}", "textfont": {"size": 9},
+        "customdata": custom, "hoverongaps": False, "name": "passes", "showlegend": False,
+        "hovertemplate": ("<b>%{text}</b>: stage %{customdata[0]}, microbatch %{customdata[1]}<br>device %{y}, "
+                          "step %{x}; simulated %{customdata[2]:.4g} to %{customdata[3]:.4g}<extra></extra>"),
+        "meta": {"kind": "grid", "codes": [[op.value, chunk] for op, chunk in kinds]},
+    }, {
+        "type": "scatter", "x": xs, "y": ys, "mode": "lines+markers", "name": "sends", "showlegend": False,
+        "line": {"color": arrow_color, "width": 1}, "hoverinfo": "skip", "connectgaps": False,
+        "marker": {"symbol": "arrow", "angleref": "previous", "size": sizes, "color": arrow_color},
+        "meta": {"kind": "sends", "count": len(xs) // 3},
+    }]
+    more = max((len(row) for row in sched.device_passes), default=0) - steps
+    label = title if title is not None else f"{sched.name} (p={p}, m={sched.num_microbatches})"
+    label += (f": the first {steps} steps of {steps + more}" if more > 0 else f": {steps} steps")
+    label += "; arrows: the sends between devices"
+    layout = {
+        "height": height, "width": width,
+        "plot_bgcolor": "white", "paper_bgcolor": "white", "font": {"family": font_family, "size": 12},
+        "margin": {"l": 50, "r": 20, "t": MODEBAR_PX + 40, "b": 50},
+        "title": _title(label, height),
+        "xaxis": {"title": {"text": "step (position in the device's order)"}, "range": [-0.5, steps - 0.5],
+                  "showgrid": False, "zeroline": False, "dtick": 1 if steps <= 24 else 4},
+        "yaxis": {"tickmode": "array", "tickvals": list(range(p)), "ticktext": [f"d{d}" for d in range(p)],
+                  "range": [p - 0.5, -0.5], "showgrid": False, "zeroline": False, "ticklabeloverflow": "allow"},
+    }
+    return {"data": data, "layout": layout}
+
+
 def peak_memory_curve(result: SimResult) -> tuple[np.ndarray, np.ndarray]:
     """The largest activation memory over all devices at every moment: ``(t, v)`` steps, held
     from each ``t`` to the next, until the makespan."""
     times, values = [], []
     for t, v in _memory_curves(result):
-        times.append(np.asarray(t, float))
-        values.append(np.asarray(v, float))
+        times.append(t)
+        values.append(v)
     grid = np.unique(np.concatenate(times + [np.array([0.0, result.makespan])]))
     peak = np.zeros(len(grid))
     for t, v in zip(times, values):
@@ -1648,6 +1897,8 @@ def stack_specs(specs: Sequence[dict], *, gap_px: int = 30, title: str | None = 
                 axis["anchor"] = ref(axis["anchor"])
             if "matches" in axis:
                 axis["matches"] = ref(axis["matches"])
+            if axis.get("overlaying") not in (None, "free"):  # a second axis (the memory panel's GB) stays on its panel
+                axis["overlaying"] = ref(axis["overlaying"])
             if key.startswith("yaxis"):
                 lo, hi = axis.get("domain", [0.0, 1.0])
                 axis["domain"] = [scale_y(lo), scale_y(hi)]

@@ -12,13 +12,19 @@ microseconds (default 1000, so the viewer's milliseconds read as the simulator's
 from __future__ import annotations
 
 import json
+import math
+import re
+from dataclasses import dataclass
 from os import PathLike
+from typing import Any, Mapping
 
-from ctrlmem.model.ir import Schedule
+from ctrlmem.model.ir import MAX_PASSES, Op, Schedule
 from ctrlmem.model.simulate import SimResult, TimedPass, simulate
 from ctrlmem.util.fileio import atomic_write
+from ctrlmem.util.userfile import parse_json, read_text
 
-__all__ = ["trace_events", "write_trace", "measured_trace_events", "write_measured_trace"]
+__all__ = ["trace_events", "write_trace", "measured_trace_events", "write_measured_trace", "MeasuredRun",
+           "read_measured_trace", "MAX_TRACE_BYTES"]
 
 COMPUTE, SEND = 0, 1
 """Thread ids of a device's two lanes."""
@@ -164,3 +170,104 @@ def write_measured_trace(schedule: Schedule, measured: dict, path: str | PathLik
     """Write :func:`measured_trace_events` to ``path`` (atomically)."""
 
     atomic_write(path, json.dumps(measured_trace_events(schedule, measured)))
+
+
+MAX_TRACE_BYTES = 256 << 20
+"""Largest measured trace read (a p = 32, m = 256 step is about 10 MB)."""
+
+_RANK_NAME = re.compile(r"rank (\d+) \(device (\d+)(?:, replica (\d+))?\)")
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """One measured step of a real run (``ctrlmem run``'s ``trace-measured.json``), to draw next
+    to its simulation: the schedule's name, ``p``, ``m``, the step's wall time and every pass of
+    the first data-parallel replica with its measured start and end, in milliseconds from the
+    step's start (``device`` is the pipeline rank); ``source`` names the file."""
+
+    name: str
+    num_devices: int
+    num_microbatches: int
+    step_ms: float
+    passes: tuple[TimedPass, ...]
+    source: str = ""
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the passes as rows ``[device, op, stage, microbatch, start, end]``."""
+        return {"name": self.name, "num_devices": self.num_devices, "num_microbatches": self.num_microbatches,
+                "step_ms": self.step_ms, "source": self.source,
+                "passes": [[tp.device, tp.op.value, tp.stage, tp.microbatch, tp.start, tp.end] for tp in self.passes]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "MeasuredRun":
+        """The inverse of :meth:`to_dict` (``ValueError`` naming what is wrong)."""
+        try:
+            rows = data["passes"]
+            if not isinstance(rows, list) or len(rows) > MAX_PASSES:
+                raise ValueError("its passes must be a list of at most MAX_PASSES rows")
+            passes = tuple(TimedPass(int(d), Op(op), int(st), int(mb), float(a), float(b)) for d, op, st, mb, a, b in rows)
+            return cls(str(data["name"])[:80], int(data["num_devices"]), int(data["num_microbatches"]),
+                       float(data["step_ms"]), passes, str(data.get("source", ""))[:200])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"a measured run's record is malformed ({exc}); load the run's trace-measured.json "
+                             "again") from None
+
+
+def read_measured_trace(source: "str | PathLike | bytes | Mapping[str, Any]", name: str = "") -> MeasuredRun:
+    """A measured step from ``ctrlmem run``'s ``trace-measured.json`` (:func:`measured_trace_events`:
+    a path, its text or bytes, or its data); ``name``: what to call its source (default the
+    path). Raises ``ValueError`` naming what is wrong (not a measured trace, no passes, a pass
+    without its op, stage and microbatch)."""
+    where = name or (str(source) if isinstance(source, (str, PathLike)) and not str(source).lstrip().startswith("{")
+                     else "the trace")
+    if isinstance(source, Mapping):
+        data = source
+    else:
+        if isinstance(source, (bytes, bytearray)):
+            text = bytes(source).decode("utf-8", errors="strict")
+        elif isinstance(source, str) and source.lstrip().startswith("{"):
+            text = source
+        else:
+            text = read_text(source, "measured trace", MAX_TRACE_BYTES,
+                             fix="give the trace-measured.json that ctrlmem run wrote")
+        data = parse_json(text, "the measured trace")
+    other = data.get("otherData") if isinstance(data, Mapping) else None
+    if not isinstance(other, Mapping) or not other.get("measured") or not isinstance(data.get("traceEvents"), list):
+        raise ValueError(f"{where}: not a measured trace (ctrlmem run writes one as trace-measured.json beside "
+                         "result.json; trace-simulated.json and --trace files are simulations)")
+    events = data["traceEvents"]
+    if len(events) > 4 * MAX_PASSES:
+        raise ValueError(f"{where}: {len(events):,} events, more than any schedule ctrlmem runs")
+    device_of: dict[int, int] = {}
+    for ev in events:
+        if isinstance(ev, Mapping) and ev.get("ph") == "M" and ev.get("name") == "process_name":
+            found = _RANK_NAME.match(str((ev.get("args") or {}).get("name", "")))
+            if found is not None and int(found.group(3) or 0) == 0:
+                device_of[int(ev.get("pid", -1))] = int(found.group(2))
+    passes = []
+    for ev in events:
+        if not isinstance(ev, Mapping) or ev.get("ph") != "X" or ev.get("tid") != COMPUTE:
+            continue
+        if ev.get("pid") not in device_of:
+            continue  # another replica's rank
+        args = ev.get("args") or {}
+        try:
+            start, dur = float(ev["ts"]) / 1e3, float(ev["dur"]) / 1e3
+            tp = TimedPass(device_of[ev["pid"]], Op(args["op"]), int(args["stage"]), int(args["microbatch"]),
+                           start, start + dur)
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{where}: a pass without its op, stage, microbatch, ts and dur ({str(ev)[:120]}); "
+                             "give the file ctrlmem run wrote") from None
+        if not (math.isfinite(tp.start) and math.isfinite(tp.end)):
+            raise ValueError(f"{where}: a pass with a time that is not a number ({str(ev)[:120]})")
+        passes.append(tp)
+    if not passes:
+        raise ValueError(f"{where}: no measured pass in it (a run with --steps 1 or more writes them)")
+    passes.sort(key=lambda tp: (tp.device, tp.start))
+    try:
+        p, m = int(other["p"]), int(other["m"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{where}: its otherData has no p and m; give the file ctrlmem run wrote") from None
+    step = other.get("step_s")
+    step_ms = float(step) * 1e3 if isinstance(step, (int, float)) else max(tp.end for tp in passes)
+    return MeasuredRun(str(other.get("schedule", "run"))[:80], p, m, step_ms, tuple(passes), where[:200])

@@ -25,10 +25,8 @@ a fixed-seed local search over the delays (one delay changed at a time, kept whe
 excess of the devices' exact periodic peaks over the cap, then their sum, is no larger) looks
 for a block within the cap; the first period that has one wins. The block repeated ``m`` times,
 each device's passes in start order, is the candidate (the engine times it with the real costs:
-the repeat squeezed, ramps included), and on pipelines of at most :data:`RELOCATE_MAX_PM` passes per
-stage pair also the repeat improved by single-pass relocations (:mod:`.relocate`; its ramps are
-what a repeated block does worst). Its peak is the block's exact periodic peak (a device's memory
-follows its order).
+the repeat squeezed, ramps included). Its peak is the block's exact periodic peak (a device's
+memory follows its order).
 
 Deterministic (MINSTD), cached per (placement, quantised costs, cap); cost-adapted like the
 list family. Split backward only (``B`` and ``W``), any placement whose devices hold one or two
@@ -46,19 +44,15 @@ from ctrlmem.model.ir import Placement
 from ctrlmem.search.encoding import CandidateSet, concat
 from ctrlmem.search.engine import LRU, Family, Incumbent, Query
 from ctrlmem.search.families.lists import caps
-from ctrlmem.search.families.relocate import relocate_keys
 from ctrlmem.search.kernels import ints, kernel
 
 __all__ = ["CyclicFamily", "cyclic_block", "block_order", "quantise", "RESOLUTION", "ITERS", "SEEDS",
-           "MAX_SLOTS", "RELOCATE_MAX_PM"]
+           "MAX_SLOTS"]
 
 #: slots per shortest pass in the quantisation of the costs
 RESOLUTION = 2
 #: local-search steps per period and seed
 ITERS = 3000
-#: the repeated block is also improved by single-pass relocations (:mod:`.relocate`: what its ramps
-#: miss most) on pipelines of at most this many passes per stage pair (``p·m``)
-RELOCATE_MAX_PM = 512
 #: local-search steps without a strict improvement after which a restart gives up
 PATIENCE = 300
 #: restarts (fixed seeds) per period
@@ -400,12 +394,7 @@ class CyclicFamily(Family):
                 continue
             period, x = got
             seen.add((period, x.tobytes()))
-            cs = CandidateSet(P, q.m, False, block_order(P, q.m, period, x)[None],
-                              (f"cyclic block, period {period} slots, cap {h}",))
-            out.append(cs)
-            if p * q.m <= RELOCATE_MAX_PM:
-                moved = relocate_keys(cs, 0, q.costs, h / base)
-                if moved is not None:
-                    out.append(moved)
+            out.append(CandidateSet(P, q.m, False, block_order(P, q.m, period, x)[None],
+                                    (f"cyclic block, period {period} slots, cap {h}",)))
         if out:
             yield concat(out)

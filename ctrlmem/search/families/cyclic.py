@@ -192,13 +192,12 @@ def _minstd(state):  # pragma: no cover - compiled
 
 
 @kernel
-def _search(dev, stages, nst, dF, dB, dW, comm, act, cap, P, iters, patience, seed, steps, x_out):  # pragma: no cover - compiled
-    """A block of period ``P`` within ``cap`` by local search over the forward delays (at most
-    ``iters`` steps, ending ``patience`` steps after the last strict improvement); 1 and the
-    block in ``x_out`` when found."""
+def _search(dev, stages, nst, dF, dB, dW, comm, act, cap, P, iters, patience, seed, steps, delta, x_out):  # pragma: no cover - compiled
+    """A block of period ``P`` within ``cap`` by local search over the forward delays ``delta``
+    (from their values on entry; at most ``iters`` steps, ending ``patience`` steps after the
+    last strict improvement); 1, the block in ``x_out`` and its delays in ``delta`` when found."""
     S = dev.shape[0]
     p = stages.shape[0]
-    delta = np.zeros(S, np.int64)
     occ = np.zeros((p, P), np.int64)
     x = np.zeros((3, S), np.int64)
     res = np.zeros(2, np.int64)
@@ -294,17 +293,21 @@ def _arrays(placement: Placement):
     return dev, stages, nst
 
 
-def _fits(placement: Placement, durations, cap: int, P: int, iters: int, seeds: int):
-    """A block of period ``P`` within ``cap`` (the first of ``seeds`` local searches that finds
-    one), or ``None``."""
+def _fits(placement: Placement, durations, cap: int, P: int, iters: int, seeds: int, start=None):
+    """A block of period ``P`` within ``cap``: ``(P, x, delays)`` from the first local search that
+    finds one — from the delays ``start`` (a longer period's block) if given, then from no delays
+    with ``seeds`` fixed seeds — or ``None``."""
     dF, dB, dW, (comm,) = durations
     dev, stages, nst = _arrays(placement)
-    act = np.ones(placement.num_stages, dtype=np.int64)
-    x = np.zeros((3, placement.num_stages), dtype=np.int64)
-    for seed in range(seeds):
+    S = placement.num_stages
+    act = np.ones(S, dtype=np.int64)
+    x = np.zeros((3, S), dtype=np.int64)
+    starts = ([start] if start is not None else []) + [None] * seeds
+    for seed, first in enumerate(starts):
+        delta = np.zeros(S, dtype=np.int64) if first is None else first.copy()
         if _search(dev, stages, nst, ints(dF), ints(dB), ints(dW), int(comm), act, int(cap), int(P),
-                   int(iters), PATIENCE, int(seed), _STEPS, x):
-            return P, x.copy()
+                   int(iters), PATIENCE, int(seed), _STEPS, delta, x):
+            return P, x.copy(), delta
     return None
 
 
@@ -314,8 +317,10 @@ def cyclic_block(placement: Placement, durations, cap: int, iters: int = ITERS, 
     pass kind ``k`` (F, B, W) of stage ``s``; ``None`` when none was found.
 
     The period is bisected between the lower bound and :data:`SPAN` times it (at most
-    :data:`MAX_SLOTS`), which must have a block: the local search does not prove that a period has
-    none, so this takes a period without one found as the end of the fitting ones."""
+    :data:`MAX_SLOTS`), which must have a block, with one search a period from the delays of the
+    shortest block so far and one from none; then, with every restart, shorter periods are tried
+    one by one until one has none found. The local search does
+    not prove that a period has no block: a period without one found ends the fitting ones."""
     S, p = placement.num_stages, placement.num_devices
     if max(sum(1 for s in range(S) if placement.stage_device[s] == d) for d in range(p)) > 2:
         return None
@@ -325,15 +330,20 @@ def cyclic_block(placement: Placement, durations, cap: int, iters: int = ITERS, 
     best = _fits(placement, durations, cap, hi, iters, seeds) if hi >= lo else None
     if best is None:
         return None
-    a = lo
+    a = lo  # bisection with one restart a period, from the delays of the shortest block so far ...
     while a < best[0]:
         mid = (a + best[0]) // 2
-        got = _fits(placement, durations, cap, mid, iters, seeds)
+        got = _fits(placement, durations, cap, mid, iters, 1, best[2])
         if got is None:
             a = mid + 1
         else:
             best = got
-    return best
+    while best[0] > lo:  # ... then every restart, downwards from what it found
+        got = _fits(placement, durations, cap, best[0] - 1, iters, seeds, best[2])
+        if got is None:
+            break
+        best = got
+    return best[:2]
 
 
 def block_order(placement: Placement, m: int, P: int, x: np.ndarray) -> np.ndarray:

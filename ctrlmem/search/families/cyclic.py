@@ -6,13 +6,14 @@ bounds the peak by the lifespans (Eq. 1: a stage whose lifespan is ℓ holds ⌈
 microbatches' activations). Where memory binds, the repeated block's real peak is lower than
 that sum: a stage holds ``⌊ℓ / T⌋`` microbatches all the time and one more only during an *arc*
 of the period, ``ℓ mod T`` long from its forward's start, so two stages of a device whose arcs do
-not meet peak one below Eq. 1's sum. The solver's optima at p = 6-16 under V-Min's memory exploit
-exactly this (docs/theory.md §12): with F:B:W = 3:4:2 and half of 1F1B's memory, the best block
-whose peak Eq. 1 bounds has a period of 12 per microbatch at p = 6 (the searches' stable phase),
-while blocks with a period of 10.5 fit the same memory once the arcs are placed apart.
+not meet peak one below Eq. 1's sum. A CP-SAT model of one periodic block shows what that is worth
+(docs/theory.md §12): with F:B:W = 3:4:2 and half of 1F1B's memory, the best block whose peak
+Eq. 1 bounds has a period of 12 per microbatch at p = 6 (the searches' stable phase), while blocks
+with a period of 10.5 fit the same memory once the arcs are placed apart.
 
-This family searches such blocks directly, for each memory cap of the list family's grid up to
-the budget, in integer slots (the costs' chunk pass times quantised: the shortest pass at
+This family searches such blocks without a solver, for the caps of the list family's grid from the
+budget (at most :data:`TOP` of 1F1B's memory) down until the bound says no smaller cap can win, in
+integer slots (the costs' chunk pass times quantised: the shortest pass at
 :data:`RESOLUTION` slots). A block is the start time of each pass of one microbatch; a pass of
 microbatch ``j`` runs at that time plus ``j·T``, so a device runs each of its passes once per
 period and no two may overlap modulo ``T``. The block is laid out along its dependency chain
@@ -20,10 +21,11 @@ period and no two may overlap modulo ``T``. The block is laid out along its depe
 each pass at the earliest start whose slots modulo ``T`` are free on its device; each device's
 ``W`` s then fill the earliest free slots after their ``B`` (both orders tried for a device's two
 stages, the lower peak kept). The free choice is a *delay* before each forward: a late forward
-shortens its own stage's lifespan and moves its arc. For each period from the lower bound up,
-a fixed-seed local search over the delays (one delay changed at a time, kept when the summed
-excess of the devices' exact periodic peaks over the cap, then their sum, is no larger) looks
-for a block within the cap; the first period that has one wins. The block repeated ``m`` times,
+shortens its own stage's lifespan and moves its arc. For a period, a fixed-seed local search over
+the delays (one delay changed at a time, kept when the summed excess of the devices' exact periodic
+peaks over the cap, then their sum, is no larger) looks for a block within the cap; the period is
+bisected between a lower bound and twice it, then shortened one slot at a time while a block is
+found (:func:`cyclic_block`). The block repeated ``m`` times,
 each device's passes in start order, is the candidate (the engine times it with the real costs:
 the repeat squeezed, ramps included). Its peak is the block's exact periodic peak (a device's
 memory follows its order).
@@ -57,12 +59,12 @@ ITERS = 3000
 PATIENCE = 300
 #: restarts (fixed seeds) per period
 SEEDS = 5
-#: the largest period searched, in slots (a coarser quantisation is used above it)
+#: the longest period searched, in slots
 MAX_SLOTS = 400
 #: periods tried above the lower bound, as a multiple of it (the search stops at the first fit)
 SPAN = 2.0
-#: the largest cap searched, as a fraction of 1F1B's memory (above it the other families' blocks
-#: are within a few per cent of the bounds, docs/theory.md §12)
+#: the largest cap searched, as a fraction of 1F1B's memory (above it the other families come within a
+#: few per cent of the bounds on the gap grid, figures/optimality-gap.md)
 TOP = 0.5
 _STEPS = np.array([-2, -1, 1, 2, 3, 5], dtype=np.int64)
 _BIG = 1 << 40

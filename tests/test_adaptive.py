@@ -224,6 +224,7 @@ def test_v_shape_any_costs_limit_and_monotone(p, fbw, comm):
 _stage_cost = st.floats(0.25, 4.0, allow_nan=False).map(lambda x: round(x, 2))
 
 
+@pytest.mark.slow  # several seconds of CPU: the full tier (scripts/test.sh) runs it, --fast does not
 @settings(max_examples=10, deadline=None)
 @given(
     p=st.integers(2, 5),

@@ -110,6 +110,7 @@ def test_last_forward_is_the_papers_bound_at_equal_costs(p):
         assert got == want, (k, got, want)
 
 
+@pytest.mark.slow  # several seconds of CPU: the full tier (scripts/test.sh) runs it, --fast does not
 @settings(max_examples=15)
 @given(p=st.integers(2, 6), m=st.integers(2, 6), data=st.data(), comm=st.sampled_from([0.0, 0.5, 1.7]))
 def test_never_above_a_schedule_when_memory_cannot_bind(p, m, data, comm):

@@ -63,6 +63,7 @@ def test_improve_with_recompute_never_beats_the_optimum_and_its_bound_holds(mode
     assert res.makespan >= opt.makespan - 1e-9
 
 
+@pytest.mark.slow  # several seconds of CPU: the full tier (scripts/test.sh) runs it, --fast does not
 def test_improve_with_recompute_is_deterministic():
     c = cm.Costs(2, 1, 1, 0)
     s = cm.build("v-shape", 4, 8, costs=c, memory_limit=0.4, recompute="full")

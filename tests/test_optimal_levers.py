@@ -50,6 +50,7 @@ def test_recompute_never_loses_and_stays_within_the_budget(p, m, limit, placemen
     assert lev.lower_bound <= lev.makespan + 1e-9
 
 
+@pytest.mark.slow  # several seconds of CPU: the full tier (scripts/test.sh) runs it, --fast does not
 def test_recompute_reaches_budgets_reordering_cannot():
     """Below one microbatch per device no order fits, and the solver says recompute would; with
     recompute allowed it finds and proves a schedule there, of the kind 1F1B-R is."""
@@ -112,6 +113,7 @@ def test_cli_optimal_recompute(capsys):
     assert "status optimal" in out and "recompute full allowed: the solver recomputes" in out
 
 
+@pytest.mark.slow  # several seconds of CPU: the full tier (scripts/test.sh) runs it, --fast does not
 @pytest.mark.parametrize("p, m, limit, placement, costs", [
     (2, 3, 0.3, "v-shape", "1,1,1"),
     (2, 3, 0.5, "sequential", "1,1,1"),

@@ -102,6 +102,7 @@ def test_memory_matches_an_independent_computation(plans):
     assert checked >= 5
 
 
+@pytest.mark.slow  # several seconds of CPU: the full tier (scripts/test.sh) runs it, --fast does not
 def test_pruning_never_changes_the_answer(monkeypatch):
     """Bounded skipping and the unit-cost-pattern memory estimate give the same fitting set and the
     same best row per schedule as simulating everything with every schedule built."""

@@ -190,6 +190,7 @@ def _run_check(jit: bool, cases) -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow  # several seconds of CPU: the full tier (scripts/test.sh) runs it, --fast does not
 def test_compiled_and_plain_python_kernels_agree():
     """With numba and without (CTRLMEM_JIT=0), every search gives the same schedule: the kernels
     are one code run two ways."""
@@ -202,6 +203,7 @@ def test_compiled_and_plain_python_kernels_agree():
 # -- the searches: the named schedules search what v-shape searches at their level -------------
 
 
+@pytest.mark.slow  # several seconds of CPU: the full tier (scripts/test.sh) runs it, --fast does not
 @settings(max_examples=12)
 @given(p=st.integers(3, 24), extra=st.integers(0, 5), data=st.data(), per_stage=st.booleans(),
        comm=st.sampled_from([0.0, 0.05, 0.2]))

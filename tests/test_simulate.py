@@ -242,6 +242,7 @@ def test_timeline_properties(case):
     assert r.bubble_rate == pytest.approx(1 - max(r.device_work) / max(r.device_spans), abs=1e-9)
 
 
+@pytest.mark.slow  # several seconds of CPU: the full tier (scripts/test.sh) runs it, --fast does not
 def test_every_generator_supports_typical_sizes():
     """Unsupported sizes are skipped above; every generator must build and validate at the
     sizes any pipeline user needs (p ≥ 2, m a multiple of p and ≥ 2p)."""

@@ -9,6 +9,8 @@ from hypothesis import HealthCheck, settings
 settings.register_profile(
     "ctrlmem", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60
 )
+# scripts/test.sh --fast: a third of the examples (the full tier, what CI runs, draws all 60)
+settings.register_profile("ctrlmem-fast", parent=settings.get_profile("ctrlmem"), max_examples=20)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ctrlmem"))
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

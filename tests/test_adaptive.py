@@ -29,7 +29,7 @@ def limits_for(p: int, m: int, costs) -> list[float]:
 
 
 @pytest.mark.parametrize("costs", [UNIT, UNEQUAL], ids=["equal", "unequal"])
-@pytest.mark.parametrize("p", [4, 5, 6, 8])
+@pytest.mark.parametrize("p", [4, 5, pytest.param(6, marks=pytest.mark.slow), pytest.param(8, marks=pytest.mark.slow)])
 def test_v_shape_respects_limit_and_improves_with_it(p, costs):
     """From the smallest feasible limit to 2.0: the peak stays within the limit and the longest
     device span (the bubble rate's basis) never grows as the limit grows."""

@@ -81,6 +81,7 @@ def one_line(err: str) -> str:
 EXPANDING = expanding(CFG)
 
 
+@pytest.mark.slow  # a command per input with its memory measured: the full tier runs it, --fast does not
 @pytest.mark.parametrize("args, files, needle", [c[1:] for c in EXPANDING], ids=[c[0] for c in EXPANDING])
 def test_a_tiny_input_is_refused_in_seconds_and_bounded_memory(tmp_path, args, files, needle):
     """One short line, exit status 2, within 10 s and 200 MiB (the process itself takes ~25 MiB;
@@ -224,6 +225,7 @@ CLI_ON_DISK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a full small disk: the full tier runs it, --fast does not
 @small_disk
 def test_export_on_a_full_disk_keeps_the_old_file_and_names_the_path(tmp_path):
     out = on_small_disk(tmp_path, CLI_ON_DISK + textwrap.dedent("""

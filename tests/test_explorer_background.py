@@ -274,6 +274,7 @@ def test_building_blocks_and_lifespans_are_comparisons_too(vexp):
     assert vexp.plots.shown[0] == {"keep": True}  # the main plots were not sent again
 
 
+@pytest.mark.slow  # a recomputing search at every budget: the full tier runs it, --fast does not
 def test_bubble_vs_budget_with_recompute_sweeps_the_budgeted_searches_with_it():
     """With recompute on, each budget of the sweep is cm.build(..., memory_limit=x,
     recompute=MODE), built in the background under the levered name (not the orders without

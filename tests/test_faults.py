@@ -185,6 +185,7 @@ def sweep_dir(tmp_path: Path, timeout_s: float = 120) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow  # two sweep processes: the full tier runs it, --fast does not
 def test_second_sweep_on_a_locked_results_folder_is_refused_naming_the_holder(tmp_path):
     """Two sweeps never share a results folder: the second exits 2 in one line naming the holder."""
     cwd = sweep_dir(tmp_path)

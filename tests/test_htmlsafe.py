@@ -130,7 +130,8 @@ def _draw(name: str, tmp_path: Path, view: str) -> str:
     return out.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("view", ["schedule", "memory", "lifespans"])
+@pytest.mark.parametrize("view", ["schedule", pytest.param("memory", marks=pytest.mark.slow),
+                                  pytest.param("lifespans", marks=pytest.mark.slow)])  # --fast: one view
 def test_cli_draw_html_injects_nothing(tmp_path, view):
     assert_same_structure(_draw(HOSTILE, tmp_path, view), _draw(BENIGN, tmp_path, view))
 

@@ -105,6 +105,7 @@ def test_time_limit_kept(seconds):
     assert res.wall_s <= seconds + 1.0
 
 
+@pytest.mark.slow  # two exact searches: the full tier runs it, --fast does not
 def test_deterministic_gives_the_same_schedule():
     s = cm.build("v-shape", 4, 8, costs=C342, memory_limit=0.5)
     a = cm.improve(s, C342, 0.5, time_limit=2, deterministic=True, seed=3)
@@ -112,6 +113,7 @@ def test_deterministic_gives_the_same_schedule():
     assert a.schedule.to_text() == b.schedule.to_text() and a.trace == b.trace
 
 
+@pytest.mark.slow  # a signal during an exact search: the full tier runs it, --fast does not
 def test_ctrl_c_stops_the_solver_thread():
     """A KeyboardInterrupt during the search propagates within a second, and no solver thread
     (Python's, or CP-SAT's own) is left running."""

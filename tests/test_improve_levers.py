@@ -49,6 +49,7 @@ def test_improve_reorders_recompute_passes_within_the_budget(name, p, m, limit, 
     assert "solver" not in dict(res.bounds)  # the whole model keeps the input's R passes: no bound from it
 
 
+@pytest.mark.slow  # an exact search per case: the full tier runs it, --fast does not
 @pytest.mark.parametrize("mode", ["full", "selective"])
 @pytest.mark.parametrize("placement,name,m", [("sequential", "zb", 3), ("v-shape", "v-shape", 2)])
 def test_improve_with_recompute_never_beats_the_optimum_and_its_bound_holds(mode, placement, name, m):
@@ -82,6 +83,7 @@ def test_a_deterministic_improve_that_settles_ends_within_its_budget(caplog):
     assert not [r for r in caplog.records if "safety limit" in r.getMessage()]
 
 
+@pytest.mark.slow  # exact searches through the command line: the full tier runs it, --fast does not
 def test_the_command_line_optimizes_recomputed_and_offloaded_orders(capsys):
     base = ["simulate", "v-shape", "-p", "4", "-m", "8", "--costs", "1,1,1,0", "--memory-limit", "0.25"]
     assert cli_main(base + ["--recompute", "auto", "--optimize", "2", "--json"]) == 0

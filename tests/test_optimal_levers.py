@@ -74,6 +74,7 @@ def test_kept_fraction_units():
     assert not exact and n / k >= 0.1234567891
 
 
+@pytest.mark.slow  # a lever search per case: the full tier runs it, --fast does not
 def test_bounds_with_recompute_hold_for_recomputing_schedules():
     """On a grid of sizes, costs and budgets, every schedule the lever search builds (that
     recomputes) and every fully recomputed fixed pattern within the budget is at least the bound

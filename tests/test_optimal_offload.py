@@ -169,6 +169,7 @@ def test_bounds_with_offload_stay_below_proven_optima(p, m, limit, placement, co
         assert makespan_bound(P, m, costs, limit * p, recompute=recompute) > res.makespan
 
 
+@pytest.mark.slow  # a lever search per case: the full tier runs it, --fast does not
 def test_bounds_with_offload_hold_for_the_lever_search():
     """On a grid of sizes, costs, copy costs and budgets, every schedule the lever search builds
     with offload allowed (and the fixed patterns with every forward offloaded) within the budget

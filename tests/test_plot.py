@@ -229,6 +229,7 @@ needs_chromium = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow  # a Chromium for kaleido: the full tier runs it, --fast does not
 @needs_chromium
 def test_png_and_svg_export_open_as_images(tmp_path):
     """PNG and SVG exports are non-empty and parse as images of the requested size."""

@@ -46,8 +46,13 @@ def make_files(cwd: Path, files: dict) -> None:
             path.write_text(content)
 
 
-@pytest.mark.parametrize("klass, args, files, needle", [r[:1] + r[2:] for r in ROUND3],
-                         ids=[f"[{r[0]}] {r[1]}" for r in ROUND3])
+#: the two big-state inputs write and read hundreds of MB: the full tier runs them, --fast does not
+_BIG = ("state inflating to 512 MiB", "300 MB state read unread")
+
+
+@pytest.mark.parametrize("klass, args, files, needle",
+                         [pytest.param(*r[:1], *r[2:], marks=[pytest.mark.slow] if r[1] in _BIG else [])
+                          for r in ROUND3], ids=[f"[{r[0]}] {r[1]}" for r in ROUND3])
 def test_round3_bad_input_is_one_line(tmp_path, klass, args, files, needle):
     make_files(tmp_path, files)
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and not p.is_fifo()}
@@ -71,6 +76,7 @@ def test_plan_api_arguments(kwargs, needle):
         cm.plan(**call)
 
 
+@pytest.mark.slow  # a multi-threaded exact search for 4 s each: the full tier runs it, --fast does not
 @pytest.mark.parametrize("sig, want", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_optimal_stops_at_once_on_a_signal(tmp_path, sig, want):
     """A 60 s exact search, signalled after 4 s: the documented status within 5 s, one line on
@@ -89,6 +95,7 @@ def test_optimal_stops_at_once_on_a_signal(tmp_path, sig, want):
     assert out == "" and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.slow  # two planner processes: the full tier runs it, --fast does not
 def test_plan_outputs_are_atomic_past_the_file_size_limit(tmp_path):
     """Past ``ulimit -f`` the old plan.csv stays byte for byte, no temporary file is left, and the
     line names the file."""

@@ -761,6 +761,7 @@ def test_bad_levers_are_one_message():
     assert "offload must be" in compute(Settings(offload="half")).messages[0]
 
 
+@pytest.mark.slow  # exact searches in the explorer and on the command line: the full tier runs it, --fast does not
 def test_the_solver_option_improves_recomputed_orders_and_refuses_copies_as_on_the_command_line():
     """With recompute on, the improved order is the recomputed one improved (every R kept, the
     same passes, never longer) and the printed line carries --optimize with --recompute; with an

@@ -3,8 +3,9 @@
 #   bash scripts/test.sh           # everything, slow tests included (what CI runs)
 #   bash scripts/test.sh --fast    # skip tests marked slow (real multi-process runs, browser)
 #   bash scripts/test.sh -k sim    # extra arguments go to pytest
-# The tests run in 2 pytest-xdist worker processes (a CI machine's 2 cores; much of the slow tier
-# waits on subprocesses, servers and timeouts). Each test file stays on one worker (--dist loadfile),
+# The whole suite runs in 3 pytest-xdist worker processes on a CI machine's 2 cores: about 140 s
+# of its 11 minutes wait on timeouts, sleeps, servers and launches, and a third worker fills them
+# (measured here: 680 s with 2 workers, 616 s with 3, the same CPU). --fast, all CPU, runs in 2. Each test file stays on one worker (--dist loadfile),
 # so a module-scoped fixture (the local Slurm, a shared multi-process launch) starts once and a
 # file's tests never run beside each other; files are handed out in tests/conftest.py's order (the
 # files with most slow tests first; --no-loadscope-reorder keeps xdist from putting the files with
@@ -19,8 +20,10 @@ bash scripts/setup.sh
 # ignores (the suite's own check of the checkout ignores them too).
 unset PYTHONDONTWRITEBYTECODE
 marker="slow or not slow"
+workers="${CTRLMEM_TEST_WORKERS:-3}"
 if [ "${1:-}" = "--fast" ]; then
   marker="not slow"; shift
+  workers="${CTRLMEM_TEST_WORKERS:-2}"
   export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ctrlmem-fast}"  # 20 examples per property, not 60
 fi
-exec .venv/bin/python -m pytest -m "$marker" -n "${CTRLMEM_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
+exec .venv/bin/python -m pytest -m "$marker" -n "$workers" --dist loadfile --no-loadscope-reorder "$@"

@@ -23,7 +23,7 @@ def python_exe():
 
 def pytest_collection_modifyitems(config, items):
     """Test files with more slow tests run first, each file's tests in their own order (files of
-    equal count keep theirs). With scripts/test.sh's two workers (xdist --dist loadfile
+    equal count keep theirs). With scripts/test.sh's workers (xdist --dist loadfile
     --no-loadscope-reorder: whole files handed out in this order) the long files start early and
     the many short fast-only files even out the end, instead of a long file (the browser's, the
     Slurm one) starting last while the other worker idles."""

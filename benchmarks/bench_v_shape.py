@@ -6,6 +6,7 @@
     .venv/bin/python benchmarks/bench_v_shape.py --jit-compare     # also the kernels as plain Python
     .venv/bin/python benchmarks/bench_v_shape.py --levers          # the search with levers against without
     .venv/bin/python benchmarks/bench_v_shape.py --levers-survey --baseline COMMIT  # 62 lever cases, both trees
+    .venv/bin/python benchmarks/bench_v_shape.py --low-memory --baseline COMMIT     # 40 held-out low-memory cases
 
 Every measurement is a fresh interpreter (nothing cached in memory; numba's compiled kernels are
 loaded from its on-disk cache, as for any user after set-up) that builds one schedule. It prints
@@ -29,6 +30,13 @@ auto/auto, recompute auto and offload auto in turn, and the eight p = 16, m = 64
 ``--levers``), all in one process per tree, for this checkout and ``--baseline``: the makespans and
 peaks that differ, and both trees' total CPU time of the build calls (a change that is meant to
 be only faster must change nothing).
+
+``--low-memory`` (issue 30's held-out set): 40 instances no reference file or artifact grid has
+(seeded: p = 5, 7, 10, 12, 20, 24; m = 2p–4p; mixes 2:3:1:0.2, 1:1.5:1:0.05, 4:5:3:0.3, 1:2:1:0.1,
+3:3:2:0.5, 2:2.5:1.5:0; budgets 0.25–0.5 of 1F1B's memory; ``v-shape`` twice as often as ``zb``),
+built with the makespan objective in one process per tree, this checkout and ``--baseline``: each
+makespan that differs, how many are shorter and longer, the median and best ratio, and both trees'
+CPU time of the build calls.
 """
 
 from __future__ import annotations
@@ -199,6 +207,78 @@ def lever_survey(baseline: str) -> None:
                 shutil.rmtree(root, ignore_errors=True)
 
 
+_LOW_CHILD = r"""
+import json, random, resource
+import ctrlmem as cm
+from ctrlmem.search.engine import clear_caches
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+rnd = random.Random(30)
+mixes = [(2, 3, 1, 0.2), (1, 1.5, 1, 0.05), (4, 5, 3, 0.3), (1, 2, 1, 0.1), (3, 3, 2, 0.5), (2, 2.5, 1.5, 0.0)]
+out = []
+for _ in range(40):
+    p = rnd.choice([5, 7, 10, 12, 20, 24])
+    m = rnd.choice([2 * p, 3 * p, 4 * p]) if p <= 12 else rnd.choice([2 * p, 3 * p])
+    mix = rnd.choice(mixes)
+    lim = rnd.choice([0.34, 0.4, 0.45, 0.5, 0.25, 0.3])
+    name = rnd.choice(["v-shape", "v-shape", "zb"])
+    costs = cm.Costs(*mix)
+    clear_caches()
+    t = cpu()
+    try:
+        r = cm.simulate(cm.build(name, p, m, costs=costs, memory_limit=lim, objective="makespan"), costs)
+        res = {"makespan": r.makespan, "peak": max(r.peak_memory)}
+    except ValueError:
+        res = {"makespan": None, "peak": None}
+    out.append({"case": [name, p, m, ":".join(f"{x:g}" for x in mix), lim], "cpu": cpu() - t, **res})
+print(json.dumps(out))
+"""
+
+
+def low_memory_survey(baseline: str) -> None:
+    """The held-out low-memory set in this checkout and in ``baseline``: makespans that differ."""
+    trees = {"this checkout": REPO}
+    if baseline != "none":
+        trees["baseline " + baseline] = baseline_tree(baseline)
+    try:
+        results = {}
+        for label, root in trees.items():
+            if root != REPO:  # its kernels compile once, outside the timed calls
+                subprocess.run([sys.executable, "-c", "from ctrlmem.schedules.warmup import compile_all; compile_all()"],
+                               env=dict(os.environ, PYTHONPATH=str(root)), cwd=root, check=True, capture_output=True)
+            proc = subprocess.run([sys.executable, "-c", _LOW_CHILD], capture_output=True, text=True,
+                                  env=dict(os.environ, PYTHONPATH=str(root)), cwd=root, timeout=7200)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{label}: held-out set failed:\n{proc.stderr[-2000:]}")
+            results[label] = json.loads(proc.stdout.strip().splitlines()[-1])
+            print(f"{label}: {len(results[label])} cases, build CPU {sum(c['cpu'] for c in results[label]):.1f} s, "
+                  f"{sum(c['makespan'] is None for c in results[label])} fit nothing", flush=True)
+        if len(results) == 2:
+            ours, base = results.values()
+            ratios, longer = [], 0
+            for a, b in zip(ours, base):
+                if a["makespan"] is None or b["makespan"] is None:
+                    if a["makespan"] != b["makespan"]:
+                        print(f"  fits in one tree only: {a['case']}: {b['makespan']} -> {a['makespan']}")
+                    continue
+                if abs(a["makespan"] - b["makespan"]) > 1e-9:
+                    print(f"  {a['case']}: makespan {b['makespan']:g} -> {a['makespan']:g} "
+                          f"({a['makespan'] / b['makespan']:.3f}x)")
+                    if a["makespan"] < b["makespan"]:
+                        ratios.append(a["makespan"] / b["makespan"])
+                    else:
+                        longer += 1
+            line = f"against the baseline: shorter {len(ratios)}, longer {longer}"
+            if ratios:
+                line += f" (shorter ones: median {statistics.median(ratios):.3f}x, best {min(ratios):.3f}x)"
+            print(line)
+    finally:
+        for root in trees.values():
+            if root != REPO:
+                shutil.rmtree(root, ignore_errors=True)
+
+
 def baseline_tree(commit: str) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix="ctrlmem-baseline-"))
     archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "ctrlmem"], capture_output=True, check=True)
@@ -217,7 +297,13 @@ def main() -> None:
                     help="the search with recompute/offload auto against without (issue 26's 2× target)")
     ap.add_argument("--levers-survey", action="store_true",
                     help="the lever search on 62 cases against --baseline: makespans and peaks that differ, CPU totals")
+    ap.add_argument("--low-memory", action="store_true",
+                    help="the held-out low-memory set (40 instances, budgets 0.25-0.5) against --baseline")
     args = ap.parse_args()
+    if args.low_memory:
+        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
+        low_memory_survey(args.baseline)
+        return
     if args.levers_survey:
         print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
         lever_survey(args.baseline)

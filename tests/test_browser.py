@@ -191,29 +191,29 @@ def test_budget_line_verdict_overview_hover_and_one_state_in_the_browser(tmp_pat
 
 
 def test_an_edit_is_answered_while_the_first_v_min_is_searched(tmp_path):
-    """p=10, m=80, F=2, with the search engine's plain-Python form (CTRLMEM_JIT=0: what runs
-    without numba, about 21 s of CPU for V-Min here; benchmarks/bench_explorer.py --browser does
+    """p=8, m=64, F=2, with the search engine's plain-Python form (CTRLMEM_JIT=0: what runs
+    without numba, about 12 s of CPU for V-Min here, for each of the two costs; benchmarks/bench_explorer.py --browser does
     p=32, m=256): V-Min ticked is drawn at once from its
     unit-cost pattern while it is searched, an edit made meanwhile is drawn too (the search still
     running, restarted for the new costs), and the adapted V-Min follows."""
     why = lb.available()
     if why:
         pytest.skip(why)
-    with lb.lab_page(NOTEBOOK, workdir=str(tmp_path), schedules=["1f1b"], num_devices=10, num_microbatches=80,
+    with lb.lab_page(NOTEBOOK, workdir=str(tmp_path), schedules=["1f1b"], num_devices=8, num_microbatches=64,
                      f=2.0, env={"CTRLMEM_JIT": "0"}) as page:
         try:
             _settled(page)
-            tick = lb.timed_change(page, _tick("v-min"), expect_tick="d9")
+            tick = lb.timed_change(page, _tick("v-min"), expect_tick="d7")
             assert "v-min" in page.locator(".ctrlmem-progress").inner_text()
             assert "not adapted yet: its unit-cost pattern" in page.locator(".ctrlmem-stats").inner_text()
-            other = lb.timed_change(page, lb.set_number(0.1, "comm"), expect_tick="d9")
+            other = lb.timed_change(page, lb.set_number(0.1, "comm"), expect_tick="d7")
             assert "v-min" in page.locator(".ctrlmem-progress").inner_text(), "the search ended before the edit"
             assert "comm=0.1" in page.locator(".ctrlmem-diagram .gtitle").text_content()
-            print(f"first v-min at p=10, m=80 (search as Python): tick painted {tick['painted']:.2f} s, "
+            print(f"first v-min at p=8, m=64 (search as Python): tick painted {tick['painted']:.2f} s, "
                   f"an edit while it is searched painted {other['painted']:.2f} s")
             _settled(page, 900)
             assert "adapted for these costs" in page.locator(".ctrlmem-stats").inner_text()
-            _shot(page, "explorer_p10_vmin_adapted.png")
+            _shot(page, "explorer_p8_vmin_adapted.png")
         except Exception:
             _shot(page, "failure_vmin.png")
             raise

@@ -168,43 +168,58 @@ print(json.dumps(out))
 """
 
 
-def lever_survey(baseline: str) -> None:
-    """Print where this checkout's lever search differs from ``baseline``'s on the survey's cases."""
+def survey_trees(baseline: str, child: str, what: str) -> list[list[dict]]:
+    """Run the ``child`` script (it prints one JSON list of cases with ``cpu`` and ``makespan``) once
+    in this checkout and, unless ``baseline`` is ``'none'``, once in that commit's tree; print each
+    tree's totals. Returns the result lists, this checkout's first."""
     trees = {"this checkout": REPO}
     if baseline != "none":
         trees["baseline " + baseline] = baseline_tree(baseline)
     try:
-        results = {}
+        results = []
         for label, root in trees.items():
+            env = dict(os.environ, PYTHONPATH=str(root))
             if root != REPO:  # its kernels compile once, outside the timed calls
                 subprocess.run([sys.executable, "-c", "from ctrlmem.schedules.warmup import compile_all; compile_all()"],
-                               env=dict(os.environ, PYTHONPATH=str(root)), cwd=root, check=True, capture_output=True)
-            proc = subprocess.run([sys.executable, "-c", _SURVEY_CHILD], capture_output=True, text=True,
-                                  env=dict(os.environ, PYTHONPATH=str(root)), cwd=root, timeout=7200)
+                               env=env, cwd=root, check=True, capture_output=True)
+            proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env, cwd=root,
+                                  timeout=7200)
             if proc.returncode != 0:
-                raise RuntimeError(f"{label}: survey failed:\n{proc.stderr[-2000:]}")
-            results[label] = json.loads(proc.stdout.strip().splitlines()[-1])
-            print(f"{label}: {len(results[label])} cases, build CPU {sum(c['cpu'] for c in results[label]):.1f} s, "
-                  f"{sum(c['makespan'] is None for c in results[label])} fit nothing", flush=True)
-        if len(results) == 2:
-            ours, base = results.values()
-            counts = {"shorter": 0, "longer": 0, "peak differs": 0}
-            for a, b in zip(ours, base):
-                if a["makespan"] is None or b["makespan"] is None:
-                    if a["makespan"] != b["makespan"]:
-                        print(f"  fits in one tree only: {a['case']}: {b['makespan']} -> {a['makespan']}")
-                    continue
-                if abs(a["makespan"] - b["makespan"]) > 1e-9:
-                    counts["shorter" if a["makespan"] < b["makespan"] else "longer"] += 1
-                    print(f"  {a['case']}: makespan {b['makespan']} -> {a['makespan']}")
-                elif abs(a["peak"] - b["peak"]) > 1e-9:
-                    counts["peak differs"] += 1
-                    print(f"  {a['case']}: peak {b['peak']} -> {a['peak']}")
-            print("against the baseline: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+                raise RuntimeError(f"{label}: {what} failed:\n{proc.stderr[-2000:]}")
+            res = json.loads(proc.stdout.strip().splitlines()[-1])
+            results.append(res)
+            print(f"{label}: {len(res)} cases, build CPU {sum(c['cpu'] for c in res):.1f} s, "
+                  f"{sum(c['makespan'] is None for c in res)} fit nothing", flush=True)
+        return results
     finally:
         for root in trees.values():
             if root != REPO:
                 shutil.rmtree(root, ignore_errors=True)
+
+
+def both_fit(ours: list[dict], base: list[dict]):
+    """The case pairs that fit in both trees (a case that fits in one only is printed)."""
+    for a, b in zip(ours, base):
+        if a["makespan"] is None or b["makespan"] is None:
+            if a["makespan"] != b["makespan"]:
+                print(f"  fits in one tree only: {a['case']}: {b['makespan']} -> {a['makespan']}")
+            continue
+        yield a, b
+
+
+def lever_survey(baseline: str) -> None:
+    """Print where this checkout's lever search differs from ``baseline``'s on the survey's cases."""
+    results = survey_trees(baseline, _SURVEY_CHILD, "survey")
+    if len(results) == 2:
+        counts = {"shorter": 0, "longer": 0, "peak differs": 0}
+        for a, b in both_fit(*results):
+            if abs(a["makespan"] - b["makespan"]) > 1e-9:
+                counts["shorter" if a["makespan"] < b["makespan"] else "longer"] += 1
+                print(f"  {a['case']}: makespan {b['makespan']} -> {a['makespan']}")
+            elif abs(a["peak"] - b["peak"]) > 1e-9:
+                counts["peak differs"] += 1
+                print(f"  {a['case']}: peak {b['peak']} -> {a['peak']}")
+        print("against the baseline: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
 
 
 _LOW_CHILD = r"""
@@ -238,45 +253,21 @@ print(json.dumps(out))
 
 def low_memory_survey(baseline: str) -> None:
     """The held-out low-memory set in this checkout and in ``baseline``: makespans that differ."""
-    trees = {"this checkout": REPO}
-    if baseline != "none":
-        trees["baseline " + baseline] = baseline_tree(baseline)
-    try:
-        results = {}
-        for label, root in trees.items():
-            if root != REPO:  # its kernels compile once, outside the timed calls
-                subprocess.run([sys.executable, "-c", "from ctrlmem.schedules.warmup import compile_all; compile_all()"],
-                               env=dict(os.environ, PYTHONPATH=str(root)), cwd=root, check=True, capture_output=True)
-            proc = subprocess.run([sys.executable, "-c", _LOW_CHILD], capture_output=True, text=True,
-                                  env=dict(os.environ, PYTHONPATH=str(root)), cwd=root, timeout=7200)
-            if proc.returncode != 0:
-                raise RuntimeError(f"{label}: held-out set failed:\n{proc.stderr[-2000:]}")
-            results[label] = json.loads(proc.stdout.strip().splitlines()[-1])
-            print(f"{label}: {len(results[label])} cases, build CPU {sum(c['cpu'] for c in results[label]):.1f} s, "
-                  f"{sum(c['makespan'] is None for c in results[label])} fit nothing", flush=True)
-        if len(results) == 2:
-            ours, base = results.values()
-            ratios, longer = [], 0
-            for a, b in zip(ours, base):
-                if a["makespan"] is None or b["makespan"] is None:
-                    if a["makespan"] != b["makespan"]:
-                        print(f"  fits in one tree only: {a['case']}: {b['makespan']} -> {a['makespan']}")
-                    continue
-                if abs(a["makespan"] - b["makespan"]) > 1e-9:
-                    print(f"  {a['case']}: makespan {b['makespan']:g} -> {a['makespan']:g} "
-                          f"({a['makespan'] / b['makespan']:.3f}x)")
-                    if a["makespan"] < b["makespan"]:
-                        ratios.append(a["makespan"] / b["makespan"])
-                    else:
-                        longer += 1
-            line = f"against the baseline: shorter {len(ratios)}, longer {longer}"
-            if ratios:
-                line += f" (shorter ones: median {statistics.median(ratios):.3f}x, best {min(ratios):.3f}x)"
-            print(line)
-    finally:
-        for root in trees.values():
-            if root != REPO:
-                shutil.rmtree(root, ignore_errors=True)
+    results = survey_trees(baseline, _LOW_CHILD, "held-out set")
+    if len(results) == 2:
+        ratios, longer = [], 0
+        for a, b in both_fit(*results):
+            if abs(a["makespan"] - b["makespan"]) > 1e-9:
+                print(f"  {a['case']}: makespan {b['makespan']:g} -> {a['makespan']:g} "
+                      f"({a['makespan'] / b['makespan']:.3f}x)")
+                if a["makespan"] < b["makespan"]:
+                    ratios.append(a["makespan"] / b["makespan"])
+                else:
+                    longer += 1
+        line = f"against the baseline: shorter {len(ratios)}, longer {longer}"
+        if ratios:
+            line += f" (shorter ones: median {statistics.median(ratios):.3f}x, best {min(ratios):.3f}x)"
+        print(line)
 
 
 def baseline_tree(commit: str) -> Path:

@@ -71,6 +71,10 @@ PROVEN = [
     (4, 8, cm.Costs(2, 1, 1, 0.3), 1.0, "v-shape", 91.7),
     (4, 8, cm.Costs(2, 1, 1, 0.3), 1.0, "sequential", 118.4),
     (3, 6, cm.Costs(1, 2, 2, 0.5), 1.0, "v-shape", 64.0),
+    # budgets 0.25 and 0.375 of 1F1B's at p = 6 (3 and 4 half-activations), cm.improve's whole model
+    (6, 12, cm.Costs(3, 4, 2), 1.5, "v-shape", 300.0),
+    (6, 12, cm.Costs(3, 4, 2), 2.25, "v-shape", 193.0),
+    (6, 12, cm.Costs(1, 1, 1), 2.25, "v-shape", 55.5),
 ]
 
 
@@ -148,3 +152,35 @@ def test_no_cap_and_tiny_cap():
     free = makespan_bounds(P, 8, cm.Costs(1, 1, 1), None)
     assert free["memory"] == 0 and free["warm-up"] == 0 and free["device"] > 0
     assert math.isfinite(makespan_bound(P, 8, cm.Costs(1, 1, 1), 1.0))
+
+
+def test_levels_sees_an_odd_number_of_activations():
+    """Three half-activations per device on the V-shape (p = 6, budget 0.25 of 1F1B's): only one
+    microbatch at a time can hold both of a device's stages, so the bottom device (stages 5 and 6,
+    the two longest-overlapping lifespans) passes the microbatches one ``L_2`` apart. The bound is
+    273 (memory × time says 197.5; the optimum cm.improve proves is 300); with four half-activations
+    two microbatches hold both at once and the levels add nothing to memory × time."""
+    P, c = Placement.v_shape(6), cm.Costs(3, 4, 2)
+    odd = makespan_bounds(P, 12, c, 1.5)
+    assert odd["levels"] == 273.0 and odd["memory"] == 197.5
+    assert makespan_bound(P, 12, c, 1.5) == pytest.approx(273.0)
+    even = makespan_bounds(P, 12, c, 2.0)
+    assert even["levels"] <= even["memory"] + 9.0  # only the first forward's arrival is added
+    # a cap that is not a whole number of activations counts as its whole part
+    assert makespan_bounds(P, 12, c, 1.99)["levels"] == odd["levels"]
+
+
+@settings(max_examples=20, deadline=None)
+@given(p=st.integers(2, 4), chunks=st.integers(2, 4), extra=st.integers(0, 6), data=st.data(),
+       comm=st.sampled_from([0.0, 0.3, 1.1]), name=st.sampled_from(["interleaved-1f1b", "looped-bfs"]))
+def test_never_above_a_schedule_with_more_stages_per_device(p, chunks, extra, data, comm, name):
+    """Looped placements with 2–4 stages per device (the levels bound's subsets of stages, the
+    memory bound's sum) and random per-stage costs: no bound is above the schedule's makespan at
+    the schedule's own peak."""
+    m = p * (1 + extra // 3) if name == "interleaved-1f1b" else p + extra
+    costs = _costs(data, p * chunks, True, comm)
+    s = cm.build(name, p, m, num_chunks=chunks)
+    r = cm.simulate(s, costs)
+    for key, value in makespan_bounds(s.placement, m, costs, max(r.peak_memory),
+                                      fused=not s.split_backward).items():
+        assert value <= r.makespan + 1e-6, (key, value, r.makespan)

@@ -187,6 +187,8 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
         life = [min(life[s], whole[s] - copies[s][1]) for s in range(S)]
         n_act = math.inf
     out = {"device": 0.0, "memory": 0.0, "warm-up": 0.0, "last forward": 0.0, "one at a time": 0.0}
+    if n_act < math.inf:
+        out["levels"] = 0.0
     if recompute != "none" and copies is None:
         out["recompute trade"] = 0.0
     if copies is not None and cap is not None:
@@ -221,6 +223,7 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
                 out["lever trade"] = max(out["lever trade"], _lever_trade(
                     head, work, lane0, m, cap, m * math.fsum(act * whole[s] for s in st), saves_r, saves_o))
         if n_act < math.inf:
+            out["levels"] = max(out["levels"], _levels(sorted(st), m, int(n_act), head_f, head_b, b, w, whole))
             k = min(n_act, len(st) * m)
             first_b = min(head_b[s] for s in st)
             before = k * max(f[s] for s in st)
@@ -248,6 +251,51 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
                 out["last forward"] = max(out["last forward"],
                                           work + idle_start + max(0.0, f[top] + tail_f[top] - late))
     return out
+
+
+def _levels(st: list[int], m: int, k: int, head_f: list[float], head_b: list[float], b: list[float],
+            w: list[float], life: list[float]) -> float:
+    """The *levels* bound of one device (stages ``st``, ascending) whose cap holds ``k`` whole
+    activations (docs/theory.md §6, bound 6). A microbatch holding ``h(t)`` of the device's
+    activations at time ``t``; ``n_q(t)`` the microbatches holding at least ``q``: ``Σ_q n_q(t) =
+    Σ h ≤ k`` and ``n_1 ≥ n_2 ≥ …``, so ``n_r + … + n_v ≤ g(r) = (v − r + 1)⌊k/v⌋ + max(0, k mod v −
+    r + 1)`` (the most a partition of ``k`` into ``v`` parts puts in its ``v − r + 1`` smallest).
+    A microbatch holds ``q`` at once at least ``L_q``: any ``q`` of its stages, topped by ``t``, are
+    all held from ``F(t)``'s start to the first of their ``W`` s' ends, at least the shortest chain
+    from ``F(t)`` to each ``W`` (``L_1`` the longest lifespan). Those windows lie after the
+    ``r``-th stage's earliest forward, so ``T ≥ r_F(s_r) + m Σ_{q≥r} L_q / g(r)``; with ``r = 1``
+    the lifespans' sum counts too (memory × time with the cap rounded down to whole activations).
+    An odd ``k`` is what this sees: at ``k = 3`` and two stages only one microbatch at a time can
+    hold both (p = 6, m = 12, 3:4:2, budget 0.25: 271.5 where memory × time says 197.5; optimum 300)."""
+    v = len(st)
+    if k <= 0 or v == 0:
+        return 0.0
+    reach = [[0.0] * v for _ in range(v)]  # reach[i][j]: shortest chain from F(st[j])'s start to W(st[i])'s end
+    for j in range(v):
+        for i in range(j + 1):
+            reach[i][j] = head_b[st[i]] + b[st[i]] + w[st[i]] - head_f[st[j]]
+    hold = [0.0] * (v + 1)  # hold[q]: L_q
+    if v <= 12:
+        for mask in range(1, 1 << v):
+            idx = [i for i in range(v) if mask >> i & 1]
+            top = idx[-1]
+            q = len(idx)
+            hold[q] = max(hold[q], min(reach[i][top] for i in idx))
+    else:  # the top stage with the lowest stages (the longest reaches): a valid choice, not always the best
+        for top in range(v):
+            for q in range(1, top + 2):
+                hold[q] = max(hold[q], min(reach[i][top] for i in [*range(q - 1), top]))
+    a, e = divmod(k, v)
+    best = 0.0
+    for r in range(1, v + 1):
+        g = (v - r + 1) * a + max(0, e - (r - 1))
+        if g <= 0:
+            break
+        need = math.fsum(hold[r:])
+        if r == 1:
+            need = max(need, math.fsum(life[s] for s in st))
+        best = max(best, head_f[st[r - 1]] + m * need / g)
+    return best
 
 
 def _recompute_trade(head: float, work: float, m: int, cap: float,

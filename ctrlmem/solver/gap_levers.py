@@ -200,7 +200,7 @@ def _solve_task(args):
     return solve(*args)
 
 
-VERSIONS = {"improve": "improve-offload-1", "optimal": "optimal-offload-2"}
+VERSIONS = {"improve": "improve-offload-2", "optimal": "optimal-offload-2"}  # improve 2: the levels bound
 """Part of the cache keys of :func:`measure_all`, per solver: change one when that solver changes
 (only its runs are redone)."""
 

@@ -130,7 +130,10 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
       activations held then can still run;
     * ``"one at a time"``: when the cap holds just one microbatch's activations on a device, each
       forward of its highest stage waits until the microbatch before has released everything
-      there, so the microbatches pass that point one release chain apart.
+      there, so the microbatches pass that point one release chain apart;
+    * ``"levels"``: per device, the cap in whole activations shared among the microbatches holding
+      one, two, … of the device's stages at once, each for at least its shortest time
+      (:func:`_levels`; an odd number of activations on the V-shape is what it sees).
 
     ``recompute`` ``"full"`` or ``"selective"``: the bounds hold for every schedule that may
     recompute any forward in that mode too (docs/theory.md §13). A recomputed forward holds only
@@ -138,7 +141,7 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
     ``R``'s start to the ``W``'s end, so each microbatch holds at least
     ``act_s · (κ ℓ_s + (1 − κ) · min(ℓ_s, r_s + b_s + w_s))`` over time in ``"memory"``; the
     bounds that count whole activations held before the first backward (``"warm-up"``, ``"last
-    forward"``, ``"one at a time"``) do not hold then and are 0; ``"device"`` holds as it is
+    forward"``, ``"one at a time"``, ``"levels"``) do not hold then and are 0 or absent; ``"device"`` holds as it is
     (an ``R`` only adds work). ``"recompute trade"`` (with ``recompute`` and a cap) couples the
     two: every recompute that saves memory × time adds its ``R`` to the device's work, so per
     device the makespan is at least the least, over how many forwards of each stage are

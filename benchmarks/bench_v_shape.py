@@ -35,8 +35,9 @@ be only faster must change nothing).
 (seeded: p = 5, 7, 10, 12, 20, 24; m = 2p–4p; mixes 2:3:1:0.2, 1:1.5:1:0.05, 4:5:3:0.3, 1:2:1:0.1,
 3:3:2:0.5, 2:2.5:1.5:0; budgets 0.25–0.5 of 1F1B's memory; ``v-shape`` twice as often as ``zb``),
 built with the makespan objective in one process per tree, this checkout and ``--baseline``: each
-makespan that differs, how many are shorter and longer, the median and best ratio, and both trees'
-CPU time of the build calls.
+makespan that differs, how many are shorter and longer, the median and best ratio, both trees'
+CPU time of the build calls, and each tree's certified gaps (makespan over that tree's best lower
+bound, ``makespan_bound``: median, worst, how many within 15 %).
 """
 
 from __future__ import annotations
@@ -242,11 +243,16 @@ for _ in range(40):
     clear_caches()
     t = cpu()
     try:
-        r = cm.simulate(cm.build(name, p, m, costs=costs, memory_limit=lim, objective="makespan"), costs)
+        s = cm.build(name, p, m, costs=costs, memory_limit=lim, objective="makespan")
+        r = cm.simulate(s, costs)
         res = {"makespan": r.makespan, "peak": max(r.peak_memory)}
     except ValueError:
         res = {"makespan": None, "peak": None}
-    out.append({"case": [name, p, m, ":".join(f"{x:g}" for x in mix), lim], "cpu": cpu() - t, **res})
+    t_build = cpu() - t
+    if res["makespan"] is not None:  # the best lower bound of that tree on every schedule within the budget
+        from ctrlmem.search.bounds import makespan_bound
+        res["bound"] = makespan_bound(s.placement, m, costs, lim * p)
+    out.append({"case": [name, p, m, ":".join(f"{x:g}" for x in mix), lim], "cpu": t_build, **res})
 print(json.dumps(out))
 """
 
@@ -256,7 +262,8 @@ def low_memory_survey(baseline: str) -> None:
     results = survey_trees(baseline, _LOW_CHILD, "held-out set")
     if len(results) == 2:
         ratios, longer = [], 0
-        for a, b in both_fit(*results):
+        fit = list(both_fit(*results))
+        for a, b in fit:
             if abs(a["makespan"] - b["makespan"]) > 1e-9:
                 print(f"  {a['case']}: makespan {b['makespan']:g} -> {a['makespan']:g} "
                       f"({a['makespan'] / b['makespan']:.3f}x)")
@@ -268,6 +275,13 @@ def low_memory_survey(baseline: str) -> None:
         if ratios:
             line += f" (shorter ones: median {statistics.median(ratios):.3f}x, best {min(ratios):.3f}x)"
         print(line)
+        # the certified gap (makespan over the tree's best lower bound), where both trees give a bound
+        pairs = [(a, b) for a, b in fit if a.get("bound") and b.get("bound")]
+        for label, rows in (("this checkout", [a for a, _ in pairs]), ("baseline", [b for _, b in pairs])):
+            gaps = sorted(100 * (x["makespan"] / x["bound"] - 1) for x in rows)
+            if gaps:
+                print(f"certified gap, {label}: median {statistics.median(gaps):.1f} %, worst {gaps[-1]:.1f} %, "
+                      f"at most 15 %: {sum(g <= 15 for g in gaps)} of {len(gaps)}")
 
 
 def baseline_tree(commit: str) -> Path:

@@ -1,0 +1,143 @@
+"""A lower bound from a solved relaxation: one device alone, every other device free.
+
+Every schedule of ``m`` microbatches on a placement, restricted to one device ``d``, is a
+schedule of a smaller problem: ``d``'s passes (``F``, ``B``, ``W`` of its stages for every
+microbatch) one at a time on one machine, each microbatch's consecutive passes on ``d`` at
+least the chain between them apart (the passes of the other devices and the hops, at their
+shortest), its first pass after the chain before it, the makespan at least each pass's end plus
+the chain after it, and ``d``'s activations (each allocated at its ``F``'s start, released at its
+``W``'s end) within the cap. The other devices are relaxed: their passes may overlap, and their
+memory is free. The smallest makespan of that problem is therefore a lower bound on every
+schedule's (docs/theory.md §6, bound 7), and so is any lower bound CP-SAT proves on it.
+
+Unlike the closed forms, it sees how the cap *times* a device's work: with the microbatches in
+flight all away on the other devices, the device idles, and when they return it is the
+bottleneck (V-shape p = 6, m = 12, 3:4:2 at 0.375 of 1F1B's memory: 184.5 where the closed forms
+give 150.5; the optimum cm.improve proves is 193).
+
+The microbatches are identical, so the model runs every pass type in microbatch order: any
+schedule of the relaxation, its microbatches relabelled per pass type by start time, is again one
+(the chains' delays and the memory count hold for the sorted times). Times are scaled to
+integers and rounded down, so the bound stays a bound for costs of any precision.
+
+CP-SAT proves the relaxation's optimum in seconds when the device has up to ~100 passes (V-shape
+m ≤ 2p at p ≤ 8); beyond it the bound is what the search proved within its time, often below
+the closed forms (which :func:`relaxed_bounds` then does not improve).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ctrlmem.model.costs import Costs
+from ctrlmem.model.ir import Placement
+from ctrlmem.search.bounds import chains
+from ctrlmem.solver.threaded import DET_SECONDS, solve
+
+__all__ = ["DeviceBound", "relaxed_bounds"]
+
+
+@dataclass(frozen=True)
+class DeviceBound:
+    """One device's relaxation: ``bound`` (a lower bound on every schedule's makespan), whether
+    CP-SAT proved the relaxation's optimum (``proven``), and the model's size (``passes``)."""
+
+    device: int
+    bound: float
+    proven: bool
+    passes: int
+
+
+def _scale(values: list[float]) -> tuple[int, bool]:
+    """The smallest of a few scales that makes every value an integer, and whether one did."""
+    for s in (1, 2, 4, 10):
+        if all(abs(v * s - round(v * s)) < 1e-9 * max(1.0, abs(v * s)) for v in values):
+            return s, True
+    return 10, False
+
+
+def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused: bool = False,
+                   seconds: float = 5.0, devices: list[int] | None = None, seed: int = 0,
+                   wall_factor: float = 4.0) -> list[DeviceBound]:
+    """The one-device relaxation of every device in ``devices`` (all by default) of ``placement``
+    with ``m`` microbatches, ``costs`` and a per-device cap of ``cap`` (``a``; the default memory
+    model: each stage's activation ``p/S``, released at its ``W``, or at its fused ``BW`` with
+    ``fused``). Each solve is deterministic: ``seconds`` solver-seconds (CP-SAT's deterministic
+    time × ``DET_SECONDS``, one worker, ``seed``), never past ``wall_factor × seconds`` of wall
+    time (a safety limit: a solve that reaches it returns what it proved, which then depends on
+    the machine)."""
+    from ortools.sat.python import cp_model  # noqa: PLC0415 - ortools takes ~1 s to import; only the solver needs it
+
+    if m < 1:
+        raise ValueError(f"relaxed_bounds: m must be at least 1, got {m}")
+    if not cap > 0:
+        raise ValueError(f"relaxed_bounds: the cap must be positive (in a), got {cap}")
+    S, p = placement.num_stages, placement.num_devices
+    head_f, head_b, tail_b, (f, b, w) = chains(placement, costs, fused)
+    dev = placement.stage_device
+    comm = float(costs.comm)
+    tail_f = [0.0] * S
+    tail_f[S - 1] = b[S - 1] + tail_b[S - 1]
+    for s in range(S - 2, -1, -1):
+        tail_f[s] = (comm if dev[s] != dev[s + 1] else 0.0) + f[s + 1] + tail_f[s + 1]
+    k = math.floor(cap / (p / S) + 1e-9)  # whole activations the cap holds
+    scale, _ = _scale([*f, *b, *w, *head_f, *head_b, *tail_b, *tail_f])
+
+    def lo(x: float) -> int:  # scaled and rounded down: the bound stays a bound
+        return math.floor(x * scale + 1e-9)
+
+    out = []
+    for d in (range(p) if devices is None else devices):
+        st = sorted(placement.stages_of(d))
+        # the device's passes of one microbatch in chain order (F up, B down), then the W s
+        chain = [("F", s) for s in st] + [("B", s) for s in reversed(st)]
+        dur = {("F", s): f[s] for s in st} | {("B", s): b[s] for s in st} | {("W", s): w[s] for s in st}
+        at = {("F", s): head_f[s] for s in st} | {("B", s): head_b[s] for s in st}
+        tail = {("F", s): tail_f[s] for s in st} | {("B", s): tail_b[s] for s in st} | {("W", s): 0.0 for s in st}
+        kinds = chain + ([] if fused else [("W", s) for s in st])
+        passes = len(kinds) * m
+        if k < len(st):  # F of the device's highest stage holds all of a microbatch's activations there
+            raise ValueError(f"relaxed_bounds: a cap of {cap:g} a holds {k} whole activations of {p / S:g} a; "
+                             f"device {d} needs {len(st)} for one microbatch: give cap >= {len(st) * p / S:g}")
+        model = cp_model.CpModel()
+        horizon = lo(m * math.fsum(dur.values()) + max(at.values()) + max(tail.values())) * 2 + 10
+        T = model.NewIntVar(0, horizon, "T")
+        busy, held = [], []
+        prev: dict = {}
+        for _ in range(m):
+            var = {}
+            for x in kinds:
+                s0 = model.NewIntVar(0, horizon, "")
+                e0 = model.NewIntVar(0, horizon, "")
+                busy.append(model.NewIntervalVar(s0, lo(dur[x]), e0, ""))
+                var[x] = (s0, e0)
+                model.Add(T >= e0 + lo(tail[x]))
+                if x in prev:  # identical microbatches: every pass type in microbatch order
+                    model.Add(s0 >= prev[x][0])
+            model.Add(var[chain[0]][0] >= lo(at[chain[0]]))
+            for a, c in zip(chain, chain[1:]):
+                model.Add(var[c][0] >= var[a][1] + lo(at[c] - at[a] - dur[a]))
+            for s in st:
+                end = var[("B", s)][1] if fused else var[("W", s)][1]
+                if not fused:
+                    model.Add(var[("W", s)][0] >= var[("B", s)][1])
+                size = model.NewIntVar(0, horizon, "")
+                held.append(model.NewIntervalVar(var[("F", s)][0], size, end, ""))
+            prev = var
+        model.AddNoOverlap(busy)
+        model.AddCumulative(held, [1] * len(held), k)
+        model.Minimize(T)
+        solver = cp_model.CpSolver()
+        prm = solver.parameters
+        prm.num_workers = 1
+        prm.random_seed = seed
+        prm.max_deterministic_time = max(0.002, seconds / DET_SECONDS)
+        prm.max_time_in_seconds = max(0.05, wall_factor * seconds)
+        code = solve(solver, model)
+        if code == cp_model.INFEASIBLE:  # pragma: no cover - the relaxation always has a schedule
+            raise RuntimeError(f"relaxed_bounds: device {d}'s relaxation has no schedule (cap {cap:g})")
+        proven = code == cp_model.OPTIMAL
+        value = solver.ObjectiveValue() if proven else solver.BestObjectiveBound()
+        out.append(DeviceBound(d, value / scale, proven, passes))
+    return out

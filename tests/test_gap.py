@@ -25,6 +25,9 @@ def test_grids():
     assert sum(i.improve for i in full if i.budget in gap.LOW_BUDGETS) == 16
     assert not any(i.improve for i in full if i.budget in gap.LOW_BUDGETS and i.p == 16)
     assert sum(i.improve for i in full) == 262
+    # the one-device relaxation: p = 6, 8, m = 2p, 3:4:2 and profiled, budgets 0.25, 0.375, 0.5
+    relax = [(i, pl) for i in full for pl in gap.HEURISTICS if gap.relax_runs(i, pl)]
+    assert len(relax) == 24 and {i.budget for i, _ in relax} == {0.25, 0.375, 0.5}
     assert all(i.improve for i in full if i.p <= 4)
     assert not any(i.budget == 0.5 for i in full if i.p == 2)  # the same as the smallest, listed once
     with pytest.raises(ValueError, match="size must be"):
@@ -83,3 +86,13 @@ def test_artifact_quick(tmp_path):
     again = build_table("optimality-gap", quick=True, out=tmp_path / "b")
     assert again.to_markdown() == md
     assert (tmp_path / "b" / "optimality-gap.json").read_bytes() == (tmp_path / "optimality-gap.json").read_bytes()
+
+
+def test_the_relaxation_joins_the_bounds():
+    """A one-device relaxation above the closed forms becomes the row's best lower bound, by name."""
+    inst = gap.Instance(6, 12, "3:4:2", 0.375, False)
+    built = gap.heuristics(inst, "v-shape")
+    plain = gap.measure(inst, "v-shape", built=built)
+    assert plain["lower_bound"] == 150.5 and "one device" not in plain["bounds"]
+    row = gap.measure(inst, "v-shape", built=built, relax={"relaxed": 184.5, "device": 5, "proven": 6, "devices": 6})
+    assert row["bounds"]["one device"] == 184.5 and row["lower_bound"] == 184.5

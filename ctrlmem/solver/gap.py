@@ -7,7 +7,8 @@ simulates every heuristic (the budgeted searches ``v-shape`` / ``zb`` built with
 ``objective="makespan"``: the bound and the solver measure makespans), runs
 :func:`ctrlmem.improve` from the budgeted one with a deterministic budget and reads its best makespan at each checkpoint (10 and 60
 solver-seconds), and takes the best lower bound (the closed forms of
-:func:`ctrlmem.search.bounds.makespan_bounds`, and on small instances the whole CP-SAT model's).
+:func:`ctrlmem.search.bounds.makespan_bounds`, on small instances the whole CP-SAT model's, and
+where :func:`relax_runs` says so the one-device relaxation's, :mod:`ctrlmem.solver.relax`).
 A heuristic's *certified gap* is its makespan over that bound, minus one: the true distance to
 the optimum is at most that; where the solver proved the optimum, it is exact.
 
@@ -37,6 +38,7 @@ from ctrlmem.model.simulate import simulate
 from ctrlmem.solver.improve import improve
 from ctrlmem.model.ir import Schedule
 from ctrlmem.search.bounds import makespan_bounds
+from ctrlmem.solver.relax import relaxed_bounds
 from importlib.resources import files
 import hashlib
 from concurrent.futures import ProcessPoolExecutor
@@ -185,13 +187,14 @@ def solve(inst: Instance, seed_text: str, checkpoints: tuple[float, ...]) -> dic
 
 
 def measure(inst: Instance, placement: str, checkpoints: tuple[float, ...] = (10.0, 60.0),
-            solved: dict | None = None, built: tuple[dict, str | None] | None = None) -> dict:
+            solved: dict | None = None, built: tuple[dict, str | None] | None = None,
+            relax: dict | None = None) -> dict:
     """One instance on one placement (see the module docstring). Returns a JSON-ready dict:
     ``heuristics`` {name: {makespan, span, peak, fits}}, ``bounds`` (the closed forms by name),
     ``improve`` {checkpoint: makespan} (when it ran), ``lower_bound`` (the best), ``status``
     (``"optimal"`` when proven, else ``"bound"``), ``optimum`` (or ``None``). ``solved``: the
     result of :func:`solve` for this instance, when already computed; ``built``: that of
-    :func:`heuristics`."""
+    :func:`heuristics`; ``relax``: that of :func:`relaxed` (its bound joins ``bounds`` as ``"one device"``)."""
 
     p, m, costs, cap = inst.p, inst.m, inst.costs, inst.limit * inst.p
     heur, seed = built if built is not None else heuristics(inst, placement)
@@ -200,14 +203,41 @@ def measure(inst: Instance, placement: str, checkpoints: tuple[float, ...] = (10
     out = {"p": p, "m": m, "mix": inst.mix, "budget": inst.budget, "placement": placement,
            "heuristics": heur, "bounds": bounds, "improve": None, "status": "bound", "optimum": None,
            "lower_bound": _round(max(bounds.values()))}
+    if relax is not None:
+        out["bounds"]["one device"] = relax["relaxed"]
+        out["lower_bound"] = max(out["lower_bound"], relax["relaxed"])
     if inst.improve and seed is not None:
         got = solved if solved is not None else solve(inst, seed, checkpoints)
         out["improve"] = got["improve"]
-        out["bounds"] = {**bounds, **{k: v for k, v in got["solver_bounds"].items() if k == "solver"}}
+        out["bounds"] = {**out["bounds"], **{k: v for k, v in got["solver_bounds"].items() if k == "solver"}}
         out["lower_bound"] = max(out["lower_bound"], got["lower_bound"])
         if got["status"] == "optimal":
             out["status"], out["optimum"], out["lower_bound"] = "optimal", got["optimum"], got["optimum"]
     return out
+
+
+RELAX_VERSION = "relax-1"
+"""Part of the cache key of the one-device relaxations (:func:`relaxed`)."""
+RELAX_SECONDS = 10.0
+"""Solver-seconds per device of :func:`relaxed` (deterministic, one worker)."""
+
+
+def relax_runs(inst: Instance, placement: str) -> bool:
+    """Whether the grid solves the one-device relaxation (:mod:`ctrlmem.solver.relax`) of ``inst``
+    on ``placement``: where cm.improve runs at p = 6 and 8 with m = 2p and a budget of at most 0.5
+    (at most 96 passes per device: CP-SAT proves the relaxation's optimum there in seconds)."""
+    return (inst.improve and inst.p in (6, 8) and inst.m == 2 * inst.p and inst.budget != "min"
+            and float(inst.budget) <= 0.5)
+
+
+def relaxed(inst: Instance, placement: str, seconds: float = RELAX_SECONDS) -> dict:
+    """The one-device relaxation of every device of ``inst`` on ``placement``: the best bound, and
+    on how many devices CP-SAT proved the relaxation's optimum."""
+    P = Placement.v_shape(inst.p) if placement == "v-shape" else Placement.sequential(inst.p)
+    got = relaxed_bounds(P, inst.m, inst.costs, inst.limit * inst.p, seconds=seconds)
+    best = max(got, key=lambda r: r.bound)
+    return {"relaxed": _round(best.bound), "device": best.device, "proven": sum(r.proven for r in got),
+            "devices": len(got)}
 
 
 SOLVER_VERSION = "improve-2"  # 2: the levels bound (a stronger floor for the whole model)
@@ -215,6 +245,8 @@ SOLVER_VERSION = "improve-2"  # 2: the levels bound (a stronger floor for the wh
 
 
 def _solve_task(args):
+    if args[0] == "relax":
+        return relaxed(args[1], args[2])
     inst, seed, checkpoints = args
     return solve(inst, seed, checkpoints)
 
@@ -243,28 +275,37 @@ def measure_all(size: str = "full", jobs: int = 1, checkpoints: tuple[float, ...
             if line.strip():
                 rec = json.loads(line)
                 done[rec.pop("_key")] = rec
-    todo = [(inst, pl) for inst, pl in tasks if inst.improve and seeds[(inst, pl)] and key(inst, pl) not in done]
-    log.info("optimality gap: %d measurements, %d solver runs to do, %d processes", len(tasks), len(todo), jobs)
+    def rkey(inst, pl):
+        return json.dumps([inst.p, inst.m, inst.mix, inst.budget, pl, "relax", RELAX_SECONDS, RELAX_VERSION])
 
-    def keep(t, rec):
-        done[key(*t)] = rec
+    todo = [(inst, pl) for inst, pl in tasks if inst.improve and seeds[(inst, pl)] and key(inst, pl) not in done]
+    todo_r = [(inst, pl) for inst, pl in tasks if relax_runs(inst, pl) and rkey(inst, pl) not in done]
+    log.info("optimality gap: %d measurements, %d solver runs and %d relaxations to do, %d processes", len(tasks),
+             len(todo), len(todo_r), jobs)
+    keys = [key(*t) for t in todo] + [rkey(*t) for t in todo_r]
+    names = [*todo, *todo_r]
+
+    def keep(i, rec):
+        done[keys[i]] = rec
         if cache is not None:
             Path(cache).parent.mkdir(parents=True, exist_ok=True)
             with open(cache, "a") as fh:
-                fh.write(json.dumps({"_key": key(*t), **rec}, sort_keys=True) + "\n")
-        log.info("optimality gap: p=%d %s %s: %s (%d to go)", t[0].p, t[0].label, t[1], rec["status"],
-                 sum(1 for x in todo if key(*x) not in done))
+                fh.write(json.dumps({"_key": keys[i], **rec}, sort_keys=True) + "\n")
+        t = names[i]
+        log.info("optimality gap: p=%d %s %s: %s (%d to go)", t[0].p, t[0].label, t[1],
+                 rec.get("status", f"one-device bound {rec.get('relaxed')}"), sum(1 for x in keys if x not in done))
 
-    args = [(inst, seeds[(inst, pl)], checkpoints) for inst, pl in todo]
-    if jobs > 1 and len(todo) > 1:
+    args = [(inst, seeds[(inst, pl)], checkpoints) for inst, pl in todo] + [("relax", inst, pl) for inst, pl in todo_r]
+    if jobs > 1 and len(args) > 1:
 
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for t, rec in zip(todo, pool.map(_solve_task, args)):
-                keep(t, rec)
+            for i, rec in enumerate(pool.map(_solve_task, args)):
+                keep(i, rec)
     else:
-        for t, a in zip(todo, args):
-            keep(t, _solve_task(a))
-    return [measure(inst, pl, checkpoints, done.get(key(inst, pl)) if inst.improve else None, built[(inst, pl)])
+        for i, a in enumerate(args):
+            keep(i, _solve_task(a))
+    return [measure(inst, pl, checkpoints, done.get(key(inst, pl)) if inst.improve else None, built[(inst, pl)],
+                    done.get(rkey(inst, pl)) if relax_runs(inst, pl) else None)
             for inst, pl in tasks]
 
 

@@ -2,6 +2,8 @@
 on every schedule within the cap — never above a proven optimum nor a schedule the searches build
 within its cap — and where the closed forms are loose it is the better bound."""
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -68,6 +70,17 @@ def test_never_above_a_schedule_within_the_cap(p, extra, data, comm, limit):
             assert b.bound <= r.makespan + 1e-6, (name, b, r.makespan)
 
 
+def test_the_smallest_cap_has_a_schedule():
+    """One activation per device with one stage per device (microbatches one at a time, a hop of
+    half a pass): the relaxation's horizon allows the serial schedule, and its bound is below
+    what zb builds there."""
+    costs = cm.Costs(1, 1, 1, 0.5)
+    r = cm.simulate(cm.build("zb", 4, 8, costs=costs, memory_limit=0.25), costs)
+    got = relaxed_bounds(Placement.sequential(4), 8, costs, 1.0, seconds=5)
+    assert all(b.proven for b in got)
+    assert max(b.bound for b in got) <= r.makespan + 1e-9
+
+
 def test_bad_input_is_named():
     P = Placement.v_shape(4)
     with pytest.raises(ValueError, match="needs 2 for one microbatch: give cap >= 1"):
@@ -76,3 +89,24 @@ def test_bad_input_is_named():
         relaxed_bounds(P, 0, cm.Costs(1, 1, 1), 1.0)
     with pytest.raises(ValueError, match="cap must be positive"):
         relaxed_bounds(P, 4, cm.Costs(1, 1, 1), 0.0)
+
+
+def test_cli(capsys):
+    """`ctrlmem bound`: the closed forms, each device's relaxation (* where proven) and the best, in
+    words or JSON; bad input is one line and exit status 2."""
+    from ctrlmem.cli import main
+
+    assert main(["bound", "-p", "4", "-m", "8", "--memory-limit", "0.25", "--placement", "sequential",
+                 "--costs", "1,1,1,0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "one-device relaxation" in out and "0: 96*" in out and "at least 96 (memory)" in out
+    assert main(["bound", "-p", "6", "-m", "12", "--costs", "3,4,2", "--memory-limit", "0.375", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["lower_bound"] == 184.5 and got["best"] == "one device (5)" and len(got["one_device"]) == 6
+    assert main(["bound", "-p", "16", "-m", "64", "--memory-limit", "0.25", "--relax", "0", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["one_device"] == [] and got["best"] == "memory"
+    assert main(["bound", "-p", "4", "-m", "8", "--memory-limit", "0.1"]) == 2
+    assert "the smallest budget is 1/p = 0.25" in capsys.readouterr().err
+    assert main(["bound", "-p", "8", "-m", "400", "--memory-limit", "0.5"]) == 2
+    assert "more than the 2000 a relaxation takes" in capsys.readouterr().err

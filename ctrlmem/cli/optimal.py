@@ -1,4 +1,6 @@
-"""``ctrlmem optimal``: the exact shortest schedule of a small pipeline (:func:`ctrlmem.solver.optimal.optimal`)."""
+"""``ctrlmem optimal``: the exact shortest schedule of a small pipeline (:func:`ctrlmem.solver.optimal.optimal`);
+``ctrlmem bound``: the lower bounds on every schedule's makespan within a budget, at any size
+(:func:`ctrlmem.search.bounds.makespan_bounds` and :func:`ctrlmem.solver.relax.relaxed_bounds`)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ import json
 
 from ctrlmem.cli.args import float_arg, int_arg, memory_limit_arg
 from ctrlmem.model.costs import Costs
-from ctrlmem.model.ir import Op
+from ctrlmem.model.ir import Op, Placement
+from ctrlmem.search.bounds import makespan_bounds
+from ctrlmem.solver.relax import relaxed_bounds
 from ctrlmem.model.simulate import simulate
 from ctrlmem.solver.optimal import MAX_TIME_LIMIT, PLACEMENTS, optimal
 from ctrlmem.util.fileio import atomic_write, check_output_path
@@ -60,8 +64,62 @@ def _cmd_optimal(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bound(args: argparse.Namespace) -> int:
+    costs = Costs.parse(args.costs)
+    p, m = args.devices, args.microbatches
+    P = Placement.v_shape(p) if args.placement == "v-shape" else Placement.sequential(p)
+    cap = None if args.memory_limit is None else args.memory_limit * p
+    closed = makespan_bounds(P, m, costs, cap, fused=args.fused)
+    devices = []
+    relax = args.relax if args.relax is not None else (10.0 if cap is not None else 0.0)
+    if relax > 0:
+        if cap is None:
+            raise ValueError("bound: --relax needs --memory-limit (without a cap the relaxation is the per-device "
+                             "bound); give --memory-limit or --relax 0")
+        if cap < 1 - 1e-9:  # both placements: one microbatch's activations on a device are 1 a
+            raise ValueError(f"bound: --memory-limit {args.memory_limit:g} holds less than one microbatch's activations "
+                             f"on a device; the smallest budget is 1/p = {1 / p:.4g}")
+        devices = relaxed_bounds(P, m, costs, cap, fused=args.fused, seconds=relax)
+    best_name, best = max(closed.items(), key=lambda kv: kv[1])
+    if devices and max(r.bound for r in devices) > best:
+        top = max(devices, key=lambda r: r.bound)
+        best_name, best = f"one device ({top.device})", top.bound
+    if args.json:
+        print(json.dumps({"num_devices": p, "num_microbatches": m, "costs": costs.to_dict(),
+                          "memory_limit": args.memory_limit, "placement": args.placement, "fused": args.fused,
+                          "closed_forms": closed, "one_device": [dataclasses.asdict(r) for r in devices],
+                          "relax_seconds": relax, "lower_bound": best, "best": best_name}))
+        return 0
+    lim = "none" if args.memory_limit is None else f"{args.memory_limit:g}"
+    print(f"bound: p={p} m={m} costs={args.costs} memory_limit={lim} placement={args.placement}"
+          f"{' fused backward' if args.fused else ''}")
+    print("  closed forms (docs/theory.md §6): " + ", ".join(f"{k} {v:g}" for k, v in closed.items()))
+    if devices:
+        print(f"  one-device relaxation ({relax:g} solver-seconds a device; * = its optimum proven): "
+              + ", ".join(f"{r.device}: {r.bound:g}{'*' if r.proven else ''}" for r in devices))
+    print(f"  every schedule within the budget takes at least {best:g} ({best_name})")
+    return 0
+
+
 def add_commands(subparsers) -> None:
-    """Add ``optimal`` to the ``ctrlmem`` command line."""
+    """Add ``optimal`` and ``bound`` to the ``ctrlmem`` command line."""
+    b = subparsers.add_parser(
+        "bound", help="lower bounds on every schedule's makespan within a budget, at any size (closed forms, and "
+                      "each device's relaxation solved by CP-SAT)")
+    b.add_argument("-p", "--devices", type=int_arg(), default=4, help="number of devices p (default 4)")
+    b.add_argument("-m", "--microbatches", type=int_arg(), default=8, help="number of microbatches m (default 8)")
+    b.add_argument("--costs", default="1,1,1,0",
+                   help="F,B,W[,COMM]: pass times of one full device-stage and the hop latency (default 1,1,1,0)")
+    b.add_argument("--memory-limit", type=memory_limit_arg, default=None,
+                   help="activation budget as a fraction of 1F1B's peak (default: unlimited)")
+    b.add_argument("--placement", choices=PLACEMENTS, default="v-shape", help="stage placement (default v-shape)")
+    b.add_argument("--fused", action="store_true", help="schedules with a fused backward (BW, no B/W split)")
+    b.add_argument("--relax", type=float_arg(maximum=MAX_TIME_LIMIT, positive=False, minimum=0.0, what="seconds"), default=None,
+                   metavar="SECONDS",
+                   help="solver-seconds per device for the one-device relaxation (deterministic; 0: closed forms "
+                        "only; default 10 with --memory-limit, else 0)")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.set_defaults(func=_cmd_bound)
     p = subparsers.add_parser(
         "optimal", help="exact shortest schedule for a small pipeline (CP-SAT), with its proven lower bound")
     p.add_argument("-p", "--devices", type=int_arg(), default=4, help="number of devices p (default 4)")

@@ -35,7 +35,11 @@ from ctrlmem.model.ir import Placement
 from ctrlmem.search.bounds import chains
 from ctrlmem.solver.threaded import DET_SECONDS, solve
 
-__all__ = ["DeviceBound", "relaxed_bounds"]
+__all__ = ["DeviceBound", "relaxed_bounds", "MAX_PASSES"]
+
+MAX_PASSES = 2_000
+"""The most passes a device's relaxation takes (one model per device; beyond a few hundred CP-SAT
+rarely proves more than the closed forms within seconds)."""
 
 
 @dataclass(frozen=True)
@@ -97,11 +101,18 @@ def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused
         tail = {("F", s): tail_f[s] for s in st} | {("B", s): tail_b[s] for s in st} | {("W", s): 0.0 for s in st}
         kinds = chain + ([] if fused else [("W", s) for s in st])
         passes = len(kinds) * m
+        if passes > MAX_PASSES:
+            raise ValueError(f"relaxed_bounds: device {d} has {passes} passes, more than the {MAX_PASSES} a relaxation "
+                             f"takes; give fewer microbatches, or use the closed forms alone "
+                             f"(ctrlmem.search.bounds.makespan_bounds; `ctrlmem bound --relax 0`)")
         if k < len(st):  # F of the device's highest stage holds all of a microbatch's activations there
             raise ValueError(f"relaxed_bounds: a cap of {cap:g} a holds {k} whole activations of {p / S:g} a; "
                              f"device {d} needs {len(st)} for one microbatch: give cap >= {len(st) * p / S:g}")
         model = cp_model.CpModel()
-        horizon = lo(m * math.fsum(dur.values()) + max(at.values()) + max(tail.values())) * 2 + 10
+        # the microbatches one after another, each alone (its passes at their chain times, its W s after):
+        # a schedule within any cap that holds one microbatch, so the optimum is below it
+        alone = max(at[x] + dur[x] + tail[x] for x in chain) + math.fsum(w[s] for s in st)
+        horizon = math.ceil((m * alone + math.fsum(dur.values())) * scale) + 10
         T = model.NewIntVar(0, horizon, "T")
         busy, held = [], []
         prev: dict = {}

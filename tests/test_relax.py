@@ -53,13 +53,15 @@ def test_never_above_a_proven_optimum(p, m, data, comm, placement):
     every device's relaxation is at most what CP-SAT proves optimal for the whole problem."""
     x = st.floats(0.5, 4.0, allow_nan=False).map(lambda v: round(v, 2))
     costs = cm.Costs(data.draw(x), data.draw(x), data.draw(x), comm)
-    limit = data.draw(st.sampled_from([1 / p, 0.5, 0.75, 1.0]))
+    limit = data.draw(st.sampled_from([1 / p, 0.5, 0.75, 1.0, 1.5 / p, 2.5 / p]))
     res = cm.optimal(p, m, costs, memory_limit=limit, placement=placement, time_limit=20)
     if res.status != "optimal":
         return
     P = Placement.v_shape(p) if placement == "v-shape" else Placement.sequential(p)
     for r in relaxed_bounds(P, m, costs, limit * p, seconds=5):
         assert r.bound <= res.makespan + 1e-6, (r, res.makespan)
+    # and the closed forms, the levels bound among them (odd numbers of half-activations included)
+    assert makespan_bound(P, m, costs, limit * p) <= res.makespan + 1e-6
 
 
 @settings(max_examples=10, deadline=None)

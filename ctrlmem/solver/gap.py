@@ -218,7 +218,7 @@ def measure(inst: Instance, placement: str, checkpoints: tuple[float, ...] = (10
 
 RELAX_VERSION = "relax-1"
 """Part of the cache key of the one-device relaxations (:func:`relaxed`)."""
-RELAX_SECONDS = 10.0
+RELAX_SECONDS = 30.0
 """Solver-seconds per device of :func:`relaxed` (deterministic, one worker)."""
 
 

@@ -62,7 +62,7 @@ def _scale(values: list[float]) -> tuple[int, bool]:
 
 
 def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused: bool = False,
-                   seconds: float = 5.0, devices: list[int] | None = None, seed: int = 0,
+                   seconds: float = 30.0, devices: list[int] | None = None, seed: int = 0,
                    wall_factor: float = 4.0) -> list[DeviceBound]:
     """The one-device relaxation of every device in ``devices`` (all by default) of ``placement``
     with ``m`` microbatches, ``costs`` and a per-device cap of ``cap`` (``a``; the default memory

@@ -96,3 +96,20 @@ def test_the_relaxation_joins_the_bounds():
     assert plain["lower_bound"] == 150.5 and "one device" not in plain["bounds"]
     row = gap.measure(inst, "v-shape", built=built, relax={"relaxed": 184.5, "device": 5, "proven": 6, "devices": 6})
     assert row["bounds"]["one device"] == 184.5 and row["lower_bound"] == 184.5
+
+
+def test_summary_counts_the_budgets_where_memory_binds():
+    """The claim's low-budget line: rows at p ≥ 6 with budgets up to ½ (1/p included), the budgeted
+    heuristic over the best bound; the rows above ½ and at p ≤ 4 are not counted."""
+    def row(p, budget, placement, mk, lb):
+        main = "v-shape" if placement == "v-shape" else "zb"
+        return {"p": p, "m": 2 * p, "mix": "3:4:2", "budget": budget, "placement": placement, "improve": None,
+                "heuristics": {main: {"makespan": mk, "fits": True}}, "lower_bound": lb, "status": "bound",
+                "optimum": None}
+    rows = [row(6, 0.25, "v-shape", 110.0, 100.0), row(6, "min", "v-shape", 100.0, 100.0),
+            row(8, 0.5, "v-shape", 130.0, 100.0), row(8, 1.0, "v-shape", 200.0, 100.0),
+            row(4, 0.5, "v-shape", 300.0, 100.0), row(6, 0.375, "sequential", 100.0, 100.0)]
+    s = gap.summary(rows)
+    low = s["v-shape"]["low_budgets"]
+    assert low == {"instances": 3, "median_gap": 0.1, "max_gap": 0.3, "within_15pct": 2}
+    assert s["sequential"]["low_budgets"]["instances"] == 1

@@ -51,7 +51,7 @@ def test_measure_one_instance():
             assert h["makespan"] >= r["lower_bound"] - 1e-9
     assert r["heuristics"]["v-shape"]["makespan"] == 46.5
     assert not r["heuristics"]["v-zb"]["fits"]
-    assert set(r["bounds"]) == {"device", "memory", "warm-up", "last forward", "one at a time", "solver"}
+    assert set(r["bounds"]) == {"device", "memory", "warm-up", "last forward", "one at a time", "levels", "solver"}
 
 
 def test_measure_all_reads_its_cache(tmp_path, monkeypatch):

@@ -25,9 +25,11 @@ def test_grids():
     assert sum(i.improve for i in full if i.budget in gap.LOW_BUDGETS) == 16
     assert not any(i.improve for i in full if i.budget in gap.LOW_BUDGETS and i.p == 16)
     assert sum(i.improve for i in full) == 262
-    # the one-device relaxation: p = 6, 8, m = 2p, 3:4:2 and profiled, budgets 0.25, 0.375, 0.5
+    # the one-device relaxation at p = 6, 8, budgets 0.25, 0.375, 0.5: V-shape m = p, 2p, every mix;
+    # one stage per device m = 2p, 3:4:2 and profiled
     relax = [(i, pl) for i in full for pl in gap.HEURISTICS if gap.relax_runs(i, pl)]
-    assert len(relax) == 24 and {i.budget for i, _ in relax} == {0.25, 0.375, 0.5}
+    assert len(relax) == 72 and {i.budget for i, _ in relax} == {0.25, 0.375, 0.5}
+    assert sum(pl == "v-shape" for _, pl in relax) == 60
     assert all(i.improve for i in full if i.p <= 4)
     assert not any(i.budget == 0.5 for i in full if i.p == 2)  # the same as the smallest, listed once
     with pytest.raises(ValueError, match="size must be"):

@@ -111,11 +111,12 @@ def test_cli(capsys):
                  "--costs", "1,1,1,0.5"]) == 0
     out = capsys.readouterr().out
     assert "one-device relaxation" in out and "0: 96*" in out and "at least 96 (memory)" in out
-    assert main(["bound", "-p", "4", "-m", "8", "--costs", "3,4,2", "--memory-limit", "0.375", "--relax", "5",
-                 "--json"]) == 0
+    assert main(["bound", "-p", "4", "-m", "8", "--memory-limit", "0.25", "--placement", "sequential",
+                 "--costs", "1,1,1,0.5", "--relax", "5", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
-    assert got["lower_bound"] == 134.0 and got["best"] == "one device (3)" and len(got["one_device"]) == 4
-    assert got["closed_forms"]["levels"] == 126.0
+    assert got["lower_bound"] == 96.0 and got["best"] == "memory" and len(got["one_device"]) == 4
+    assert [d["bound"] for d in got["one_device"]] == [96.0, 75.0, 54.0, 33.0]
+    assert got["closed_forms"]["levels"] == 96.0 and got["relax_seconds"] == 5.0
     assert main(["bound", "-p", "16", "-m", "64", "--memory-limit", "0.25", "--relax", "0", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["one_device"] == [] and got["best"] == "memory"

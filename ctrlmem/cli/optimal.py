@@ -17,7 +17,13 @@ from ctrlmem.model.simulate import simulate
 from ctrlmem.solver.optimal import MAX_TIME_LIMIT, PLACEMENTS, optimal
 from ctrlmem.util.fileio import atomic_write, check_output_path
 
-__all__ = ["add_commands"]
+__all__ = ["add_commands", "MAX_BOUND_DEVICES", "MAX_BOUND_MICROBATCHES"]
+
+MAX_BOUND_DEVICES = 10_000
+"""``ctrlmem bound``'s largest ``p``: the closed forms take about a second at p = 4,096 (they grow
+with ``p``, not with ``m``)."""
+MAX_BOUND_MICROBATCHES = 10**9
+"""``ctrlmem bound``'s largest ``m`` (a multiplier in the closed forms; beyond it a float overflows)."""
 
 
 def _cmd_optimal(args: argparse.Namespace) -> int:
@@ -106,8 +112,10 @@ def add_commands(subparsers) -> None:
     b = subparsers.add_parser(
         "bound", help="lower bounds on every schedule's makespan within a budget, at any size (closed forms, and "
                       "each device's relaxation solved by CP-SAT)")
-    b.add_argument("-p", "--devices", type=int_arg(), default=4, help="number of devices p (default 4)")
-    b.add_argument("-m", "--microbatches", type=int_arg(), default=8, help="number of microbatches m (default 8)")
+    b.add_argument("-p", "--devices", type=int_arg(maximum=MAX_BOUND_DEVICES, what="devices"), default=4,
+                   help=f"number of devices p (default 4; at most {MAX_BOUND_DEVICES:,})")
+    b.add_argument("-m", "--microbatches", type=int_arg(maximum=MAX_BOUND_MICROBATCHES, what="microbatches"), default=8,
+                   help=f"number of microbatches m (default 8; at most {MAX_BOUND_MICROBATCHES:,})")
     b.add_argument("--costs", default="1,1,1,0",
                    help="F,B,W[,COMM]: pass times of one full device-stage and the hop latency (default 1,1,1,0)")
     b.add_argument("--memory-limit", type=memory_limit_arg, default=None,

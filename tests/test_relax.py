@@ -98,8 +98,12 @@ def test_bad_input_is_named():
         relaxed_bounds(P, 4, cm.Costs(1, 1, 1), 0.5)
     with pytest.raises(ValueError, match="m must be at least 1"):
         relaxed_bounds(P, 0, cm.Costs(1, 1, 1), 1.0)
-    with pytest.raises(ValueError, match="cap must be positive"):
+    with pytest.raises(ValueError, match="cap must be a positive number"):
         relaxed_bounds(P, 4, cm.Costs(1, 1, 1), 0.0)
+    with pytest.raises(ValueError, match="cap must be a positive number"):
+        relaxed_bounds(P, 4, cm.Costs(1, 1, 1), float("inf"))
+    with pytest.raises(ValueError, match="seconds must be a positive number"):
+        relaxed_bounds(P, 4, cm.Costs(1, 1, 1), 1.0, seconds=float("nan"))
 
 
 def test_cli(capsys):

@@ -75,8 +75,10 @@ def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused
 
     if m < 1:
         raise ValueError(f"relaxed_bounds: m must be at least 1, got {m}")
-    if not cap > 0:
-        raise ValueError(f"relaxed_bounds: the cap must be positive (in a), got {cap}")
+    if not cap > 0 or not math.isfinite(cap):
+        raise ValueError(f"relaxed_bounds: the cap must be a positive number (in a), got {cap}")
+    if not seconds > 0 or not math.isfinite(seconds):
+        raise ValueError(f"relaxed_bounds: seconds must be a positive number of solver-seconds, got {seconds}")
     S, p = placement.num_stages, placement.num_devices
     head_f, head_b, tail_b, (f, b, w) = chains(placement, costs, fused)
     dev = placement.stage_device

@@ -102,6 +102,8 @@ def test_bad_input_is_named():
         relaxed_bounds(P, 4, cm.Costs(1, 1, 1), 0.0)
     with pytest.raises(ValueError, match="cap must be a positive number"):
         relaxed_bounds(P, 4, cm.Costs(1, 1, 1), float("inf"))
+    with pytest.raises(ValueError, match="device 4 is not one of the placement's 0..3"):
+        relaxed_bounds(P, 4, cm.Costs(1, 1, 1), 1.0, devices=[0, 4])
     with pytest.raises(ValueError, match="seconds must be a positive number"):
         relaxed_bounds(P, 4, cm.Costs(1, 1, 1), 1.0, seconds=float("nan"))
 

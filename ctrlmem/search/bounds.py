@@ -29,7 +29,7 @@ from typing import Callable
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Placement
 
-__all__ = ["span_bound", "shortest_lifespans", "chains", "makespan_bounds", "makespan_bound"]
+__all__ = ["span_bound", "shortest_lifespans", "chains", "forward_tails", "makespan_bounds", "makespan_bound"]
 
 
 def shortest_lifespans(placement: Placement, costs: Costs) -> list[float]:
@@ -108,6 +108,19 @@ def chains(placement: Placement, costs: Costs, fused: bool = False):
     return head_f, head_b, tail_b, (f, b, w)
 
 
+def forward_tails(placement: Placement, costs: Costs, f: list[float], b: list[float],
+                  tail_b: list[float]) -> list[float]:
+    """Per stage, the longest chain after its forward ends (the forwards above it, the backwards
+    down to stage 0 and ``W(0)``, a hop per change of device): :func:`chains`' ``f``, ``b`` and
+    ``tail_b`` in, ``q_F`` out."""
+    S, dev, comm = placement.num_stages, placement.stage_device, float(costs.comm)
+    tail_f = [0.0] * S
+    tail_f[S - 1] = b[S - 1] + tail_b[S - 1]
+    for s in range(S - 2, -1, -1):
+        tail_f[s] = (comm if dev[s] != dev[s + 1] else 0.0) + f[s + 1] + tail_f[s + 1]
+    return tail_f
+
+
 def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | None,
                     fused: bool = False, recompute: str = "none",
                     offload: float | None = None) -> dict[str, float]:
@@ -168,12 +181,7 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
     """
     S, p = placement.num_stages, placement.num_devices
     head_f, head_b, tail_b, (f, b, w) = chains(placement, costs, fused)
-    tail_f = [0.0] * S  # longest chain after F(s) ends (to the end of the schedule)
-    dev = placement.stage_device
-    comm = float(costs.comm)
-    tail_f[S - 1] = b[S - 1] + tail_b[S - 1]
-    for s in range(S - 2, -1, -1):
-        tail_f[s] = (comm if dev[s] != dev[s + 1] else 0.0) + f[s + 1] + tail_f[s + 1]
+    tail_f = forward_tails(placement, costs, f, b, tail_b)
     act = p / S
     n_act = math.inf if cap is None else math.floor(cap / act + 1e-9)
     whole = life = shortest_lifespans(placement, costs)
@@ -269,7 +277,7 @@ def _levels(st: list[int], m: int, k: int, head_f: list[float], head_b: list[flo
     ``r``-th stage's earliest forward, so ``T ≥ r_F(s_r) + m Σ_{q≥r} L_q / g(r)``; with ``r = 1``
     the lifespans' sum counts too (memory × time with the cap rounded down to whole activations).
     An odd ``k`` is what this sees: at ``k = 3`` and two stages only one microbatch at a time can
-    hold both (p = 6, m = 12, 3:4:2, budget 0.25: 271.5 where memory × time says 197.5; optimum 300)."""
+    hold both (p = 6, m = 12, 3:4:2, budget 0.25: 273 where memory × time says 197.5; optimum 300)."""
     v = len(st)
     if k <= 0 or v == 0:
         return 0.0

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Placement
-from ctrlmem.search.bounds import chains
+from ctrlmem.search.bounds import chains, forward_tails
 from ctrlmem.solver.threaded import DET_SECONDS, solve
 
 __all__ = ["DeviceBound", "relaxed_bounds", "MAX_PASSES"]
@@ -53,12 +53,13 @@ class DeviceBound:
     passes: int
 
 
-def _scale(values: list[float]) -> tuple[int, bool]:
-    """The smallest of a few scales that makes every value an integer, and whether one did."""
-    for s in (1, 2, 4, 10):
+def _scale(values: list[float]) -> int:
+    """The smallest of a few scales that makes every value an integer; 10 when none does (the
+    values are then rounded down at a tenth)."""
+    for s in (1, 2, 4):
         if all(abs(v * s - round(v * s)) < 1e-9 * max(1.0, abs(v * s)) for v in values):
-            return s, True
-    return 10, False
+            return s
+    return 10
 
 
 def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused: bool = False,
@@ -81,20 +82,28 @@ def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused
         raise ValueError(f"relaxed_bounds: seconds must be a positive number of solver-seconds, got {seconds}")
     S, p = placement.num_stages, placement.num_devices
     head_f, head_b, tail_b, (f, b, w) = chains(placement, costs, fused)
-    dev = placement.stage_device
-    comm = float(costs.comm)
-    tail_f = [0.0] * S
-    tail_f[S - 1] = b[S - 1] + tail_b[S - 1]
-    for s in range(S - 2, -1, -1):
-        tail_f[s] = (comm if dev[s] != dev[s + 1] else 0.0) + f[s + 1] + tail_f[s + 1]
+    tail_f = forward_tails(placement, costs, f, b, tail_b)
     k = math.floor(cap / (p / S) + 1e-9)  # whole activations the cap holds
-    scale, _ = _scale([*f, *b, *w, *head_f, *head_b, *tail_b, *tail_f])
+    scale = _scale([*f, *b, *w, *head_f, *head_b, *tail_b, *tail_f])
 
     def lo(x: float) -> int:  # scaled and rounded down: the bound stays a bound
         return math.floor(x * scale + 1e-9)
 
+    devices = list(range(p) if devices is None else devices)
+    for d in devices:  # every device checked before any is solved
+        if not (isinstance(d, int) and 0 <= d < p):
+            raise ValueError(f"relaxed_bounds: device {d!r} is not one of the placement's 0..{p - 1}")
+        v = len(placement.stages_of(d))
+        passes = (2 if fused else 3) * v * m
+        if passes > MAX_PASSES:
+            raise ValueError(f"relaxed_bounds: device {d} has {passes} passes, more than the {MAX_PASSES} a relaxation "
+                             f"takes; give fewer microbatches, or use the closed forms alone "
+                             f"(ctrlmem.search.bounds.makespan_bounds; `ctrlmem bound --relax 0`)")
+        if k < v:  # F of the device's highest stage holds all of a microbatch's activations there
+            raise ValueError(f"relaxed_bounds: a cap of {cap:g} a holds {k} whole activations of {p / S:g} a; "
+                             f"device {d} needs {v} for one microbatch: give cap >= {v * p / S:g}")
     out = []
-    for d in (range(p) if devices is None else devices):
+    for d in devices:
         st = sorted(placement.stages_of(d))
         # the device's passes of one microbatch in chain order (F up, B down), then the W s
         chain = [("F", s) for s in st] + [("B", s) for s in reversed(st)]
@@ -103,13 +112,6 @@ def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused
         tail = {("F", s): tail_f[s] for s in st} | {("B", s): tail_b[s] for s in st} | {("W", s): 0.0 for s in st}
         kinds = chain + ([] if fused else [("W", s) for s in st])
         passes = len(kinds) * m
-        if passes > MAX_PASSES:
-            raise ValueError(f"relaxed_bounds: device {d} has {passes} passes, more than the {MAX_PASSES} a relaxation "
-                             f"takes; give fewer microbatches, or use the closed forms alone "
-                             f"(ctrlmem.search.bounds.makespan_bounds; `ctrlmem bound --relax 0`)")
-        if k < len(st):  # F of the device's highest stage holds all of a microbatch's activations there
-            raise ValueError(f"relaxed_bounds: a cap of {cap:g} a holds {k} whole activations of {p / S:g} a; "
-                             f"device {d} needs {len(st)} for one microbatch: give cap >= {len(st) * p / S:g}")
         model = cp_model.CpModel()
         # the microbatches one after another, each alone (its passes at their chain times, its W s after):
         # a schedule within any cap that holds one microbatch, so the optimum is below it

@@ -201,10 +201,12 @@ def test_1f1b_r_closed_form(p, m):
     assert peaks == pytest.approx([1 + (min(p - i, m) - 1) * KAPPA for i in range(p)])
 
 
-@pytest.mark.parametrize("name", ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v", "v-min", "v-half"])
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v", "v-min", "v-half",
+                                  "dualpipe", "dualpipe-v"])
 def test_every_schedule_takes_the_levers(name):
     """build(recompute=..., offload=...) adds levers to any schedule without changing its
-    computation, and lowers (never raises) its peak; bad lever values are refused by name."""
+    computation (DualPipe's overlapped pairs included: ``compute_only`` compares them), and lowers
+    (never raises) its peak; bad lever values are refused by name."""
     base = cm.build(name, 4, 8)
     peak = cm.simulate(base).max_peak_memory
     for kw in ({"recompute": "full"}, {"recompute": "selective"}, {"offload": 1.0}, {"offload": "0.5"}):
@@ -217,6 +219,26 @@ def test_every_schedule_takes_the_levers(name):
         cm.build(name, 4, 8, offload=1.5)
     with pytest.raises(ValueError, match="memory budget"):
         cm.build(name, 4, 8, recompute="auto")
+
+
+def test_a_recomputed_backward_of_an_overlapped_pair_recomputes_before_the_pair():
+    """DualPipe overlaps a forward with a backward as one unit: the R of that backward runs right
+    before the unit (R between the two would split the pair; it was refused as an invalid pair),
+    and the pairs still start where the passes of each are."""
+    for name in ("dualpipe", "dualpipe-v"):
+        base = cm.build(name, 4, 8)
+        s = cm.build(name, 4, 8, recompute="full")
+        assert sum(len(x) for x in s.overlaps) == sum(len(x) for x in base.overlaps) > 0
+        for d in range(s.num_devices):
+            units = s.units(d)
+            for k, unit in enumerate(units):
+                backs = [ps for ps in unit if ps.op in (Op.B, Op.BW)]
+                for b in backs:  # the unit before a backward's unit is its R
+                    assert units[k - 1] == (Pass(Op.R, b.stage, b.microbatch),), (name, d, unit)
+                if len(unit) == 2:
+                    assert {ps.op for ps in unit} & {Op.F} and backs, (name, d, unit)
+        r = cm.simulate(s)
+        assert r.max_peak_memory < cm.simulate(base).max_peak_memory
 
 
 def test_cli_levers(capsys):

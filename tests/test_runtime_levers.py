@@ -42,9 +42,11 @@ def test_split_backward_schedules_recompute_once_and_stay_exact(tmp_path):
     the stashed inputs), so the measured saved-tensor peak is within 5 % of the schedule's theory
     on every rank and below the plain run's on rank 0. torch's own split backward
     (memory_fidelity off) is exact too, but recomputes the region for each of its W's graph
-    tasks on the stage that runs its B (rank 1; rank 0's first stage runs no B there)."""
+    tasks on the stage that runs its B (rank 1; rank 0's first stage runs no B there). DualPipeV
+    with full recomputation (each R before the overlapped F&B pair of its backward) is exact and
+    recomputes each region once as well."""
     specs = (("zb-h1", "none", True), ("zb-h1", "full", True), ("v-half", "none", True), ("v-half", "full", True),
-             ("zb-h1", "full", False))
+             ("zb-h1", "full", False), ("dualpipe-v", "full", True))
     results = run_many([RunConfig(n, 2, 4, steps=0, out=str(tmp_path / f"{n}-{mode}-{fid}"), timeout_s=280,
                                   hang_timeout_s=120, recompute=mode, memory_fidelity=fid) for n, mode, fid in specs])
     for (name, mode, fid), result in zip(specs, results):

@@ -70,22 +70,31 @@ def with_recompute(schedule: Schedule, mode: str = "full",
     chosen = None if which is None else set(which)
     taken = {(ps.stage, ps.microbatch) for row in schedule.device_passes for ps in row if ps.op is Op.R}
     taken |= {(c.stage, c.microbatch) for row in schedule.copies for c in row}
-    rows, lanes = [], []
-    for d, row in enumerate(schedule.device_passes):
+    rows, lanes, pairs = [], [], []
+    for d in range(schedule.num_devices):
         out: list[Pass] = []
         moved: list[int] = []  # old step -> new step
-        for ps in row:
-            key = (ps.stage, ps.microbatch)
-            if ps.op in (Op.B, Op.BW) and key not in taken and (chosen is None or key in chosen):
-                out.append(Pass(Op.R, ps.stage, ps.microbatch))
-            moved.append(len(out))
-            out.append(ps)
+        starts: list[int] = []
+        # unit by unit: the R of a backward that is overlapped with a forward goes before the pair,
+        # so the pair's two passes stay next to each other (one unit)
+        for unit in schedule.units(d):
+            for ps in unit:
+                key = (ps.stage, ps.microbatch)
+                if ps.op in (Op.B, Op.BW) and key not in taken and (chosen is None or key in chosen):
+                    out.append(Pass(Op.R, ps.stage, ps.microbatch))
+            if len(unit) == 2:
+                starts.append(len(out))
+            for ps in unit:
+                moved.append(len(out))
+                out.append(ps)
         rows.append(tuple(out))
+        pairs.append(tuple(starts))
         if schedule.copies:  # a reload stays issued after the same pass, now at its new step
             lanes.append(tuple(c._replace(after=moved[c.after]) if c.kind == "L" and c.after >= 0 else c
                                for c in schedule.copies[d]))
     return replace(schedule, device_passes=tuple(rows), recompute_mode=mode,
-                   copies=tuple(lanes) if schedule.copies else schedule.copies)
+                   copies=tuple(lanes) if schedule.copies else schedule.copies,
+                   overlaps=tuple(pairs) if schedule.overlaps else schedule.overlaps)
 
 
 def _pass_times(schedule: Schedule, costs: Costs) -> list[list[float]]:

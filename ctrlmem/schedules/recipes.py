@@ -11,7 +11,7 @@ from __future__ import annotations
 from ctrlmem.schedules.zero_bubble import zb_h1, zb_h2, zb_v
 from ctrlmem.search.families import (
     BlockFamily, CostBlockFamily, CyclicFamily, FillAheadFamily, ForwardFirstFamily, FusedConstructionFamily, GridFamily,
-    LateAcceptanceFamily, ListFamily, PeriodicFamily, PolishFamily, RelocateFamily, ZBCapFamily, ZBFixedFamily,
+    LateAcceptanceFamily, ListFamily, MediumLateAcceptanceFamily, PeriodicFamily, PolishFamily, RelocateFamily, ZBCapFamily, ZBFixedFamily,
     ZBVFamily,
 )
 
@@ -29,6 +29,9 @@ _FIRST = ForwardFirstFamily()
 _PERIODIC = PeriodicFamily(_BASE + [_POLISH, _RELOCATE], seeds=[_FIRST])
 V_SPLIT = _BASE + [_POLISH, _RELOCATE, _PERIODIC, LateAcceptanceFamily(_BASE + [_POLISH, _RELOCATE, _PERIODIC]),
            CyclicFamily()]
+#: medium pipelines (64 < p·m <= 256): one late-acceptance climb at each quarter of 1F1B's memory, from
+#: the best of every family above; last, so theirs are unchanged
+V_SPLIT.append(MediumLateAcceptanceFamily(list(V_SPLIT)))
 #: the fused-backward V-shape search (``1f1b-v``)
 V_FUSED = [FusedConstructionFamily(), _LISTS]
 #: one stage per device (``zb``)

@@ -391,13 +391,18 @@ class PerCapFamily(Family):
     def at_cap(self, sub: Query, done: list[CandidateSet]) -> tuple[CandidateSet, ...]:
         raise NotImplementedError
 
+    def grid(self, p: int, top: int, base: int) -> list[int]:
+        """The caps tried up to ``top`` (default: the list family's, :func:`caps`); any grid keeps
+        the family monotone, since a budget's caps include every smaller budget's."""
+        return caps(p, top, base)
+
     def sets(self, q: Query, progress: Incumbent):
         if not self.applies(q):
             return
         P = q.placement
         base = P.num_stages // P.num_devices
         done: list[CandidateSet] = []
-        for h in caps(P.num_devices, self.top(q, base), base):
+        for h in self.grid(P.num_devices, self.top(q, base), base):
             key = (P, q.m, q.fused, q.costs, h, q.objective)
             got = self._cache.get(key)
             if got is None:

@@ -236,3 +236,39 @@ def test_late_acceptance_never_worse_valid_and_deterministic(p, extra, fbw, comm
     assert key(tm) <= key(start) + 1e-9
     again = lahc_keys(cs, 0, costs, cap, by_makespan, seed)
     assert np.array_equal(again.keys, got.keys)
+
+
+def test_medium_late_acceptance_only_adds_climbs_at_quarters_and_is_monotone():
+    """Medium V-shape pipelines (64 < p·m <= 256) get one late-acceptance climb per quarter of
+    1F1B's memory up to the budget, last in the search: never longer than the search without it,
+    shorter where the climb finds more (p = 6, m = 12, 3:4:2 at half of 1F1B's memory, makespan:
+    158.5 -> 155, simulated); its candidates are valid, within their cap, and a larger cap keeps
+    every smaller cap's (monotone); it stays out of small, large and fused-backward searches."""
+    from ctrlmem.schedules.recipes import V_SPLIT
+    from ctrlmem.search.families.lahc import MEDIUM_MAX_PM, MediumLateAcceptanceFamily
+
+    medium = V_SPLIT[-1]
+    assert isinstance(medium, MediumLateAcceptanceFamily)
+    assert medium.grid(6, 12, 2) == [3, 6, 9, 12] and medium.grid(6, 7, 2) == [3, 6]
+    assert medium.grid(5, 10, 2) == [2, 5, 7, 10] and medium.grid(2, 4, 2) == [2, 3, 4] and medium.grid(8, 3, 2) == []
+    costs = cm.Costs(3, 4, 2)
+    P = Placement.v_shape(6)
+    q = Query(P, 12, costs, 3.0, objective="makespan")
+    with_it, without = search(q, V_SPLIT), search(q, V_SPLIT[:-1])
+    assert without.makespan == 158.5 and with_it.makespan == 155.0
+    for m, costs_ in ((12, cm.Costs(2, 3, 1, 0.2)), (20, cm.Costs(1, 2, 1, 0.1))):
+        prev: set = set()
+        for cap in (1.5, 3.0, 4.5, 6.0):
+            q = Query(P, m, costs_, cap)
+            got = list(medium.sets(q, Incumbent()))
+            labels = {lab for cs in got for lab in cs.labels}
+            assert prev <= labels, (m, cap, prev - labels)
+            prev = labels
+            for cs in got:
+                for i in range(len(cs)):
+                    assert problem(cs, i) is None and cs.peak[i] <= cap + 1e-9
+            assert search(q, V_SPLIT).span <= search(q, V_SPLIT[:-1]).span + 1e-9
+    assert not medium.applies(Query(Placement.v_shape(8), 8, costs, 4.0))  # p·m = 64: the small tier's
+    assert medium.applies(Query(Placement.v_shape(8), MEDIUM_MAX_PM // 8, costs, 4.0))
+    assert not medium.applies(Query(Placement.v_shape(8), MEDIUM_MAX_PM // 8 + 1, costs, 4.0))
+    assert not medium.applies(Query(P, 12, costs, 3.0, fused=True))

@@ -23,7 +23,9 @@ The V-shape families (:mod:`ctrlmem.search.families`), searched in this order:
   ``⌈p/12⌉``-th above p = 12), under several tie-breaking policies; they fill the budgets
   above 1F1B's (up to 2× and beyond) and the costs the unit-slot blocks do not suit;
 * for small pipelines (``p·m <= 64``), the best schedule at each cap polished by neighbour swaps,
-  relocated passes, periodic moves and late-acceptance hill climbing (docs/theory.md §11–§12).
+  relocated passes, periodic moves and late-acceptance hill climbing (docs/theory.md §11–§12);
+  for medium ones (``64 < p·m <= 256``), one late-acceptance climb at each quarter of 1F1B's
+  memory up to the budget.
 
 ``objective="makespan"`` ranks by makespan first instead of the longest span (docs/theory.md §11).
 

@@ -28,8 +28,9 @@ start from the :data:`STARTS` best distinct candidates the other families give w
 other (each from the last one's best, with its own seed), each of at most :data:`EVALS`
 timings and ending :data:`PATIENCE` timings after its last new best. A start that already meets
 the lower bound is left as it is. Deterministic. For pipelines of at most :data:`LAHC_MAX_PM`
-passes per stage pair (``p·m``), split backward. Monotone: a cap's candidates include every
-smaller cap's.
+passes per stage pair (``p·m``), split backward; above that, up to :data:`MEDIUM_MAX_PM`, the
+V-shape search climbs once per quarter of 1F1B's memory (:class:`MediumLateAcceptanceFamily`).
+Monotone: a cap's candidates include every smaller cap's.
 """
 
 from __future__ import annotations

@@ -129,8 +129,8 @@ def _seed(p: int, m: int, costs: Costs, limit: float | None, placement: str,
           fraction: float | None = None) -> tuple[str, Schedule, float] | None:
     """The fastest heuristic schedule within the budget (the solver's hint and fallback) and its
     makespan. The fixed patterns come first; the searches (slow at large sizes) only on
-    instances of at most :data:`SEARCH_SEED_PASSES` passes, and no candidate starts after
-    ``deadline``. With ``recompute`` allowed the fixed patterns also come fully recomputed, and
+    instances of at most :data:`SEARCH_SEED_PASSES` passes, and no search starts after ``deadline``
+    (nor a fixed pattern once one fits). With ``recompute`` allowed the fixed patterns also come fully recomputed, and
     the searches choose what to recompute (``recompute="auto"``); with an offload ``fraction``
     the fixed patterns also come with every forward offloaded, and the searches choose what to
     offload (``offload="auto"`` at a fraction of 1, else that fraction on every forward). A
@@ -157,7 +157,9 @@ def _seed(p: int, m: int, costs: Costs, limit: float | None, placement: str,
     best = None
     cap = None if limit is None else limit * p + 1e-9
     for name, adapted, lever, copies in candidates:
-        if deadline is not None and time.monotonic() >= deadline:
+        # the fixed patterns take milliseconds: they are tried past the deadline until one fits, so
+        # a short time limit on a loaded machine still has a fallback; the searches are not
+        if deadline is not None and time.monotonic() >= deadline and (best is not None or adapted):
             log.info("optimal: hint search stopped at the time limit (before %s)", name)
             break
         try:

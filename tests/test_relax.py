@@ -106,6 +106,13 @@ def test_bad_input_is_named():
         relaxed_bounds(P, 4, cm.Costs(1, 1, 1), 1.0, devices=[0, 4])
     with pytest.raises(ValueError, match="seconds must be a positive number"):
         relaxed_bounds(P, 4, cm.Costs(1, 1, 1), 1.0, seconds=float("nan"))
+    for bad in (True, 1.0):  # a flag or a float is not a device index
+        with pytest.raises(ValueError, match="is not one of the placement's 0..3"):
+            relaxed_bounds(P, 4, cm.Costs(1, 1, 1), 1.0, devices=[bad])
+    import numpy as np
+
+    (got,) = relaxed_bounds(P, 2, cm.Costs(1, 1, 1), 1.0, seconds=1.0, devices=[np.int64(3)])
+    assert type(got.device) is int and got.device == 3
 
 
 def test_cli(capsys):

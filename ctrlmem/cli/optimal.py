@@ -12,7 +12,7 @@ from ctrlmem.cli.args import float_arg, int_arg, memory_limit_arg
 from ctrlmem.model.costs import Costs
 from ctrlmem.model.ir import Op, Placement
 from ctrlmem.search.bounds import makespan_bounds
-from ctrlmem.solver.relax import relaxed_bounds
+from ctrlmem.solver.relax import SECONDS as RELAX_SECONDS, relaxed_bounds
 from ctrlmem.model.simulate import simulate
 from ctrlmem.solver.optimal import MAX_TIME_LIMIT, PLACEMENTS, optimal
 from ctrlmem.util.fileio import atomic_write, check_output_path
@@ -77,7 +77,7 @@ def _cmd_bound(args: argparse.Namespace) -> int:
     cap = None if args.memory_limit is None else args.memory_limit * p
     closed = makespan_bounds(P, m, costs, cap, fused=args.fused)
     devices = []
-    relax = args.relax if args.relax is not None else (30.0 if cap is not None else 0.0)
+    relax = args.relax if args.relax is not None else (RELAX_SECONDS if cap is not None else 0.0)
     if relax > 0:
         if cap is None:
             raise ValueError("bound: --relax needs --memory-limit (without a cap the relaxation is the per-device "
@@ -125,7 +125,7 @@ def add_commands(subparsers) -> None:
     b.add_argument("--relax", type=float_arg(maximum=MAX_TIME_LIMIT, positive=False, minimum=0.0, what="seconds"), default=None,
                    metavar="SECONDS",
                    help="solver-seconds per device for the one-device relaxation (deterministic; 0: closed forms "
-                        "only; default 30 with --memory-limit, else 0)")
+                        f"only; default {RELAX_SECONDS:g} with --memory-limit, else 0)")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.set_defaults(func=_cmd_bound)
     p = subparsers.add_parser(

@@ -28,6 +28,7 @@ the closed forms (which :func:`relaxed_bounds` then does not improve).
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 from ctrlmem.model.costs import Costs
@@ -35,11 +36,14 @@ from ctrlmem.model.ir import Placement
 from ctrlmem.search.bounds import chains, forward_tails
 from ctrlmem.solver.threaded import DET_SECONDS, solve
 
-__all__ = ["DeviceBound", "relaxed_bounds", "MAX_PASSES"]
+__all__ = ["DeviceBound", "relaxed_bounds", "MAX_PASSES", "SECONDS"]
 
 MAX_PASSES = 2_000
 """The most passes a device's relaxation takes (one model per device; beyond a few hundred CP-SAT
 rarely proves more than the closed forms within seconds)."""
+SECONDS = 30.0
+"""Solver-seconds per device by default (deterministic; ``ctrlmem bound``'s default too): CP-SAT
+proves the relaxation within them up to ~100 passes a device."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ def _scale(values: list[float]) -> int:
 
 
 def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused: bool = False,
-                   seconds: float = 30.0, devices: list[int] | None = None, seed: int = 0,
+                   seconds: float = SECONDS, devices: list[int] | None = None, seed: int = 0,
                    wall_factor: float = 4.0) -> list[DeviceBound]:
     """The one-device relaxation of every device in ``devices`` (all by default) of ``placement``
     with ``m`` microbatches, ``costs`` and a per-device cap of ``cap`` (``a``; the default memory
@@ -91,7 +95,7 @@ def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused
 
     devices = list(range(p) if devices is None else devices)
     for d in devices:  # every device checked before any is solved
-        if not (isinstance(d, int) and 0 <= d < p):
+        if isinstance(d, bool) or not isinstance(d, numbers.Integral) or not 0 <= d < p:
             raise ValueError(f"relaxed_bounds: device {d!r} is not one of the placement's 0..{p - 1}")
         v = len(placement.stages_of(d))
         passes = (2 if fused else 3) * v * m
@@ -102,6 +106,7 @@ def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused
         if k < v:  # F of the device's highest stage holds all of a microbatch's activations there
             raise ValueError(f"relaxed_bounds: a cap of {cap:g} a holds {k} whole activations of {p / S:g} a; "
                              f"device {d} needs {v} for one microbatch: give cap >= {v * p / S:g}")
+    devices = [int(d) for d in devices]  # numpy integers in, plain ints in the results
     out = []
     for d in devices:
         st = sorted(placement.stages_of(d))

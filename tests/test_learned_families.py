@@ -247,14 +247,14 @@ def test_medium_late_acceptance_only_adds_climbs_at_quarters_and_is_monotone():
     from ctrlmem.schedules.recipes import V_SPLIT
     from ctrlmem.search.families.lahc import MEDIUM_MAX_PM, MediumLateAcceptanceFamily
 
-    medium = V_SPLIT[-1]
-    assert isinstance(medium, MediumLateAcceptanceFamily)
+    medium = V_SPLIT[-2]
+    assert type(medium) is MediumLateAcceptanceFamily
     assert medium.grid(6, 12, 2) == [3, 6, 9, 12] and medium.grid(6, 7, 2) == [3, 6]
     assert medium.grid(5, 10, 2) == [2, 5, 7, 10] and medium.grid(2, 4, 2) == [2, 3, 4] and medium.grid(8, 3, 2) == []
     costs = cm.Costs(3, 4, 2)
     P = Placement.v_shape(6)
     q = Query(P, 12, costs, 3.0, objective="makespan")
-    with_it, without = search(q, V_SPLIT), search(q, V_SPLIT[:-1])
+    with_it, without = search(q, V_SPLIT[:-1]), search(q, V_SPLIT[:-2])
     assert without.makespan == 158.5 and with_it.makespan == 155.0
     for m, costs_ in ((12, cm.Costs(2, 3, 1, 0.2)), (20, cm.Costs(1, 2, 1, 0.1))):
         prev: set = set()
@@ -267,8 +267,46 @@ def test_medium_late_acceptance_only_adds_climbs_at_quarters_and_is_monotone():
             for cs in got:
                 for i in range(len(cs)):
                     assert problem(cs, i) is None and cs.peak[i] <= cap + 1e-9
-            assert search(q, V_SPLIT).span <= search(q, V_SPLIT[:-1]).span + 1e-9
+            assert search(q, V_SPLIT[:-1]).span <= search(q, V_SPLIT[:-2]).span + 1e-9
     assert not medium.applies(Query(Placement.v_shape(8), 8, costs, 4.0))  # p·m = 64: the small tier's
     assert medium.applies(Query(Placement.v_shape(8), MEDIUM_MAX_PM // 8, costs, 4.0))
     assert not medium.applies(Query(Placement.v_shape(8), MEDIUM_MAX_PM // 8 + 1, costs, 4.0))
     assert not medium.applies(Query(P, 12, costs, 3.0, fused=True))
+
+
+def test_long_late_acceptance_climbs_on_from_the_medium_ones_at_eighths_and_is_monotone():
+    """After the medium climbs, a second climb at ¼, ⅜, ½, ¾, 1 of 1F1B's memory from the best of
+    everything before it (the V-shape search and ``zb``'s), its length scaled to ``p·m`` (longer
+    for smaller pipelines, as long as the medium one at p·m = 256): never longer than the search
+    without it, shorter where it finds more (p = 6, m = 12, 3:4:2, ½ of 1F1B's memory, makespan:
+    155 -> 151, the solver's 60 s gives 150.5; at 0.375, between the quarters: 202 -> 195.5;
+    ``zb`` p = 8, m = 16 at 3/8 and ½: 364 -> 360, 275 -> 272; simulated), valid and within the cap, monotone."""
+    from ctrlmem.schedules.recipes import SEQUENTIAL, V_SPLIT
+    from ctrlmem.search.families.lahc import EVALS, LongLateAcceptanceFamily, MEDIUM_WORK
+
+    long_ = V_SPLIT[-1]
+    assert type(long_) is LongLateAcceptanceFamily and type(SEQUENTIAL[-1]) is LongLateAcceptanceFamily
+    assert long_.grid(8, 16, 2) == [4, 6, 8, 12, 16] and long_.grid(8, 7, 2) == [4, 6]
+    assert long_.grid(6, 12, 2) == [3, 4, 6, 9, 12] and SEQUENTIAL[-1].grid(8, 8, 1) == [2, 3, 4, 6, 8]
+    assert MEDIUM_WORK // 256 == EVALS  # at the largest medium size, as long as the medium climb
+    P = Placement.v_shape(6)
+    for cap, before, after in ((3.0, 155.0, 151.0), (2.25, 202.0, 195.5)):
+        q = Query(P, 12, cm.Costs(3, 4, 2), cap, objective="makespan")
+        assert search(q, V_SPLIT[:-1]).makespan == before and search(q, V_SPLIT).makespan == after
+    for m, costs_ in ((12, cm.Costs(2, 3, 1, 0.2)), (20, cm.Costs(1, 2, 1, 0.1))):
+        prev: set = set()
+        for cap in (1.5, 2.25, 3.0, 4.5, 6.0):
+            q = Query(P, m, costs_, cap)
+            got = list(long_.sets(q, Incumbent()))
+            labels = {lab for cs in got for lab in cs.labels}
+            assert prev <= labels, (m, cap, prev - labels)
+            prev = labels
+            for cs in got:
+                for i in range(len(cs)):
+                    assert problem(cs, i) is None and cs.peak[i] <= cap + 1e-9
+            assert search(q, V_SPLIT).span <= search(q, V_SPLIT[:-1]).span + 1e-9
+    S = Placement.sequential(8)
+    got = {cap: (search(Query(S, 16, cm.Costs(3, 4, 2), cap, objective="makespan"), SEQUENTIAL[:-1]).makespan,
+                 search(Query(S, 16, cm.Costs(3, 4, 2), cap, objective="makespan"), SEQUENTIAL).makespan)
+           for cap in (2.0, 3.0, 4.0)}
+    assert got == {2.0: (485.0, 485.0), 3.0: (364.0, 360.0), 4.0: (275.0, 272.0)}

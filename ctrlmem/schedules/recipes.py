@@ -11,7 +11,7 @@ from __future__ import annotations
 from ctrlmem.schedules.zero_bubble import zb_h1, zb_h2, zb_v
 from ctrlmem.search.families import (
     BlockFamily, CostBlockFamily, CyclicFamily, FillAheadFamily, ForwardFirstFamily, FusedConstructionFamily, GridFamily,
-    LateAcceptanceFamily, ListFamily, MediumLateAcceptanceFamily, PeriodicFamily, PolishFamily, RelocateFamily, ZBCapFamily, ZBFixedFamily,
+    LateAcceptanceFamily, ListFamily, LongLateAcceptanceFamily, MediumLateAcceptanceFamily, PeriodicFamily, PolishFamily, RelocateFamily, ZBCapFamily, ZBFixedFamily,
     ZBVFamily,
 )
 
@@ -32,6 +32,7 @@ V_SPLIT = _BASE + [_POLISH, _RELOCATE, _PERIODIC, LateAcceptanceFamily(_BASE + [
 #: medium pipelines (64 < p·m <= 256): one late-acceptance climb at each quarter of 1F1B's memory, from
 #: the best of every family above; last, so theirs are unchanged
 V_SPLIT.append(MediumLateAcceptanceFamily(list(V_SPLIT)))
+V_SPLIT.append(LongLateAcceptanceFamily(list(V_SPLIT)))
 #: the fused-backward V-shape search (``1f1b-v``)
 V_FUSED = [FusedConstructionFamily(), _LISTS]
 #: one stage per device (``zb``)
@@ -39,3 +40,4 @@ _ZB = [ZBFixedFamily(fixed=[("zb-h1", zb_h1), ("zb-h2", zb_h2)]), ZBCapFamily()]
 _ZB_RELOCATE = RelocateFamily(_ZB)
 _ZB_PERIODIC = PeriodicFamily(_ZB + [_ZB_RELOCATE])
 SEQUENTIAL = _ZB + [_ZB_RELOCATE, _ZB_PERIODIC, LateAcceptanceFamily(_ZB + [_ZB_RELOCATE, _ZB_PERIODIC]), CyclicFamily()]
+SEQUENTIAL.append(LongLateAcceptanceFamily(list(SEQUENTIAL)))

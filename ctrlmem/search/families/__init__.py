@@ -38,7 +38,7 @@ from ctrlmem.search.families.cyclic import CyclicFamily
 from ctrlmem.search.families.fillahead import FillAheadFamily, ForwardFirstFamily
 from ctrlmem.search.families.fused import FusedConstructionFamily
 from ctrlmem.search.families.grid import GridFamily
-from ctrlmem.search.families.lahc import LateAcceptanceFamily, MediumLateAcceptanceFamily
+from ctrlmem.search.families.lahc import LateAcceptanceFamily, LongLateAcceptanceFamily, MediumLateAcceptanceFamily
 from ctrlmem.search.families.lists import ListFamily
 from ctrlmem.search.families.paperblocks import BlockFamily
 from ctrlmem.search.families.periodic import PeriodicFamily
@@ -48,5 +48,5 @@ from ctrlmem.search.families.sequential import ZBCapFamily, ZBFixedFamily
 from ctrlmem.search.families.zbv import ZBVFamily
 
 __all__ = ["BlockFamily", "CostBlockFamily", "CyclicFamily", "FillAheadFamily", "ForwardFirstFamily", "FusedConstructionFamily",
-           "GridFamily", "LateAcceptanceFamily", "ListFamily", "MediumLateAcceptanceFamily", "PeriodicFamily", "PolishFamily", "RelocateFamily",
+           "GridFamily", "LateAcceptanceFamily", "ListFamily", "LongLateAcceptanceFamily", "MediumLateAcceptanceFamily", "PeriodicFamily", "PolishFamily", "RelocateFamily",
            "ZBCapFamily", "ZBFixedFamily", "ZBVFamily"]

@@ -44,12 +44,15 @@ from ctrlmem.search.timing import time_candidate, work_arrays, durations
 from ctrlmem.search.families.lists import PerCapFamily
 from ctrlmem.search.families.relocate import keeps_order, move_pass, peak_ok, random_move, distinct, ranked
 
-__all__ = ["LateAcceptanceFamily", "MediumLateAcceptanceFamily", "lahc_keys", "LAHC_MAX_PM", "MEDIUM_MAX_PM", "STARTS", "SEEDS", "EVALS", "HISTORY", "PATIENCE",
+__all__ = ["LateAcceptanceFamily", "MediumLateAcceptanceFamily", "LongLateAcceptanceFamily", "lahc_keys", "LAHC_MAX_PM", "MEDIUM_MAX_PM", "MEDIUM_WORK", "LONG_EIGHTHS", "LONG_EVALS_MAX", "STARTS", "SEEDS", "EVALS", "HISTORY", "PATIENCE",
            "REACH"]
 
 LAHC_MAX_PM = 64
 #: the largest ``p·m`` the medium tier (:class:`MediumLateAcceptanceFamily`) climbs
 MEDIUM_MAX_PM = 256
+LONG_EIGHTHS = (2, 3, 4, 6, 8)
+MEDIUM_WORK = 12_000 * 256
+LONG_EVALS_MAX = 48_000
 STARTS = 3
 SEEDS = 2
 EVALS = 12_000
@@ -124,16 +127,21 @@ def _lahc(keys, dep, cross, dur, comm, delta, cap, reach, max_evals, history, pa
 
 
 def lahc_keys(cs: CandidateSet, index: int, costs, cap: float, by_makespan: bool = False, seed: int = 1,
-              max_evals: int | None = None) -> CandidateSet | None:
+              max_evals: int | None = None, history: int | None = None,
+              patience: int | None = None) -> CandidateSet | None:
     """Candidate ``index`` of ``cs`` improved by late-acceptance hill climbing under ``cap``
     (``a``), scored by the longest span, then the sum of the device spans (``by_makespan``: the
-    makespan, then the sum of the devices' end times); ``None`` if it found nothing better. ``max_evals``: timings (default :data:`EVALS`)."""
+    makespan, then the sum of the devices' end times); ``None`` if it found nothing better.
+    ``max_evals``: timings (default :data:`EVALS`); ``history``, ``patience``: default
+    :data:`HISTORY`, :data:`PATIENCE`."""
     max_evals = EVALS if max_evals is None else max_evals
+    history = HISTORY if history is None else history
+    patience = PATIENCE if patience is None else patience
     t = tables(cs.placement, cs.m, cs.fused)
     keys = cs.keys[index: index + 1].copy()
     dur = durations(cs.placement, cs.m, cs.fused, costs)
-    if not _lahc(keys, t.dep, t.cross, dur, float(costs.comm), t.delta, float(cap), REACH, int(max_evals), HISTORY,
-                 PATIENCE, bool(by_makespan), int(seed)):
+    if not _lahc(keys, t.dep, t.cross, dur, float(costs.comm), t.delta, float(cap), REACH, int(max_evals), int(history),
+                 int(patience), bool(by_makespan), int(seed)):
         return None
     return CandidateSet(cs.placement, cs.m, cs.fused, keys, (f"{cs.labels[index]} late-acceptance {seed}",))
 
@@ -162,11 +170,15 @@ class LateAcceptanceFamily(PerCapFamily):
             if (make if sub.by_makespan else span) <= floor + 1e-9:
                 break  # it meets the bound: nothing left to gain
             for seed in range(1, self.seeds + 1):  # each climb goes on from the last one's best
-                got = lahc_keys(cs, i, sub.costs, sub.cap, sub.by_makespan, seed)
+                got = self.climb(cs, i, sub, seed)
                 if got is not None:
                     out.append(got)
                     cs, i = got, 0
         return (concat(out),) if out else ()
+
+    def climb(self, cs: CandidateSet, index: int, sub: Query, seed: int) -> CandidateSet | None:
+        """One climb from candidate ``index`` of ``cs`` at the sub-query's cap (:func:`lahc_keys`)."""
+        return lahc_keys(cs, index, sub.costs, sub.cap, sub.by_makespan, seed)
 
 
 class MediumLateAcceptanceFamily(LateAcceptanceFamily):
@@ -188,3 +200,23 @@ class MediumLateAcceptanceFamily(LateAcceptanceFamily):
     def grid(self, p: int, top: int, base: int) -> list[int]:
         one = base * p
         return sorted({h for h in (max(base, one * k // 4) for k in (1, 2, 3, 4)) if h <= top})
+
+
+class LongLateAcceptanceFamily(MediumLateAcceptanceFamily):
+    """A second climb for medium pipelines: at each of the caps ``¼, ⅜, ½, ¾, 1`` of 1F1B's memory
+    up to the budget, from the best schedule everything before it gives (the medium climbs'
+    included), with the next seed and a length scaled to the pipeline: ``MEDIUM_WORK / (p·m)``
+    timings (between :data:`EVALS` and :data:`LONG_EVALS_MAX`, so each climb costs about the same
+    whatever the size), the history and the patience in proportion."""
+
+    name = "late-acceptance-long"
+
+    def grid(self, p: int, top: int, base: int) -> list[int]:
+        one = base * p
+        return sorted({h for h in (max(base, one * k // 8) for k in LONG_EIGHTHS) if h <= top})
+
+    def climb(self, cs: CandidateSet, index: int, sub: Query, seed: int) -> CandidateSet | None:
+        pm = sub.placement.num_devices * sub.m
+        evals = min(LONG_EVALS_MAX, max(EVALS, MEDIUM_WORK // pm))
+        return lahc_keys(cs, index, sub.costs, sub.cap, sub.by_makespan, seed + 1, evals,
+                         HISTORY * evals // EVALS, PATIENCE * evals // EVALS)

@@ -25,7 +25,7 @@ The V-shape families (:mod:`ctrlmem.search.families`), searched in this order:
 * for small pipelines (``p·m <= 64``), the best schedule at each cap polished by neighbour swaps,
   relocated passes, periodic moves and late-acceptance hill climbing (docs/theory.md §11–§12);
   for medium ones (``64 < p·m <= 256``), one late-acceptance climb at each quarter of 1F1B's
-  memory up to the budget.
+  memory up to the budget, then a longer one at ¼, ⅜, ½, ¾, 1 of it (its length scaled to ``p·m``).
 
 ``objective="makespan"`` ranks by makespan first instead of the longest span (docs/theory.md §11).
 
@@ -220,8 +220,11 @@ def zb(
     activation up to ``⌊memory_limit · p⌋`` (on a grid for ``p > 12``), next to the handcrafted
     ZB-H1 (peak p·a) and ZB-H2 (peak (2p−1)·a) orders; each is timed under ``costs`` and the
     shortest longest span (then makespan) within the limit wins, so a larger limit never gives a
-    slower schedule. Default limit 1.0 (ZB-1P). ``objective="makespan"``: ranked by makespan
-    first, as :func:`v_shape`.
+    slower schedule. The best at each cap are then improved as on the V-shape (docs/theory.md
+    §11–§12): relocated passes, periodic moves and late-acceptance climbs for small pipelines
+    (``p·m <= 64``), cyclic blocks at any size, and one longer late-acceptance climb at ¼, ⅜, ½, ¾,
+    1 of 1F1B's memory for medium ones (``64 < p·m <= 256``). Default limit 1.0 (ZB-1P).
+    ``objective="makespan"``: ranked by makespan first, as :func:`v_shape`.
     """
     p, m = num_devices, num_microbatches
     limit = 1.0 if memory_limit is None else float(memory_limit)

@@ -25,7 +25,7 @@ The V-shape families (:mod:`ctrlmem.search.families`), searched in this order:
 * for small pipelines (``p·m <= 64``), the best schedule at each cap polished by neighbour swaps,
   relocated passes, periodic moves and late-acceptance hill climbing (docs/theory.md §11–§12);
   for medium ones (``64 < p·m <= 256``), one late-acceptance climb at each quarter of 1F1B's
-  memory up to the budget, then a longer one at ¼, ⅜, ½, ¾, 1 of it (its length scaled to ``p·m``).
+  memory up to the budget, then a longer one at ¼, ⅜, ½ of it (its length scaled to ``p·m``).
 
 ``objective="makespan"`` ranks by makespan first instead of the longest span (docs/theory.md §11).
 
@@ -222,8 +222,8 @@ def zb(
     shortest longest span (then makespan) within the limit wins, so a larger limit never gives a
     slower schedule. The best at each cap are then improved as on the V-shape (docs/theory.md
     §11–§12): relocated passes, periodic moves and late-acceptance climbs for small pipelines
-    (``p·m <= 64``), cyclic blocks at any size, and one longer late-acceptance climb at ¼, ⅜, ½, ¾,
-    1 of 1F1B's memory for medium ones (``64 < p·m <= 256``). Default limit 1.0 (ZB-1P).
+    (``p·m <= 64``), cyclic blocks at any size, and one longer late-acceptance climb at ¼, ⅜ and ½
+    of 1F1B's memory for medium ones (``64 < p·m <= 256``). Default limit 1.0 (ZB-1P).
     ``objective="makespan"``: ranked by makespan first, as :func:`v_shape`.
     """
     p, m = num_devices, num_microbatches

@@ -30,7 +30,7 @@ _PERIODIC = PeriodicFamily(_BASE + [_POLISH, _RELOCATE], seeds=[_FIRST])
 V_SPLIT = _BASE + [_POLISH, _RELOCATE, _PERIODIC, LateAcceptanceFamily(_BASE + [_POLISH, _RELOCATE, _PERIODIC]),
            CyclicFamily()]
 #: medium pipelines (64 < p·m <= 256): one late-acceptance climb at each quarter of 1F1B's memory, from
-#: the best of every family above, then a longer one at 1/4, 3/8, 1/2, 3/4, 1 from the best of all; last,
+#: the best of every family above, then a longer one at 1/4, 3/8, 1/2 from the best of all; last,
 #: so theirs are unchanged
 V_SPLIT.append(MediumLateAcceptanceFamily(list(V_SPLIT)))
 V_SPLIT.append(LongLateAcceptanceFamily(list(V_SPLIT)))

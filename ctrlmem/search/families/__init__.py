@@ -26,7 +26,7 @@ that seeds from fixed schedules (ZB-V, ZB-H1/H2) takes their generators as argum
 * :mod:`.lahc` — late-acceptance hill climbing from the best at each cap: moves through
   schedules that are not yet shorter (small pipelines; last in the V-shape and ``zb`` searches;
   docs/theory.md §12); for medium V-shape pipelines (``64 < p·m <= 256``) one climb at each quarter
-  of 1F1B's memory, then a longer one at ¼, ⅜, ½, ¾, 1 of it, last of all (``zb``: the longer one);
+  of 1F1B's memory, then a longer one at ¼, ⅜, ½ of it, last of all (``zb``: the longer one);
 * :mod:`.cyclic` — the building block searched for its shortest period under the exact periodic
   peak (the arcs of its stages' lifespans placed apart), repeated (any size; last in the V-shape and
   ``zb`` searches; docs/theory.md §12);

@@ -30,7 +30,7 @@ timings and ending :data:`PATIENCE` timings after its last new best. A start tha
 the lower bound is left as it is. Deterministic. For pipelines of at most :data:`LAHC_MAX_PM`
 passes per stage pair (``p·m``), split backward; above that, up to :data:`MEDIUM_MAX_PM`, the
 V-shape search climbs once per quarter of 1F1B's memory (:class:`MediumLateAcceptanceFamily`),
-then once more at ``¼, ⅜, ½, ¾, 1`` of it for about the same time whatever the size
+then once more at ``¼, ⅜, ½`` of it for about the same time whatever the size
 (:class:`LongLateAcceptanceFamily`; the ``zb`` search has this one only). Monotone: a cap's
 candidates include every smaller cap's.
 """
@@ -53,7 +53,7 @@ LAHC_MAX_PM = 64
 #: the largest ``p·m`` the medium tier (:class:`MediumLateAcceptanceFamily`) climbs
 MEDIUM_MAX_PM = 256
 #: the caps of :class:`LongLateAcceptanceFamily`, in eighths of 1F1B's memory
-LONG_EIGHTHS = (2, 3, 4, 6, 8)
+LONG_EIGHTHS = (2, 3, 4)
 #: timings × ``p·m`` of one long climb (:data:`EVALS` at ``p·m`` = :data:`MEDIUM_MAX_PM`)
 MEDIUM_WORK = 12_000 * 256
 #: the most timings of one long climb
@@ -208,7 +208,7 @@ class MediumLateAcceptanceFamily(LateAcceptanceFamily):
 
 
 class LongLateAcceptanceFamily(MediumLateAcceptanceFamily):
-    """A second climb for medium pipelines: at each of the caps ``¼, ⅜, ½, ¾, 1`` of 1F1B's memory
+    """A second climb for medium pipelines: at each of the caps ``¼, ⅜, ½`` of 1F1B's memory
     (:data:`LONG_EIGHTHS`) up to the budget, from the best schedule everything before it gives
     (the medium climbs' included), with the next seed and a length scaled to the pipeline:
     ``MEDIUM_WORK / (p·m)`` timings (between :data:`EVALS` and :data:`LONG_EVALS_MAX`: a timing

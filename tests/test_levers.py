@@ -424,3 +424,31 @@ def test_forward_windows_are_the_timed_passes_f_end_and_b_start():
     assert len(windows) == len(f_end) == 8 * 8
     for dev, stage, mb, end, start in windows:
         assert (dev, end) == f_end[(stage, mb)] and start == b_start[(stage, mb)]
+
+
+def test_memory_model_kept_bytes_are_what_a_recomputed_forward_holds_until_its_r():
+    """MemoryModel.kept (per stage, in the activation's units) replaces Costs.kept_fraction for the
+    simulator: GPipe on one device, m forwards recomputed, stage activation 3 keeping 1 until
+    its R: peak m·1 + (3 − 1) while the last R and its B run; kept above the activation is capped."""
+    s = with_recompute(cm.build("gpipe", 1, 3))
+    costs = cm.Costs(1, 1, 1)
+    assert cm.simulate(s, costs, cm.MemoryModel(activation=3.0, kept=1.0)).peak_memory == [pytest.approx(3 * 1 + 2)]
+    assert cm.simulate(s, costs, cm.MemoryModel(activation=3.0)).peak_memory == [pytest.approx(3 * 3 * KAPPA + 3 * (1 - KAPPA))]
+    assert cm.simulate(s, costs, cm.MemoryModel(activation=3.0, kept=9.0)).peak_memory == [pytest.approx(9.0)]
+    # per stage: ZB-H1's two stages keep different shares (an LM head's logits are never recomputed)
+    zb = with_recompute(cm.build("zb-h1", 2, 4))
+    both = cm.simulate(zb, costs, cm.MemoryModel(activation=[1.0, 1.0], kept=[0.25, 1.0])).peak_memory
+    assert both[1] == pytest.approx(cm.simulate(cm.build("zb-h1", 2, 4), costs).peak_memory[1])
+    assert both[0] < cm.simulate(cm.build("zb-h1", 2, 4), costs).peak_memory[0]
+    assert cm.MemoryModel(kept=[0.5, 0.25]).stage_kept(2, 2) == [0.5, 0.25]
+
+
+def test_a_given_recompute_time_is_the_r_pass_time_in_both_modes():
+    """Costs.recompute, when given, times every R (per stage too), full or selective; without it
+    selective takes selective[1] of the forward."""
+    for mode in ("full", "selective"):
+        s = with_recompute(cm.build("gpipe", 1, 3), mode)
+        assert cm.simulate(s, cm.Costs(1, 1, 1, recompute=0.25)).makespan == pytest.approx(3 * 3 + 3 * 0.25)
+    s = with_recompute(cm.build("gpipe", 1, 3), "selective")
+    assert cm.simulate(s, cm.Costs(1, 1, 1, selective=(0.5, 0.1))).makespan == pytest.approx(3 * 3 + 3 * 0.1)
+    assert cm.Costs(2, 1, 1, recompute=[0.5, 0.25]).recompute_times(2, 1, "selective") == [0.5, 0.25]

@@ -100,8 +100,11 @@ class Costs:
 
     Keyword-only, the memory levers (docs/theory.md §13):
 
-        recompute: time of a full recompute ``R`` (same convention as ``f``); ``None``, the
-            default, is the forward's time.
+        recompute: time of an ``R`` pass (same convention as ``f``), in either recompute mode;
+            ``None``, the default, is the forward's time for full recomputation and
+            ``selective[1]`` of it for selective (a given time is the ``R``'s as it is: the
+            planner gives each stage's recomputed layers, which leave its embedding and LM head
+            out).
         offload: time to copy one ``a`` of activation between device and host, one direction
             (a copy of ``x·a`` takes ``x·offload``).
         input_fraction: the share of a forward's activation a fully recomputed forward keeps
@@ -186,14 +189,14 @@ class Costs:
                 "selective": Costs.selective_pair(hidden, heads, seq_len)}
 
     def recompute_times(self, num_stages: int, num_devices: int, mode: str = "full") -> list[float]:
-        """Per-stage time of an ``R`` pass: ``recompute`` (the forward by default) for ``full``,
-        ``selective[1]`` of the forward for ``selective``."""
+        """Per-stage time of an ``R`` pass: ``recompute`` when given (either mode), else the
+        forward for ``full`` and ``selective[1]`` of the forward for ``selective``."""
+        if self.recompute is not None:
+            return _per_stage("recompute", self.recompute, num_stages, num_devices / num_stages)
         f = _per_stage("f", self.f, num_stages, num_devices / num_stages)
         if mode == "selective":
             return [x * self.selective[1] for x in f]
-        if self.recompute is None:
-            return f
-        return _per_stage("recompute", self.recompute, num_stages, num_devices / num_stages)
+        return f
 
     def kept_fraction(self, mode: str = "full") -> float:
         """The share of a recomputed forward's activation kept until its ``R``."""
@@ -274,10 +277,17 @@ class MemoryModel:
         release_at_b: fraction of a stage's activation released when its ``B`` ends (the rest at
             ``W``). ``0`` is the paper's scheduling model; the transformer model of docs/theory.md §10
             frees about ``1 - 32h / (34h + 5·heads·s)`` at ``B``.
+        kept: (keyword-only) what a recomputed forward keeps until its ``R``, per virtual stage,
+            in the units of ``activation`` (a single number applies to all stages), at most the
+            stage's activation. ``None``, the default, is ``Costs.kept_fraction`` of it. Where a
+            stage keeps a share of its own (the planner's LM-head stage keeps its logits, which no
+            recomputation drops), give the bytes here; the simulator (:func:`ctrlmem.simulate`)
+            reads it, the budgeted searches and solvers take ``Costs.kept_fraction``.
     """
 
     activation: PerStage | None = None
     release_at_b: float = 0.0
+    kept: PerStage | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.activation is not None:
@@ -288,6 +298,8 @@ class MemoryModel:
         if r > 1:
             raise ValueError(f"release_at_b is a fraction in [0, 1], got {self.release_at_b!r}")
         object.__setattr__(self, "release_at_b", r)
+        if self.kept is not None:
+            object.__setattr__(self, "kept", _normalise("kept", self.kept))
 
     @classmethod
     def coerce(cls, value: object, name: str = "memory") -> "MemoryModel":
@@ -309,3 +321,11 @@ class MemoryModel:
         if self.activation is None:
             return [num_devices / num_stages] * num_stages
         return _per_stage("activation", self.activation, num_stages, 1.0)
+
+    def stage_kept(self, num_stages: int, num_devices: int) -> list[float] | None:
+        """Per stage, what a recomputed forward keeps until its ``R`` (:attr:`kept`, capped at
+        the stage's activation), or ``None`` when ``Costs.kept_fraction`` decides."""
+        if self.kept is None:
+            return None
+        act = self.stage_activation(num_stages, num_devices)
+        return [min(k, a) for k, a in zip(_per_stage("kept", self.kept, num_stages, 1.0), act)]

@@ -168,6 +168,7 @@ class SimResult:
             "placement": self.schedule.placement.kind,
             "costs": self.costs.to_dict(),
             "release_at_b": self.memory.release_at_b,
+            **({"kept": self.memory.kept} if self.memory.kept is not None else {}),
             "makespan": self.makespan,
             "device_spans": self.device_spans,
             "device_work": self.device_work,
@@ -239,7 +240,8 @@ def simulate(
     act = memory.stage_activation(S, p * schedule.model_copies)
     index = _index_of(schedule)
     durations = pass_durations(index, f, b, w)
-    keep = _kept(schedule, index, costs, act) if index.kinds > 3 else None
+    keep = _kept(schedule, index, costs, act, memory.stage_kept(S, p * schedule.model_copies)) \
+        if index.kinds > 3 else None
     if keep is not None:
         _lever_durations(schedule, index, costs, durations, keep)
     _scale_overlapped(index, durations, costs.fb_overlap)
@@ -455,16 +457,17 @@ def _index_of(schedule: Schedule) -> ScheduleIndex:
     return index
 
 
-def _kept(schedule: Schedule, index: ScheduleIndex, costs: Costs, act: list[float]) -> list[float]:
-    """Per ``stage * m + mb``, the activation a forward keeps resident after it (``a`` times
-    ``Costs.kept_fraction`` for a recomputed one)."""
+def _kept(schedule: Schedule, index: ScheduleIndex, costs: Costs, act: list[float],
+          kept: list[float] | None = None) -> list[float]:
+    """Per ``stage * m + mb``, the activation a forward keeps resident after it (for a recomputed
+    one the stage's ``MemoryModel.kept``, or ``a`` times ``Costs.kept_fraction``)."""
     S, m = index.num_stages, index.num_microbatches
     sm = S * m
     frac = costs.kept_fraction(schedule.recompute_mode)
     keep = [act[r // m] for r in range(sm)]
     for r in range(sm):
         if index.device[3 * sm + r] >= 0:
-            keep[r] *= frac
+            keep[r] = kept[r // m] if kept is not None else keep[r] * frac
     return keep
 
 

@@ -241,12 +241,30 @@ def test_full_recomputation_trades_activation_for_a_forward():
     assert full["pipeline_s"] < none["pipeline_s"] * 1.5
 
 
-def test_split_backward_schedules_are_not_planned_with_recomputation():
+def test_split_backward_schedules_are_planned_with_recomputation_as_r_passes():
+    """A config model's split-backward rows recompute with an R before every B (tests/
+    test_plan_recompute.py has the memory model); the layers per stage are balanced with the R's
+    time, and the bytes without the lever are counted on that same split."""
+    from ctrlmem.planner.core import row_memory, row_schedule
+
     df = cm.plan(DATA / "qwen2-0.5b.json", gpus=4, gpu_memory_gb=80, global_batch=16, schedules=["zb-h1", "1f1b"],
-                 tp=[1], microbatch_sizes=[1], recompute="none,full", progress=False)
-    assert set(df[df["schedule"] == "zb-h1"]["recompute"]) == {"none"}
+                 tp=[1], pp=[4], microbatch_sizes=[1], recompute="none,full", exhaustive=True, progress=False)
+    assert set(df[df["schedule"] == "zb-h1"]["recompute"]) == {"none", "full"}
     assert set(df[df["schedule"] == "1f1b"]["recompute"]) == {"none", "full"}
-    assert any("zb-h1" in s and "recomputation" in s for s in df.attrs["skipped"])
+    assert not any("recomputation" in s for s in df.attrs["skipped"])
+    i = df.index[(df["schedule"] == "zb-h1") & (df["recompute"] == "full")][0]
+    full, plain = df.loc[i], df[(df["schedule"] == "zb-h1") & (df["recompute"] == "none")].iloc[0]
+    # (the split balanced with the R's time moves layers onto the LM head's stage here, so the fullest
+    # device, the head's, holds more than without the lever: the split balances time, not memory)
+    assert full["pipeline_s"] > plain["pipeline_s"] and full["recompute_saved_gb"] >= 0
+    sched, costs = row_schedule(df, i)
+    memory, extra = row_memory(df, i)
+    assert sched.recompute_mode == "full" and extra == 0 and len(costs.recompute) == 4
+    assert all(k < a for k, a in zip(memory.kept, memory.activation))
+    r = cm.simulate(sched, costs, memory)
+    assert full["activation_gb"] == pytest.approx(r.peak_memory[int(full["device"])], rel=1e-12)
+    fused = df[(df["schedule"] == "1f1b") & (df["recompute"] == "full")].iloc[0]
+    assert fused["layer_split"] == full["layer_split"]  # the same split: both balanced with the recompute
 
 
 def test_dense_model_refuses_expert_parallelism():

@@ -40,7 +40,7 @@ from typing import Any, Iterable, Sequence
 
 from ctrlmem.model import paper
 from ctrlmem.model.costs import Costs, MemoryModel
-from ctrlmem.model.levers import with_offload
+from ctrlmem.model.levers import with_offload, with_recompute
 from ctrlmem.schedules import SCHEDULES, build
 from ctrlmem.model.simulate import simulate
 from ctrlmem.planner import arch
@@ -53,7 +53,7 @@ import numpy as np
 from ctrlmem.util.checks import flag, integer, number, short_repr
 
 __all__ = ["plan", "DEFAULT_SCHEDULES", "METHOD_LABELS", "ScheduleChoice", "parse_schedules", "Planner",
-           "row_schedule", "cache_info", "clear_cache", "ESTIMATE_TOLERANCE", "COLUMNS", "insights"]
+           "row_schedule", "row_memory", "cache_info", "clear_cache", "ESTIMATE_TOLERANCE", "COLUMNS", "insights"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,11 @@ unequal size can move its peak by a few per cent)."""
 
 MAX_AUTO_LIMIT = 2.0
 """Largest budget (fraction of 1F1B's peak) an auto-budgeted ``v-shape`` / ``zb`` gets."""
+
+RECOMPUTE_BUDGET_STEP = 8
+"""With recomputation as ``R`` passes an auto budget is counted in ``1/RECOMPUTE_BUDGET_STEP`` of
+the largest stage's activation (a peak is then no whole number of them: forwards in flight keep
+a share), rounded down so that nearby budgets still share a build."""
 
 COLUMNS = ["rank", "status", "fits", "schedule", "method", "placement", "dp", "tp", "pp", "ep", "recompute",
            "offload", "microbatch_size", "m", "dist_opt", "memory_limit", "layer_split", "samples_per_s", "tokens_per_s", "mfu", "step_s", "pipeline_s", "dp_sync_s",
@@ -201,20 +206,36 @@ _MAX_SIMS = 20000
 _STATS = {"builds": 0, "build_hits": 0, "build_s": 0.0}
 
 
-def _build(name: str, p: int, m: int, costs: Costs | None, limit: float | None):
+def _build(name: str, p: int, m: int, costs: Costs | None, limit: float | None, recompute: str | None = None,
+           levered_search: bool = False):
     """``cm.build`` through the process cache: one search per distinct (schedule, p, m, costs
-    the generator sees, budget). Searches that take an objective rank by makespan: the planner's
-    step time is the makespan (the optimizer step waits for every device)."""
-    key = (name, p, m, costs if SCHEDULES[name].uses_costs else None, limit)
+    the generator sees, budget, recompute). Searches that take an objective rank by makespan: the
+    planner's step time is the makespan (the optimizer step waits for every device).
+
+    ``recompute`` (``"full"`` / ``"selective"``): every forward gets an ``R`` right before its
+    ``B`` (:func:`ctrlmem.model.levers.with_recompute`, what ``ctrlmem run --recompute`` runs).
+    The order is the plain build's (the same cached search, ``costs`` without the ``R``), except
+    with ``levered_search``: a budgeted generator (``v-shape``, ``zb``) then chooses the order
+    with every forward recomputed under the budget (``cm.build(..., memory_limit=L,
+    recompute=mode)``, docs/theory.md §13 "A fixed lever under a budget"), ``costs`` carrying the
+    ``R`` times and the kept share."""
+    key = (name, p, m, costs if SCHEDULES[name].uses_costs else None, limit, recompute, levered_search)
     if key in _BUILDS:
         _BUILDS.move_to_end(key)
         _STATS["build_hits"] += 1
         return _BUILDS[key], key
-    t0 = time.perf_counter()
     kw = {"objective": "makespan"} if "objective" in SCHEDULES[name].params else {}
-    sched = build(name, p, m, costs=costs if SCHEDULES[name].uses_costs else None, memory_limit=limit, **kw)
-    _STATS["build_s"] += time.perf_counter() - t0
-    _STATS["builds"] += 1
+    if recompute and not levered_search:
+        sched = with_recompute(_build(name, p, m, costs, limit)[0], recompute)
+    else:
+        t0 = time.perf_counter()
+        lever = {"recompute": recompute} if recompute else {}
+        try:
+            sched = build(name, p, m, costs=costs if SCHEDULES[name].uses_costs else None, memory_limit=limit,
+                          **lever, **kw)
+        finally:
+            _STATS["build_s"] += time.perf_counter() - t0
+        _STATS["builds"] += 1
     _BUILDS[key] = sched
     while len(_BUILDS) > _MAX_BUILDS:
         _BUILDS.popitem(last=False)
@@ -222,17 +243,19 @@ def _build(name: str, p: int, m: int, costs: Costs | None, limit: float | None):
 
 
 def _sim(name: str, p: int, m: int, costs: Costs | None, limit: float | None, sim_costs: Costs,
-         memory: MemoryModel, offload: float = 0.0) -> tuple[float, tuple[float, ...], float, tuple]:
-    """(makespan, peak per device, bubble rate, build key) of the cached build simulated with
-    ``sim_costs`` and ``memory``, with ``offload`` of every forward's activation copied to host
-    (:func:`_offloaded`); simulations are cached too."""
-    bkey = (name, p, m, costs if SCHEDULES[name].uses_costs else None, limit)
+         memory: MemoryModel, offload: float = 0.0, recompute: str | None = None,
+         levered_search: bool = False) -> tuple[float, tuple[float, ...], float, tuple]:
+    """(makespan, peak per device, bubble rate, build key) of the cached build (:func:`_build`,
+    with ``recompute``'s ``R`` passes) simulated with ``sim_costs`` and ``memory``, with
+    ``offload`` of every forward's activation copied to host (:func:`_offloaded`); simulations
+    are cached too."""
+    bkey = (name, p, m, costs if SCHEDULES[name].uses_costs else None, limit, recompute, levered_search)
     skey = (bkey, sim_costs, memory, offload)
     if skey in _SIMS:  # the build (and its simulation) reused
         _SIMS.move_to_end(skey)
         _STATS["build_hits"] += 1
         return _SIMS[skey]
-    sched, bkey = _build(name, p, m, costs, limit)
+    sched, bkey = _build(name, p, m, costs, limit, recompute, levered_search)
     r = simulate(_offloaded(sched, offload, sim_costs, memory), sim_costs, memory)
     out = (r.makespan, tuple(r.peak_memory), r.bubble_rate, bkey)
     _SIMS[skey] = out
@@ -287,6 +310,29 @@ class _Layout:
     a2a_ms: tuple[float, ...] = ()     # per device: one microbatch's all-to-all time (F + B)
     hop_bytes: float = 0.0             # bytes of one activation hop (per GPU)
     transient_gb: float = 0.0          # one layer rematerialised during B under recomputation
+    rc: str = "none"                   # the recompute lever
+    # with recomputation, for schedules with a split backward (their own R passes, not folded):
+    r_costs: Costs | None = None       # ms: B without the recompute, R its own pass (Costs.recompute)
+    r_memory: MemoryModel | None = None  # GB: the plain activation, what a forward keeps until its R
+    plain_costs: Costs | None = None   # ms: the same stages without recomputation
+    plain_max_gb: float = 0.0          # the largest stage's plain activation of one microbatch
+
+    @property
+    def recomputes(self) -> bool:
+        return self.rc != "none"
+
+
+@dataclass(frozen=True)
+class _RowModel:
+    """How one row is built and simulated (:meth:`Planner.row_model`)."""
+
+    build_costs: Costs         # what a cost-adapted generator sees
+    costs: Costs               # ms, simulated
+    memory: MemoryModel        # GB, simulated
+    extra_gb: float            # added to every simulated peak (the fold's rematerialised layer)
+    recompute: str | None      # the mode of the schedule's R passes (None: none, or folded into B)
+    levered_search: bool       # a budgeted search that orders with every forward recomputed
+    unit_gb: float             # GB of one budget unit (the largest stage's activation the budget counts)
 
 
 OVERLAPPED = ("dualpipe-v",)
@@ -413,22 +459,34 @@ class Planner:
     def layer_times(self, tp: int, mb: int, ep: int, rc: str) -> tuple[list[tuple[float, float, float]], list[float]]:
         """Per layer: (F, B, W) ms with recomputation and the all-to-all added, and the
         all-to-all ms alone (F + B)."""
-        spec, src = self.model, self.source
-        base = src.layer_costs(spec, mb, tp)
-        shapes = spec.layer_shapes()
         a2a = self.a2a_ms(tp, mb, ep)
         out, comm = [], []
-        for (f, b, w), sh in zip(base, shapes):
-            extra_b = 0.0
-            if rc == "full":
-                extra_b = f
-            elif rc == "selective":
-                ff, _, _ = arch.layer_flops_per_token(spec, sh)
-                extra_b = f * arch.attention_core_flops(spec) / ff
+        for (f, b, w), extra, sh in zip(self.source.layer_costs(self.model, mb, tp), self._recompute_s(tp, mb, rc),
+                                        self.model.layer_shapes()):
             x = a2a if sh.moe else 0.0
-            out.append(((f * 1e3 + x), (b + extra_b) * 1e3 + x, w * 1e3))
+            out.append(((f * 1e3 + x), (b + extra) * 1e3 + x, w * 1e3))
             comm.append(2 * x)
         return out, comm
+
+    def recompute_ms(self, tp: int, mb: int, rc: str) -> list[float]:
+        """Per layer: the ms recomputation adds to one microbatch's backward — the layer's
+        forward (``full``), its attention core's share of it (``selective``), 0 (``none``). It is
+        the ``R`` pass's time with a split backward and part of ``B`` with a fused one (the
+        all-to-all of an MoE layer is not counted again)."""
+        return [x * 1e3 for x in self._recompute_s(tp, mb, rc)]
+
+    def _recompute_s(self, tp: int, mb: int, rc: str) -> list[float]:
+        spec = self.model
+        out = []
+        for (f, _, _), sh in zip(self.source.layer_costs(spec, mb, tp), spec.layer_shapes()):
+            if rc == "full":
+                out.append(f)
+            elif rc == "selective":
+                ff, _, _ = arch.layer_flops_per_token(spec, sh)
+                out.append(f * arch.attention_core_flops(spec) / ff)
+            else:
+                out.append(0.0)
+        return out
 
     def a2a_ms(self, tp: int, mb: int, ep: int) -> float:
         """One MoE layer's all-to-all for one microbatch, one direction of the pass (dispatch
@@ -464,22 +522,31 @@ class Planner:
         sb = stage_bytes(spec, S, mb, tp, self.layer_act, layers=split, ep=ep, flash_attention=self.flash,
                          recompute=rc)
         fs, bs, ws, a2a_stage = [], [], [], []
+        redo = self.recompute_ms(tp, mb, rc)
+        plain_b = [t[1] for t in self.layer_times(tp, mb, ep, "none")[0]] if rc != "none" else []
+        rs, bps = [], []  # per stage: its layers' recompute ms (an R pass's time), its B without it
         start_l = 0
         for s, n in enumerate(sb.layers):
             mine = range(start_l, start_l + n)
             start_l += n
             f, b, w = (sum(times[i][k] for i in mine) for k in range(3))
+            bp = sum(plain_b[i] for i in mine) if plain_b else b
             if s == 0:
-                f, b, w = f + ef * 1e3, b + eb * 1e3, w + ew * 1e3
+                f, b, w, bp = f + ef * 1e3, b + eb * 1e3, w + ew * 1e3, bp + eb * 1e3
             if s == S - 1:
-                f, b, w = f + hf * 1e3, b + hb * 1e3, w + hw * 1e3
+                f, b, w, bp = f + hf * 1e3, b + hb * 1e3, w + hw * 1e3, bp + hb * 1e3
             fs.append(f), bs.append(b), ws.append(w)
+            rs.append(sum(redo[i] for i in mine))
+            bps.append(bp)
             a2a_stage.append(sum(comm[i] for i in mine))
         hop_ms = src.hop(spec, mb, tp) * 1e3
         costs = Costs(fs, bs, ws, comm=hop_ms)
         act_gb = [_gb(x) for x in sb.activation]
         release = 1.0 if (rc == "full") else max(0.0, 1.0 - sb.w_kept)
         memory = MemoryModel(activation=act_gb, release_at_b=release)
+        rmodel: dict = {}
+        if rc != "none":
+            rmodel = self._r_model(spec, S, mb, tp, ep, sb, fs, bps, ws, rs, hop_ms)
         dev = _device_stages(kind, pp, v)
         device_of = {s: d for d, ss in enumerate(dev) for s in ss}
         arrive, t = [], 0.0
@@ -495,9 +562,49 @@ class Planner:
             transient = _gb(mb * spec.seq_len * (full - kept) / tp)
         lay = _Layout(S, v, kind, sb, costs, memory, dev, start, work, max(act_gb),
                       tuple(sum(a2a_stage[s] for s in ss) for ss in dev),
-                      2.0 * mb * spec.seq_len * spec.hidden / tp, transient)
+                      2.0 * mb * spec.seq_len * spec.hidden / tp, transient, rc, **rmodel)
         self._layouts[key] = lay
         return lay
+
+    def _r_model(self, spec: ModelSpec, S: int, mb: int, tp: int, ep: int, sb: StageBytes, fs, b_plain, ws, rs,
+                 hop_ms: float) -> dict:
+        """The recomputation of a split-backward schedule as its own ``R`` passes (docs/plan.md,
+        "Recomputation as a dimension"). Per stage, with ``A`` the stage's activation of one
+        microbatch without recomputation and ``K`` the bytes the lever keeps (the layers'
+        inputs under ``full``, all but the attention scores under ``selective``; the LM head's
+        logits are always kept), a recomputed forward holds ``K`` from its ``F`` to its ``R``,
+        ``A`` from its ``R`` to the end of its ``B``, and ``w_kept·A`` (what ``W`` needs: the
+        inputs of the weight matrices, recomputed) from there to its ``W``; its ``R`` takes the
+        layers' recompute ms (:meth:`recompute_ms`) and its ``B`` what it takes without the lever.
+        The layers per stage are the lever's (``sb``), so the plain bytes are counted on the
+        same split."""
+        plain = stage_bytes(spec, S, mb, tp, self.layer_act, layers=list(sb.layers), ep=ep,
+                            flash_attention=self.flash, recompute="none")
+        plain_gb = [_gb(x) for x in plain.activation]
+        kept_gb = [min(_gb(x), a) for x, a in zip(sb.activation, plain_gb)]
+        # the kept share a budgeted search with the lever counts for every stage: the largest (the
+        # LM head's stage keeps its logits), so its memory bounds the simulated one (see auto_limit)
+        kappa = max((k / a for k, a in zip(kept_gb, plain_gb) if a > 0), default=1.0)
+        cost = max((r / f for r, f in zip(rs, fs) if f > 0), default=0.0)
+        plain_costs = Costs(fs, b_plain, ws, comm=hop_ms)
+        return {"r_costs": dataclasses.replace(plain_costs, recompute=tuple(rs), input_fraction=kappa,
+                                               selective=(kappa, cost)),
+                "r_memory": MemoryModel(activation=plain_gb, release_at_b=max(0.0, 1.0 - plain.w_kept),
+                                        kept=kept_gb),
+                "plain_costs": plain_costs, "plain_max_gb": max(plain_gb)}
+
+    def row_model(self, lay: _Layout, choice: "ScheduleChoice") -> _RowModel:
+        """How a row of ``lay`` and ``choice`` is built and simulated. Without recomputation, or
+        with a fused backward (``BW``: 1F1B, interleaved 1F1B, 1F1B-V, GPipe), the lever is folded
+        into the layout: ``B`` takes the recompute, the activation is what the lever keeps, and
+        one layer's rematerialised activation is added to the peak. With a split backward the
+        schedule gets its ``R`` passes (:meth:`_r_model`): ``W`` runs after ``B`` and needs the
+        recomputed inputs of the weight matrices, which the fold would drop at ``B``."""
+        if lay.recomputes and split_backward(choice.name):
+            search = choice.auto  # the memory-fit budget: ordered with every forward recomputed
+            return _RowModel(lay.r_costs if search else lay.plain_costs, lay.r_costs, lay.r_memory, 0.0, lay.rc,
+                             search, lay.plain_max_gb)
+        return _RowModel(lay.costs, lay.costs, lay.memory, lay.transient_gb, None, False, lay.c_max_gb)
 
     def states(self, lay: _Layout, dp: int, dist_opt: bool, tp: int = 1,
                ep: int = 1) -> list[tuple[float, float, float, float]]:
@@ -559,12 +666,14 @@ class Planner:
             worst = max(worst, t)
         return worst / self.dp_bw
 
-    def memory(self, lay, peaks_gb, states, transient, recv=None) -> tuple[int, dict]:
-        """The device that needs most and its breakdown (GB)."""
+    def memory(self, lay, peaks_gb, states, transient, recv=None, extra_gb: float | None = None) -> tuple[int, dict]:
+        """The device that needs most and its breakdown (GB); ``extra_gb`` (default the layout's
+        rematerialised layer, :attr:`_RowModel.extra_gb`) is added to every activation peak."""
         best = None
         recv = recv or [0.0] * len(states)
+        extra = lay.transient_gb if extra_gb is None else extra_gb
         for d, (pk, st, tr, rb) in enumerate(zip(peaks_gb, states, transient, recv)):
-            pk = pk + lay.transient_gb
+            pk = pk + extra
             margin = (self.margin.ratio - 1.0) * pk + tr
             total = st[0] + st[1] + st[2] + pk + margin + (rb if self.count_recv else 0.0) + self.reserve_gb
             if best is None or total > best[1]["total_gb"] + 1e-12:
@@ -573,35 +682,71 @@ class Planner:
                             "total_gb": total})
         return best  # type: ignore[return-value]
 
-    def sim_costs(self, lay: _Layout, offload: float, name: str | None = None) -> Costs:
-        """The layout's pass costs, with the host copy's ms per GB when the row offloads, and for a
-        schedule of overlapped F&B pairs (:data:`OVERLAPPED`) the pairs' time from the all-to-all
-        they hide (:func:`overlap_fraction`)."""
-        costs = dataclasses.replace(lay.costs, offload=1e3 / self.host_gbs) if offload else lay.costs
+    def sim_costs(self, lay: _Layout, offload: float, name: str | None = None, base: Costs | None = None) -> Costs:
+        """The layout's pass costs (or ``base``: a row's, :meth:`row_model`), with the host copy's
+        ms per GB when the row offloads, and for a schedule of overlapped F&B pairs
+        (:data:`OVERLAPPED`) the pairs' time from the all-to-all they hide
+        (:func:`overlap_fraction`)."""
+        costs = lay.costs if base is None else base
+        costs = dataclasses.replace(costs, offload=1e3 / self.host_gbs) if offload else costs
         if name in OVERLAPPED:
             fb = overlap_fraction(lay)
             if fb < 1.0:
                 costs = dataclasses.replace(costs, fb_overlap=fb)
         return costs
 
-    def auto_limit(self, lay: _Layout, states, transient, recv=None, offload: float = 0.0) -> tuple[float | None, str]:
+    @staticmethod
+    def least_units(lay: _Layout, rm: _RowModel) -> int:
+        """The fewest budget units (:attr:`_RowModel.unit_gb`) a row of ``lay`` can need: one
+        microbatch per device (``v`` stage activations) — or, with recomputation as ``R`` passes,
+        one stage whole (the one between its ``R`` and its ``B``; the others keep their share)."""
+        return 1 if rm.recompute else lay.v
+
+    def auto_limit(self, lay: _Layout, states, transient, recv=None, offload: float = 0.0,
+                   model: _RowModel | None = None) -> tuple[float | None, str]:
         """The budget (fraction of 1F1B's peak) the remaining memory allows: whole stage
         activations of the largest stage, on the device with least room; ``None`` and why when
         not even one microbatch per device fits. With ``offload`` one microbatch per device is
         counted whole (its copy in flight) and the others at the ``1 − offload`` left on the GPU
-        (the simulation then checks the schedule's real peak)."""
+        (the simulation then checks the schedule's real peak).
+
+        **With recomputation.** On a fused-backward layout the recomputation is folded into the
+        stage bytes, so the unit is the largest stage's *kept* activation and one rematerialised
+        layer is held back. On a split-backward schedule (``model.recompute``) the unit is the
+        largest stage's activation *without* the lever — what a forward holds from its ``R`` to its
+        ``B``, and the ``a`` of the budgeted search's model — and the search orders with every
+        forward recomputed under the budget (:meth:`row_model`: ``cm.build(..., memory_limit=L,
+        recompute=mode)``), where each forward in flight takes only its kept share: the same
+        GPU memory then holds about ``1/κ`` as many microbatches in flight as without the lever
+        (κ the kept share), and the search's looser orders and ``W``-after-``B`` patterns
+        compete for it. Counting the budget in kept activations instead, as the fold does, would
+        undercount: the forward being recomputed holds its whole activation, and what ``W``
+        waits for is recomputed, whole. The search's model bounds the simulated peak (every stage
+        counted as the largest, κ the largest kept share over the stages, everything held until
+        ``W``), so the order it returns fits the budget in GB too. A peak is then no whole number
+        of units, so the budget is counted in :data:`RECOMPUTE_BUDGET_STEP` ths of one; the least is
+        one unit (:meth:`least_units`): below one microbatch per device (``v`` units) only orders
+        whose ``W`` follows its ``B`` can fit, which only the build tells, so such rows are always
+        built (never ``bounded``)."""
+        model = model or self.row_model(lay, ScheduleChoice("1f1b"))
         room = min(self.gpu_gb - self.reserve_gb - st[0] - st[1] - st[2] - tr for st, tr in zip(states, transient))
-        room -= lay.transient_gb + (max(recv or [0.0]) if self.count_recv else 0.0)
-        unit = self.margin.ratio * lay.c_max_gb
-        k = math.floor(max(0.0, room) / unit + 1e-9) if lay.c_max_gb > 0 else 0
+        room -= model.extra_gb + (max(recv or [0.0]) if self.count_recv else 0.0)
+        unit = self.margin.ratio * model.unit_gb
+        step = RECOMPUTE_BUDGET_STEP if model.recompute else 1
+        k = math.floor(max(0.0, room) / unit * step + 1e-9) / step if model.unit_gb > 0 else 0
         if offload and k >= lay.v:
             rest = (room - lay.v * unit) / (unit * (1.0 - offload)) if offload < 1 else math.inf
             k = lay.v + math.floor(min(rest, MAX_AUTO_LIMIT * lay.S) + 1e-9)
         k = min(k, int(MAX_AUTO_LIMIT * lay.S))
-        if k < lay.v:
-            return None, (f"the remaining {room:.1f} GB holds {k} stage activation(s) of {lay.c_max_gb:.2f} GB "
-                          f"(× {self.margin.ratio:.3f} allocator margin), fewer than one microbatch per device")
-        return k / lay.S, f"{k} of the largest stage's activations ({room:.1f} GB left)"
+        least = self.least_units(lay, model)
+        if k < least:
+            return None, (f"the remaining {room:.1f} GB holds {k:g} stage activation(s) of {model.unit_gb:.2f} GB "
+                          f"(× {self.margin.ratio:.3f} allocator margin), "
+                          + ("not even the stage being recomputed" if model.recompute else
+                             "fewer than one microbatch per device"))
+        what = "the largest stage's activations without recomputation" if model.recompute else \
+            "the largest stage's activations"
+        return k / lay.S, f"{k:g} of {what} ({room:.1f} GB left)"
 
     # -- the search -----------------------------------------------------------------------------
     def run(self, exhaustive: bool = False, progress: bool = True, top: int = 1) -> list[dict]:
@@ -624,10 +769,11 @@ class Planner:
             for oi, ch in enumerate(self.choices):
                 bar.update(1)
                 kind, v = placement_of(ch.name)
-                if rc != "none" and split_backward(ch.name):
-                    self.skipped.append(f"{rc} recomputation with {ch.name}: its W passes run after B and need the "
-                                        "recomputed inputs, which a checkpointed layer frees at B (planned with "
-                                        "fused-backward schedules: 1f1b, interleaved-1f1b, 1f1b-v, gpipe)")
+                if rc != "none" and off and split_backward(ch.name):
+                    self.skipped.append(f"offload {off:g} with {rc} recomputation on {ch.name}: its forwards get R "
+                                        "passes, and a forward is recomputed or offloaded, not both (docs/theory.md "
+                                        "§13); planned with the fused-backward schedules (1f1b, interleaved-1f1b, "
+                                        "1f1b-v, gpipe), whose recomputation is folded into B")
                     continue
                 row = {"schedule": ch.label, "method": ch.method + ("" if rc == "none" else f" + {rc} recompute")
                        + (f" + offload {off:g}" if off else ""),
@@ -640,6 +786,7 @@ class Planner:
                                reason=f"{v * pp} stages for {self.model.num_layers} layers + embedding + head")
                     continue
                 lay = self.layout(kind, v, pp, tp, mb, ep, rc)
+                rm = self.row_model(lay, ch)
                 row["layer_split"] = split_mod.split_text(lay.sb.layers)
                 states = self.states(lay, dp, z, tp, ep)
                 trans = self.transient(lay, mb, tp)
@@ -650,13 +797,16 @@ class Planner:
                 limit = ch.limit
                 how = "simulated"
                 if ch.auto:
-                    limit, why = self.auto_limit(lay, states, trans, recv, off)
+                    limit, why = self.auto_limit(lay, states, trans, recv, off, rm)
                     row["memory_limit"] = limit
                     if limit is None:
-                        # the least it could need: one microbatch in flight per device (budget 1/p)
-                        d, mem = self.memory(lay, [lay.v * lay.c_max_gb] * pp, states, trans, recv)
+                        # the least it could need: one microbatch in flight per device (budget 1/p), or
+                        # with R passes the stage being recomputed
+                        d, mem = self.memory(lay, [self.least_units(lay, rm) * rm.unit_gb] * pp, states, trans, recv,
+                                             rm.extra_gb)
                         row.update(mem, device=d, status="does not fit", fits=False, reason=why,
-                                   memory_how="the smallest budget (one microbatch per device)")
+                                   memory_how="the smallest budget (" + ("one stage whole" if rm.recompute else
+                                                                         "one microbatch per device") + ")")
                         continue
                     row["reason"] = f"budget {limit:.4g} × 1F1B's peak: {why}"
                 if m < pp:
@@ -673,8 +823,8 @@ class Planner:
                 exact = not uses_costs or ch.auto
                 if not exact:
                     # memory estimate from the unit-cost pattern (same memory level, no search)
-                    _, peaks, _, _ = _sim(ch.name, pp, m, None, limit, Costs(), lay.memory, off)
-                    d, mem = self.memory(lay, peaks, states, trans, recv)
+                    _, peaks, _, _ = _sim(ch.name, pp, m, None, limit, Costs(), rm.memory, off, rm.recompute)
+                    d, mem = self.memory(lay, peaks, states, trans, recv, rm.extra_gb)
                     how = "estimated (unit-cost pattern)"
                     if mem["total_gb"] > self.gpu_gb * (1 + ESTIMATE_TOLERANCE):
                         row.update(mem, device=d, status="does not fit", fits=False, memory_how=how,
@@ -682,8 +832,9 @@ class Planner:
                                           "pattern (same memory level), its cost-adapted form not built")
                         continue
                 elif not ch.auto:
-                    _, peaks, _, _ = _sim(ch.name, pp, m, lay.costs, limit, self.sim_costs(lay, off, ch.name), lay.memory, off)
-                    d, mem = self.memory(lay, peaks, states, trans, recv)
+                    _, peaks, _, _ = _sim(ch.name, pp, m, rm.build_costs, limit,
+                                          self.sim_costs(lay, off, ch.name, rm.costs), rm.memory, off, rm.recompute)
+                    d, mem = self.memory(lay, peaks, states, trans, recv, rm.extra_gb)
                     if mem["total_gb"] > self.gpu_gb + 1e-9:
                         row.update(mem, device=d, status="does not fit", fits=False, memory_how=how,
                                    reason=_over(mem, self.gpu_gb))
@@ -691,15 +842,18 @@ class Planner:
                 bound_ms = max(s + w * m for s, w in zip(lay.start_ms, lay.work_ms))
                 ub = self.batch / (bound_ms / 1e3 + sync)
                 row["upper_bound_samples_per_s"] = ub
+                # below one microbatch per device only the build says whether any order fits: never bounded
+                must_build = bool(rm.levered_search and limit is not None and limit * lay.S < lay.v - 1e-9)
                 pending.append((ub, len(pending), row, {"choice": ch, "lay": lay, "states": states, "trans": trans,
-                                                        "sync": sync, "limit": limit, "recv": recv, "off": off}))
+                                                        "sync": sync, "limit": limit, "recv": recv, "off": off,
+                                                        "model": rm, "must_build": must_build}))
         pending.sort(key=lambda x: (-x[0], x[1]))
         found: dict[str, list[float]] = {}  # per schedule: the best `top` samples/s simulated so far
         bar.add(len(pending))
         for ub, _, row, w in pending:
             ch = w["choice"]
             mine = found.get(ch.label, [])
-            if not exhaustive and len(mine) >= top and ub < mine[top - 1] * (1 - 1e-12):
+            if not exhaustive and not w["must_build"] and len(mine) >= top and ub < mine[top - 1] * (1 - 1e-12):
                 nth = "best" if top == 1 else f"{top}th best"
                 row.update(status="bounded", fits=True, memory_how=row.get("memory_how", "–"),
                            reason=(f"not simulated: at most {ub:.4g} samples/s (no-bubble bound), below the "
@@ -714,47 +868,66 @@ class Planner:
             bar.update(1)
 
     def _fill_bounded_memory(self, row: dict, w: dict) -> None:
-        ch, lay = w["choice"], w["lay"]
+        ch, lay, rm = w["choice"], w["lay"], w["model"]
         pp, m = row["pp"], row["m"]
         if ch.auto:  # not built: its activation is at most the budget it was given
-            budget = w["limit"] * lay.S * lay.c_max_gb
-            d, mem = self.memory(lay, [budget] * pp, w["states"], w["trans"], w["recv"])
+            budget = w["limit"] * lay.S * rm.unit_gb
+            d, mem = self.memory(lay, [budget] * pp, w["states"], w["trans"], w["recv"], rm.extra_gb)
             row.update(mem, device=d, memory_how="at most its budget (not built)")
             return
         if not SCHEDULES[ch.name].uses_costs:
-            _, peaks, _, _ = _sim(ch.name, pp, m, lay.costs, w["limit"], self.sim_costs(lay, w["off"], ch.name), lay.memory,
-                                  w["off"])
+            _, peaks, _, _ = _sim(ch.name, pp, m, rm.build_costs, w["limit"],
+                                  self.sim_costs(lay, w["off"], ch.name, rm.costs), rm.memory, w["off"], rm.recompute)
             how = "simulated"
         else:
-            _, peaks, _, _ = _sim(ch.name, pp, m, None, w["limit"], Costs(), lay.memory, w["off"])
+            _, peaks, _, _ = _sim(ch.name, pp, m, None, w["limit"], Costs(), rm.memory, w["off"], rm.recompute)
             how = "estimated (unit-cost pattern)"
-        d, mem = self.memory(lay, peaks, w["states"], w["trans"], w["recv"])
+        d, mem = self.memory(lay, peaks, w["states"], w["trans"], w["recv"], rm.extra_gb)
         row.update(mem, device=d, memory_how=how)
         row["fits"] = mem["total_gb"] <= self.gpu_gb + 1e-9
         if not row["fits"]:
             row.update(status="does not fit", reason=_over(mem, self.gpu_gb) + "; " + row["reason"])
 
     def lever_effects(self, row: dict, w: dict, d: int, span_ms: float, act_gb: float) -> dict:
-        """What the row's levers save on device ``d`` (GB: the same build simulated without the
-        offload, then without recomputation's memory model) and the pipeline time they add (s:
-        the same build with the costs without either)."""
-        ch, lay = w["choice"], w["lay"]
+        """What the row's levers save on device ``d`` (GB) and the pipeline time they add (s). The
+        same order is simulated with the recomputation and without the offload (the offload's
+        saving is the difference to the row), then without either — its ``R`` passes removed,
+        the same stages' bytes and pass costs without recomputation — for the recomputation's
+        saving and the time both add."""
+        ch, lay, rm = w["choice"], w["lay"], w["model"]
         pp, m, rc, off = row["pp"], row["m"], row["recompute"], w["off"]
         if rc == "none" and not off:
             return {"recompute_saved_gb": 0.0, "offload_saved_gb": 0.0, "lever_s": 0.0}
-        _, kept, _, _ = _sim(ch.name, pp, m, lay.costs, w["limit"], lay.costs, lay.memory)
-        plain = self.layout(lay.kind, lay.v, pp, row["tp"], row["microbatch_size"], row["ep"], "none")
-        span0, full, _, _ = _sim(ch.name, pp, m, lay.costs, w["limit"], plain.costs, plain.memory)
-        with_rc = kept[d] + lay.transient_gb
+        _, kept, _, _ = _sim(ch.name, pp, m, rm.build_costs, w["limit"], self.sim_costs(lay, 0.0, ch.name, rm.costs),
+                             rm.memory, 0.0, rm.recompute, rm.levered_search)
+        with_rc = kept[d] + rm.extra_gb
+        if rc == "none":
+            span0, full, _, _ = _sim(ch.name, pp, m, rm.build_costs, w["limit"],
+                                     self.sim_costs(lay, 0.0, ch.name, rm.costs), rm.memory)
+        else:  # the very order, without its R passes (none with a fused backward: the fold has none)
+            sched, _ = _build(ch.name, pp, m, rm.build_costs, w["limit"], rm.recompute, rm.levered_search)
+            r0 = simulate(sched.compute_only(), self.sim_costs(lay, 0.0, ch.name, lay.plain_costs), lay.r_memory)
+            span0, full = r0.makespan, r0.peak_memory
         return {"offload_saved_gb": with_rc - act_gb, "recompute_saved_gb": full[d] - with_rc,
                 "lever_s": (span_ms - span0) / 1e3}
 
     def _evaluate(self, row: dict, w: dict) -> None:
-        ch, lay = w["choice"], w["lay"]
+        ch, lay, rm = w["choice"], w["lay"], w["model"]
         pp, m = row["pp"], row["m"]
-        span_ms, peaks, bubble, _ = _sim(ch.name, pp, m, lay.costs, w["limit"], self.sim_costs(lay, w["off"], ch.name),
-                                         lay.memory, w["off"])
-        d, mem = self.memory(lay, peaks, w["states"], w["trans"], w["recv"])
+        try:
+            span_ms, peaks, bubble, _ = _sim(ch.name, pp, m, rm.build_costs, w["limit"],
+                                             self.sim_costs(lay, w["off"], ch.name, rm.costs), rm.memory, w["off"],
+                                             rm.recompute, rm.levered_search)
+        except ValueError as exc:  # a budgeted search with every forward recomputed that fits no order
+            if not rm.levered_search:
+                raise
+            d, mem = self.memory(lay, [self.least_units(lay, rm) * rm.unit_gb] * pp, w["states"], w["trans"],
+                                 w["recv"], rm.extra_gb)
+            row.update(mem, device=d, status="does not fit", fits=False,
+                       memory_how="the smallest budget (one stage whole)",
+                       reason=f"no order fits the budget with every forward recomputed ({exc}); {row['reason']}")
+            return
+        d, mem = self.memory(lay, peaks, w["states"], w["trans"], w["recv"], rm.extra_gb)
         mem.update(self.lever_effects(row, w, d, span_ms, mem["activation_gb"]))
         step = span_ms / 1e3 + w["sync"]
         row.update(mem, device=d, memory_how="simulated", pipeline_s=span_ms / 1e3, dp_sync_s=w["sync"], step_s=step,
@@ -818,9 +991,15 @@ class Planner:
             "output gradient that crosses devices (2·mb·s·h/tp bytes each), column recv_gb; "
             + ("added to the total (no measured allocator margin)" if self.count_recv else
                "inside the measured allocator margin (the replayed runs had them), so not added again"),
-            ("recomputation (Korthikanti et al. 2022): full keeps each layer's input (2h bytes per token) and adds "
-             "the layers' forward to B; selective drops the attention core's s × s tensors and adds the attention "
-             "core's forward to B; during B one layer is rematerialised (counted with the activation); levers "
+            ("recomputation (Korthikanti et al. 2022): full keeps each layer's input (2h bytes per token) and "
+             "recomputes the layers' forward, selective drops the attention core's s × s tensors and recomputes the "
+             "attention core (the LM head's logits are kept either way); with a fused backward (1F1B, interleaved "
+             "1F1B, 1F1B-V, GPipe) the recompute is added to B, the activation is what the lever keeps and one layer "
+             "rematerialised during B is counted with it; with a split backward every forward gets an R pass right "
+             "before its B (what ctrlmem run --recompute runs): it keeps its share until the R, holds its whole "
+             "activation from the R to the end of its B and what W needs (the recomputed inputs of the weight "
+             "matrices) until its W, and the R takes the recompute's time; v-shape / zb at the memory-fit budget "
+             "then order with every forward recomputed; levers "
              f"planned: {', '.join(self.recompute)}" if self.recompute != ["none"] else
              "no recomputation (every activation kept; recompute='none,full' adds the lever)"),
             (f"activation offload: a fraction of every forward's activation (with recomputation, of what it keeps) "
@@ -1214,7 +1393,23 @@ def insights(df) -> list[str]:
 
 def row_schedule(df, index: int = 0):
     """The :class:`ctrlmem.Schedule` of row ``index`` of a plan (its cost-adapted build, from the
-    cache or built again), and the per-stage ``Costs`` (ms) it was simulated with."""
+    cache or built again; with its ``R`` passes where the row recomputes with a split backward),
+    and the per-stage ``Costs`` (ms) it was simulated with. Its memory model in GB is
+    :func:`row_memory`'s."""
+    sched, costs, _ = _row_parts(df, index)
+    return sched, costs
+
+
+def row_memory(df, index: int = 0) -> tuple[MemoryModel, float]:
+    """The memory model (GB per stage) row ``index`` was simulated with, and the GB added to every
+    simulated peak (one rematerialised layer where the recomputation is folded into ``B``):
+    ``cm.simulate(*row_schedule(df, i), row_memory(df, i)[0])`` gives the row's activation peaks
+    before that addition."""
+    _, _, rm = _row_parts(df, index)
+    return rm.memory, rm.extra_gb
+
+
+def _row_parts(df, index: int):
 
     s = df.attrs["settings"]
     row = df.iloc[index]
@@ -1237,7 +1432,9 @@ def row_schedule(df, index: int = 0):
     lay = planner.layout(kind, v, int(row["pp"]), int(row["tp"]), int(row["microbatch_size"]), ep, rc)
     limit = row["memory_limit"]
     limit = None if limit is None or (isinstance(limit, float) and math.isnan(limit)) else float(limit)
-    sched, _ = _build(name, int(row["pp"]), int(row["m"]), lay.costs, limit)
+    choice = ScheduleChoice(name, None if str(row["schedule"]) == name else limit)
+    rm = planner.row_model(lay, choice)
+    sched, _ = _build(name, int(row["pp"]), int(row["m"]), rm.build_costs, limit, rm.recompute, rm.levered_search)
     off = float(row["offload"]) if "offload" in row and row["offload"] == row["offload"] else 0.0
-    costs = planner.sim_costs(lay, off, name)
-    return _offloaded(sched, off, costs, lay.memory), costs
+    costs = planner.sim_costs(lay, off, name, rm.costs)
+    return _offloaded(sched, off, costs, rm.memory), costs, rm

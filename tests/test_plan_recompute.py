@@ -3,9 +3,11 @@ an R pass right before its B (what `ctrlmem run --recompute` runs), holds what t
 until its R, its whole activation from the R to the end of its B and what W needs until its W;
 its rows fit where the plain rows do not, their peaks and times are an independent simulation's,
 what the lever saves and costs adds up, the budgeted searches order with every forward
-recomputed."""
+recomputed, and the emitted files run it (or say why they cannot)."""
 
 from __future__ import annotations
+
+import subprocess
 
 import pytest
 
@@ -13,6 +15,7 @@ import ctrlmem as cm
 from ctrlmem.model.levers import with_recompute
 from ctrlmem.planner import core
 from ctrlmem.planner.core import row_memory, row_schedule
+from ctrlmem.planner.emit import TORCH_SPLIT_RECOMPUTE, emit
 from ctrlmem.planner.model import stage_layers
 
 H, HEADS, SEQ, VOCAB, LAYERS = 2048, 16, 2048, 8192, 14
@@ -169,6 +172,29 @@ def test_offload_with_recompute_on_a_split_backward_is_skipped_with_its_reason()
     assert len(df[(df["schedule"] == "1f1b") & (df["recompute"] == "full") & (df["offload"] == 1.0)]) == 1
     assert any("offload 1 with full recomputation on zb-h1" in s and "recomputed or offloaded" in s
                for s in df.attrs["skipped"])
+
+
+def test_emitted_files_run_the_recomputation_or_say_why_not(tmp_path, roomy):
+    """A split-backward row with recomputation: schedule.txt is the simulated schedule with its R
+    passes and run.sh runs it; torchtitan.sh stops with the reason (torch's own split backward
+    recomputes per graph task) and megatron.txt says Megatron runs its own fused schedule. A fused
+    row with recomputation launches torchtitan as before."""
+    i, _ = _row(roomy, "zb-h1", "full", 1)
+    paths = emit(roomy, tmp_path / "zb", i, torchtitan="0.2")
+    sched, _ = row_schedule(roomy, i)
+    assert cm.Schedule.load(paths["text"]) == sched
+    assert f"--schedule {tmp_path / 'zb' / 'schedule.txt'}" in open(paths["run"]).read()
+    proc = subprocess.run(["sh", paths["torchtitan"]], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and "torchtitan cannot run this row as planned" in proc.stderr
+    assert "NOT SUPPORTED AS PLANNED" in open(paths["toml"]).read()
+    assert "splits the backward" in open(paths["megatron"]).read()
+    assert TORCH_SPLIT_RECOMPUTE.split(":")[0] in proc.stderr
+    j, _ = _row(roomy, "1f1b", "full", 1)
+    fused = emit(roomy, tmp_path / "fused", j)
+    text = open(fused["torchtitan"]).read()
+    assert "CTRLMEM_ALLOW_TORCH_SPLIT_RECOMPUTE" not in text and "activation-checkpoint:full" in text
+    assert cm.Schedule.load(fused["text"]).recomputes and "splits the backward" not in open(fused["megatron"]).read()
 
 
 def test_the_build_cache_shares_the_plain_order():

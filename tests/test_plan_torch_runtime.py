@@ -208,17 +208,32 @@ def test_emitted_csv_runs_in_torch_runtime_with_exact_gradients_p4(schedule, emi
 @pytest.mark.slow
 def test_ctrlmem_run_runs_the_emitted_csv(tmp_path, monkeypatch):
     """The `ctrlmem run --schedule DIR/schedule.csv` line of run.sh (here with the tiny model on CPU
-    over gloo) runs the emitted schedule and matches the non-pipelined step."""
+    over gloo) runs the emitted schedule and matches the non-pipelined step; in the same launch, a
+    ZB-H1 row with full recomputation runs its run.sh schedule, DIR/schedule.txt (the simulated
+    schedule with an R before every B), exactly too, each checkpointed region recomputed once."""
     import json
+    import shlex
 
     monkeypatch.chdir(tmp_path)
-    df = cm.plan("custom", 2, 80.0, 8, layers=8, hidden=256, heads=4, seq_len=64, vocab=512, schedules=["v-half"],
-                 tp=[1], pp=[2], microbatch_sizes=[2], progress=False)
+    plan = dict(layers=8, hidden=256, heads=4, seq_len=64, vocab=512, tp=[1], pp=[2], microbatch_sizes=[2],
+                progress=False)
+    df = cm.plan("custom", 2, 80.0, 8, schedules=["v-half"], **plan)
     paths = emit(df, "em")
+    rc = cm.plan("custom", 2, 80.0, 8, schedules=["zb-h1"], recompute="full", **plan)
+    assert rc.iloc[0]["status"] == "ok" and rc.iloc[0]["recompute"] == "full"
+    rc_paths = emit(rc, "em-rc")
+    line = next(ln for ln in open(rc_paths["run"]).read().splitlines() if ln.startswith("ctrlmem run"))
+    argv = shlex.split(line)
+    rc_schedule = argv[argv.index("--schedule") + 1]
+    assert rc_schedule == rc_paths["text"] and "--recompute" not in argv
     m = int(df.iloc[0]["m"])
-    proc = subprocess.run([sys.executable, "-m", "ctrlmem.cli", "run", "--schedule", paths["csv"], "-p", "2", "-m",
-                           str(m), "--model", "tiny", "--microbatch-size", "2", "--steps", "1", "--out", "run"],
-                          capture_output=True, text=True, timeout=300)
+    assert int(rc.iloc[0]["m"]) == m
+    proc = subprocess.run([sys.executable, "-m", "ctrlmem.cli", "run", "--schedule", paths["csv"], "--schedule",
+                           rc_schedule, "-p", "2", "-m", str(m), "--model", "tiny", "--microbatch-size", "2",
+                           "--steps", "1", "--out", "run"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    result = json.loads((tmp_path / "run" / "schedule.csv" / "result.json").read_text())
     assert result["status"] == "ok" and result["grad_rel_diff"] < 1e-5 and result["loss_abs_diff"] < 1e-6
+    result = json.loads((tmp_path / "run" / "schedule.txt" / "result.json").read_text())
+    assert result["status"] == "ok" and result["grad_rel_diff"] < 1e-5 and result["loss_abs_diff"] < 1e-6
+    assert result["recompute"]["per_region"] == [1.0, 1.0], result["recompute"]

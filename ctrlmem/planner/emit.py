@@ -13,6 +13,20 @@ torchtitan runs a schedule CSV (``[parallelism] pipeline_parallel_schedule_csv``
 any other multi-stage class (``Interleaved1F1B``) puts stages ``r, r + p, …`` on rank ``r``. The
 name must therefore match the CSV's placement (:func:`torchtitan_schedule`); with a wrong one
 torchtitan deadlocks, aborts in gloo/NCCL or runs the wrong layers on a rank.
+
+**Recomputation.** Torch's CSV has no recompute action: a row that recomputes also gets
+``schedule.txt``, the very schedule the planner simulated in ctrlmem's text form (an ``R`` before
+every ``B`` / ``BW``), which ``run.sh``'s ``ctrlmem run`` line runs. With a split backward
+(ZB-H1, V-Half, …) torchtitan cannot run the row as planned: it runs the CSV's ``I`` and ``W``
+with torch's own split backward (``stage_backward_input`` / ``stage_backward_weight``), each a
+graph task of its own, and the non-reentrant checkpoint its ``activation-checkpoint`` option
+wraps the layers in recomputes a region once per graph task that unpacks from it and keeps what
+that task leaves until the graph is freed (docs/theory.md §13: 25 recomputations per forward on
+a 4-layer stage, saved tensors several times the plan's; pytorch/pytorch#136766 reports
+zero-bubble schedules running out of memory with activation checkpointing). The launch script of
+such a row therefore stops with that explanation (:data:`TORCH_SPLIT_RECOMPUTE`) unless
+``CTRLMEM_ALLOW_TORCH_SPLIT_RECOMPUTE=1``; ``megatron.txt`` says that Megatron-LM runs its own
+fused-backward schedule from its arguments, not the row's split-backward order.
 """
 
 from __future__ import annotations
@@ -21,9 +35,11 @@ import json
 import math
 import os
 import shlex
+import textwrap
 from pathlib import Path
 
 from ctrlmem.model.ir import Schedule
+from ctrlmem.model.levers import with_recompute
 from ctrlmem.util.fileio import atomic_write, check_output_folder, record_outputs
 from ctrlmem.model import paper
 from ctrlmem.planner.core import row_schedule
@@ -32,6 +48,7 @@ from ctrlmem.planner.split import megatron_layout
 from ctrlmem.planner.split import parse_split_text, torchtitan_modules
 
 __all__ = ["torchtitan_schedule", "toml_fragment", "emit", "run_lines", "TORCHTITAN_NAMES", "TORCHTITAN_VERSION",
+           "TORCH_SPLIT_RECOMPUTE",
            "launch_overrides", "launch_script", "config_function", "megatron_args", "AC_SUBCOMMAND"]
 
 TORCHTITAN_VERSION = "0.3.0"
@@ -42,6 +59,17 @@ AC_SUBCOMMAND = {"none": "activation-checkpoint:none", "selective": "activation-
 """ctrlmem's recompute lever -> torchtitan 0.3.0's activation-checkpointing subcommand (a
 positional token after every ``--flag``). torchtitan's ``selective`` is per-op selective
 checkpointing, not exactly Korthikanti et al.'s attention-core recomputation the planner prices."""
+
+TORCH_SPLIT_RECOMPUTE = (
+    "torchtitan cannot run this row as planned: its schedule splits the backward (B and W passes, torch's I and W) "
+    "and recomputes every forward, and torch runs I and W as separate autograd graph tasks, for each of which the "
+    "non-reentrant activation checkpoint recomputes the layers again and keeps what that task leaves until the "
+    "graph is freed (ctrlmem measured 25 recomputations per forward on a 4-layer stage and saved tensors several "
+    "times the plan's, docs/theory.md §13; pytorch/pytorch#136766: zero-bubble schedules with activation "
+    "checkpointing run out of memory). Neither the planned time nor the planned memory holds there. Run it with "
+    "run.sh (ctrlmem run recomputes once, in B, and W reuses what B kept), or plan a fused-backward schedule with "
+    "recomputation (1f1b, interleaved-1f1b: torchtitan runs those as planned), or this schedule without it.")
+"""Why ``torchtitan.sh`` refuses a row that recomputes with a split backward (see the module doc)."""
 
 TORCHTITAN_NAMES = {"sequential": "1F1B", "interleaved": "Interleaved1F1B", "v-shape": "ZBVZeroBubble"}
 """Placement -> the ``pipeline_parallel_schedule`` that makes torchtitan place stages that way."""
@@ -92,6 +120,8 @@ def toml_fragment(schedule: Schedule, csv_path: str, *, dp: int, tp: int, microb
     lines = []
     if header:
         lines += [_comment(header), ""]
+    if recompute != "none" and schedule.split_backward:
+        lines += [_comment(textwrap.fill("NOT SUPPORTED AS PLANNED: " + TORCH_SPLIT_RECOMPUTE, 100)), ""]
     lines += [
         "[parallelism]",
         f"pipeline_parallel_degree = {p}",
@@ -177,8 +207,10 @@ def launch_overrides(schedule: Schedule, csv_path: str, *, dp: int, tp: int, ep:
 
 
 def launch_script(overrides, *, recompute: str, world: int, gpus_per_node: int, module: str, config: str,
-                  split_module: str | None, header: str) -> str:
-    """A ``torchrun -m torchtitan.train`` script for torchtitan 0.3.0."""
+                  split_module: str | None, header: str, split_backward: bool = False) -> str:
+    """A ``torchrun -m torchtitan.train`` script for torchtitan 0.3.0. With ``recompute`` on a
+    ``split_backward`` schedule it stops first with :data:`TORCH_SPLIT_RECOMPUTE` (exit status
+    2) unless ``CTRLMEM_ALLOW_TORCH_SPLIT_RECOMPUTE=1`` is set."""
     nodes = max(1, math.ceil(world / gpus_per_node))
     per_node = world // nodes if world % nodes == 0 else gpus_per_node
     lines = ["#!/bin/sh", _comment(header), f"# torchtitan version: {TORCHTITAN_VERSION} (check: python -c 'import "
@@ -186,6 +218,13 @@ def launch_script(overrides, *, recompute: str, world: int, gpus_per_node: int, 
              "function (torchtitan.models.<TT_MODULE>.config_registry.<TT_CONFIG>)",
              f"TT_MODULE=${{TT_MODULE:-{shlex.quote(module)}}}", f"TT_CONFIG=${{TT_CONFIG:-{shlex.quote(config)}}}",
              "export TT_MODULE TT_CONFIG"]
+    if recompute != "none" and split_backward:
+        lines += [_comment(textwrap.fill("NOT SUPPORTED AS PLANNED: " + TORCH_SPLIT_RECOMPUTE, 100)),
+                  'if [ "${CTRLMEM_ALLOW_TORCH_SPLIT_RECOMPUTE:-0}" != 1 ]; then',
+                  f"    echo {shlex.quote('torchtitan.sh: ' + TORCH_SPLIT_RECOMPUTE)} >&2",
+                  "    echo 'torchtitan.sh: set CTRLMEM_ALLOW_TORCH_SPLIT_RECOMPUTE=1 to launch it anyway' >&2",
+                  "    exit 2",
+                  "fi"]
     if split_module:
         here = os.path.dirname(split_module) or "."
         lines += [_comment("the planned layer split differs from torchtitan's even rule: the config function in "
@@ -228,8 +267,11 @@ def config_function(modules: list[list[str]], module: str, config: str) -> str:
         ""])
 
 
-def megatron_args(row, settings: dict, layers: list[int], placement: str) -> str:
-    """Megatron-LM arguments for a row (``--pipeline-model-parallel-layout`` from the split)."""
+def megatron_args(row, settings: dict, layers: list[int], placement: str, split_backward: bool = False) -> str:
+    """Megatron-LM arguments for a row (``--pipeline-model-parallel-layout`` from the split).
+    Megatron-LM runs its own schedule from them (1F1B, or interleaved with a virtual pipeline):
+    for a row whose schedule splits the backward the file says so, and with recomputation that
+    Megatron's is then 1F1B-R, a fused-backward row of the plan."""
 
     dp, tp, pp, mb, m = (int(row[k]) for k in ("dp", "tp", "pp", "microbatch_size", "m"))
     ep = int(row["ep"]) if row.get("ep") == row.get("ep") and row.get("ep") else 1
@@ -253,6 +295,15 @@ def megatron_args(row, settings: dict, layers: list[int], placement: str) -> str
     if placement == "v-shape":
         notes.append("# the row's schedule is V-shaped (rank r holds stages r and 2p-1-r); Megatron places the "
                      "layout's stages looped, so run this split with torchtitan, or as a looped schedule")
+    if split_backward:
+        notes.append("# the row's schedule splits the backward (B and W passes); Megatron-LM runs its own fused-backward "
+                     "1F1B / interleaved schedule from these arguments, not the row's order (zero-bubble schedules "
+                     "run in Megatron forks such as sail-sg/zero-bubble-pipeline-parallelism), so its time is not "
+                     "the row's")
+        if rc != "none":
+            notes.append(f"# with --recompute-granularity {rc} that schedule is 1F1B with {rc} recomputation: the "
+                         f"plan's 1f1b row with recompute {rc} at this configuration predicts it; the split-backward "
+                         "row with recomputation runs as planned with run.sh (ctrlmem run)")
     return "\n".join(notes + [" ".join(shlex.quote(a) for a in args), ""])
 
 
@@ -263,7 +314,9 @@ def _runtime_model(name: str) -> str | None:
 
 def run_lines(row, csv_path: str, settings: dict, out_dir: str) -> str:
     """The ``ctrlmem run`` command (and its Slurm form) for a plan row, as a shell script with
-    comments naming what ``ctrlmem run`` cannot reproduce (tensor parallelism, a custom model)."""
+    comments naming what ``ctrlmem run`` cannot reproduce (tensor parallelism, a custom model).
+    ``csv_path`` is the schedule file it runs (``schedule.txt``, with its ``R`` passes, for a row
+    that recomputes)."""
     dp, tp, pp, mb, m = (int(row[k]) for k in ("dp", "tp", "pp", "microbatch_size", "m"))
     model = settings["model"]
     gpn = int(settings.get("gpus_per_node", 8))
@@ -286,6 +339,10 @@ def run_lines(row, csv_path: str, settings: dict, out_dir: str) -> str:
                                    ["--emit-sbatch", os.path.join(out_dir, "plan.sbatch"), "--nodes", str(nodes),
                                     "--gpus-per-node", str(per_node)])
     notes = [f"ctrlmem run of the plan's row: {row['method']} at DP {dp}, TP {tp}, PP {pp}, microbatch {mb}, m = {m}"]
+    rc = row.get("recompute") if isinstance(row.get("recompute"), str) else "none"
+    if rc != "none":
+        notes.append(f"{os.path.basename(csv_path)} is the simulated schedule with its {rc} recomputation (an R before "
+                     "every backward), which torch's CSV cannot carry")
     if tp > 1:
         notes.append(f"ctrlmem run has no tensor parallelism: this runs DP {dp} × PP {pp} = {world} GPUs with "
                      f"full-width layers, so each GPU holds {tp}× the plan's weights and activations; run the TP "
@@ -307,8 +364,8 @@ _TT_LLAMA3 = {(32, 4096): "llama3_8b", (80, 8192): "llama3_70b", (126, 16384): "
 
 #: What :func:`emit` may write into its folder (a file of these names that ctrlmem did not write is
 #: refused unless ``force``).
-EMIT_FILES = ("schedule.csv", "torchtitan.sh", "ctrlmem_torchtitan.py", "megatron.txt", "run.sh", "plan-row.json",
-              "torchtitan.toml", "explorer.state.json")  # the last written by `ctrlmem plan` (the explorer's state)
+EMIT_FILES = ("schedule.csv", "schedule.txt", "torchtitan.sh", "ctrlmem_torchtitan.py", "megatron.txt", "run.sh",
+              "plan-row.json", "torchtitan.toml", "explorer.state.json")  # the last written by `ctrlmem plan` (the explorer's state)
 
 
 def torchtitan_target(model: dict) -> tuple[str, str, bool]:
@@ -324,7 +381,8 @@ def torchtitan_target(model: dict) -> tuple[str, str, bool]:
 def emit(df, out_dir: str | os.PathLike, index: int | None = None, *, torchtitan: str = TORCHTITAN_VERSION,
          tt_module: str | None = None, tt_config: str | None = None, force: bool = False) -> dict[str, str]:
     """Write row ``index`` of a plan (default: the fastest row that fits) into ``out_dir``:
-    ``schedule.csv`` (torch / torchtitan CSV), ``torchtitan.sh`` (the torchtitan 0.3.0 launch;
+    ``schedule.csv`` (torch / torchtitan CSV; for a row that recomputes also ``schedule.txt``,
+    the simulated schedule with its ``R`` passes), ``torchtitan.sh`` (the torchtitan 0.3.0 launch;
     with ``ctrlmem_torchtitan.py`` when the planned split is not torchtitan's even rule),
     ``megatron.txt``, ``run.sh`` (``ctrlmem run`` and its Slurm form) and ``plan-row.json``;
     ``torchtitan="0.2"`` writes ``torchtitan.toml`` (the 0.2 job file) as well. Returns
@@ -362,6 +420,12 @@ def emit(df, out_dir: str | os.PathLike, index: int | None = None, *, torchtitan
     split = row.get("layer_split")
     layers = parse_split_text(split) if isinstance(split, str) and split else _even_rule(L, schedule.num_stages)
     rc = row.get("recompute") if isinstance(row.get("recompute"), str) else "none"
+    run_schedule = csv_rel
+    if rc != "none":  # the R passes (a fused row's recompute is folded into its BW: it gets them here)
+        recomputed = schedule if schedule.recomputes else with_recompute(schedule, rc)
+        paths["text"] = str(out / "schedule.txt")
+        atomic_write(paths["text"], recomputed.to_text() + "\n")
+        run_schedule = os.path.join(str(out_dir), "schedule.txt")
     ep = int(row["ep"]) if row.get("ep") == row.get("ep") and row.get("ep") else 1
     header = (f"written by `ctrlmem plan` for torchtitan {TORCHTITAN_VERSION}: {s['model']['name']} on {s['gpus']} "
               f"GPUs of {s['gpu_memory_gb']:g} GB, global batch {s['global_batch']}\n"
@@ -383,9 +447,10 @@ def emit(df, out_dir: str | os.PathLike, index: int | None = None, *, torchtitan
     world = int(row["dp"]) * int(row["tp"]) * int(row["pp"])
     atomic_write(paths["torchtitan"], launch_script(over, recompute=rc, world=world,
                                                        gpus_per_node=int(s.get("gpus_per_node", 8)), module=tt_module,
-                                                       config=tt_config, split_module=split_module, header=header))
+                                                       config=tt_config, split_module=split_module, header=header,
+                                                       split_backward=schedule.split_backward))
     os.chmod(paths["torchtitan"], 0o755)
-    atomic_write(paths["megatron"], megatron_args(row, s, layers, str(row["placement"])))
+    atomic_write(paths["megatron"], megatron_args(row, s, layers, str(row["placement"]), schedule.split_backward))
     if torchtitan == "0.2":
         paths["toml"] = str(out / "torchtitan.toml")
         text = toml_fragment(schedule, csv_rel, dp=int(row["dp"]), tp=int(row["tp"]),
@@ -396,7 +461,7 @@ def emit(df, out_dir: str | os.PathLike, index: int | None = None, *, torchtitan
                                                    "config (model, optimizer and data sections are yours)",
                              recompute=rc)
         atomic_write(paths["toml"], text)
-    atomic_write(paths["run"], run_lines(row, csv_rel, s, str(out_dir)))
+    atomic_write(paths["run"], run_lines(row, run_schedule, s, str(out_dir)))
     record = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.to_dict().items()}
     record = {k: (v.item() if hasattr(v, "item") else v) for k, v in record.items()}
     atomic_write(paths["row"], json.dumps({"row": record, "index": index, "settings": s,

@@ -205,3 +205,18 @@ def test_the_build_cache_shares_the_plain_order():
     before = core.cache_info()["builds"]
     _plan(80.0, schedules=["v-half"], recompute="full", microbatch_sizes=[2])
     assert core.cache_info()["builds"] == before
+
+
+def test_the_explorer_shows_a_recomputing_row_as_the_plan_simulated_it(roomy):
+    """The explorer state of a split-backward row with recomputation carries its R passes' times
+    (the fourth list of its per-stage costs), so the explorer shows the plan's pipeline time."""
+    from ctrlmem.explorer import views
+
+    i, row = _row(roomy, "v-half", "full", 2)
+    settings, orders, origins = views.settings_from_plan(roomy, i)
+    assert len(settings.stage_costs) == 4 and "R passes" in origins["v-half"]
+    view = views.compute(settings, adapt=False, orders=orders, order_origins=origins)
+    assert not view.messages
+    assert view.results["v-half"].makespan == pytest.approx(row["pipeline_s"] * 1e3, rel=1e-9)
+    again, _ = views.state_view(views.state_dict(view))
+    assert again.results["v-half"].makespan == pytest.approx(row["pipeline_s"] * 1e3, rel=1e-9)

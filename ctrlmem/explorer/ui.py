@@ -402,7 +402,7 @@ class Explorer:
         self.clear_stage_costs.layout.display = "" if given else "none"
         if given:
             k = len(self._stage_costs[0])
-            spans = ", ".join(f"{name} {min(part):.4g}–{max(part):.4g}" for name, part in zip("FBW", self._stage_costs))
+            spans = ", ".join(f"{name} {min(part):.4g}–{max(part):.4g}" for name, part in zip("FBWR", self._stage_costs))
             self.stage_note.value = (f"<small>per-stage costs of {k} stages given whole (a plan's, or a saved "
                                      f"state's): {html.escape(spans)}; F, B, W and the weights are not used</small>")
         else:

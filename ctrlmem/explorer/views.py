@@ -122,11 +122,13 @@ class Settings:
         memory_limit: activation budget as a fraction of 1F1B's peak, or ``None``. Budgeted
             schedules are built for it; the others are checked against it.
         stage_weights: see :meth:`costs`.
-        stage_costs: ``(f, b, w)``, each a tuple of the times of ``K`` model-order stages (the
-            per-stage costs a plan simulated its winner with, :func:`settings_from_plan`), or
-            ``()``. When given they are the costs: ``f``, ``b``, ``w``, the weights and the
-            first/last-stage extras are not used (``comm`` still is); a schedule of ``S`` stages
-            gets them summed over ``K / S`` neighbours or split into ``S / K`` equal parts.
+        stage_costs: ``(f, b, w)`` or ``(f, b, w, r)``, each a tuple of the times of ``K``
+            model-order stages (the per-stage costs a plan simulated its winner with,
+            :func:`settings_from_plan`; ``r`` the ``R`` passes' times of a row that recomputes with
+            a split backward, ``Costs.recompute``), or ``()``. When given they are the costs:
+            ``f``, ``b``, ``w``, the weights and the first/last-stage extras are not used (``comm``
+            still is); a schedule of ``S`` stages gets them summed over ``K / S`` neighbours or
+            split into ``S / K`` equal parts.
         loaded: schedule files loaded into the comparison (simulated as they are).
         measured: measured steps of real runs (:class:`ctrlmem.plots.trace.MeasuredRun`, from
             ``ctrlmem run``'s ``trace-measured.json``), each drawn as a panel right under the
@@ -240,14 +242,16 @@ class Settings:
         time per pass kind, a full device-stage's on average (what a search starts from before
         it knows its stage count)."""
         lists = [tuple(float(x) for x in part) for part in self.stage_costs]
-        if len(lists) != 3 or len({len(x) for x in lists}) != 1 or not lists[0]:
-            raise ValueError("per-stage costs: give three lists (F, B, W) of one time per stage each, of one length")
+        if len(lists) not in (3, 4) or len({len(x) for x in lists}) != 1 or not lists[0]:
+            raise ValueError("per-stage costs: give three lists (F, B, W), or four (and R), of one time per stage each, "
+                             "of one length")
         if any(not math.isfinite(x) or x < 0 for part in lists for x in part):
             raise ValueError("per-stage costs must be numbers >= 0")
         if num_stages is None:
             p = self.num_devices if isinstance(self.num_devices, int) and self.num_devices > 0 else 1
-            return Costs(*(math.fsum(part) / p for part in lists), comm=base.comm, offload=base.offload,
-                         fb_overlap=base.fb_overlap)
+            avg = [math.fsum(part) / p for part in lists]
+            return Costs(*avg[:3], comm=base.comm, offload=base.offload, fb_overlap=base.fb_overlap,
+                         recompute=avg[3] if len(avg) == 4 else None)
         k = len(lists[0])
         if num_stages % k and k % num_stages:
             raise ValueError(f"per-stage costs of {k} stages cannot time a schedule of {num_stages} stages (one "
@@ -257,7 +261,8 @@ class Settings:
         else:
             g = k // num_stages
             parts = [[math.fsum(part[i * g:(i + 1) * g]) for i in range(num_stages)] for part in lists]
-        return Costs(*parts, comm=base.comm, offload=base.offload, fb_overlap=base.fb_overlap)
+        return Costs(*parts[:3], comm=base.comm, offload=base.offload, fb_overlap=base.fb_overlap,
+                     recompute=tuple(parts[3]) if len(parts) == 4 else None)
 
     def to_dict(self) -> dict:
         """The settings as JSON-ready values (loaded files as ``{"name", "text"}``)."""
@@ -290,7 +295,7 @@ class Settings:
         if "stage_costs" in values:
             parts = values["stage_costs"]
             if not isinstance(parts, (list, tuple)) or not all(isinstance(x, (list, tuple)) for x in parts):
-                raise ValueError("settings: stage_costs must be three lists (F, B, W) of numbers, or empty")
+                raise ValueError("settings: stage_costs must be three lists (F, B, W) of numbers, four with R, or empty")
             values["stage_costs"] = tuple(tuple(float(x) for x in part) for part in parts)
         if "loaded" in values:
             if not isinstance(values["loaded"], (list, tuple)):
@@ -1334,7 +1339,8 @@ def settings_from_plan(df, index: int | None = None) -> tuple[Settings, dict[str
     the order to show: ``(settings, orders, origins)``, what :func:`plan_state` saves. The
     settings are the row's pipeline (``p`` = its PP, ``m`` its microbatches per pipeline), its
     schedule next to 1F1B, the per-stage pass costs it was simulated with (ms;
-    :attr:`Settings.stage_costs`, its recomputation already in them), its hop, budget, offload
+    :attr:`Settings.stage_costs`, its recomputation already in them: in ``B`` with a fused
+    backward, as its ``R`` passes' times with a split one), its hop, budget, offload
     and host copy time, and its model and microbatch for the memory panel's GB axis (the
     explorer's GB: activation of one pipeline stage at TP 1, not the plan's per-GPU total). The
     order is the very one the plan simulated."""
@@ -1358,12 +1364,16 @@ def settings_from_plan(df, index: int | None = None) -> tuple[Settings, dict[str
         schedules=tuple(dict.fromkeys((name, "1f1b"))), num_devices=int(row["pp"]), num_microbatches=int(row["m"]),
         f=float(sum(costs.f)) / int(row["pp"]), b=float(sum(costs.b)) / int(row["pp"]),
         w=float(sum(costs.w)) / int(row["pp"]), comm=float(costs.comm),
-        stage_costs=(tuple(costs.f), tuple(costs.b), tuple(costs.w)), memory_limit=limit,
+        stage_costs=(tuple(costs.f), tuple(costs.b), tuple(costs.w))
+        + ((tuple(costs.recompute),) if sched.recomputes and isinstance(costs.recompute, tuple) else ()),
+        memory_limit=limit,
         offload=offload, offload_cost=float(costs.offload) if offload else 0.0, fb_overlap=float(costs.fb_overlap),
         model=model, microbatch_size=int(row["microbatch_size"]))
     what = (f"rank {int(row['rank']) if row['rank'] == row['rank'] else index + 1}, DP {row['dp']}, TP {row['tp']}, "
             f"PP {row['pp']}, microbatch {row['microbatch_size']}"
-            + (f", recompute {row['recompute']} (in its costs)" if str(row.get("recompute")) not in ("none", "nan") else ""))
+            + ((f", recompute {row['recompute']} (its R passes)" if sched.recomputes else
+                f", recompute {row['recompute']} (in its costs)") if str(row.get("recompute")) not in ("none", "nan")
+               else ""))
     sched = replace(sched, name=name) if sched.name != name else sched
     return settings, {name: sched}, {name: ORIGIN_PLAN.format(what=what)}
 

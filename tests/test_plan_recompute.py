@@ -163,6 +163,10 @@ def test_budgeted_searches_order_with_every_forward_recomputed():
     _, full = _row(tight, "v-shape", "full", 4)
     assert not plain["fits"] and "fewer than one microbatch per device" in plain["reason"]
     assert full["fits"] and full["memory_limit"] * 8 < 2
+    # not simulated there (its bound is below the best row's), such a row is not claimed to fit
+    pruned = _plan(6.0, schedules=["v-shape"], recompute="none,full", exhaustive=False)
+    _, row = _row(pruned, "v-shape", "full", 4)
+    assert row["status"] == "bounded" and not row["fits"] and row["reason"].startswith("fit not known")
 
 
 def test_offload_with_recompute_on_a_split_backward_is_skipped_with_its_reason():

@@ -152,6 +152,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     words = {"ok": "simulated and fit", "bounded": "bounded (fit, not simulated)", "does not fit": "do not fit",
              "m < pp": "with m < pp", "too many stages": "with too many stages"}
     status = ", ".join(f"{int(counts[k])} {w}" for k, w in words.items() if k in counts)
+    unsure = int(((df["status"] == "bounded") & ~df["fits"]).sum())
+    if unsure:  # recomputing rows below one microbatch per device, not built
+        status += f" ({unsure} of the bounded not known to fit)"
     if args.json:
         payload = {k: a.get(k) for k in ("settings", "assumptions", "notes", "skipped", "seconds", "builds")}
         payload["rows"] = json.loads(df.to_json(orient="records"))

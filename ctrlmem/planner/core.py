@@ -201,7 +201,7 @@ attention core (drop its ``s × s`` tensors); recompute every layer from its inp
 
 _BUILDS: "OrderedDict[tuple, Any]" = OrderedDict()
 _SIMS: "OrderedDict[tuple, tuple]" = OrderedDict()
-_MAX_BUILDS = 48
+_MAX_BUILDS = 96
 _MAX_SIMS = 20000
 _STATS = {"builds": 0, "build_hits": 0, "build_s": 0.0}
 
@@ -223,6 +223,8 @@ def _build(name: str, p: int, m: int, costs: Costs | None, limit: float | None, 
     if key in _BUILDS:
         _BUILDS.move_to_end(key)
         _STATS["build_hits"] += 1
+        if isinstance(_BUILDS[key], ValueError):  # a search that found nothing: not tried again
+            raise _BUILDS[key]
         return _BUILDS[key], key
     kw = {"objective": "makespan"} if "objective" in SCHEDULES[name].params else {}
     if recompute and not levered_search:
@@ -233,9 +235,14 @@ def _build(name: str, p: int, m: int, costs: Costs | None, limit: float | None, 
         try:
             sched = build(name, p, m, costs=costs if SCHEDULES[name].uses_costs else None, memory_limit=limit,
                           **lever, **kw)
+        except ValueError as exc:
+            if not levered_search:
+                raise
+            _BUILDS[key] = exc
+            raise
         finally:
             _STATS["build_s"] += time.perf_counter() - t0
-        _STATS["builds"] += 1
+            _STATS["builds"] += 1
     _BUILDS[key] = sched
     while len(_BUILDS) > _MAX_BUILDS:
         _BUILDS.popitem(last=False)
@@ -696,11 +703,16 @@ class Planner:
         return costs
 
     @staticmethod
-    def least_units(lay: _Layout, rm: _RowModel) -> int:
+    def least_units(lay: _Layout, rm: _RowModel) -> float:
         """The fewest budget units (:attr:`_RowModel.unit_gb`) a row of ``lay`` can need: one
         microbatch per device (``v`` stage activations) — or, with recomputation as ``R`` passes,
-        one stage whole (the one between its ``R`` and its ``B``; the others keep their share)."""
-        return 1 if rm.recompute else lay.v
+        in the budgeted search's model (every stage one unit, the largest kept share κ), ``1 +
+        (v − 1)·κ``: while a device recomputes its last stage of a microbatch (whole), the
+        microbatch's other stages on the device are in flight, keeping their share (their ``B``
+        follows that stage's, and their ``R`` comes right before it), so no order fits less."""
+        if not rm.recompute:
+            return lay.v
+        return 1.0 + (lay.v - 1) * float(lay.r_costs.kept_fraction(rm.recompute))
 
     def auto_limit(self, lay: _Layout, states, transient, recv=None, offload: float = 0.0,
                    model: _RowModel | None = None) -> tuple[float | None, str]:
@@ -725,9 +737,9 @@ class Planner:
         counted as the largest, κ the largest kept share over the stages, everything held until
         ``W``), so the order it returns fits the budget in GB too. A peak is then no whole number
         of units, so the budget is counted in :data:`RECOMPUTE_BUDGET_STEP` ths of one; the least is
-        one unit (:meth:`least_units`): below one microbatch per device (``v`` units) only orders
-        whose ``W`` follows its ``B`` can fit, which only the build tells, so such rows are always
-        built (never ``bounded``)."""
+        :meth:`least_units` (``1 + (v − 1)·κ``); below one microbatch per device (``v`` units)
+        only some orders fit, which only the build tells, so such rows are always built (never
+        ``bounded``; a search that finds none is cached as such)."""
         model = model or self.row_model(lay, ScheduleChoice("1f1b"))
         room = min(self.gpu_gb - self.reserve_gb - st[0] - st[1] - st[2] - tr for st, tr in zip(states, transient))
         room -= model.extra_gb + (max(recv or [0.0]) if self.count_recv else 0.0)
@@ -742,7 +754,8 @@ class Planner:
         if k < least:
             return None, (f"the remaining {room:.1f} GB holds {k:g} stage activation(s) of {model.unit_gb:.2f} GB "
                           f"(× {self.margin.ratio:.3f} allocator margin), "
-                          + ("not even the stage being recomputed" if model.recompute else
+                          + (f"less than the {least:.3g} a recomputing order needs (one stage whole, the others of "
+                             "its microbatch on the device keeping their share)" if model.recompute else
                              "fewer than one microbatch per device"))
         what = "the largest stage's activations without recomputation" if model.recompute else \
             "the largest stage's activations"
@@ -805,7 +818,7 @@ class Planner:
                         d, mem = self.memory(lay, [self.least_units(lay, rm) * rm.unit_gb] * pp, states, trans, recv,
                                              rm.extra_gb)
                         row.update(mem, device=d, status="does not fit", fits=False, reason=why,
-                                   memory_how="the smallest budget (" + ("one stage whole" if rm.recompute else
+                                   memory_how="the smallest budget (" + ("a recomputing order's least" if rm.recompute else
                                                                          "one microbatch per device") + ")")
                         continue
                     row["reason"] = f"budget {limit:.4g} × 1F1B's peak: {why}"
@@ -842,24 +855,28 @@ class Planner:
                 bound_ms = max(s + w * m for s, w in zip(lay.start_ms, lay.work_ms))
                 ub = self.batch / (bound_ms / 1e3 + sync)
                 row["upper_bound_samples_per_s"] = ub
-                # below one microbatch per device only the build says whether any order fits: never bounded
-                must_build = bool(rm.levered_search and limit is not None and limit * lay.S < lay.v - 1e-9)
+                # below one microbatch per device only the build says whether any order fits
+                unsure = bool(rm.levered_search and limit is not None and limit * lay.S < lay.v - 1e-9)
                 pending.append((ub, len(pending), row, {"choice": ch, "lay": lay, "states": states, "trans": trans,
                                                         "sync": sync, "limit": limit, "recv": recv, "off": off,
-                                                        "model": rm, "must_build": must_build}))
+                                                        "model": rm, "unsure": unsure}))
         pending.sort(key=lambda x: (-x[0], x[1]))
         found: dict[str, list[float]] = {}  # per schedule: the best `top` samples/s simulated so far
         bar.add(len(pending))
         for ub, _, row, w in pending:
             ch = w["choice"]
             mine = found.get(ch.label, [])
-            if not exhaustive and not w["must_build"] and len(mine) >= top and ub < mine[top - 1] * (1 - 1e-12):
+            if not exhaustive and len(mine) >= top and ub < mine[top - 1] * (1 - 1e-12):
                 nth = "best" if top == 1 else f"{top}th best"
                 row.update(status="bounded", fits=True, memory_how=row.get("memory_how", "–"),
                            reason=(f"not simulated: at most {ub:.4g} samples/s (no-bubble bound), below the "
                                    f"{mine[top - 1]:.4g} of {ch.label}'s {nth} configuration")
                            + (f"; {row['reason']}" if row["reason"] else ""))
                 self._fill_bounded_memory(row, w)
+                if w["unsure"]:  # not built: whether an order fits this budget is not known
+                    row.update(fits=False, reason="fit not known: below one microbatch per device an order with every "
+                                                  "forward recomputed fits only sometimes, and the search was not run "
+                                                  "(" + row["reason"] + ")")
                 bar.update(1)
                 continue
             self._evaluate(row, w)
@@ -924,7 +941,7 @@ class Planner:
             d, mem = self.memory(lay, [self.least_units(lay, rm) * rm.unit_gb] * pp, w["states"], w["trans"],
                                  w["recv"], rm.extra_gb)
             row.update(mem, device=d, status="does not fit", fits=False,
-                       memory_how="the smallest budget (one stage whole)",
+                       memory_how="the smallest budget (a recomputing order's least)",
                        reason=f"no order fits the budget with every forward recomputed ({exc}); {row['reason']}")
             return
         d, mem = self.memory(lay, peaks, w["states"], w["trans"], w["recv"], rm.extra_gb)

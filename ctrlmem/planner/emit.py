@@ -403,7 +403,7 @@ def emit(df, out_dir: str | os.PathLike, index: int | None = None, *, torchtitan
                              "or --reserve-gb 0)")
         index = int(ok[0])
     row = df.iloc[index]
-    if row["status"] not in ("ok", "bounded"):
+    if row["status"] not in ("ok", "bounded") or not row["fits"]:
         raise ValueError(f"row {index} does not fit ({row['status']}: {row['reason']}); emit a row that fits")
     schedule, costs = row_schedule(df, index)
     guess_module, guess_config, known = torchtitan_target(df.attrs["settings"]["model"])

@@ -5,6 +5,9 @@ Used by ``tests/test_browser.py`` (slow) and ``benchmarks/bench_explorer.py --br
 JupyterLab runs from this Python's environment on a loopback port with a random token, in a
 temporary folder holding a copy of the notebook; Python playwright drives ``/usr/bin/chromium``
 (never a downloaded browser). Everything started here is stopped on exit, failures included.
+:func:`lab_page` starts a server and a browser for one page; :func:`lab_server` starts them once
+for several pages (``lab_page(..., lab=...)``: each notebook in a folder, kernel and browser
+context of its own), which is how ``tests/test_browser.py`` runs its tests.
 
 What is measured, in the page's own clock (``performance.now()``), from the input event that
 commits the change (the Enter key of a typed value, the click on a checkbox; the typing before it
@@ -74,8 +77,9 @@ def _stop_kernels(base: str, token: str) -> None:
         pass
 
 
-def notebook_with_parameters(source: str, dest: str, **params) -> None:
-    """Copy the notebook, overriding literals of its ``parameters`` cell (as papermill would)."""
+def notebook_with_parameters(source: str, dest: str, kernelspec: dict | None = None, **params) -> None:
+    """Copy the notebook, overriding literals of its ``parameters`` cell (as papermill would),
+    and its kernel when ``kernelspec`` (``{"name", "display_name", "language"}``) is given."""
     with open(source, encoding="utf-8") as fh:
         nb = json.load(fh)
     for cell in nb["cells"]:
@@ -88,111 +92,231 @@ def notebook_with_parameters(source: str, dest: str, **params) -> None:
             out += [f"{k} = {v!r}" for k, v in params.items()]
             cell["source"] = "\n".join(out) + "\n"
             break
+    if kernelspec is not None:
+        nb.setdefault("metadata", {})["kernelspec"] = kernelspec
     with open(dest, "w", encoding="utf-8") as fh:
         json.dump(nb, fh)
 
 
 EXPLORER_READY = (".ctrlmem-diagram .js-plotly-plot .main-svg", ".ctrlmem-memory .js-plotly-plot .main-svg")
+KERNEL_NAME = "Python 3 (ipykernel)"  # the display name of the python3 kernel the notebooks name
+
+
+class Lab:
+    """A JupyterLab server from this Python's environment (loopback port, random token, a
+    temporary root folder) and a headless Chromium driven by playwright, both started by
+    :func:`lab_server`. Several pages can be opened on it one after the other
+    (:meth:`page`), each notebook in a sub-folder of its own with its own kernel and browser
+    context: what a test module shares instead of starting a server and a browser per test."""
+
+    def __init__(self, tmp: str, env: dict | None):
+        self.tmp = tmp
+        self.root = os.path.join(tmp, "lab")
+        self.kernels_dir = os.path.join(tmp, "share", "kernels")  # on the server's JUPYTER_PATH
+        os.makedirs(self.root, exist_ok=True)
+        os.makedirs(self.kernels_dir, exist_ok=True)
+        self.port, self.token = _free_port(), secrets.token_hex(16)
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.env = env
+        self.server: subprocess.Popen | None = None
+        self.pw = self.browser = None
+        self._pages = 0
+        self._folders: dict[int, str] = {}  # id(page) -> its folder under the root
+
+    # -- the server
+
+    def _start(self) -> None:
+        full_env = dict(os.environ, JUPYTER_RUNTIME_DIR=os.path.join(self.tmp, "runtime"), PYTHONUNBUFFERED="1",
+                        **(self.env or {}))
+        full_env["JUPYTER_PATH"] = os.pathsep.join(
+            x for x in (os.path.join(self.tmp, "share"), os.environ.get("JUPYTER_PATH")) if x)
+        self.log_path = os.path.join(self.tmp, "jupyter.log")
+        self._log = open(self.log_path, "w")
+        jupyter = os.path.join(os.path.dirname(sys.executable), "jupyter")
+        self.server = subprocess.Popen(
+            [jupyter, "lab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}", "--port-retries=0",
+             f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
+             f"--LabApp.workspaces_dir={os.path.join(self.tmp, 'workspaces')}",
+             f"--LabApp.user_settings_dir={os.path.join(self.tmp, 'settings')}",
+             "--ServerApp.open_browser=False", *(["--allow-root"] if os.geteuid() == 0 else [])],
+            stdout=self._log, stderr=subprocess.STDOUT, env=full_env, cwd=self.root,
+        )
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                _get(f"{self.base}/api/status?token={self.token}")
+                break
+            except OSError:
+                if self.server.poll() is not None or time.monotonic() > deadline:
+                    with open(self.log_path) as fh:
+                        raise RuntimeError("JupyterLab did not start:\n" + fh.read()[-3000:]) from None
+                time.sleep(0.5)
+        from playwright.sync_api import sync_playwright
+
+        self.pw = sync_playwright().start()
+        self.browser = self.pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+
+    def _stop(self) -> None:
+        if self.browser is not None:
+            with contextlib.suppress(Exception):
+                self.browser.close()
+        if self.pw is not None:
+            with contextlib.suppress(Exception):
+                self.pw.stop()
+        if self.server is not None:
+            if self.server.poll() is None:
+                _stop_kernels(self.base, self.token)
+                self.server.terminate()
+                try:
+                    self.server.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    self.server.kill()
+                    self.server.wait(timeout=10)
+            self._log.close()
+
+    # -- kernels
+
+    def _sessions(self, folder: str) -> list[dict]:
+        """The server's sessions of notebooks under ``folder`` (relative to the root)."""
+        try:
+            sessions = _get(f"{self.base}/api/sessions?token={self.token}") or []
+        except OSError:
+            return []
+        return [s for s in sessions if str(s.get("path", "")).startswith(folder + "/")]
+
+    def kernel_ids(self, page) -> list[str]:
+        """The ids of the kernels of the notebook ``page`` shows (its folder's sessions)."""
+        return [s["kernel"]["id"] for s in self._sessions(self._folders[id(page)]) if s.get("kernel")]
+
+    def _stop_folder_kernels(self, folder: str) -> None:
+        """Shut down the sessions (and so the kernels) of the notebooks under ``folder``; the
+        server answers once each kernel has ended."""
+        for s in self._sessions(folder):
+            with contextlib.suppress(OSError):
+                req = urllib.request.Request(f"{self.base}/api/sessions/{s['id']}?token={self.token}",
+                                             method="DELETE")
+                urllib.request.urlopen(req, timeout=60).close()
+
+    def _kernelspec(self, env: dict) -> dict:
+        """A python3 kernel with ``env`` added to its environment (a kernelspec on the server's
+        JUPYTER_PATH, written on first use); the notebook's metadata names it."""
+        label = ", ".join(f"{k}={v}" for k, v in sorted(env.items()))
+        name = "ctrlmem-" + re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-").lower()[:60]
+        folder = os.path.join(self.kernels_dir, name)
+        spec = {"name": name, "display_name": f"{KERNEL_NAME} {label}", "language": "python"}
+        if not os.path.isdir(folder):
+            os.makedirs(folder)
+            with open(os.path.join(folder, "kernel.json"), "w", encoding="utf-8") as fh:
+                json.dump({"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                           "display_name": spec["display_name"], "language": "python",
+                           "env": {str(k): str(v) for k, v in env.items()}, "metadata": {"debugger": True}}, fh)
+        return spec
+
+    # -- pages
+
+    @contextlib.contextmanager
+    def page(self, notebook: str, *, viewport=(1400, 1600), env: dict | None = None, path: str = "explore.ipynb",
+             ready: tuple[str, ...] = EXPLORER_READY, files: dict[str, str] | None = None, **params):
+        """Yield a playwright page (in a browser context of its own) with ``notebook``
+        (parameters overridden by ``params``) open and every cell run, from a sub-folder of its
+        own; on exit the context is closed and the notebook's kernel shut down, failures
+        included. ``env``: added to the kernel's environment (through a kernelspec); the other
+        arguments as for :func:`lab_page`."""
+        self._pages += 1
+        folder = f"page{self._pages}"
+        work = os.path.join(self.root, folder)
+        os.makedirs(os.path.dirname(os.path.join(work, path)), exist_ok=True)
+        spec = self._kernelspec(env) if env else None
+        notebook_with_parameters(notebook, os.path.join(work, path), kernelspec=spec, **params)
+        for rel, source in (files or {}).items():
+            os.makedirs(os.path.dirname(os.path.join(work, rel)) or work, exist_ok=True)
+            shutil.copyfile(source, os.path.join(work, rel))
+        kernel_name = spec["display_name"] if spec else KERNEL_NAME
+        context = None
+        try:
+            context = self.browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+            context.grant_permissions(["clipboard-read", "clipboard-write"], origin=self.base)
+            page = context.new_page()
+            self._folders[id(page)] = folder
+            page.set_default_timeout(180_000)
+            # a workspace of its own: JupyterLab restores nothing another page left open
+            page.goto(f"{self.base}/lab/workspaces/{folder}/tree/{folder}/{path}?token={self.token}")
+            page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=180_000)
+            page.wait_for_selector(f".jp-StatusBar-Widget:has-text('{kernel_name} | Idle')", timeout=180_000)
+            for attempt in range(3):  # a click that lands before the kernel connection is up: retry
+                page.click(".jp-NotebookPanel .jp-Cell >> nth=0")
+                page.click(".lm-MenuBar-itemLabel:text-is('Run')")
+                page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
+                try:
+                    page.wait_for_selector(".jp-InputArea-prompt:has-text('[1]')", timeout=40_000)
+                    break
+                except Exception:
+                    if attempt == 2:
+                        raise
+            for selector in ready:
+                page.wait_for_selector(selector, timeout=300_000)
+            news = page.locator(".jp-toast-button:text-is('No')")
+            if news.count():
+                news.first.click()  # the "Jupyter news?" toast would cover the plots
+            if tuple(ready) == EXPLORER_READY:
+                install_probe(page)
+            yield page
+        finally:
+            if context is not None:
+                with contextlib.suppress(Exception):
+                    context.close()
+            self._stop_folder_kernels(folder)
 
 
 @contextlib.contextmanager
-def lab_page(notebook: str, *, workdir: str | None = None, viewport=(1400, 1600), env: dict | None = None,
-             path: str = "explore.ipynb", ready: tuple[str, ...] = EXPLORER_READY,
-             files: dict[str, str] | None = None, **params):
-    """Yield a playwright page with ``notebook`` (parameters overridden by ``params``) open in
-    JupyterLab and every cell run. Server, kernels and browser are stopped on exit.
-
-    ``path``: where the notebook lies under the server's root (a sub-folder like
-    ``notebooks/x.ipynb`` gives it the repository's layout); ``files``: more files to copy
-    there (``{relative path: source}``); ``ready``: selectors that must show before the page is
-    handed over (default: the explorer's two plots; the probe that times updates is installed
-    when they are the explorer's)."""
-    from playwright.sync_api import sync_playwright
-
+def lab_server(*, workdir: str | None = None, env: dict | None = None):
+    """Start JupyterLab and a headless Chromium and yield the :class:`Lab`; the server, every
+    kernel and the browser are stopped on exit, failures included (a SIGTERM too, when this is
+    the main thread). ``workdir``: the folder for the server's root, runtime files and log
+    (default: a temporary folder, removed on exit); ``env``: added to the server's environment
+    (and so to every kernel's)."""
     own_tmp = workdir is None
     tmp = tempfile.mkdtemp(prefix="ctrlmem-lab-") if own_tmp else workdir
-    work = os.path.join(tmp, "lab")
-    os.makedirs(os.path.dirname(os.path.join(work, path)), exist_ok=True)
-    notebook_with_parameters(notebook, os.path.join(work, path), **params)
-    for rel, source in (files or {}).items():
-        os.makedirs(os.path.dirname(os.path.join(work, rel)) or work, exist_ok=True)
-        shutil.copyfile(source, os.path.join(work, rel))
-    port, token = _free_port(), secrets.token_hex(16)
-    base = f"http://127.0.0.1:{port}"
-    full_env = dict(os.environ, JUPYTER_RUNTIME_DIR=os.path.join(tmp, "runtime"), PYTHONUNBUFFERED="1",
-                    **(env or {}))
-    log_path = os.path.join(tmp, "jupyter.log")
-    log = open(log_path, "w")
-    jupyter = os.path.join(os.path.dirname(sys.executable), "jupyter")
-    server = subprocess.Popen(
-        [jupyter, "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}",
-         f"--LabApp.workspaces_dir={os.path.join(tmp, 'workspaces')}",
-         f"--LabApp.user_settings_dir={os.path.join(tmp, 'settings')}",
-         "--ServerApp.open_browser=False", *(["--allow-root"] if os.geteuid() == 0 else [])],
-        stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=work,
-    )
-    pw = browser = None
+    lab = Lab(tmp, env)
     previous = None
     if threading.current_thread() is threading.main_thread():  # SIGTERM still cleans up
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                _get(f"{base}/api/status?token={token}")
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    with open(log_path) as fh:
-                        raise RuntimeError("JupyterLab did not start:\n" + fh.read()[-3000:]) from None
-                time.sleep(0.5)
-        pw = sync_playwright().start()
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
-        page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base)
-        page.set_default_timeout(180_000)
-        page.goto(f"{base}/lab/tree/{path}?token={token}")
-        page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=180_000)
-        page.wait_for_selector(".jp-StatusBar-Widget:has-text('Python 3 (ipykernel) | Idle')", timeout=180_000)
-        for attempt in range(3):  # a click that lands before the kernel connection is up: retry
-            page.click(".jp-NotebookPanel .jp-Cell >> nth=0")
-            page.click(".lm-MenuBar-itemLabel:text-is('Run')")
-            page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
-            try:
-                page.wait_for_selector(".jp-InputArea-prompt:has-text('[1]')", timeout=40_000)
-                break
-            except Exception:
-                if attempt == 2:
-                    raise
-        for selector in ready:
-            page.wait_for_selector(selector, timeout=300_000)
-        news = page.locator(".jp-toast-button:text-is('No')")
-        if news.count():
-            news.first.click()  # the "Jupyter news?" toast would cover the plots
-        if tuple(ready) == EXPLORER_READY:
-            install_probe(page)
-        yield page
+        lab._start()
+        yield lab
     finally:
-        if browser is not None:
-            with contextlib.suppress(Exception):
-                browser.close()
-        if pw is not None:
-            with contextlib.suppress(Exception):
-                pw.stop()
-        if server.poll() is None:
-            _stop_kernels(base, token)
-            server.terminate()
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait(timeout=10)
-        log.close()
+        lab._stop()
         if own_tmp:
             shutil.rmtree(tmp, ignore_errors=True)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def lab_page(notebook: str, *, lab: Lab | None = None, workdir: str | None = None, viewport=(1400, 1600),
+             env: dict | None = None, path: str = "explore.ipynb", ready: tuple[str, ...] = EXPLORER_READY,
+             files: dict[str, str] | None = None, **params):
+    """Yield a playwright page with ``notebook`` (parameters overridden by ``params``) open in
+    JupyterLab and every cell run. Server, kernels and browser are stopped on exit.
+
+    ``lab``: a running :class:`Lab` (:func:`lab_server`) to open the page on, in a sub-folder
+    and browser context of its own (its kernel is shut down on exit, the server and browser
+    keep running); without it a server and a browser are started for this page alone, in
+    ``workdir`` (default: a temporary folder). ``env``: added to the kernel's environment.
+    ``path``: where the notebook lies under its folder (a sub-folder like
+    ``notebooks/x.ipynb`` gives it the repository's layout); ``files``: more files to copy
+    there (``{relative path: source}``); ``ready``: selectors that must show before the page is
+    handed over (default: the explorer's two plots; the probe that times updates is installed
+    when they are the explorer's)."""
+    kw = dict(viewport=viewport, path=path, ready=ready, files=files, **params)
+    if lab is not None:
+        if workdir is not None:
+            raise ValueError("workdir is the server's folder: give it to lab_server, not with lab")
+        with lab.page(notebook, env=env, **kw) as page:
+            yield page
+        return
+    with lab_server(workdir=workdir, env=env) as own, own.page(notebook, **kw) as page:
+        yield page
 
 
 def _terminate(signum, frame):

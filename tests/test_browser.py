@@ -10,7 +10,10 @@ the first V-Min at p = 32, m = 256 is searched (the engine as Python, as without
 while the widgets stay live) and the downloaded state redraws the downloaded report exactly with
 `ctrlmem draw --state`; notebook 20's summary links open their files. Screenshots go to
 $CTRLMEM_SCREENSHOTS (default: <tmp>/ctrlmem-browser/; never into the checkout). The harness (server, browser, timing) is benchmarks/lab_browser.py; it stops
-the server, kernels and browser even on failure.
+the server, kernels and browser even on failure. One JupyterLab server and one Chromium serve the
+module's tests (the `lab` fixture: their start-up was a sixth of the module's CPU); each test opens
+its notebook from a folder of its own, with its own kernel (shut down when the test ends) and
+browser context.
 
 Slow (starts a server, a kernel and a browser): run with ``pytest -m slow tests/test_browser.py``.
 """
@@ -43,6 +46,14 @@ _LABELS = """
 """
 
 
+@pytest.fixture(scope="module")
+def lab():
+    """The JupyterLab server and headless Chromium the module's tests share (stopped, with every
+    kernel, when the module ends, whatever happened)."""
+    with lb.lab_server() as server:
+        yield server
+
+
 def _ticks(page) -> list[str]:
     return page.eval_on_selector_all(".ctrlmem-diagram .ytick text", "els => els.map(e => e.textContent)")
 
@@ -56,12 +67,9 @@ def _shot(page, name: str) -> str:
     return path
 
 
-def test_explorer_in_jupyterlab_redraws_fast_with_labels_inside_their_boxes(tmp_path):
-    why = lb.available()
-    if why:
-        pytest.skip(why)
+def test_explorer_in_jupyterlab_redraws_fast_with_labels_inside_their_boxes(lab, tmp_path):
     times = {}
-    with lb.lab_page(NOTEBOOK, workdir=str(tmp_path), schedules=["1f1b", "v-half"],
+    with lb.lab_page(NOTEBOOK, lab=lab, schedules=["1f1b", "v-half"],
                      num_devices=4, num_microbatches=12) as page:
         try:
             ticks = _ticks(page)
@@ -157,15 +165,12 @@ def _hover_text(page, panel: int) -> str:
     return ""
 
 
-def test_budget_line_verdict_overview_hover_and_one_state_in_the_browser(tmp_path):
+def test_budget_line_verdict_overview_hover_and_one_state_in_the_browser(lab, tmp_path):
     """p=16, m=64, 1F1B + V-Half + V-Shape under a 0.5 budget, drawn as overviews: the memory
     plot's budgeted line says "budget", the verdict's fastest fits the budget and the line names
     V-Half and 1F1B as left out, hovering the overview names the pass (kind, stage, chunk,
     microbatch, start, end), and every element shows one state once nothing is pending."""
-    why = lb.available()
-    if why:
-        pytest.skip(why)
-    with lb.lab_page(NOTEBOOK, workdir=str(tmp_path), schedules=["1f1b", "v-half", "v-shape"],
+    with lb.lab_page(NOTEBOOK, lab=lab, schedules=["1f1b", "v-half", "v-shape"],
                      num_devices=16, num_microbatches=64, memory_limit=0.5) as page:
         try:
             _settled(page)
@@ -190,16 +195,13 @@ def test_budget_line_verdict_overview_hover_and_one_state_in_the_browser(tmp_pat
             raise
 
 
-def test_an_edit_is_answered_while_the_first_v_min_is_searched(tmp_path):
+def test_an_edit_is_answered_while_the_first_v_min_is_searched(lab, tmp_path):
     """p=8, m=64, F=2, with the search engine's plain-Python form (CTRLMEM_JIT=0: what runs
     without numba, about 12 s of CPU for V-Min here, for each of the two costs; benchmarks/bench_explorer.py --browser does
     p=32, m=256): V-Min ticked is drawn at once from its
     unit-cost pattern while it is searched, an edit made meanwhile is drawn too (the search still
     running, restarted for the new costs), and the adapted V-Min follows."""
-    why = lb.available()
-    if why:
-        pytest.skip(why)
-    with lb.lab_page(NOTEBOOK, workdir=str(tmp_path), schedules=["1f1b"], num_devices=8, num_microbatches=64,
+    with lb.lab_page(NOTEBOOK, lab=lab, schedules=["1f1b"], num_devices=8, num_microbatches=64,
                      f=2.0, env={"CTRLMEM_JIT": "0"}) as page:
         try:
             _settled(page)
@@ -225,17 +227,14 @@ def _tick(name: str):
     return act
 
 
-def test_downloads_and_a_saved_state_redraws_identically(tmp_path):
+def test_downloads_and_a_saved_state_redraws_identically(lab, tmp_path):
     """With per-stage weights the title states their range and no drawn label is larger than its
     box; the export buttons download in the browser (PNG drawn while the widgets stay live); the
     state downloaded with "save state", drawn by `ctrlmem draw --state`, gives the very report
     the "HTML report" button downloaded."""
-    why = lb.available()
-    if why:
-        pytest.skip(why)
     from ctrlmem.cli import main
 
-    with lb.lab_page(NOTEBOOK, workdir=str(tmp_path), schedules=["1f1b", "v-half"], num_devices=8,
+    with lb.lab_page(NOTEBOOK, lab=lab, schedules=["1f1b", "v-half"], num_devices=8,
                      num_microbatches=32, stage_weights=[1.5, 1, 1, 1, 1, 1, 1, 1.5]) as page:
         try:
             _settled(page)
@@ -270,15 +269,12 @@ def test_downloads_and_a_saved_state_redraws_identically(tmp_path):
             raise
 
 
-def test_notebook_20_summary_links_open_in_jupyterlab(tmp_path):
+def test_notebook_20_summary_links_open_in_jupyterlab(lab, tmp_path):
     """Notebook 20's rendered summary links to the tables this run wrote and to claims.md (the
     committed figures/claims.md when this run did not build it); clicking each opens the file
     in JupyterLab, never a 404."""
-    why = lb.available()
-    if why:
-        pytest.skip(why)
     nb = os.path.join(ROOT, "notebooks", "20_paper_tables.ipynb")
-    with lb.lab_page(nb, workdir=str(tmp_path), path="notebooks/20_paper_tables.ipynb",
+    with lb.lab_page(nb, lab=lab, path="notebooks/20_paper_tables.ipynb",
                      ready=(".jp-OutputArea-output.jp-RenderedMarkdown h1",),
                      files={"figures/claims.md": os.path.join(ROOT, "figures", "claims.md")},
                      artifacts="table2,table8") as page:
@@ -305,16 +301,22 @@ def test_notebook_20_summary_links_open_in_jupyterlab(tmp_path):
             raise
 
 
-def _export_chromium_pids() -> list[int]:
+def _export_chromium_pids(lab, page) -> list[int]:
     """The Chromium the explorer of this test draws static images in: a browser process (not a
     renderer) started inside this test's own Jupyter kernel (kaleido starts it directly or
-    through its pipe wrapper); never another process's, nor the Chromium this test drives."""
+    through its pipe wrapper); never another process's, another test's kernel's, nor the
+    Chromium this test drives."""
     import subprocess
 
+    kernels = lab.kernel_ids(page)
+    assert kernels, "no kernel runs the page's notebook"
     rows = [line.split(None, 2) for line in
-            subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout.splitlines()[1:]]
+            subprocess.run(["ps", "-ww", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout.splitlines()[1:]]
     parent = {int(pid): int(ppid) for pid, ppid, _args in rows}
     args_of = {int(pid): args for pid, _ppid, args in rows}
+
+    def ours(args: str) -> bool:  # the ipykernel of this page: its connection file names the kernel id (ps -ww: whole lines)
+        return "ipykernel" in args and any(k in args for k in kernels)
 
     def in_our_kernel(pid: int) -> bool:
         kernel = False
@@ -322,7 +324,7 @@ def _export_chromium_pids() -> list[int]:
             if pid == os.getpid():
                 return kernel
             pid = parent.get(pid, 0)
-            kernel = kernel or "ipykernel" in args_of.get(pid, "")
+            kernel = kernel or ours(args_of.get(pid, ""))
         return False
 
     return [int(pid) for pid, _ppid, args in rows if os.path.basename(args.split(" ", 1)[0]) == "chromium"
@@ -346,21 +348,18 @@ def _download(page, label: str, tmp_path, timeout_s: float = 180):
     return path, time.monotonic() - t0
 
 
-def test_every_export_arrives_at_p32_m256_after_a_long_session_and_a_dead_exporter(tmp_path):
+def test_every_export_arrives_at_p32_m256_after_a_long_session_and_a_dead_exporter(lab, tmp_path):
     """The issue's sequence: per-stage weights, a model's GB axis, the solver option on and off,
     a 0.5 budget with v-shape and zb ticked, the bubble-vs-budget panel, then p = 32, m = 256
     (weights cleared: 8 numbers do not fit 32 stages). Every export downloads there (PNG, SVG,
     PDF, HTML report, torch CSV, state). Then the export Chromium is killed (what an
     out-of-memory kill does; before, the next image never arrived: kaleido waits without a limit
     for a tab of a dead browser): the next PNG still downloads, from a fresh Chromium."""
-    why = lb.available()
-    if why:
-        pytest.skip(why)
     import os
     import signal
 
     times = {}
-    with lb.lab_page(NOTEBOOK, workdir=str(tmp_path), schedules=["1f1b", "v-half", "v-min"], num_devices=8,
+    with lb.lab_page(NOTEBOOK, lab=lab, schedules=["1f1b", "v-half", "v-min"], num_devices=8,
                      num_microbatches=32) as page:
         try:
             _settled(page)
@@ -399,11 +398,11 @@ def test_every_export_arrives_at_p32_m256_after_a_long_session_and_a_dead_export
             assert svg.lstrip().startswith("<svg") and "(i)" not in svg
             assert "ctrlmem-state" in got["html"].read_text(encoding="utf-8")
             assert got["csv"].stat().st_size > 0 and got["state"].stat().st_size > 0
-            pids = _export_chromium_pids()
+            pids = _export_chromium_pids(lab, page)
             if not pids:
                 import subprocess
 
-                listing = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
+                listing = subprocess.run(["ps", "-ww", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
                 wrappers = [ln[:200] for ln in listing.splitlines() if "wrapper" in ln or "ipykernel" in ln]
                 raise AssertionError(f"no export Chromium found under pytest {os.getpid()}: {wrappers}")
             for pid in pids:
@@ -439,7 +438,7 @@ _TWO_STATES_NOTEBOOK = {
 }
 
 
-def test_a_state_that_keeps_the_main_plot_arriving_before_the_one_before_is_drawn_loses_nothing(tmp_path):
+def test_a_state_that_keeps_the_main_plot_arriving_before_the_one_before_is_drawn_loses_nothing(lab, tmp_path):
     """The plot view takes each state in as it arrives: while it draws one state (a frame between
     its main slot and the rest), a state with both slots and then one that keeps slot a and
     changes slot b arrive; slot a ends with the middle state's figure, slot b with the last's, and
@@ -447,12 +446,9 @@ def test_a_state_that_keeps_the_main_plot_arriving_before_the_one_before_is_draw
     plots; before, the middle state's main plot was never drawn)."""
     import json
 
-    why = lb.available()
-    if why:
-        pytest.skip(why)
     nb = tmp_path / "two_states.ipynb"
     nb.write_text(json.dumps(_TWO_STATES_NOTEBOOK))
-    with lb.lab_page(str(nb), workdir=str(tmp_path / "lab"), path="two_states.ipynb",
+    with lb.lab_page(str(nb), lab=lab, path="two_states.ipynb",
                      ready=(".slot-b .js-plotly-plot .main-svg",)) as page:
         page.wait_for_function("() => { const t = document.querySelector('.slot-b .gtitle');"
                                " return t && t.textContent === 'second comparison'; }", timeout=60_000)

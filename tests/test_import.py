@@ -22,3 +22,13 @@ def test_command_line_starts_without_heavy_imports():
     """Building the `ctrlmem` parser (every subcommand registered) loads none of them: they load
     only when their command runs."""
     assert heavy_modules_after("from ctrlmem.cli import make_parser; make_parser()") == []
+
+
+def test_run_launcher_checks_a_run_without_torch():
+    """`ctrlmem run` validates a run (the torch range, the model preset, the schedule, the CPU
+    memory) and writes its worker config without importing torch: only the ranks need it (it
+    cost the launcher, and every `--emit-sbatch`, 3 s of CPU)."""
+    assert heavy_modules_after(
+        "from ctrlmem.runtime.launch import RunConfig, prepare; "
+        "_, worker = prepare(RunConfig('v-half', 2, 4, out='o')); "
+        "assert worker['torch_version'] and worker['model']['name'] == 'tiny'") == []

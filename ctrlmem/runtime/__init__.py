@@ -4,7 +4,9 @@ Import explicitly (``import ctrlmem.runtime``); ``import ctrlmem`` never imports
 
 * :mod:`.adapter`: the only module using torch's private pipelining API; Schedule → torch actions;
   the supported torch range (2.11 to 2.13) and its check; the P2P audit.
-* :mod:`.models`: the GPT-style model zoo, its presets (paper Table 2, small CPU ones) and stage split.
+* :mod:`.models`: the GPT-style model zoo, its presets (paper Table 2, small CPU ones) and stage split
+  (the presets and the split live in :mod:`.presets`, the supported torch range in :mod:`.versions`:
+  neither imports torch, so ``ctrlmem run`` validates a run before launching without it).
 * :mod:`.measure`: saved-tensor and allocator memory, theory peaks, measured costs → ``Costs``.
 * :mod:`.recompute`: ``--recompute``: a non-reentrant checkpoint per stage (or attention core),
   its recomputed tensors metered and its recomputations counted.

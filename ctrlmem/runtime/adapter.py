@@ -1,7 +1,8 @@
 """Run a ctrlmem :class:`~ctrlmem.Schedule` on ``torch.distributed.pipelining``.
 
 **Supported torch: 2.11, 2.12 and 2.13** (:data:`SUPPORTED_TORCH`; :func:`check_torch_version`
-refuses others, because the private runtime used here changes between releases).
+refuses others, because the private runtime used here changes between releases; both live in
+:mod:`.versions`, which the launcher imports without torch).
 
 This is the only module of ctrlmem that touches private torch API: the pipelining runtime's
 (``_PipelineScheduleRuntime``, ``_Action``, ``_prepare_schedule_with_comms``, ``_validate_schedule``,
@@ -48,8 +49,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -71,40 +70,13 @@ from torch.distributed.pipelining.schedules import (
 )
 
 from ctrlmem.model.ir import Op, Pass, Schedule
+from ctrlmem.runtime.versions import ALLOW_ENV, SUPPORTED_TORCH, UnsupportedTorch, check_torch_version
 
-__all__ = ["SUPPORTED_TORCH", "UnsupportedTorch", "check_torch_version", "to_torch_actions", "torch_stage_to_rank",
+__all__ = ["SUPPORTED_TORCH", "ALLOW_ENV", "UnsupportedTorch", "check_torch_version", "to_torch_actions", "torch_stage_to_rank",
            "torch_inferred_placement", "cpu_allocation_deltas", "ObservedSavedTensors", "P2PAudit", "PassRecord",
            "TrackedStage", "Pipeline"]
 
 log = logging.getLogger(__name__)
-
-SUPPORTED_TORCH = ((2, 11), (2, 13))
-"""Oldest and newest supported ``(major, minor)`` of torch, both included."""
-
-ALLOW_ENV = "CTRLMEM_ALLOW_UNSUPPORTED_TORCH"
-
-
-class UnsupportedTorch(RuntimeError):
-    """The installed torch is outside :data:`SUPPORTED_TORCH`."""
-
-
-def check_torch_version(version: str | None = None) -> str:
-    """Return ``version`` (default: the installed torch's) if it is supported; raise
-    :class:`UnsupportedTorch` naming the supported range and the fix otherwise. Setting
-    ``CTRLMEM_ALLOW_UNSUPPORTED_TORCH=1`` turns the refusal into a warning."""
-    version = torch.__version__ if version is None else str(version)
-    match = re.match(r"(\d+)\.(\d+)", version)
-    (lo, hi) = SUPPORTED_TORCH
-    rng = f"{lo[0]}.{lo[1]} to {hi[0]}.{hi[1]}"
-    if match and lo <= (int(match[1]), int(match[2])) <= hi:
-        return version
-    msg = (f"torch {version} is not supported by ctrlmem's real runs (supported: torch {rng}; they rely on "
-           f"torch.distributed.pipelining internals that change between releases); install a supported "
-           f"version, e.g. pip install torch=={hi[0]}.{hi[1]}.0, or set {ALLOW_ENV}=1 to try anyway")
-    if os.environ.get(ALLOW_ENV, "") not in ("", "0"):
-        log.warning("%s (continuing: %s is set)", msg, ALLOW_ENV)
-        return version
-    raise UnsupportedTorch(msg)
 
 _TO_TORCH = {Op.F: FORWARD, Op.B: BACKWARD_INPUT, Op.W: BACKWARD_WEIGHT, Op.BW: FULL_BACKWARD}
 

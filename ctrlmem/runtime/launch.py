@@ -37,6 +37,8 @@ from ctrlmem.model.validate import validate
 from ctrlmem.util import checks
 import shutil
 from ctrlmem.model.levers import lever_mode
+from ctrlmem.runtime.presets import get_preset, layers_per_stage
+from ctrlmem.runtime.versions import UnsupportedTorch, check_torch_version
 from ctrlmem.schedules.registry import apply_levers
 
 __all__ = ["RunConfig", "RunError", "prepare", "run", "run_many", "schedule_folder", "assemble", "measured_trace", "emit_sbatch", "check_config",
@@ -138,11 +140,8 @@ def prepare(config: RunConfig, local: bool = True) -> tuple[Schedule, dict]:
     here; a Slurm script (``local=False``) leaves that to the worker on each node.
     Raises :class:`RunError` naming what is wrong and how to fix it.
     """
-    check_config(config)  # plain numbers first: nothing is imported or launched for a bad one
-    from ctrlmem.runtime.adapter import UnsupportedTorch, check_torch_version  # noqa: PLC0415 - imports torch (seconds); only real runs need it
-    from ctrlmem.runtime.models import get_preset, layers_per_stage  # noqa: PLC0415 - imports torch (seconds); only real runs need it
-
-    try:
+    check_config(config)  # plain numbers first: nothing is launched for a bad one
+    try:  # the installed torch's version, read without importing torch (the ranks import it)
         torch_version = check_torch_version()
     except UnsupportedTorch as exc:
         raise RunError(str(exc)) from None

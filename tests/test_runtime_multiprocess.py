@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -31,14 +32,24 @@ def _check_memory_follows_theory(result: dict) -> None:
         assert abs(ratio - 1) <= SAVED_TOL, (rank, ratio, result["schedule"])
 
 
-def test_one_small_run_is_exact_and_complete(tmp_path):
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """1F1B on 2 processes, m = 2, one timed step, in a launch of its own: ``(result, folder,
+    seconds the launch took)``; shared by the default suite's small run and, as the launch of
+    its own, by the several-schedules test."""
+    out = tmp_path_factory.mktemp("small-run")
+    t0 = time.monotonic()
+    result = run(RunConfig("1f1b", 2, 2, steps=1, out=str(out), timeout_s=240, hang_timeout_s=120))
+    return result, out, time.monotonic() - t0
+
+
+def test_one_small_run_is_exact_and_complete(small_run):
     """1F1B on 2 processes: result.json has every field, gradients and loss match the reference,
     and autograd's saved-tensor peak follows the schedule's theory on every rank."""
-    t0 = time.monotonic()
-    result = run(RunConfig("1f1b", 2, 2, steps=1, out=str(tmp_path), timeout_s=240, hang_timeout_s=120))
+    result, out, seconds = small_run
     _check_exact(result)
     _check_memory_follows_theory(result)
-    on_disk = json.loads((tmp_path / "result.json").read_text())
+    on_disk = json.loads((out / "result.json").read_text())
     for key in ("config", "grad_max_abs_diff", "loss_abs_diff", "step_time_s", "tokens_per_s",
                 "pass_time_s", "peak_saved_bytes", "peak_alloc_bytes", "theory_peak_bytes",
                 "predicted_step_s", "measured_step_s", "measured_costs"):
@@ -46,7 +57,7 @@ def test_one_small_run_is_exact_and_complete(tmp_path):
     assert len(on_disk["peak_saved_bytes"]) == len(on_disk["peak_alloc_bytes"]) == len(on_disk["theory_peak_bytes"]) == 2
     assert set(on_disk["step_time_s"]) >= {"median", "min", "max"}
     assert set(on_disk["pass_time_s"]["0"]) == {"F", "BW"} and on_disk["predicted_step_s"] > 0
-    assert time.monotonic() - t0 < 240
+    assert seconds < 240
 
 
 # The issue's list; at 2 processes every registered schedule runs (but dualpipe, whose two model
@@ -57,13 +68,35 @@ V_AT_2 = [n for n in ("v-half",) if n in cm.SCHEDULES] or ["zb-v"]
 V_AT_4 = [n for n in ("v-half", "v-min", "v-zb", "zb-v") if n in cm.SCHEDULES]
 
 
+def _p2_extras(out) -> dict[str, RunConfig]:
+    """The other slow tests' p = 2 runs, appended to the every-schedule launch at p = 2 (after
+    the schedules, so the V runs' P2P audit still covers V runs only; each launch's start-up is
+    most of its time): ZB-V with ctrlmem's memory fidelity and with torch's own behaviour (the
+    allocator peaks are the same bytes as in a launch of their own, measured), ZB-H1 with 3
+    timed steps for the measured costs, and last, since it ends the launch, ZB-H1 with rank 1
+    crashing in pass 1B0."""
+    return {
+        "fidelity-ours": RunConfig("zb-v", 2, 8, steps=0, out=str(out / "fidelity-ours"), timeout_s=280,
+                                   hang_timeout_s=120, pin_cores=True),
+        "fidelity-torch": RunConfig("zb-v", 2, 8, steps=0, out=str(out / "fidelity-torch"), timeout_s=280,
+                                    hang_timeout_s=120, pin_cores=True, memory_fidelity=False),
+        "measured-costs": RunConfig("zb-h1", 2, 4, steps=3, out=str(out / "measured-costs"), timeout_s=280,
+                                    hang_timeout_s=120, pin_cores=True),
+        "crash": RunConfig("zb-h1", 2, 2, steps=0, out=str(out / "crash"), timeout_s=240, hang_timeout_s=60,
+                           pin_cores=True, fault=(1, "1B0", "crash")),
+    }
+
+
 @pytest.fixture(scope="module")
-def every_schedule(tmp_path_factory):
-    """``every_schedule(p)``: ``{name: result}`` of one launch of every registered schedule at 2
+def launch(tmp_path_factory):
+    """``launch(p)``: ``{name: result}`` of one launch of every registered schedule at 2
     processes, of the issue's list at 4 (V-shapes as soon as they are registered), gloo, m = 2p,
-    with the P2P audit on; shared by the exactness / memory test and the V schedules' no-self-send
-    test at the same p (each launch once: its start-up is most of its time). The V schedules run
-    first: the audit counts over the whole launch, so theirs covers V runs only."""
+    with the P2P audit on; at p = 2 the launch also runs :func:`_p2_extras` (keyed by their
+    names there), one pinned core per rank (a launch pins its processes as its first run says).
+    Shared by the exactness / memory test, the V schedules' no-self-send tests and, at p = 2,
+    the memory-fidelity, measured-costs and crashing-rank tests (each launch once: its start-up
+    is most of its time). The V schedules run first: the audit counts over the whole launch, so
+    theirs covers V runs only."""
     launches: dict[int, dict[str, dict]] = {}
 
     def get(p: int) -> dict[str, dict]:
@@ -72,10 +105,21 @@ def every_schedule(tmp_path_factory):
             v = V_AT_2 if p == 2 else V_AT_4
             names = [n for n in v if n in names] + [n for n in names if n not in v]
             out = tmp_path_factory.mktemp(f"every-p{p}")
-            results = run_many([RunConfig(n, p, 2 * p, steps=0, out=str(out / n), timeout_s=280, hang_timeout_s=120,
-                                          audit_p2p=True) for n in names])
-            launches[p] = dict(zip(names, results))
+            configs = {n: RunConfig(n, p, 2 * p, steps=0, out=str(out / n), timeout_s=280, hang_timeout_s=120,
+                                    audit_p2p=True, pin_cores=p == 2) for n in names}
+            if p == 2:
+                configs.update(_p2_extras(out))
+            launches[p] = dict(zip(configs, run_many(list(configs.values()))))
         return launches[p]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def every_schedule(launch):
+    """``every_schedule(p)``: ``{name: result}`` of the every-schedule runs of ``launch(p)``."""
+    def get(p: int) -> dict[str, dict]:
+        return {name: r for name, r in launch(p).items() if name in cm.SCHEDULES}
 
     return get
 
@@ -96,13 +140,15 @@ def test_every_schedule_is_exact_and_follows_its_memory_theory(every_schedule, p
 
 
 @pytest.mark.slow
-def test_crashing_rank_is_named_with_its_pass(tmp_path):
-    """A rank that raises in a pass ends the run; result.json says failed, with the rank and pass."""
-    result = run(RunConfig("zb-h1", 2, 2, steps=0, out=str(tmp_path), timeout_s=240, hang_timeout_s=60,
-                           fault=(1, "1B0", "crash")))
+def test_crashing_rank_is_named_with_its_pass(launch):
+    """A rank that raises in a pass ends the run; result.json says failed, with the rank and pass
+    (the last run of the launch at p = 2: the runs before it stay ok)."""
+    results = launch(2)
+    result = results["crash"]
     assert result["status"] == "failed"
     assert "rank 1" in result["failure"] and "in pass 1B0" in result["failure"], result["failure"]
-    assert json.loads((tmp_path / "result.json").read_text())["status"] == "failed"
+    assert json.loads((Path(result["config"]["out"]) / "result.json").read_text())["status"] == "failed"
+    assert all(r["status"] == "ok" for name, r in results.items() if name != "crash")
 
 
 @pytest.mark.slow
@@ -117,20 +163,21 @@ def test_hanging_rank_ends_within_the_hang_timeout(tmp_path):
 
 
 @pytest.mark.slow
-def test_measured_costs_feed_the_simulator(tmp_path):
+def test_measured_costs_feed_the_simulator(launch):
     """p=2, one pinned core per rank: per-pass CPU times and their spread are reported, they load
     as a per-stage Costs that build() and simulate() accept, and the simulated step (CPU time
-    only, a lower bound of the real run) is not above the measured median step by more than 15 %."""
+    only, a lower bound of the real run) is not above the measured median step by more than 15 %
+    (ZB-H1, m = 4, 3 timed steps, in the launch at p = 2)."""
     from ctrlmem.runtime.measure import costs_from_result
 
-    result = run(RunConfig("zb-h1", 2, 4, steps=3, pin_cores=True, out=str(tmp_path), timeout_s=280,
-                           hang_timeout_s=120))
+    result = launch(2)["measured-costs"]
     assert result["status"] == "ok", result.get("failure")
+    assert result["config"]["pin_cores"] is True
     for stage in ("0", "1"):
         kinds = result["pass_time_s"][stage]
         assert set(kinds) == {"F", "B", "W"}
         assert all(k["n"] == 3 * 4 and k["median"] > 0 and "spread" in k for k in kinds.values())
-    costs = costs_from_result(str(tmp_path / "result.json"))
+    costs = costs_from_result(str(Path(result["config"]["out"]) / "result.json"))
     assert len(costs.f) == 2
     sim = cm.simulate(cm.build("zb-h1", 2, 4, costs=costs), costs)
     assert sim.makespan == pytest.approx(result["predicted_step_s"])
@@ -138,14 +185,12 @@ def test_measured_costs_feed_the_simulator(tmp_path):
 
 
 @pytest.mark.slow
-def test_memory_fidelity_closes_the_gap_to_theory(tmp_path):
+def test_memory_fidelity_closes_the_gap_to_theory(launch):
     """ZB-V on 2 processes: with ctrlmem's release at B and dropped send buffers the allocator
-    peak is within 25 % of theory on every rank, and below torch's own behaviour's peak."""
-    ours, torchs = run_many([
-        RunConfig("zb-v", 2, 8, steps=0, out=str(tmp_path / "ours"), timeout_s=280, hang_timeout_s=120),
-        RunConfig("zb-v", 2, 8, steps=0, out=str(tmp_path / "torch"), timeout_s=280, hang_timeout_s=120,
-                  memory_fidelity=False),
-    ])
+    peak is within 25 % of theory on every rank, and below torch's own behaviour's peak (both
+    runs in the launch at p = 2, m = 8)."""
+    ours, torchs = launch(2)["fidelity-ours"], launch(2)["fidelity-torch"]
+    assert ours["config"]["memory_fidelity"] is True and torchs["config"]["memory_fidelity"] is False
     _check_exact(ours)
     _check_exact(torchs)
     assert max(ours["alloc_over_theory"]) <= 1.25, ours["alloc_over_theory"]
@@ -185,20 +230,24 @@ def test_v_schedules_at_p4_send_nothing_to_their_own_rank(every_schedule):
 
 
 @pytest.mark.slow
-def test_several_schedules_in_one_launch_equal_separate_launches(tmp_path, capsys):
-    """`ctrlmem run --schedule 1f1b --schedule v-min` runs both in one launch, each into its own
-    folder, exact, with the same activation peaks as a launch of its own."""
+def test_several_schedules_in_one_launch_equal_separate_launches(tmp_path, capsys, small_run):
+    """`ctrlmem run --schedule v-min --schedule 1f1b` runs both in one launch, each into its own
+    folder, exact, and the second, 1F1B, with the same activation peaks as in a launch of its own
+    (the small run: p = 2, m = 2, one timed step)."""
     from ctrlmem.cli import main
 
-    rc = main(["run", "--schedule", "1f1b", "--schedule", "v-min", "-p", "2", "-m", "4", "--steps", "0",
+    rc = main(["run", "--schedule", "v-min", "--schedule", "1f1b", "-p", "2", "-m", "2", "--steps", "1",
                "--out", str(tmp_path / "both"), "--json"])
     results = json.loads(capsys.readouterr().out)
-    assert rc == 0 and [r["schedule"]["name"] for r in results] == ["1f1b", "v-min"]
+    assert rc == 0 and [r["schedule"]["name"] for r in results] == ["v-min", "1f1b"]
     for r in results:
         _check_exact(r)
         name = r["schedule"]["name"]
         assert json.loads((tmp_path / "both" / name / "result.json").read_text())["schedule"]["name"] == name
-    alone = run(RunConfig("v-min", 2, 4, steps=0, out=str(tmp_path / "alone"), timeout_s=240, hang_timeout_s=120))
+    alone, _, _ = small_run
+    same = ("schedule", "num_devices", "num_microbatches", "model", "model_overrides", "steps", "seed", "backend",
+            "memory_fidelity", "recompute", "offload", "dp", "threads_per_rank")
+    assert {k: alone["config"][k] for k in same} == {k: results[1]["config"][k] for k in same}
     assert alone["peak_saved_bytes"] == results[1]["peak_saved_bytes"]
     assert alone["theory_peak_bytes"] == results[1]["theory_peak_bytes"]
 

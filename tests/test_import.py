@@ -32,3 +32,15 @@ def test_run_launcher_checks_a_run_without_torch():
         "from ctrlmem.runtime.launch import RunConfig, prepare; "
         "_, worker = prepare(RunConfig('v-half', 2, 4, out='o')); "
         "assert worker['torch_version'] and worker['model']['name'] == 'tiny'") == []
+
+
+def test_the_sweeps_papermill_starts_without_jsonschemas_iri_grammars():
+    """The papermill command line a sweep starts (and `ctrlmem sweep` itself) imports papermill
+    without jsonschema's optional IRI checker, whose import compiles Lark grammars (1.7 s of
+    CPU per point); jsonschema's other format checks stay."""
+    code = ("import sys; from ctrlmem.experiments.papermill_cli import without_iri_grammars; without_iri_grammars(); "
+            "import papermill.cli, jsonschema; checks = jsonschema.Draft7Validator.FORMAT_CHECKER.checkers; "
+            "print('lark' in sys.modules, 'iri' in checks, 'date' in checks and 'email' in checks)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False", "True"]

@@ -68,9 +68,10 @@ def _notebook_error(executed: Path) -> str | None:
 
 def execute_with_papermill(notebook: Path, executed: Path, params: Mapping[str, Any], out_dir: Path,
                            timeout_s: float, tag: str | None = None, cwd: str | Path | None = None) -> RunOutcome:
-    """Run ``notebook`` with papermill in its own session; after ``timeout_s``, or when this
-    process is interrupted, end papermill, its kernel and everything they started (the process
-    tree and every process carrying ``tag``, :mod:`ctrlmem.util.proctree`) before returning.
+    """Run ``notebook`` with papermill (its command line, started by :mod:`.papermill_cli`) in its
+    own session; after ``timeout_s``, or when this process is interrupted, end papermill, its
+    kernel and everything they started (the process tree and every process carrying ``tag``,
+    :mod:`ctrlmem.util.proctree`) before returning.
 
     The notebook runs in ``cwd`` (default: the current directory) and must write
     ``out_dir/result.json``; a ``status`` key in it (``"skipped"``) is passed on."""
@@ -82,7 +83,7 @@ def execute_with_papermill(notebook: Path, executed: Path, params: Mapping[str, 
     if result_path.exists():
         result_path.unlink()
     cmd = [
-        sys.executable, "-m", "papermill", str(notebook), str(executed),
+        sys.executable, "-m", "ctrlmem.experiments.papermill_cli", str(notebook), str(executed),
         "-y", yaml.safe_dump({**params, "out_dir": str(out_dir)}),
         "--cwd", str(Path(cwd) if cwd is not None else Path.cwd()), "--no-progress-bar", "--log-level", "WARNING",
         "-k", "python3",

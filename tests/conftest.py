@@ -6,6 +6,13 @@ import sys
 import pytest
 from hypothesis import HealthCheck, settings
 
+from ctrlmem.experiments.papermill_cli import without_iri_grammars
+
+# The test processes import papermill (and so jsonschema) as the sweep's processes do, without
+# jsonschema's optional IRI checker: its import compiles Lark grammars, 1.5 s of every worker's
+# collection, for a check no test makes.
+without_iri_grammars()
+
 settings.register_profile(
     "ctrlmem", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60
 )

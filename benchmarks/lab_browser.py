@@ -178,8 +178,8 @@ class Lab:
 
     def _sessions(self, folder: str) -> list[dict]:
         """The server's sessions of notebooks under ``folder`` (relative to the root)."""
-        try:
-            sessions = _get(f"{self.base}/api/sessions?token={self.token}") or []
+        try:  # a generous timeout: a kernel left running would take the CPU until the module ends
+            sessions = _get(f"{self.base}/api/sessions?token={self.token}", timeout=60) or []
         except OSError:
             return []
         return [s for s in sessions if str(s.get("path", "")).startswith(folder + "/")]

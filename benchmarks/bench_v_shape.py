@@ -303,8 +303,13 @@ def baseline_tree(commit: str) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix="ctrlmem-baseline-"))
     archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "ctrlmem"], capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive.stdout, check=True)
+    # the warm-up lives in schedules/warmup.py (compile_all) since f318630, in search/warmup.py (run)
+    # before it, and nowhere before the compiled kernels
     warm = ("try:\n    from ctrlmem.schedules.warmup import compile_all\n"
-            "except ImportError:\n    pass  # a commit before the compiled kernels\nelse:\n    compile_all()\n")
+            "except ImportError:\n"
+            "    try:\n        from ctrlmem.search.warmup import run as compile_all\n"
+            "    except ImportError:\n        compile_all = None  # a commit before the compiled kernels\n"
+            "if compile_all is not None:\n    compile_all()\n")
     subprocess.run([sys.executable, "-c", warm], env=dict(os.environ, PYTHONPATH=str(tmp)), cwd=tmp, check=True,
                    capture_output=True)
     return tmp

@@ -25,11 +25,14 @@ def test_grids():
     assert sum(i.improve for i in full if i.budget in gap.LOW_BUDGETS) == 16
     assert not any(i.improve for i in full if i.budget in gap.LOW_BUDGETS and i.p == 16)
     assert sum(i.improve for i in full) == 262
-    # the one-device relaxation at p = 6, 8, budgets 0.25, 0.375, 0.5: V-shape m = p, 2p, every mix;
-    # one stage per device m = 2p, 3:4:2 and profiled
+    # the one-device relaxation at p >= 6, budgets 0.25, 0.375, 0.5, every mix, wherever a device has at
+    # most 96 passes: V-shape m = p, 2p at p = 6, 8 and m = p at p = 16 (5 sizes); one stage per device
+    # m = p, 2p, 4p at p = 6, 8 and m = p, 2p at p = 16 (8 sizes)
     relax = [(i, pl) for i in full for pl in gap.HEURISTICS if gap.relax_runs(i, pl)]
-    assert len(relax) == 72 and {i.budget for i, _ in relax} == {0.25, 0.375, 0.5}
-    assert sum(pl == "v-shape" for _, pl in relax) == 60
+    assert len(relax) == (5 + 8) * 5 * 3 and {i.budget for i, _ in relax} == {0.25, 0.375, 0.5}
+    assert sum(pl == "v-shape" for _, pl in relax) == 75
+    assert all(3 * i.m * (2 if pl == "v-shape" else 1) <= gap.RELAX_PASSES for i, pl in relax)
+    assert {(i.p, i.m) for i, pl in relax if pl == "v-shape"} == {(6, 6), (6, 12), (8, 8), (8, 16), (16, 16)}
     assert all(i.improve for i in full if i.p <= 4)
     assert not any(i.budget == 0.5 for i in full if i.p == 2)  # the same as the smallest, listed once
     with pytest.raises(ValueError, match="size must be"):

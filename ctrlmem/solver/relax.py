@@ -20,9 +20,10 @@ schedule of the relaxation, its microbatches relabelled per pass type by start t
 (the chains' delays and the memory count hold for the sorted times). Times are scaled to
 integers and rounded down, so the bound stays a bound for costs of any precision.
 
-CP-SAT proves the relaxation's optimum in seconds when the device has up to ~100 passes (V-shape
-m ≤ 2p at p ≤ 8); beyond it the bound is what the search proved within its time, often below
-the closed forms (which :func:`relaxed_bounds` then does not improve).
+CP-SAT proves the relaxation's optimum in seconds when the device has up to ~100 passes (the
+V-shape with m ≤ 16, one stage per device with m ≤ 32, whatever ``p``: p = 16, m = 16 in about 4 s
+a device); beyond it the bound is what the search proved within its time, often below the closed
+forms (which :func:`relaxed_bounds` then does not improve).
 """
 
 from __future__ import annotations

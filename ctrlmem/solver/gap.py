@@ -38,6 +38,7 @@ from ctrlmem.model.simulate import simulate
 from ctrlmem.solver.improve import improve
 from ctrlmem.model.ir import Schedule
 from ctrlmem.search.bounds import makespan_bounds
+from ctrlmem.search.encoding import passes_per_device
 from ctrlmem.solver.relax import relaxed_bounds
 from importlib.resources import files
 import hashlib
@@ -121,6 +122,11 @@ class Instance:
         return f"m={self.m} {self.mix} budget {b}"
 
 
+def _placement(inst: Instance, placement: str) -> Placement:
+    """The placement named ``placement`` (``"v-shape"`` or ``"sequential"``) at ``inst.p`` devices."""
+    return Placement.v_shape(inst.p) if placement == "v-shape" else Placement.sequential(inst.p)
+
+
 def instances(size: str = "full") -> list[Instance]:
     """The grid (see the module docstring); a budget equal to the smallest feasible one (0.5 at
     p = 2) is listed once, as ``"min"``."""
@@ -198,8 +204,7 @@ def measure(inst: Instance, placement: str, checkpoints: tuple[float, ...] = (10
 
     p, m, costs, cap = inst.p, inst.m, inst.costs, inst.limit * inst.p
     heur, seed = built if built is not None else heuristics(inst, placement)
-    P = Placement.v_shape(p) if placement == "v-shape" else Placement.sequential(p)
-    bounds = {k: _round(v) for k, v in makespan_bounds(P, m, costs, cap).items()}
+    bounds = {k: _round(v) for k, v in makespan_bounds(_placement(inst, placement), m, costs, cap).items()}
     out = {"p": p, "m": m, "mix": inst.mix, "budget": inst.budget, "placement": placement,
            "heuristics": heur, "bounds": bounds, "improve": None, "status": "bound", "optimum": None,
            "lower_bound": _round(max(bounds.values()))}
@@ -236,14 +241,14 @@ def relax_runs(inst: Instance, placement: str) -> bool:
     closed forms' one-at-a-time bound is already tight (and CP-SAT slow)."""
     if inst.p < 6 or inst.budget == "min" or float(inst.budget) > 0.5:
         return False
-    return 3 * inst.m * (2 if placement == "v-shape" else 1) <= RELAX_PASSES
+    return passes_per_device(_placement(inst, placement), inst.m, False) <= RELAX_PASSES
+
 
 
 def relaxed(inst: Instance, placement: str, seconds: float = RELAX_SECONDS) -> dict:
     """The one-device relaxation of every device of ``inst`` on ``placement``: the best bound, and
     on how many devices CP-SAT proved the relaxation's optimum."""
-    P = Placement.v_shape(inst.p) if placement == "v-shape" else Placement.sequential(inst.p)
-    got = relaxed_bounds(P, inst.m, inst.costs, inst.limit * inst.p, seconds=seconds)
+    got = relaxed_bounds(_placement(inst, placement), inst.m, inst.costs, inst.limit * inst.p, seconds=seconds)
     best = max(got, key=lambda r: r.bound)
     return {"relaxed": _round(best.bound), "device": best.device, "proven": sum(r.proven for r in got),
             "devices": len(got)}

@@ -16,7 +16,8 @@ import ctrlmem as cm
 from ctrlmem.model.ir import Placement
 from ctrlmem.search import Incumbent, Query
 from ctrlmem.search.encoding import CandidateSet
-from ctrlmem.search.families.cyclic import CyclicFamily, block_order, cyclic_block, quantise
+from ctrlmem.search.families.cyclic import (FINER, RESOLUTION, CyclicFamily, block_order, cyclic_block, quantisation_error,
+                                            quantise, resolutions)
 
 
 def _block_schedule(placement, m, period, x):
@@ -55,15 +56,16 @@ def test_beats_every_block_whose_peak_eq1_bounds():
 @settings(max_examples=25, deadline=None)
 @given(p=st.integers(2, 10), data=st.data(), sequential=st.booleans(),
        fbw=st.tuples(st.sampled_from([1, 2, 3]), st.sampled_from([1, 2, 3, 4]), st.sampled_from([1, 2])),
-       comm=st.sampled_from([0.0, 0.1, 0.5]))
-def test_a_block_repeated_is_valid_and_peaks_within_its_cap(p, data, sequential, fbw, comm):
-    """Any block found, repeated any number of times, is a valid schedule (every pass once, on
-    its stage's device, no deadlock) whose simulated peak is within the cap it was found for."""
+       comm=st.sampled_from([0.0, 0.1, 0.5]), resolution=st.sampled_from((RESOLUTION, *FINER)))
+def test_a_block_repeated_is_valid_and_peaks_within_its_cap(p, data, sequential, fbw, comm, resolution):
+    """Any block found, at any resolution, repeated any number of times, is a valid schedule
+    (every pass once, on its stage's device, no deadlock) whose simulated peak is within the
+    cap it was found for."""
     placement = Placement.sequential(p) if sequential else Placement.v_shape(p)
     base = placement.num_stages // p
     cap = data.draw(st.integers(base, base * p))
     costs = cm.Costs(*fbw, comm)
-    got = cyclic_block(placement, quantise(placement, costs), cap)
+    got = cyclic_block(placement, quantise(placement, costs, resolution), cap)
     if got is None:
         return
     m = data.draw(st.integers(1, 3 * p))
@@ -84,6 +86,65 @@ def test_the_search_gets_shorter_where_memory_binds(p, m, costs, limit, before):
     assert r.makespan < 0.95 * before
     assert max(r.peak_memory) <= limit * p + 1e-9
     assert dict(s.params)["block"].startswith("cyclic block")
+
+
+@pytest.mark.parametrize("costs,exact", [
+    (cm.Costs(3, 4, 2), True), (cm.Costs(2, 1, 1), True), (cm.Costs(3, 3, 2, 0.5), True),
+    (cm.Costs(4, 5, 3, 0.3), False), (cm.Costs(2, 2.5, 1.5), False), (cm.Costs(3, 4, 2, 0.1), False),
+])
+def test_finer_slots_only_where_two_slots_miss_the_costs(costs, exact):
+    """Costs that two slots per shortest pass represent exactly are searched at that resolution
+    only; otherwise the finer resolution nearest the costs is added, and it is nearer them."""
+    placement = Placement.v_shape(8)
+    got = resolutions(placement, costs)
+    assert got[0] == RESOLUTION
+    if exact:
+        assert got == (RESOLUTION,) and quantisation_error(placement, costs, RESOLUTION) == 0
+        return
+    assert len(got) == 2 and got[1] in FINER
+    err = {r: quantisation_error(placement, costs, r) for r in FINER}
+    assert err[got[1]] == min(err.values()) < quantisation_error(placement, costs, RESOLUTION)
+
+
+def test_quantisation_error_counts_a_hop_rounded_away():
+    """4:5:3 with a hop of 0.3: two slots per shortest chunk pass (0.75 each) round the hop to
+    nothing, an error of a fifth of the shortest pass; six slots (0.25) come within 0.05."""
+    placement, costs = Placement.v_shape(4), cm.Costs(4, 5, 3, 0.3)
+    assert quantise(placement, costs)[3] == (0,)
+    assert quantisation_error(placement, costs, 2) == pytest.approx(max(0.3 / 1.5, abs(3 * 0.75 - 2) / 2))
+    assert quantise(placement, costs, 6) == ((8,) * 8, (10,) * 8, (6,) * 8, (1,))
+    assert quantisation_error(placement, costs, 6) == pytest.approx(0.05 / 1.5)
+
+
+def test_the_finer_family_adds_blocks_only_where_the_coarse_slots_miss():
+    """``CyclicFamily(finer=True)`` has nothing where two slots a pass are exact, and otherwise
+    blocks laid out at the finer resolution (labelled so), none of them the coarse family's."""
+    placement = Placement.v_shape(6)
+    exact = Query(placement, 12, cm.Costs(3, 4, 2), 3.0)
+    assert list(CyclicFamily(finer=True).sets(exact, Incumbent())) == []
+    q = Query(placement, 12, cm.Costs(4, 5, 3, 0.3), 3.0)
+    fine = [lab for cs in CyclicFamily(finer=True).sets(q, Incumbent()) for lab in cs.labels]
+    coarse = [lab for cs in CyclicFamily().sets(q, Incumbent()) for lab in cs.labels]
+    assert fine and coarse
+    assert all(f"at resolution {resolutions(placement, q.costs)[1]}" in lab for lab in fine)
+    assert not any("at resolution" in lab for lab in coarse)
+    from ctrlmem.schedules.recipes import SEQUENTIAL, V_SPLIT
+    for recipe in (V_SPLIT, SEQUENTIAL):  # last: every climb starts from what it started from before
+        assert isinstance(recipe[-1], CyclicFamily) and recipe[-1].finer
+        assert not any(isinstance(f, CyclicFamily) and f.finer for f in recipe[:-1])
+
+
+@pytest.mark.parametrize("p,m,costs,limit,before", [
+    # v-shape's makespan with two slots a pass only (main e565f56, 2026-12-06), all simulated
+    (9, 36, cm.Costs(3.13, 3.44, 1.07, 0.7), 0.3, 898.79),
+    (12, 48, cm.Costs(1.72, 3.79, 1.21, 0.1), 0.375, 626.64),
+])
+def test_the_search_gets_shorter_where_two_slots_miss_the_costs(p, m, costs, limit, before):
+    s = cm.build("v-shape", p, m, costs=costs, memory_limit=limit, objective="makespan")
+    r = cm.simulate(s, costs)
+    assert r.makespan < 0.98 * before
+    assert max(r.peak_memory) <= limit * p + 1e-9
+    assert "at resolution" in dict(s.params)["block"]
 
 
 def test_deterministic_and_independent_of_the_cache():

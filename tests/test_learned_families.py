@@ -247,14 +247,14 @@ def test_medium_late_acceptance_only_adds_climbs_at_quarters_and_is_monotone():
     from ctrlmem.schedules.recipes import V_SPLIT
     from ctrlmem.search.families.lahc import MEDIUM_MAX_PM, MediumLateAcceptanceFamily
 
-    medium = V_SPLIT[-2]
-    assert type(medium) is MediumLateAcceptanceFamily
+    at = next(i for i, f in enumerate(V_SPLIT) if type(f) is MediumLateAcceptanceFamily)
+    medium, upto, before = V_SPLIT[at], V_SPLIT[: at + 1], V_SPLIT[:at]
     assert medium.grid(6, 12, 2) == [3, 6, 9, 12] and medium.grid(6, 7, 2) == [3, 6]
     assert medium.grid(5, 10, 2) == [2, 5, 7, 10] and medium.grid(2, 4, 2) == [2, 3, 4] and medium.grid(8, 3, 2) == []
     costs = cm.Costs(3, 4, 2)
     P = Placement.v_shape(6)
     q = Query(P, 12, costs, 3.0, objective="makespan")
-    with_it, without = search(q, V_SPLIT[:-1]), search(q, V_SPLIT[:-2])
+    with_it, without = search(q, upto), search(q, before)
     assert without.makespan == 158.5 and with_it.makespan == 155.0
     for m, costs_ in ((12, cm.Costs(2, 3, 1, 0.2)), (20, cm.Costs(1, 2, 1, 0.1))):
         prev: set = set()
@@ -267,7 +267,7 @@ def test_medium_late_acceptance_only_adds_climbs_at_quarters_and_is_monotone():
             for cs in got:
                 for i in range(len(cs)):
                     assert problem(cs, i) is None and cs.peak[i] <= cap + 1e-9
-            assert search(q, V_SPLIT[:-1]).span <= search(q, V_SPLIT[:-2]).span + 1e-9
+            assert search(q, upto).span <= search(q, before).span + 1e-9
     assert not medium.applies(Query(Placement.v_shape(8), 8, costs, 4.0))  # p·m = 64: the small tier's
     assert medium.applies(Query(Placement.v_shape(8), MEDIUM_MAX_PM // 8, costs, 4.0))
     assert not medium.applies(Query(Placement.v_shape(8), MEDIUM_MAX_PM // 8 + 1, costs, 4.0))
@@ -284,15 +284,18 @@ def test_long_late_acceptance_climbs_on_from_the_medium_ones_at_eighths_and_is_m
     from ctrlmem.schedules.recipes import SEQUENTIAL, V_SPLIT
     from ctrlmem.search.families.lahc import EVALS, LongLateAcceptanceFamily, MEDIUM_WORK
 
-    long_ = V_SPLIT[-1]
-    assert type(long_) is LongLateAcceptanceFamily and type(SEQUENTIAL[-1]) is LongLateAcceptanceFamily
+    at = next(i for i, f in enumerate(V_SPLIT) if type(f) is LongLateAcceptanceFamily)
+    at_zb = next(i for i, f in enumerate(SEQUENTIAL) if type(f) is LongLateAcceptanceFamily)
+    long_, upto = V_SPLIT[at], V_SPLIT[: at + 1]
+    zb_upto, zb_before = SEQUENTIAL[: at_zb + 1], SEQUENTIAL[:at_zb]
     assert long_.grid(8, 16, 2) == [4, 6, 8] and long_.grid(8, 7, 2) == [4, 6]
-    assert long_.grid(6, 12, 2) == [3, 4, 6] and SEQUENTIAL[-1].grid(8, 8, 1) == [2, 3, 4]
+    assert long_.grid(6, 12, 2) == [3, 4, 6] and SEQUENTIAL[at_zb].grid(8, 8, 1) == [2, 3, 4]
     assert MEDIUM_WORK // 256 == EVALS  # at the largest medium size, as long as the medium climb
     P = Placement.v_shape(6)
+    before_ = V_SPLIT[:at]
     for cap, before, after in ((3.0, 155.0, 151.0), (2.25, 202.0, 195.5)):
         q = Query(P, 12, cm.Costs(3, 4, 2), cap, objective="makespan")
-        assert search(q, V_SPLIT[:-1]).makespan == before and search(q, V_SPLIT).makespan == after
+        assert search(q, before_).makespan == before and search(q, upto).makespan == after
     for m, costs_ in ((12, cm.Costs(2, 3, 1, 0.2)), (20, cm.Costs(1, 2, 1, 0.1))):
         prev: set = set()
         for cap in (1.5, 2.25, 3.0, 4.5, 6.0):
@@ -304,9 +307,9 @@ def test_long_late_acceptance_climbs_on_from_the_medium_ones_at_eighths_and_is_m
             for cs in got:
                 for i in range(len(cs)):
                     assert problem(cs, i) is None and cs.peak[i] <= cap + 1e-9
-            assert search(q, V_SPLIT).span <= search(q, V_SPLIT[:-1]).span + 1e-9
+            assert search(q, upto).span <= search(q, before_).span + 1e-9
     S = Placement.sequential(8)
-    got = {cap: (search(Query(S, 16, cm.Costs(3, 4, 2), cap, objective="makespan"), SEQUENTIAL[:-1]).makespan,
-                 search(Query(S, 16, cm.Costs(3, 4, 2), cap, objective="makespan"), SEQUENTIAL).makespan)
+    got = {cap: (search(Query(S, 16, cm.Costs(3, 4, 2), cap, objective="makespan"), zb_before).makespan,
+                 search(Query(S, 16, cm.Costs(3, 4, 2), cap, objective="makespan"), zb_upto).makespan)
            for cap in (2.0, 3.0, 4.0)}
     assert got == {2.0: (485.0, 485.0), 3.0: (364.0, 360.0), 4.0: (275.0, 272.0)}

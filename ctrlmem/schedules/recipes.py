@@ -34,6 +34,9 @@ V_SPLIT = _BASE + [_POLISH, _RELOCATE, _PERIODIC, LateAcceptanceFamily(_BASE + [
 #: so theirs are unchanged
 V_SPLIT.append(MediumLateAcceptanceFamily(list(V_SPLIT)))
 V_SPLIT.append(LongLateAcceptanceFamily(list(V_SPLIT)))
+#: cyclic blocks in finer slots where two a pass miss the costs: after the climbs, so their starts
+#: (and results) are unchanged and a finer block only adds a candidate
+V_SPLIT.append(CyclicFamily(finer=True))
 #: the fused-backward V-shape search (``1f1b-v``)
 V_FUSED = [FusedConstructionFamily(), _LISTS]
 #: one stage per device (``zb``)
@@ -43,3 +46,4 @@ _ZB_PERIODIC = PeriodicFamily(_ZB + [_ZB_RELOCATE])
 SEQUENTIAL = _ZB + [_ZB_RELOCATE, _ZB_PERIODIC, LateAcceptanceFamily(_ZB + [_ZB_RELOCATE, _ZB_PERIODIC]), CyclicFamily()]
 #: medium pipelines: the longer climb only (zb's other families take 0.01-0.02 s)
 SEQUENTIAL.append(LongLateAcceptanceFamily(list(SEQUENTIAL)))
+SEQUENTIAL.append(CyclicFamily(finer=True))

@@ -14,7 +14,10 @@ with a period of 10.5 fit the same memory once the arcs are placed apart.
 This family searches such blocks without a solver, for the caps of the list family's grid from the
 budget (at most :data:`TOP` of 1F1B's memory) down until the bound says no smaller cap can win, in
 integer slots (the costs' chunk pass times quantised: the shortest pass at
-:data:`RESOLUTION` slots). A block is the start time of each pass of one microbatch; a pass of
+:data:`RESOLUTION` slots; where those slots miss the costs, also at the resolution of :data:`FINER`
+whose slots come nearest them, :func:`resolutions`, as a second family run last in the searches —
+a block laid out for times 10–20 % off, or for a hop rounded to nothing, is not the block the real
+costs want). A block is the start time of each pass of one microbatch; a pass of
 microbatch ``j`` runs at that time plus ``j·T``, so a device runs each of its passes once per
 period and no two may overlap modulo ``T``. The block is laid out along its dependency chain
 (every forward, then every backward from the last stage back, ``comm`` slots across devices),
@@ -48,11 +51,15 @@ from ctrlmem.search.engine import LRU, Family, Incumbent, Query
 from ctrlmem.search.families.lists import caps
 from ctrlmem.search.kernels import ints, kernel
 
-__all__ = ["CyclicFamily", "cyclic_block", "block_order", "quantise", "RESOLUTION", "ITERS", "SEEDS",
-           "MAX_SLOTS"]
+__all__ = ["CyclicFamily", "cyclic_block", "block_order", "quantise", "quantisation_error", "resolutions",
+           "RESOLUTION", "FINER", "FINER_SEEDS", "ITERS", "SEEDS", "MAX_SLOTS"]
 
 #: slots per shortest pass in the quantisation of the costs
 RESOLUTION = 2
+#: the finer resolutions of which the nearest to the costs is tried too when :data:`RESOLUTION` is not exact
+FINER = (3, 4, 5, 6, 8)
+#: restarts per period at the finer resolution (its periods are longer in slots, each search slower)
+FINER_SEEDS = 2
 #: local-search steps per period and seed
 ITERS = 3000
 #: local-search steps without a strict improvement after which a restart gives up
@@ -261,6 +268,31 @@ def quantise(placement: Placement, costs, resolution: int = RESOLUTION) -> tuple
             (int(round(float(costs.comm) / slot)),))
 
 
+def quantisation_error(placement: Placement, costs, resolution: int) -> float:
+    """How far :func:`quantise`'s slots at ``resolution`` are from the costs: the largest error of a
+    chunk pass time relative to that time, and of ``comm`` relative to the shortest pass (a hop
+    shorter than half a slot rounds to nothing); ``inf`` when nothing quantises."""
+    S, p = placement.num_stages, placement.num_devices
+    times = [t for ts in costs.stage_times(S, p) for t in ts if t > 0]
+    if not times:
+        return math.inf
+    shortest = min(times)
+    slot = shortest / resolution
+    err = max(abs(max(1, round(t / slot)) * slot - t) / t for t in times)
+    comm = float(costs.comm)
+    return max(err, abs(round(comm / slot) * slot - comm) / shortest)
+
+
+def resolutions(placement: Placement, costs) -> tuple[int, ...]:
+    """The resolutions the family lays blocks out at: :data:`RESOLUTION`, and where its slots are
+    not exact (:func:`quantisation_error`), also the one of :data:`FINER` nearest the costs (ties:
+    the coarser, whose search is faster)."""
+    if quantisation_error(placement, costs, RESOLUTION) <= 1e-9:
+        return (RESOLUTION,)
+    finer = min(FINER, key=lambda r: (quantisation_error(placement, costs, r), r))
+    return (RESOLUTION, finer)
+
+
 def _chain_bounds(placement: Placement, dF, dB, dW, comm, cap: int) -> int:
     """The smallest period worth trying (slots): a device's work, and its activation held over
     the shortest lifespans (Little's law: a device holding ``cap`` at most holds ``Σ ℓ·act``
@@ -295,7 +327,13 @@ def _arrays(placement: Placement):
     return dev, stages, nst
 
 
-def _fits(placement: Placement, durations, cap: int, P: int, iters: int, seeds: int, start=None):
+def _steps(scale: int) -> np.ndarray:
+    """The delay changes of the local search, in slots: :data:`_STEPS`, and at a finer resolution
+    (``scale`` slots where :data:`RESOLUTION` has one) the same changes in time as well."""
+    return np.unique(np.concatenate([_STEPS, _STEPS * max(1, int(scale))]))
+
+
+def _fits(placement: Placement, durations, cap: int, P: int, iters: int, seeds: int, start=None, scale: int = 1):
     """A block of period ``P`` within ``cap``: ``(P, x, delays)`` from the first local search that
     finds one — from the delays ``start`` (a longer period's block) if given, then from no delays
     with ``seeds`` fixed seeds — or ``None``."""
@@ -308,12 +346,12 @@ def _fits(placement: Placement, durations, cap: int, P: int, iters: int, seeds: 
     for seed, first in enumerate(starts):
         delta = np.zeros(S, dtype=np.int64) if first is None else first.copy()
         if _search(dev, stages, nst, ints(dF), ints(dB), ints(dW), int(comm), act, int(cap), int(P),
-                   int(iters), PATIENCE, int(seed), _STEPS, delta, x):
+                   int(iters), PATIENCE, int(seed), _steps(scale), delta, x):
             return P, x.copy(), delta
     return None
 
 
-def cyclic_block(placement: Placement, durations, cap: int, iters: int = ITERS, seeds: int = SEEDS):
+def cyclic_block(placement: Placement, durations, cap: int, iters: int = ITERS, seeds: int = SEEDS, scale: int = 1):
     """The block of the shortest period found within ``cap`` (activation units: one per stage),
     for quantised ``durations`` (:func:`quantise`): ``(P, x)`` with ``x[k, s]`` the start slot of
     pass kind ``k`` (F, B, W) of stage ``s``; ``None`` when none was found.
@@ -329,19 +367,19 @@ def cyclic_block(placement: Placement, durations, cap: int, iters: int = ITERS, 
     dF, dB, dW, (comm,) = durations
     lo = _chain_bounds(placement, dF, dB, dW, comm, cap)
     hi = min(MAX_SLOTS, int(math.ceil(SPAN * lo)))
-    best = _fits(placement, durations, cap, hi, iters, seeds) if hi >= lo else None
+    best = _fits(placement, durations, cap, hi, iters, seeds, None, scale) if hi >= lo else None
     if best is None:
         return None
     a = lo  # bisection with one restart a period, from the delays of the shortest block so far ...
     while a < best[0]:
         mid = (a + best[0]) // 2
-        got = _fits(placement, durations, cap, mid, iters, 1, best[2])
+        got = _fits(placement, durations, cap, mid, iters, 1, best[2], scale)
         if got is None:
             a = mid + 1
         else:
             best = got
     while best[0] > lo:  # ... then every restart, downwards from what it found
-        got = _fits(placement, durations, cap, best[0] - 1, iters, seeds, best[2])
+        got = _fits(placement, durations, cap, best[0] - 1, iters, seeds, best[2], scale)
         if got is None:
             break
         best = got
@@ -369,19 +407,26 @@ def block_order(placement: Placement, m: int, P: int, x: np.ndarray) -> np.ndarr
 
 
 class CyclicFamily(Family):
-    """See the module docstring."""
+    """See the module docstring. ``finer=False``: blocks at :data:`RESOLUTION` only; ``finer=True``:
+    at the finer resolution of :func:`resolutions` only (none where :data:`RESOLUTION` is exact). The
+    searches run the finer one last, after every climb, so what the others find (the climbs start
+    from their best) is unchanged and a finer block only ever adds a candidate."""
 
     name = "cyclic"
 
-    def __init__(self) -> None:
+    def __init__(self, finer: bool = False) -> None:
+        self.finer = finer
+        if finer:
+            self.name = "cyclic-finer"
         self._blocks = LRU(2048)
 
-    def block(self, placement: Placement, durations, h: int):
-        """The block of cap ``h`` (cached per placement, quantised costs and cap), or ``()``."""
-        key = (placement, durations, h)
+    def block(self, placement: Placement, durations, h: int, scale: int = 1):
+        """The block of cap ``h`` (cached per placement, quantised costs, cap and step scale), or ``()``."""
+        key = (placement, durations, h, scale)
         got = self._blocks.get(key)
         if got is None:
-            got = self._blocks.put(key, cyclic_block(placement, durations, h) or ())
+            seeds = FINER_SEEDS if self.finer else SEEDS
+            got = self._blocks.put(key, cyclic_block(placement, durations, h, seeds=seeds, scale=scale) or ())
         return got
 
     def sets(self, q: Query, progress: Incumbent):
@@ -391,22 +436,27 @@ class CyclicFamily(Family):
             return
         base = P.num_stages // p
         top = min(int(math.floor(q.cap * base + 1e-9)), int(math.floor(TOP * base * p)))
-        durations = quantise(P, q.costs)
-        if durations is None:
-            return
         out = []
         seen = set()
-        # from the budget down: a smaller cap's candidates peak lower, so once the bound says a cap
-        # cannot win, no smaller one can (the bound only grows as the peak falls)
-        for h in reversed(caps(p, top, base)):
-            if progress.hopeless(q, h / base):
-                break
-            got = self.block(P, durations, h)
-            if not got or (got[0], got[1].tobytes()) in seen:
-                continue
-            period, x = got
-            seen.add((period, x.tobytes()))
-            out.append(CandidateSet(P, q.m, False, block_order(P, q.m, period, x)[None],
-                                    (f"cyclic block, period {period} slots, cap {h}",)))
+        tried = resolutions(P, q.costs)
+        for r in (tried[1:] if self.finer else tried[:1]):
+            durations = quantise(P, q.costs, r)
+            if durations is None:
+                return
+            at = "" if r == RESOLUTION else f" at resolution {r}"
+            # from the budget down: a smaller cap's candidates peak lower, so once the bound says a cap
+            # cannot win, no smaller one can (the bound only grows as the peak falls)
+            for h in reversed(caps(p, top, base)):
+                if progress.hopeless(q, h / base):
+                    break
+                got = self.block(P, durations, h, max(1, round(r / RESOLUTION)))
+                if not got:
+                    continue
+                keys = block_order(P, q.m, got[0], got[1])
+                if keys.tobytes() in seen:
+                    continue
+                seen.add(keys.tobytes())
+                out.append(CandidateSet(P, q.m, False, keys[None],
+                                        (f"cyclic block, period {got[0]} slots{at}, cap {h}",)))
         if out:
             yield concat(out)

@@ -147,6 +147,21 @@ def test_the_search_gets_shorter_where_two_slots_miss_the_costs(p, m, costs, lim
     assert "at resolution" in dict(s.params)["block"]
 
 
+def test_the_finer_family_above_p16_searches_every_other_cap_and_stays_monotone():
+    """Above p = 16 the finer resolution searches every other cap of the grid, counted down from
+    half of 1F1B's memory (a fixed grid per p): a larger budget keeps a smaller one's blocks."""
+    placement, costs = Placement.v_shape(20), cm.Costs(4, 5, 3, 0.3)
+    fam = CyclicFamily(finer=True)
+
+    def labels(cap):
+        return {lab for cs in fam.sets(Query(placement, 40, costs, cap), Incumbent()) for lab in cs.labels}
+
+    small, large = labels(5.0), labels(10.0)  # a quarter and half of 1F1B's memory (p·a = 20)
+    assert small and small <= large
+    found = {int(lab.rsplit("cap ", 1)[1]) for lab in large}
+    assert found <= {20, 16, 12, 8, 4} and 20 in found
+
+
 def test_deterministic_and_independent_of_the_cache():
     """The same block from a fresh family and from one that already searched other caps and
     costs (fixed seeds; each cap's search starts from nothing)."""

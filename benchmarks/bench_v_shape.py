@@ -314,7 +314,7 @@ def low_memory_survey(baseline: str) -> None:
         imp = [(a, b) for a, b in fit if b.get("improve") is not None]
         if imp:  # the measure: within 2 % of what cm.improve finds from the baseline's schedule
             for label, k in (("this checkout", 0), ("baseline", 1)):
-                over = [x[k]["makespan"] / b["improve"] for x in imp for b in (x[1],)]
+                over = [pair[k]["makespan"] / pair[1]["improve"] for pair in imp]
                 print(f"within 2 % of cm.improve ({len(imp)} cases), {label}: {sum(r <= 1.02 + 1e-9 for r in over)}; "
                       f"over it: median {100 * (statistics.median(over) - 1):.1f} %, worst {100 * (max(over) - 1):.1f} %")
             for a, b in imp:
@@ -366,6 +366,10 @@ def main() -> None:
                     help="with --low-memory: also the one-device relaxation (solver-seconds a device) where a device "
                          "has at most 100 passes, in the trees that have it")
     args = ap.parse_args()
+    if (args.held_out != 1 or args.improve > 0 or args.relax > 0) and not args.low_memory:
+        ap.error("--held-out, --improve and --relax belong to the held-out survey: add --low-memory")
+    if args.improve > 0 and args.baseline == "none":
+        ap.error("--improve runs cm.improve from the baseline's schedules: give --baseline COMMIT, not 'none'")
     if args.low_memory:
         print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
         os.environ["CTRLMEM_BENCH_RELAX"] = str(args.relax)

@@ -244,7 +244,6 @@ def relax_runs(inst: Instance, placement: str) -> bool:
     return passes_per_device(_placement(inst, placement), inst.m, False) <= RELAX_PASSES
 
 
-
 def relaxed(inst: Instance, placement: str, seconds: float = RELAX_SECONDS) -> dict:
     """The one-device relaxation of every device of ``inst`` on ``placement``: the best bound, and
     on how many devices CP-SAT proved the relaxation's optimum."""

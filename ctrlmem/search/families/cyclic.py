@@ -276,15 +276,15 @@ def quantisation_error(placement: Placement, costs, resolution: int) -> float:
     """How far :func:`quantise`'s slots at ``resolution`` are from the costs: the largest error of a
     chunk pass time relative to that time, and of ``comm`` relative to the shortest pass (a hop
     shorter than half a slot rounds to nothing); ``inf`` when nothing quantises."""
-    S, p = placement.num_stages, placement.num_devices
-    times = [t for ts in costs.stage_times(S, p) for t in ts if t > 0]
-    if not times:
+    got = quantise(placement, costs, resolution)
+    if got is None:
         return math.inf
-    shortest = min(times)
+    times = [t for ts in costs.stage_times(placement.num_stages, placement.num_devices) for t in ts]
+    slots = [n for ns in got[:3] for n in ns]
+    shortest = min(t for t in times if t > 0)
     slot = shortest / resolution
-    err = max(abs(max(1, round(t / slot)) * slot - t) / t for t in times)
-    comm = float(costs.comm)
-    return max(err, abs(round(comm / slot) * slot - comm) / shortest)
+    err = max(abs(n * slot - t) / t for n, t in zip(slots, times) if t > 0)
+    return max(err, abs(got[3][0] * slot - float(costs.comm)) / shortest)
 
 
 def resolutions(placement: Placement, costs) -> tuple[int, ...]:
@@ -331,13 +331,7 @@ def _arrays(placement: Placement):
     return dev, stages, nst
 
 
-def _steps(scale: int) -> np.ndarray:
-    """The delay changes of the local search, in slots: :data:`_STEPS`, and at a finer resolution
-    (``scale`` slots where :data:`RESOLUTION` has one) the same changes in time as well."""
-    return np.unique(np.concatenate([_STEPS, _STEPS * max(1, int(scale))]))
-
-
-def _fits(placement: Placement, durations, cap: int, P: int, iters: int, seeds: int, start=None, scale: int = 1):
+def _fits(placement: Placement, durations, cap: int, P: int, iters: int, seeds: int, start=None, steps=_STEPS):
     """A block of period ``P`` within ``cap``: ``(P, x, delays)`` from the first local search that
     finds one — from the delays ``start`` (a longer period's block) if given, then from no delays
     with ``seeds`` fixed seeds — or ``None``."""
@@ -350,7 +344,7 @@ def _fits(placement: Placement, durations, cap: int, P: int, iters: int, seeds: 
     for seed, first in enumerate(starts):
         delta = np.zeros(S, dtype=np.int64) if first is None else first.copy()
         if _search(dev, stages, nst, ints(dF), ints(dB), ints(dW), int(comm), act, int(cap), int(P),
-                   int(iters), PATIENCE, int(seed), _steps(scale), delta, x):
+                   int(iters), PATIENCE, int(seed), steps, delta, x):
             return P, x.copy(), delta
     return None
 
@@ -371,19 +365,22 @@ def cyclic_block(placement: Placement, durations, cap: int, iters: int = ITERS, 
     dF, dB, dW, (comm,) = durations
     lo = _chain_bounds(placement, dF, dB, dW, comm, cap)
     hi = min(MAX_SLOTS, int(math.ceil(SPAN * lo)))
-    best = _fits(placement, durations, cap, hi, iters, seeds, None, scale) if hi >= lo else None
+    # the delay changes in slots: _STEPS, and at a finer resolution (``scale`` slots where
+    # RESOLUTION has one) the same changes in time as well
+    steps = np.unique(np.concatenate([_STEPS, _STEPS * scale]))
+    best = _fits(placement, durations, cap, hi, iters, seeds, None, steps) if hi >= lo else None
     if best is None:
         return None
     a = lo  # bisection with one restart a period, from the delays of the shortest block so far ...
     while a < best[0]:
         mid = (a + best[0]) // 2
-        got = _fits(placement, durations, cap, mid, iters, 1, best[2], scale)
+        got = _fits(placement, durations, cap, mid, iters, 1, best[2], steps)
         if got is None:
             a = mid + 1
         else:
             best = got
     while best[0] > lo:  # ... then every restart, downwards from what it found
-        got = _fits(placement, durations, cap, best[0] - 1, iters, seeds, best[2], scale)
+        got = _fits(placement, durations, cap, best[0] - 1, iters, seeds, best[2], steps)
         if got is None:
             break
         best = got
@@ -446,25 +443,26 @@ class CyclicFamily(Family):
         if self.finer and p > FINER_ALL_CAPS_P:
             full = caps(p, int(math.floor(TOP * base * p)), base)
             grid = [h for h in grid if (len(full) - 1 - full.index(h)) % 2 == 0]
-        tried = resolutions(P, q.costs)
-        for r in (tried[1:] if self.finer else tried[:1]):
-            durations = quantise(P, q.costs, r)
-            if durations is None:
-                return
-            at = "" if r == RESOLUTION else f" at resolution {r}"
-            # from the budget down: a smaller cap's candidates peak lower, so once the bound says a cap
-            # cannot win, no smaller one can (the bound only grows as the peak falls)
-            for h in reversed(grid):
-                if progress.hopeless(q, h / base):
-                    break
-                got = self.block(P, durations, h, max(1, round(r / RESOLUTION)))
-                if not got:
-                    continue
-                keys = block_order(P, q.m, got[0], got[1])
-                if keys.tobytes() in seen:
-                    continue
-                seen.add(keys.tobytes())
-                out.append(CandidateSet(P, q.m, False, keys[None],
-                                        (f"cyclic block, period {got[0]} slots{at}, cap {h}",)))
+        r = resolutions(P, q.costs)[-1] if self.finer else RESOLUTION
+        if self.finer and r == RESOLUTION:
+            return  # two slots a pass are exact: the coarse family has it all
+        durations = quantise(P, q.costs, r)
+        if durations is None:
+            return
+        at = "" if r == RESOLUTION else f" at resolution {r}"
+        # from the budget down: a smaller cap's candidates peak lower, so once the bound says a cap
+        # cannot win, no smaller one can (the bound only grows as the peak falls)
+        for h in reversed(grid):
+            if progress.hopeless(q, h / base):
+                break
+            got = self.block(P, durations, h, max(1, round(r / RESOLUTION)))
+            if not got:
+                continue
+            keys = block_order(P, q.m, got[0], got[1])
+            if keys.tobytes() in seen:
+                continue
+            seen.add(keys.tobytes())
+            out.append(CandidateSet(P, q.m, False, keys[None],
+                                    (f"cyclic block, period {got[0]} slots{at}, cap {h}",)))
         if out:
             yield concat(out)

@@ -16,8 +16,10 @@ import ctrlmem as cm
 from ctrlmem.model.ir import Placement
 from ctrlmem.search import Incumbent, Query
 from ctrlmem.search.encoding import CandidateSet
-from ctrlmem.search.families.cyclic import (FINER, RESOLUTION, CyclicFamily, block_order, cyclic_block, quantisation_error,
-                                            quantise, resolutions)
+from ctrlmem.search.engine import clear_caches
+from ctrlmem.search.families.cyclic import (COPIES_MAX_P, FINER, RESOLUTION, CyclicFamily, _fits, _one_block, _steps,
+                                            block_order, copies_block, cyclic_block, quantisation_error, quantise,
+                                            resolutions)
 
 
 def _block_schedule(placement, m, period, x):
@@ -130,8 +132,9 @@ def test_the_finer_family_adds_blocks_only_where_the_coarse_slots_miss():
     assert not any("at resolution" in lab for lab in coarse)
     from ctrlmem.schedules.recipes import SEQUENTIAL, V_SPLIT
     for recipe in (V_SPLIT, SEQUENTIAL):  # last: every climb starts from what it started from before
-        assert isinstance(recipe[-1], CyclicFamily) and recipe[-1].finer
-        assert not any(isinstance(f, CyclicFamily) and f.finer for f in recipe[:-1])
+        tail = [(f.finer, f.copies) for f in recipe[-3:] if isinstance(f, CyclicFamily)]
+        assert tail == [(True, 1), (False, 2), (True, 2)]
+        assert not any(isinstance(f, CyclicFamily) and (f.finer or f.copies > 1) for f in recipe[:-3])
 
 
 @pytest.mark.parametrize("p,m,costs,limit,before", [
@@ -167,7 +170,9 @@ def test_deterministic_and_independent_of_the_cache():
     costs (fixed seeds; each cap's search starts from nothing)."""
     placement, costs = Placement.v_shape(8), cm.Costs(3, 4, 2, 0.1)
     dur = quantise(placement, costs)
+    clear_caches()  # the one-microbatch blocks are shared by the families: start from none
     a = CyclicFamily().block(placement, dur, 8)
+    clear_caches()
     warm = CyclicFamily()
     for h in (16, 5, 12):
         warm.block(placement, dur, h)
@@ -202,3 +207,73 @@ def test_block_order_runs_each_pass_once_in_time_order():
     keys = block_order(placement, 4, 30, x)
     assert keys.shape == (3, 24)
     assert sorted(keys.ravel().tolist()) == list(range(3 * 6 * 4))
+
+
+# -- blocks of two microbatches -------------------------------------------------------------------
+
+
+@settings(max_examples=20, deadline=None)
+@given(p=st.integers(2, 8), data=st.data(), sequential=st.booleans(),
+       fbw=st.tuples(st.sampled_from([1, 2, 3]), st.sampled_from([1, 2, 3, 4]), st.sampled_from([1, 2])),
+       comm=st.sampled_from([0.0, 0.1, 0.5]))
+def test_a_block_repeated_twice_lays_out_as_itself_and_a_pair_block_is_valid(p, data, sequential, fbw, comm):
+    """The one-microbatch block's delays, copied with the second copy one period later, lay out
+    (at twice the period) as that block repeated: the same slots shifted by one period, within
+    the cap — the start that guarantees a pair block is never worse. A shorter pair block, where
+    one is found, repeated any number of times is a valid schedule within the cap."""
+    placement = Placement.sequential(p) if sequential else Placement.v_shape(p)
+    base = placement.num_stages // p
+    S = placement.num_stages
+    cap = data.draw(st.integers(base, base * p))
+    costs = cm.Costs(*fbw, comm)
+    dur = quantise(placement, costs)
+    one = _one_block(placement, dur, cap, 3000, 2, 1)
+    if one is None:
+        return
+    P1, x1, d1 = one
+    start = np.concatenate([d1, d1])
+    start[S] = P1
+    got = _fits(placement, dur, cap, 2 * P1, 3000, 0, start, _steps(1), copies=2)
+    assert got is not None
+    assert got[1][:, :S].tolist() == x1.tolist() and got[1][:, S:].tolist() == (x1 + P1).tolist()
+    pair = copies_block(placement, dur, cap, one)
+    if pair is None:
+        return
+    assert pair[0] < 2 * P1 and pair[1].shape == (3, 2 * S)
+    m = data.draw(st.integers(1, 3 * p))
+    s = _block_schedule(placement, m, *pair)
+    cm.validate(s)
+    assert max(cm.simulate(s, costs).peak_memory) <= cap / base + 1e-9
+
+
+@pytest.mark.parametrize("p,m,costs,limit,before", [
+    # v-shape's makespan with one-microbatch blocks only (main f68dc7c, 2026-12-06), all simulated;
+    # from the low-memory held-out sets (benchmarks/bench_v_shape.py --low-memory) and the gap grid
+    (7, 21, cm.Costs(3, 3, 2, 0.5), 0.5, 277.0),
+    (20, 40, cm.Costs(3, 3, 2, 0.5), 0.25, 905.0),
+    (8, 32, cm.Costs(1, 2, 2), 0.25, 314.0),
+])
+def test_the_search_gets_shorter_with_blocks_of_two_microbatches(p, m, costs, limit, before):
+    s = cm.build("v-shape", p, m, costs=costs, memory_limit=limit, objective="makespan")
+    r = cm.simulate(s, costs)
+    assert r.makespan < 0.98 * before
+    assert max(r.peak_memory) <= limit * p + 1e-9
+    assert dict(s.params)["block"].startswith("cyclic block of 2 microbatches")
+
+
+def test_pair_blocks_stay_monotone_and_stop_above_their_largest_p():
+    """Blocks of two microbatches: a larger budget keeps a smaller one's; none above
+    ``COPIES_MAX_P`` (none at the finer resolution above p = 16)."""
+    placement, costs = Placement.v_shape(8), cm.Costs(1, 2, 2)
+    fam = CyclicFamily(copies=2)
+
+    def labels(cap):
+        return {lab for cs in fam.sets(Query(placement, 32, costs, cap), Incumbent()) for lab in cs.labels}
+
+    small, large = labels(2.0), labels(4.0)
+    assert small and small <= large
+    assert all(lab.startswith("cyclic block of 2 microbatches") for lab in large)
+    big = Query(Placement.v_shape(COPIES_MAX_P + 2), 2 * COPIES_MAX_P, cm.Costs(3, 3, 2, 0.5), 4.0)
+    assert list(CyclicFamily(copies=2).sets(big, Incumbent())) == []
+    assert list(CyclicFamily(finer=True, copies=2).sets(Query(Placement.v_shape(18), 36, cm.Costs(4, 5, 3, 0.3), 4.0),
+                                                        Incumbent())) == []

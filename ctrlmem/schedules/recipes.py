@@ -37,6 +37,9 @@ V_SPLIT.append(LongLateAcceptanceFamily(list(V_SPLIT)))
 #: cyclic blocks in finer slots where two a pass miss the costs: after the climbs, so their starts
 #: (and results) are unchanged and a finer block only adds a candidate
 V_SPLIT.append(CyclicFamily(finer=True))
+#: blocks of two microbatches, each its own layout, from the one-microbatch blocks of both
+#: resolutions: last of all, so everything above is unchanged and they only add candidates
+V_SPLIT += [CyclicFamily(copies=2), CyclicFamily(finer=True, copies=2)]
 #: the fused-backward V-shape search (``1f1b-v``)
 V_FUSED = [FusedConstructionFamily(), _LISTS]
 #: one stage per device (``zb``)
@@ -46,4 +49,4 @@ _ZB_PERIODIC = PeriodicFamily(_ZB + [_ZB_RELOCATE])
 SEQUENTIAL = _ZB + [_ZB_RELOCATE, _ZB_PERIODIC, LateAcceptanceFamily(_ZB + [_ZB_RELOCATE, _ZB_PERIODIC]), CyclicFamily()]
 #: medium pipelines: the longer climb only (zb's other families take 0.01-0.02 s)
 SEQUENTIAL.append(LongLateAcceptanceFamily(list(SEQUENTIAL)))
-SEQUENTIAL.append(CyclicFamily(finer=True))
+SEQUENTIAL += [CyclicFamily(finer=True), CyclicFamily(copies=2), CyclicFamily(finer=True, copies=2)]

@@ -51,8 +51,8 @@ from ctrlmem.search.engine import LRU, Family, Incumbent, Query
 from ctrlmem.search.families.lists import caps
 from ctrlmem.search.kernels import ints, kernel
 
-__all__ = ["CyclicFamily", "cyclic_block", "block_order", "quantise", "quantisation_error", "resolutions",
-           "RESOLUTION", "FINER", "FINER_SEEDS", "FINER_ALL_CAPS_P", "ITERS", "SEEDS", "MAX_SLOTS"]
+__all__ = ["CyclicFamily", "cyclic_block", "copies_block", "block_order", "quantise", "quantisation_error", "resolutions",
+           "RESOLUTION", "FINER", "FINER_SEEDS", "COPIES", "COPIES_SEEDS", "COPIES_MAX_P", "FINER_ALL_CAPS_P", "ITERS", "SEEDS", "MAX_SLOTS"]
 
 #: slots per shortest pass in the quantisation of the costs
 RESOLUTION = 2
@@ -62,7 +62,7 @@ FINER = (3, 4, 5, 6, 8)
 FINER_SEEDS = 2
 #: above this ``p`` the finer resolution searches every other cap of the grid only, counted down
 #: from :data:`TOP`'s (a fixed grid per ``p``, so still monotone in the budget): at p = 32 each cap
-#: costs 0.2-0.4 s there
+#: costs 0.2-0.4 s there; and no blocks of several microbatches at the finer resolution
 FINER_ALL_CAPS_P = 16
 #: local-search steps per period and seed
 ITERS = 3000
@@ -70,6 +70,18 @@ ITERS = 3000
 PATIENCE = 300
 #: restarts (fixed seeds) per period
 SEEDS = 5
+#: microbatches in a block of several (:class:`CyclicFamily` ``copies``): each its own layout, so a
+#: device's passes may fall where one microbatch's block repeated could not put them
+COPIES = 2
+#: restarts per period of a block of several microbatches
+COPIES_SEEDS = 2
+#: local-search steps per period and seed of a block of several microbatches
+COPIES_ITERS = 2000
+#: the largest ``p`` with blocks of several microbatches (at the coarse resolution; the finer one up to
+#: :data:`FINER_ALL_CAPS_P`): at p = 32, m = 256 they took a second more than the rest of the search
+#: (3:4:2:0.1, half of 1F1B's memory) and found nothing shorter; on the held-out sets they shortened
+#: schedules up to p = 24
+COPIES_MAX_P = 24
 #: the longest period searched, in slots
 MAX_SLOTS = 400
 #: periods tried above the lower bound, as a multiple of it (the search stops at the first fit)
@@ -132,24 +144,34 @@ def _peak(d, stages, nst, x, dW, act, P):  # pragma: no cover - compiled
 
 
 @kernel
-def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res):  # pragma: no cover - compiled
+def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res, S0):  # pragma: no cover - compiled
     """Lay the block out with forward delays ``delta`` (see the module docstring) into ``x``
     (``[3, S]``: F, B, W starts); ``res[0]`` the summed excess of the devices' peaks over
-    ``cap``, ``res[1]`` their sum; returns 0 when some pass finds no free slots."""
+    ``cap``, ``res[1]`` their sum; returns 0 when some pass finds no free slots.
+
+    A block of ``K = S / S0`` microbatches is ``K`` copies of the pipeline's ``S0`` stages
+    (copy ``i``'s stage ``s`` at index ``i·S0 + s``, each copy its own chain; ``delta`` of a
+    copy's first stage is its start): the forwards are laid out stage by stage, the copies of a
+    stage one after another, then the backwards from the last stage back the same way, then each
+    device's ``W`` s stage by stage the same way. So a block of one microbatch repeated ``K`` times, copy ``i``
+    started ``i·P/K`` later, lays out as that block does."""
     S = dev.shape[0]
     p = occ.shape[0]
+    K = S // S0
     occ[:, :] = 0
-    for s in range(S):
+    for v in range(S):
+        s = (v % K) * S0 + v // K
         t = 0
-        if s > 0:
+        if s % S0 != 0:
             t = x[0, s - 1] + dF[s - 1] + (comm if dev[s] != dev[s - 1] else 0)
         t = _place(occ, dev[s], t + delta[s], dF[s], P)
         if t < 0:
             return 0
         x[0, s] = t
         _mark(occ, dev[s], t, dF[s], P, 1)
-    for s in range(S - 1, -1, -1):
-        if s == S - 1:
+    for v in range(S - 1, -1, -1):
+        s = (K - 1 - v % K) * S0 + v // K
+        if s % S0 == S0 - 1:
             t = x[0, s] + dF[s]
         else:
             t = x[1, s + 1] + dB[s + 1] + (comm if dev[s] != dev[s + 1] else 0)
@@ -162,12 +184,13 @@ def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, re
     total = 0
     for d in range(p):
         n = nst[d]
+        n0 = n // K  # the device's stages of one copy (stages[d] lists them copy by copy); W stage by stage, copies in turn
         best = -1
         best_o = -1
-        for o in range(2 if n == 2 else 1):
+        for o in range(2 if n0 == 2 else 1):
             placed = 0
             for jj in range(n):
-                j = jj if o == 0 else n - 1 - jj
+                j = (jj % K) * n0 + (jj // K if o == 0 else n0 - 1 - jj // K)
                 s = stages[d, j]
                 t = _place(occ, d, x[1, s] + dB[s], dW[s], P)
                 if t < 0:
@@ -177,7 +200,7 @@ def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, re
                 placed += 1
             pk = _peak(d, stages, nst, x, dW, act, P) if placed == n else -1
             for jj in range(placed):
-                j = jj if o == 0 else n - 1 - jj
+                j = (jj % K) * n0 + (jj // K if o == 0 else n0 - 1 - jj // K)
                 s = stages[d, j]
                 _mark(occ, d, x[2, s], dW[s], P, 0)
             if pk >= 0 and (best < 0 or pk < best):
@@ -186,7 +209,7 @@ def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, re
         if best_o < 0:
             return 0
         for jj in range(n):
-            j = jj if best_o == 0 else n - 1 - jj
+            j = (jj % K) * n0 + (jj // K if best_o == 0 else n0 - 1 - jj // K)
             s = stages[d, j]
             t = _place(occ, d, x[1, s] + dB[s], dW[s], P)
             x[2, s] = t
@@ -205,7 +228,7 @@ def _minstd(state):  # pragma: no cover - compiled
 
 
 @kernel
-def _search(dev, stages, nst, dF, dB, dW, comm, act, cap, P, iters, patience, seed, steps, delta, x_out):  # pragma: no cover - compiled
+def _search(dev, stages, nst, dF, dB, dW, comm, act, cap, P, iters, patience, seed, steps, delta, x_out, S0):  # pragma: no cover - compiled
     """A block of period ``P`` within ``cap`` by local search over the forward delays ``delta``
     (from their values on entry; at most ``iters`` steps, ending ``patience`` steps after the
     last strict improvement); 1, the block in ``x_out`` and its delays in ``delta`` when found."""
@@ -214,7 +237,7 @@ def _search(dev, stages, nst, dF, dB, dW, comm, act, cap, P, iters, patience, se
     occ = np.zeros((p, P), np.int64)
     x = np.zeros((3, S), np.int64)
     res = np.zeros(2, np.int64)
-    if _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res) == 0:
+    if _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res, S0) == 0:
         return 0
     cur = res[0] * _BIG + res[1]
     excess = res[0]
@@ -237,7 +260,7 @@ def _search(dev, stages, nst, dF, dB, dW, comm, act, cap, P, iters, patience, se
             j = 1 + state % (S - 1)
             old_j = delta[j]
             delta[j] = 0
-        ok = _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res)
+        ok = _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res, S0)
         if ok == 1 and res[0] * _BIG + res[1] <= cur:
             if res[0] * _BIG + res[1] < cur:
                 since = 0
@@ -250,7 +273,7 @@ def _search(dev, stages, nst, dF, dB, dW, comm, act, cap, P, iters, patience, se
     if excess != 0:
         return 0
     # x holds the last accepted layout only if the last evaluation was accepted: lay it out again
-    _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res)
+    _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res, S0)
     for k in range(3):
         for s in range(S):
             x_out[k, s] = x[k, s]
@@ -320,54 +343,59 @@ def _chain_bounds(placement: Placement, dF, dB, dW, comm, cap: int) -> int:
     return max(max(work), max(math.ceil(h / cap) for h in held))
 
 
-def _arrays(placement: Placement):
+def _arrays(placement: Placement, copies: int = 1):
+    """The kernels' view of a block of ``copies`` microbatches: each stage's device, each device's
+    stages copy by copy, and their count (see :func:`_evaluate`)."""
     S, p = placement.num_stages, placement.num_devices
-    dev = ints(placement.stage_device)
-    nst = ints([sum(1 for s in range(S) if dev[s] == d) for d in range(p)])
-    stages = np.zeros((p, 2), dtype=np.int64)
+    dev = ints(list(placement.stage_device) * copies)
+    nst = ints([sum(1 for s in range(copies * S) if dev[s] == d) for d in range(p)])
+    stages = np.zeros((p, max(1, int(nst.max()))), dtype=np.int64)
     for d in range(p):
-        mine = [s for s in range(S) if dev[s] == d][:2]
+        mine = [s for s in range(copies * S) if dev[s] == d]
         stages[d, : len(mine)] = mine
     return dev, stages, nst
 
 
-def _fits(placement: Placement, durations, cap: int, P: int, iters: int, seeds: int, start=None, steps=_STEPS):
+def _fits(placement: Placement, durations, cap: int, P: int, iters: int, seeds: int, start=None, steps=_STEPS,
+          copies: int = 1):
     """A block of period ``P`` within ``cap``: ``(P, x, delays)`` from the first local search that
     finds one — from the delays ``start`` (a longer period's block) if given, then from no delays
-    with ``seeds`` fixed seeds — or ``None``."""
+    with ``seeds`` fixed seeds (the copies of a block of several microbatches started ``P/copies``
+    apart) — or ``None``."""
     dF, dB, dW, (comm,) = durations
-    dev, stages, nst = _arrays(placement)
+    dev, stages, nst = _arrays(placement, copies)
     S = placement.num_stages
-    act = np.ones(S, dtype=np.int64)
-    x = np.zeros((3, S), dtype=np.int64)
+    act = np.ones(copies * S, dtype=np.int64)
+    x = np.zeros((3, copies * S), dtype=np.int64)
+    dF, dB, dW = ints(list(dF) * copies), ints(list(dB) * copies), ints(list(dW) * copies)
     starts = ([start] if start is not None else []) + [None] * seeds
     for seed, first in enumerate(starts):
-        delta = np.zeros(S, dtype=np.int64) if first is None else first.copy()
-        if _search(dev, stages, nst, ints(dF), ints(dB), ints(dW), int(comm), act, int(cap), int(P),
-                   int(iters), PATIENCE, int(seed), steps, delta, x):
+        if first is None:
+            delta = np.zeros(copies * S, dtype=np.int64)
+            delta[S::S] = np.arange(1, copies) * P // copies
+        else:
+            delta = first.copy()
+        if _search(dev, stages, nst, dF, dB, dW, int(comm), act, int(cap), int(P),
+                   int(iters), PATIENCE, int(seed), steps, delta, x, S):
             return P, x.copy(), delta
     return None
 
 
-def cyclic_block(placement: Placement, durations, cap: int, iters: int = ITERS, seeds: int = SEEDS, scale: int = 1):
-    """The block of the shortest period found within ``cap`` (activation units: one per stage),
-    for quantised ``durations`` (:func:`quantise`): ``(P, x)`` with ``x[k, s]`` the start slot of
-    pass kind ``k`` (F, B, W) of stage ``s``; ``None`` when none was found.
+def _steps(scale: int) -> np.ndarray:
+    """The local search's delay changes in slots: :data:`_STEPS`, and at a finer resolution
+    (``scale`` slots where :data:`RESOLUTION` has one) the same changes in time as well."""
+    return np.unique(np.concatenate([_STEPS, _STEPS * scale]))
 
-    The period is bisected between the lower bound and :data:`SPAN` times it (at most
-    :data:`MAX_SLOTS`), which must have a block, with one search a period from the delays of the
-    shortest block so far and one from none; then, with every restart, shorter periods are tried
-    one by one until one has none found. The local search does
-    not prove that a period has no block: a period without one found ends the fitting ones."""
+
+def _one_block(placement: Placement, durations, cap: int, iters: int, seeds: int, scale: int):
+    """:func:`cyclic_block` with the delays it found: ``(P, x, delays)`` or ``None``."""
     S, p = placement.num_stages, placement.num_devices
     if max(sum(1 for s in range(S) if placement.stage_device[s] == d) for d in range(p)) > 2:
         return None
     dF, dB, dW, (comm,) = durations
     lo = _chain_bounds(placement, dF, dB, dW, comm, cap)
     hi = min(MAX_SLOTS, int(math.ceil(SPAN * lo)))
-    # the delay changes in slots: _STEPS, and at a finer resolution (``scale`` slots where
-    # RESOLUTION has one) the same changes in time as well
-    steps = np.unique(np.concatenate([_STEPS, _STEPS * scale]))
+    steps = _steps(scale)
     best = _fits(placement, durations, cap, hi, iters, seeds, None, steps) if hi >= lo else None
     if best is None:
         return None
@@ -384,50 +412,116 @@ def cyclic_block(placement: Placement, durations, cap: int, iters: int = ITERS, 
         if got is None:
             break
         best = got
-    return best[:2]
+    return best
+
+
+def cyclic_block(placement: Placement, durations, cap: int, iters: int = ITERS, seeds: int = SEEDS, scale: int = 1):
+    """The block of the shortest period found within ``cap`` (activation units: one per stage),
+    for quantised ``durations`` (:func:`quantise`): ``(P, x)`` with ``x[k, s]`` the start slot of
+    pass kind ``k`` (F, B, W) of stage ``s``; ``None`` when none was found.
+
+    The period is bisected between the lower bound and :data:`SPAN` times it (at most
+    :data:`MAX_SLOTS`), which must have a block, with one search a period from the delays of the
+    shortest block so far and one from none; then, with every restart, shorter periods are tried
+    one by one until one has none found. The local search does
+    not prove that a period has no block: a period without one found ends the fitting ones."""
+    got = _one_block(placement, durations, cap, iters, seeds, scale)
+    return None if got is None else got[:2]
+
+
+def copies_block(placement: Placement, durations, cap: int, one, copies: int = COPIES, iters: int | None = None,
+                 seeds: int | None = None, scale: int = 1):
+    """A block of ``copies`` microbatches, each with its own layout, shorter than ``copies``
+    periods of the one-microbatch block ``one`` (``(P, x, delays)`` of :func:`_one_block`):
+    ``(P, x)`` with ``x[k, i·S + s]`` the start of copy ``i``'s pass (microbatch ``j`` runs copy
+    ``j mod copies`` shifted by ``⌊j / copies⌋·P``), or ``None`` when none shorter was found.
+
+    The search starts from ``one`` repeated (copy ``i`` started ``i`` periods later: the same
+    block, so it fits ``copies`` periods) and tries one slot shorter at a time, each from the
+    delays of the last block found and from ``seeds`` fresh restarts, until none is found."""
+    S = placement.num_stages
+    iters = COPIES_ITERS if iters is None else iters
+    seeds = COPIES_SEEDS if seeds is None else seeds
+    P1, _, d1 = one
+    start = np.concatenate([d1] * copies)
+    start[::S] = np.arange(copies) * P1
+    steps = _steps(scale)
+    best = _fits(placement, durations, cap, copies * P1, iters, 0, start, steps, copies)
+    if best is None:  # pragma: no cover - the repeated block lays out as itself (tested)
+        return None
+    found = False
+    while True:
+        got = _fits(placement, durations, cap, best[0] - 1, iters, seeds, best[2], steps, copies)
+        if got is None:
+            break
+        best, found = got, True
+    return best[:2] if found else None
 
 
 def block_order(placement: Placement, m: int, P: int, x: np.ndarray) -> np.ndarray:
-    """The block repeated ``m`` times (microbatch ``j`` at ``x + j·P``), each device's passes in
-    start order, as the engine's pass keys (``int64[p, 3·v·m]``)."""
+    """The block repeated over ``m`` microbatches, each device's passes in start order, as the
+    engine's pass keys (``int64[p, 3·v·m]``): microbatch ``j`` at ``x + j·P`` for a block of one
+    microbatch (``x[k, s]``); for a block of ``K`` (``x[k, i·S + s]``, :func:`copies_block`)
+    microbatch ``j`` at copy ``j mod K``'s slots plus ``⌊j / K⌋·P``."""
     S, p = placement.num_stages, placement.num_devices
+    K = x.shape[1] // S
     dev = np.asarray(placement.stage_device)
     sm = S * m
     rows = []
-    j = np.arange(m, dtype=np.int64)
     for d in range(p):
         times, keys = [], []
-        for s in np.nonzero(dev == d)[0]:
-            for k in range(3):
-                times.append(x[k, s] + j * P)
-                keys.append(k * sm + s * m + j)
+        for i in range(K):
+            j = np.arange(i, m, K, dtype=np.int64)
+            for s in np.nonzero(dev == d)[0]:
+                for k in range(3):
+                    times.append(x[k, i * S + s] + (j // K) * P)
+                    keys.append(k * sm + s * m + j)
         t = np.concatenate(times)
         kk = np.concatenate(keys)
         rows.append(kk[np.lexsort((kk, t))])
     return ints(np.stack(rows))
 
 
+#: the one-microbatch blocks (with their delays), shared by the families of one resolution: a block
+#: of several microbatches starts from the same search's block
+_ONE = LRU(4096)
+
+
+def _cached_one(placement: Placement, durations, h: int, seeds: int, scale: int):
+    key = (placement, durations, h, seeds, scale)
+    got = _ONE.get(key)
+    if got is None:
+        got = _ONE.put(key, _one_block(placement, durations, h, ITERS, seeds, scale) or ())
+    return got
+
+
 class CyclicFamily(Family):
     """See the module docstring. ``finer=False``: blocks at :data:`RESOLUTION` only; ``finer=True``:
-    at the finer resolution of :func:`resolutions` only (none where :data:`RESOLUTION` is exact). The
-    searches run the finer one last, after every climb, so what the others find (the climbs start
-    from their best) is unchanged and a finer block only ever adds a candidate."""
+    at the finer resolution of :func:`resolutions` only (none where :data:`RESOLUTION` is exact).
+    ``copies > 1``: blocks of that many microbatches (:func:`copies_block`), each started from the
+    same resolution's one-microbatch block, where one shorter than ``copies`` of its periods is
+    found. The searches run the finer one, then the blocks of two microbatches, last, after every
+    climb, so what the others find (the climbs start from their best) is unchanged and these only
+    ever add a candidate."""
 
     name = "cyclic"
 
-    def __init__(self, finer: bool = False) -> None:
+    def __init__(self, finer: bool = False, copies: int = 1) -> None:
         self.finer = finer
-        if finer:
-            self.name = "cyclic-finer"
+        self.copies = copies
+        self.name = "cyclic" + ("-finer" if finer else "") + (f"-x{copies}" if copies > 1 else "")
         self._blocks = LRU(2048)
 
     def block(self, placement: Placement, durations, h: int, scale: int = 1):
         """The block of cap ``h`` (cached per placement, quantised costs, cap and step scale), or ``()``."""
+        seeds = FINER_SEEDS if self.finer else SEEDS
+        one = _cached_one(placement, durations, h, seeds, scale)
+        if self.copies == 1 or not one:
+            return one[:2]
         key = (placement, durations, h, scale)
         got = self._blocks.get(key)
         if got is None:
-            seeds = FINER_SEEDS if self.finer else SEEDS
-            got = self._blocks.put(key, cyclic_block(placement, durations, h, seeds=seeds, scale=scale) or ())
+            got = self._blocks.put(key, copies_block(placement, durations, h, one, self.copies, scale=scale) or ())
         return got
 
     def sets(self, q: Query, progress: Incumbent):
@@ -440,6 +534,8 @@ class CyclicFamily(Family):
         out = []
         seen = set()
         grid = caps(p, top, base)
+        if self.copies > 1 and p > (FINER_ALL_CAPS_P if self.finer else COPIES_MAX_P):
+            return  # see COPIES_MAX_P
         if self.finer and p > FINER_ALL_CAPS_P:
             full = caps(p, int(math.floor(TOP * base * p)), base)
             grid = [h for h in grid if (len(full) - 1 - full.index(h)) % 2 == 0]
@@ -462,7 +558,7 @@ class CyclicFamily(Family):
             if keys.tobytes() in seen:
                 continue
             seen.add(keys.tobytes())
-            out.append(CandidateSet(P, q.m, False, keys[None],
-                                    (f"cyclic block, period {got[0]} slots{at}, cap {h}",)))
+            what = "cyclic block" if self.copies == 1 else f"cyclic block of {self.copies} microbatches"
+            out.append(CandidateSet(P, q.m, False, keys[None], (f"{what}, period {got[0]} slots{at}, cap {h}",)))
         if out:
             yield concat(out)

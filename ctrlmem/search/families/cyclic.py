@@ -33,6 +33,12 @@ each device's passes in start order, is the candidate (the engine times it with 
 the repeat squeezed, ramps included). Its peak is the block's exact periodic peak (a device's
 memory follows its order).
 
+A block may also hold several microbatches (:func:`copies_block`, ``CyclicFamily(copies=2)``), each
+with its own layout, repeated every period: where one microbatch's block repeated leaves slots no
+single layout can use, two may fill them (docs/theory.md §12, "Blocks of two microbatches"). Its
+search starts from the one-microbatch block repeated, which lays out as itself, so it only ever
+finds a shorter period.
+
 Deterministic (MINSTD), cached per (placement, quantised costs, cap); cost-adapted like the
 list family. Split backward only (``B`` and ``W``), any placement whose devices hold one or two
 stages (the V-shape and one stage per device). Monotone: a cap's candidates include every

@@ -17,7 +17,7 @@ from ctrlmem.model.ir import Placement
 from ctrlmem.search import Incumbent, Query
 from ctrlmem.search.encoding import CandidateSet
 from ctrlmem.search.engine import clear_caches
-from ctrlmem.search.families.cyclic import (COPIES_MAX_P, FINER, RESOLUTION, CyclicFamily, _fits, _one_block, _steps,
+from ctrlmem.search.families.cyclic import (COPIES_FINER_MAX_P, COPIES_MAX_P, FINER, RESOLUTION, CyclicFamily, _fits, _one_block, _steps,
                                             block_order, copies_block, cyclic_block, quantisation_error, quantise,
                                             resolutions)
 
@@ -263,7 +263,7 @@ def test_the_search_gets_shorter_with_blocks_of_two_microbatches(p, m, costs, li
 
 def test_pair_blocks_stay_monotone_and_stop_above_their_largest_p():
     """Blocks of two microbatches: a larger budget keeps a smaller one's; none above
-    ``COPIES_MAX_P`` (none at the finer resolution above p = 16)."""
+    ``COPIES_MAX_P`` (at the finer resolution, above ``COPIES_FINER_MAX_P``)."""
     placement, costs = Placement.v_shape(8), cm.Costs(1, 2, 2)
     fam = CyclicFamily(copies=2)
 
@@ -275,5 +275,6 @@ def test_pair_blocks_stay_monotone_and_stop_above_their_largest_p():
     assert all(lab.startswith("cyclic block of 2 microbatches") for lab in large)
     big = Query(Placement.v_shape(COPIES_MAX_P + 2), 2 * COPIES_MAX_P, cm.Costs(3, 3, 2, 0.5), 4.0)
     assert list(CyclicFamily(copies=2).sets(big, Incumbent())) == []
-    assert list(CyclicFamily(finer=True, copies=2).sets(Query(Placement.v_shape(18), 36, cm.Costs(4, 5, 3, 0.3), 4.0),
-                                                        Incumbent())) == []
+    finer = Placement.v_shape(COPIES_FINER_MAX_P + 2)
+    assert list(CyclicFamily(finer=True, copies=2).sets(Query(finer, 2 * COPIES_FINER_MAX_P + 4, cm.Costs(4, 5, 3, 0.3),
+                                                              4.0), Incumbent())) == []

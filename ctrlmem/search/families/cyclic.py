@@ -58,7 +58,7 @@ from ctrlmem.search.families.lists import caps
 from ctrlmem.search.kernels import ints, kernel
 
 __all__ = ["CyclicFamily", "cyclic_block", "copies_block", "block_order", "quantise", "quantisation_error", "resolutions",
-           "RESOLUTION", "FINER", "FINER_SEEDS", "COPIES", "COPIES_SEEDS", "COPIES_MAX_P", "FINER_ALL_CAPS_P", "ITERS", "SEEDS", "MAX_SLOTS"]
+           "RESOLUTION", "FINER", "FINER_SEEDS", "COPIES", "COPIES_SEEDS", "COPIES_MAX_P", "COPIES_FINER_MAX_P", "FINER_ALL_CAPS_P", "ITERS", "SEEDS", "MAX_SLOTS"]
 
 #: slots per shortest pass in the quantisation of the costs
 RESOLUTION = 2
@@ -68,7 +68,7 @@ FINER = (3, 4, 5, 6, 8)
 FINER_SEEDS = 2
 #: above this ``p`` the finer resolution searches every other cap of the grid only, counted down
 #: from :data:`TOP`'s (a fixed grid per ``p``, so still monotone in the budget): at p = 32 each cap
-#: costs 0.2-0.4 s there; and no blocks of several microbatches at the finer resolution
+#: costs 0.2-0.4 s there
 FINER_ALL_CAPS_P = 16
 #: local-search steps per period and seed
 ITERS = 3000
@@ -83,11 +83,14 @@ COPIES = 2
 COPIES_SEEDS = 2
 #: local-search steps per period and seed of a block of several microbatches
 COPIES_ITERS = 2000
-#: the largest ``p`` with blocks of several microbatches (at the coarse resolution; the finer one up to
-#: :data:`FINER_ALL_CAPS_P`): at p = 32, m = 256 they took a second more than the rest of the search
-#: (3:4:2:0.1, half of 1F1B's memory) and found nothing shorter; on the held-out sets they shortened
-#: schedules up to p = 24
+#: the largest ``p`` with blocks of several microbatches at the coarse resolution: at p = 32, m = 256
+#: they took a second more than the rest of the search (3:4:2:0.1, half of 1F1B's memory) and found
+#: nothing shorter; on the held-out sets they shortened schedules up to p = 24
 COPIES_MAX_P = 24
+#: the same at the finer resolution, whose periods are 2-4x as many slots: at p = 16, m = 128 they took
+#: 0.7 s of a 2.4 s search; on the held-out sets they shortened schedules up to p = 12 (above it the
+#: coarse ones came within 0.01 %)
+COPIES_FINER_MAX_P = 12
 #: the longest period searched, in slots
 MAX_SLOTS = 400
 #: periods tried above the lower bound, as a multiple of it (the search stops at the first fit)
@@ -326,10 +329,10 @@ def resolutions(placement: Placement, costs) -> tuple[int, ...]:
     return (RESOLUTION, finer)
 
 
-def _chain_bounds(placement: Placement, dF, dB, dW, comm, cap: int) -> int:
-    """The smallest period worth trying (slots): a device's work, and its activation held over
-    the shortest lifespans (Little's law: a device holding ``cap`` at most holds ``Σ ℓ·act``
-    over one period of ``P`` only if ``P ≥ Σ ℓ·act / cap``)."""
+def _chain_bounds(placement: Placement, dF, dB, dW, comm, cap: int, copies: int = 1) -> int:
+    """The smallest period worth trying (slots) for a block of ``copies`` microbatches: a device's
+    work, and its activation held over the shortest lifespans (Little's law: a device holding
+    ``cap`` at most holds ``Σ ℓ·act`` over one period of ``P`` only if ``P ≥ Σ ℓ·act / cap``)."""
     S, p = placement.num_stages, placement.num_devices
     dev = placement.stage_device
     work = [0] * p
@@ -346,7 +349,7 @@ def _chain_bounds(placement: Placement, dF, dB, dW, comm, cap: int) -> int:
     held = [0] * p
     for s in range(S):
         held[dev[s]] += tb[s] + dB[s] + dW[s] - tf[s]  # one activation unit per stage
-    return max(max(work), max(math.ceil(h / cap) for h in held))
+    return max(copies * max(work), max(math.ceil(copies * h / cap) for h in held))
 
 
 def _arrays(placement: Placement, copies: int = 1):
@@ -449,6 +452,9 @@ def copies_block(placement: Placement, durations, cap: int, one, copies: int = C
     iters = COPIES_ITERS if iters is None else iters
     seeds = COPIES_SEEDS if seeds is None else seeds
     P1, _, d1 = one
+    dF, dB, dW, (comm,) = durations
+    if copies * P1 - 1 < _chain_bounds(placement, dF, dB, dW, comm, cap, copies):
+        return None  # the block is at the bound already: no block of several is shorter
     start = np.concatenate([d1] * copies)
     start[::S] = np.arange(copies) * P1
     steps = _steps(scale)
@@ -540,7 +546,7 @@ class CyclicFamily(Family):
         out = []
         seen = set()
         grid = caps(p, top, base)
-        if self.copies > 1 and p > (FINER_ALL_CAPS_P if self.finer else COPIES_MAX_P):
+        if self.copies > 1 and p > (COPIES_FINER_MAX_P if self.finer else COPIES_MAX_P):
             return  # see COPIES_MAX_P
         if self.finer and p > FINER_ALL_CAPS_P:
             full = caps(p, int(math.floor(TOP * base * p)), base)

@@ -57,8 +57,9 @@ from ctrlmem.search.engine import LRU, Family, Incumbent, Query
 from ctrlmem.search.families.lists import caps
 from ctrlmem.search.kernels import ints, kernel
 
-__all__ = ["CyclicFamily", "cyclic_block", "copies_block", "block_order", "quantise", "quantisation_error", "resolutions",
-           "RESOLUTION", "FINER", "FINER_SEEDS", "COPIES", "COPIES_SEEDS", "COPIES_MAX_P", "COPIES_FINER_MAX_P", "FINER_ALL_CAPS_P", "ITERS", "SEEDS", "MAX_SLOTS"]
+__all__ = ["CyclicFamily", "cyclic_block", "copies_block", "block_order", "quantise", "quantisation_error",
+           "resolutions", "RESOLUTION", "FINER", "FINER_SEEDS", "COPIES", "COPIES_SEEDS", "COPIES_MAX_P",
+           "COPIES_FINER_MAX_P", "FINER_ALL_CAPS_P", "ITERS", "SEEDS", "MAX_SLOTS"]
 
 #: slots per shortest pass in the quantisation of the costs
 RESOLUTION = 2
@@ -162,8 +163,8 @@ def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, re
     (copy ``i``'s stage ``s`` at index ``i·S0 + s``, each copy its own chain; ``delta`` of a
     copy's first stage is its start): the forwards are laid out stage by stage, the copies of a
     stage one after another, then the backwards from the last stage back the same way, then each
-    device's ``W`` s stage by stage the same way. So a block of one microbatch repeated ``K`` times, copy ``i``
-    started ``i·P/K`` later, lays out as that block does."""
+    device's ``W`` s stage by stage the same way. So a block of one microbatch repeated ``K``
+    times, copy ``i`` started ``i·P/K`` later, lays out as that block does."""
     S = dev.shape[0]
     p = occ.shape[0]
     K = S // S0
@@ -193,7 +194,7 @@ def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, re
     total = 0
     for d in range(p):
         n = nst[d]
-        n0 = n // K  # the device's stages of one copy (stages[d] lists them copy by copy); W stage by stage, copies in turn
+        n0 = n // K  # one copy's stages (stages[d] lists them copy by copy): W stage by stage, copies in turn
         best = -1
         best_o = -1
         for o in range(2 if n0 == 2 else 1):

@@ -417,8 +417,16 @@ def _one_block(placement: Placement, durations, cap: int, iters: int, seeds: int
             a = mid + 1
         else:
             best = got
-    while best[0] > lo:  # ... then every restart, downwards from what it found
-        got = _fits(placement, durations, cap, best[0] - 1, iters, seeds, best[2], steps)
+    return _shorten(placement, durations, cap, best, lo, iters, seeds, steps)  # ... then every restart
+
+
+def _shorten(placement: Placement, durations, cap: int, best, lo: int, iters: int, seeds: int, steps,
+             copies: int = 1):
+    """From the block ``best`` (``(P, x, delays)``), one slot shorter at a time down to the lower
+    bound ``lo``, each from the last block's delays and ``seeds`` fresh restarts, until a period
+    has none found: the shortest block found."""
+    while best[0] > lo:
+        got = _fits(placement, durations, cap, best[0] - 1, iters, seeds, best[2], steps, copies)
         if got is None:
             break
         best = got
@@ -454,7 +462,8 @@ def copies_block(placement: Placement, durations, cap: int, one, copies: int = C
     seeds = COPIES_SEEDS if seeds is None else seeds
     P1, _, d1 = one
     dF, dB, dW, (comm,) = durations
-    if copies * P1 - 1 < _chain_bounds(placement, dF, dB, dW, comm, cap, copies):
+    lo = _chain_bounds(placement, dF, dB, dW, comm, cap, copies)
+    if copies * P1 - 1 < lo:
         return None  # the block is at the bound already: no block of several is shorter
     start = np.concatenate([d1] * copies)
     start[::S] = np.arange(copies) * P1
@@ -462,13 +471,8 @@ def copies_block(placement: Placement, durations, cap: int, one, copies: int = C
     best = _fits(placement, durations, cap, copies * P1, iters, 0, start, steps, copies)
     if best is None:  # pragma: no cover - the repeated block lays out as itself (tested)
         return None
-    found = False
-    while True:
-        got = _fits(placement, durations, cap, best[0] - 1, iters, seeds, best[2], steps, copies)
-        if got is None:
-            break
-        best, found = got, True
-    return best[:2] if found else None
+    best = _shorten(placement, durations, cap, best, lo, iters, seeds, steps, copies)
+    return best[:2] if best[0] < copies * P1 else None
 
 
 def block_order(placement: Placement, m: int, P: int, x: np.ndarray) -> np.ndarray:
@@ -523,7 +527,7 @@ class CyclicFamily(Family):
         self.finer = finer
         self.copies = copies
         self.name = "cyclic" + ("-finer" if finer else "") + (f"-x{copies}" if copies > 1 else "")
-        self._blocks = LRU(2048)
+        self._blocks = LRU(2048) if copies > 1 else None  # the one-microbatch blocks are in _ONE
 
     def block(self, placement: Placement, durations, h: int, scale: int = 1):
         """The block of cap ``h`` (cached per placement, quantised costs, cap and step scale), or ``()``."""
@@ -542,13 +546,13 @@ class CyclicFamily(Family):
         p = P.num_devices
         if q.fused or P.num_stages > 2 * p:
             return
+        if self.copies > 1 and p > (COPIES_FINER_MAX_P if self.finer else COPIES_MAX_P):
+            return  # see COPIES_MAX_P
         base = P.num_stages // p
         top = min(int(math.floor(q.cap * base + 1e-9)), int(math.floor(TOP * base * p)))
         out = []
         seen = set()
         grid = caps(p, top, base)
-        if self.copies > 1 and p > (COPIES_FINER_MAX_P if self.finer else COPIES_MAX_P):
-            return  # see COPIES_MAX_P
         if self.finer and p > FINER_ALL_CAPS_P:
             full = caps(p, int(math.floor(TOP * base * p)), base)
             grid = [h for h in grid if (len(full) - 1 - full.index(h)) % 2 == 0]

@@ -108,15 +108,17 @@ def _place(occ, d, t, ln, P):  # pragma: no cover - compiled
     """The earliest start ``>= t`` whose slots modulo ``P`` are free on device ``d``; -1 if none."""
     if ln == 0:
         return t
-    for tt in range(t, t + P):
+    # a start whose window meets a taken slot: every later start up to that slot meets it too, so
+    # the next candidate is the slot after it (checked from the window's end: the longest skip)
+    tt = t
+    while tt < t + P:
         r = tt % P
-        ok = True
-        for j in range(ln):
-            if occ[d, (r + j) % P] != 0:
-                ok = False
-                break
-        if ok:
+        j = ln - 1
+        while j >= 0 and occ[d, (r + j) % P] == 0:
+            j -= 1
+        if j < 0:
             return tt
+        tt += j + 1
     return -1
 
 
@@ -154,10 +156,12 @@ def _peak(d, stages, nst, x, dW, act, P):  # pragma: no cover - compiled
 
 
 @kernel
-def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res, S0):  # pragma: no cover - compiled
+def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res, S0, limit):  # pragma: no cover - compiled
     """Lay the block out with forward delays ``delta`` (see the module docstring) into ``x``
     (``[3, S]``: F, B, W starts); ``res[0]`` the summed excess of the devices' peaks over
-    ``cap``, ``res[1]`` their sum; returns 0 when some pass finds no free slots.
+    ``cap``, ``res[1]`` their sum; returns 0 when some pass finds no free slots, 2 (``x`` and
+    ``res`` incomplete) as soon as the key ``res[0]·2⁴⁰ + res[1]`` is sure to exceed ``limit``
+    (both sums only grow device by device; ``-1``: no limit), else 1.
 
     A block of ``K = S / S0`` microbatches is ``K`` copies of the pipeline's ``S0`` stages
     (copy ``i``'s stage ``s`` at index ``i·S0 + s``, each copy its own chain; ``delta`` of a
@@ -227,6 +231,8 @@ def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, re
         if best > cap:
             excess += best - cap
         total += best
+        if limit >= 0 and excess * _BIG + total > limit:
+            return 2
     res[0] = excess
     res[1] = total
     return 1
@@ -247,7 +253,7 @@ def _search(dev, stages, nst, dF, dB, dW, comm, act, cap, P, iters, patience, se
     occ = np.zeros((p, P), np.int64)
     x = np.zeros((3, S), np.int64)
     res = np.zeros(2, np.int64)
-    if _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res, S0) == 0:
+    if _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res, S0, -1) == 0:
         return 0
     cur = res[0] * _BIG + res[1]
     excess = res[0]
@@ -270,7 +276,7 @@ def _search(dev, stages, nst, dF, dB, dW, comm, act, cap, P, iters, patience, se
             j = 1 + state % (S - 1)
             old_j = delta[j]
             delta[j] = 0
-        ok = _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res, S0)
+        ok = _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res, S0, cur)
         if ok == 1 and res[0] * _BIG + res[1] <= cur:
             if res[0] * _BIG + res[1] < cur:
                 since = 0
@@ -283,7 +289,7 @@ def _search(dev, stages, nst, dF, dB, dW, comm, act, cap, P, iters, patience, se
     if excess != 0:
         return 0
     # x holds the last accepted layout only if the last evaluation was accepted: lay it out again
-    _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res, S0)
+    _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res, S0, -1)
     for k in range(3):
         for s in range(S):
             x_out[k, s] = x[k, s]

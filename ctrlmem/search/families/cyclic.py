@@ -89,8 +89,8 @@ COPIES_ITERS = 2000
 #: nothing shorter; on the held-out sets they shortened schedules up to p = 24
 COPIES_MAX_P = 24
 #: the same at the finer resolution, whose periods are 2-4x as many slots: at p = 16, m = 128 they took
-#: 0.7 s of a 2.4 s search; on the held-out sets they shortened schedules up to p = 12 (above it the
-#: coarse ones came within 0.01 %)
+#: 0.7 s of a 2.4 s search (before the layouts stopped early); on the held-out sets they shortened
+#: schedules up to p = 12 (above it the coarse ones came within 0.01 %)
 COPIES_FINER_MAX_P = 12
 #: the longest period searched, in slots
 MAX_SLOTS = 400

@@ -170,6 +170,24 @@ def test_levels_sees_an_odd_number_of_activations():
     assert makespan_bounds(P, 12, c, 1.99)["levels"] == odd["levels"]
 
 
+def test_ramps_add_what_the_cap_cannot_hold_at_the_ends():
+    """Where memory binds, the cap cannot be full while the first forwards start one at a time nor
+    while the last releases end one at a time: V-shape p = 16, m = 32, F:B:W = 2:1:1 at a quarter
+    of 1F1B's memory (k = 8 half-activations, chunk F = 1 and W = 0.5) gives memory × time's 217
+    plus (k − 1)(F + W) / 2 = 5.25 (and the fused backward's levels plus (k − 1)(F + BW) / 2). Where memory does not bind (a cap above what the lifespans need) it
+    adds nothing, and without a cap, or with a lever, it is absent or 0."""
+    P, c = Placement.v_shape(16), cm.Costs(2, 1, 1)
+    got = makespan_bounds(P, 32, c, 4.0)
+    assert got["levels"] == got["memory"] == 217.0
+    assert got["ramps"] == pytest.approx(217.0 + 7 * 1.5 / 2)
+    assert makespan_bound(P, 32, c, 4.0) == pytest.approx(222.25)
+    fused = makespan_bounds(P, 32, c, 4.0, fused=True)  # a release is a BW (1): + 7 · 2 / 2 on the levels'
+    assert fused["ramps"] == pytest.approx(fused["levels"] + 7.0)  # 279 (the fused chains are longer) + 7
+    assert makespan_bounds(P, 4, c, 16.0)["ramps"] == 0.0  # 4 microbatches cannot fill 32 half-activations
+    assert "ramps" not in makespan_bounds(P, 32, c, None)
+    assert makespan_bounds(P, 32, cm.Costs(2, 1, 1, recompute=1.0), 4.0, recompute="full").get("ramps", 0.0) == 0.0
+
+
 @settings(max_examples=20, deadline=None)
 @given(p=st.integers(2, 4), chunks=st.integers(2, 4), extra=st.integers(0, 6), data=st.data(),
        comm=st.sampled_from([0.0, 0.3, 1.1]), name=st.sampled_from(["interleaved-1f1b", "looped-bfs"]))

@@ -146,7 +146,12 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
       there, so the microbatches pass that point one release chain apart;
     * ``"levels"``: per device, the cap in whole activations shared among the microbatches holding
       one, two, … of the device's stages at once, each for at least its shortest time
-      (:func:`_levels`; an odd number of activations on the V-shape is what it sees).
+      (:func:`_levels`; an odd number of activations on the V-shape is what it sees);
+    * ``"ramps"``: the memory × time of ``"levels"`` (``r = 1``) with what the cap cannot hold at
+      the ends: the device's forwards start one at a time, so at most ``i`` activations are held
+      in the ``i``-th shortest forward time after its first arrival, and its releases end one
+      at a time (each a ``W``, or fused ``BW``), so at most ``i`` in the ``i``-th shortest release
+      before the end (:func:`_ramps`);
 
     ``recompute`` ``"full"`` or ``"selective"``: the bounds hold for every schedule that may
     recompute any forward in that mode too (docs/theory.md §13). A recomputed forward holds only
@@ -154,7 +159,7 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
     ``R``'s start to the ``W``'s end, so each microbatch holds at least
     ``act_s · (κ ℓ_s + (1 − κ) · min(ℓ_s, r_s + b_s + w_s))`` over time in ``"memory"``; the
     bounds that count whole activations held before the first backward (``"warm-up"``, ``"last
-    forward"``, ``"one at a time"``, ``"levels"``) do not hold then and are 0 or absent; ``"device"`` holds as it is
+    forward"``, ``"one at a time"``, ``"levels"``, ``"ramps"``) do not hold then and are 0 or absent; ``"device"`` holds as it is
     (an ``R`` only adds work). ``"recompute trade"`` (with ``recompute`` and a cap) couples the
     two: every recompute that saves memory × time adds its ``R`` to the device's work, so per
     device the makespan is at least the least, over how many forwards of each stage are
@@ -200,6 +205,7 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
     out = {"device": 0.0, "memory": 0.0, "warm-up": 0.0, "last forward": 0.0, "one at a time": 0.0}
     if n_act < math.inf:
         out["levels"] = 0.0
+        out["ramps"] = 0.0
     if recompute != "none" and copies is None:
         out["recompute trade"] = 0.0
     if copies is not None and cap is not None:
@@ -234,7 +240,11 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
                 out["lever trade"] = max(out["lever trade"], _lever_trade(
                     head, work, lane0, m, cap, m * math.fsum(act * whole[s] for s in st), saves_r, saves_o))
         if n_act < math.inf:
-            out["levels"] = max(out["levels"], _levels(sorted(st), m, int(n_act), head_f, head_b, b, w, whole))
+            lev, held_all = _levels(sorted(st), m, int(n_act), head_f, head_b, b, w, whole)
+            out["levels"] = max(out["levels"], lev)
+            out["ramps"] = max(out["ramps"], _ramps(min(head_f[s] for s in st), held_all, int(n_act),
+                                                    min(f[s] for s in st),
+                                                    min((b[s] if fused else w[s]) for s in st)))
             k = min(n_act, len(st) * m)
             first_b = min(head_b[s] for s in st)
             before = k * max(f[s] for s in st)
@@ -265,7 +275,7 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
 
 
 def _levels(st: list[int], m: int, k: int, head_f: list[float], head_b: list[float], b: list[float],
-            w: list[float], life: list[float]) -> float:
+            w: list[float], life: list[float]) -> tuple[float, float]:
     """The *levels* bound of one device (stages ``st``, ascending) whose cap holds ``k`` whole
     activations (docs/theory.md §6, bound 6). A microbatch holding ``h(t)`` of the device's
     activations at time ``t``; ``n_q(t)`` the microbatches holding at least ``q``: ``Σ_q n_q(t) =
@@ -277,10 +287,12 @@ def _levels(st: list[int], m: int, k: int, head_f: list[float], head_b: list[flo
     ``r``-th stage's earliest forward, so ``T ≥ r_F(s_r) + m Σ_{q≥r} L_q / g(r)``; with ``r = 1``
     the lifespans' sum counts too (memory × time with the cap rounded down to whole activations).
     An odd ``k`` is what this sees: at ``k = 3`` and two stages only one microbatch at a time can
-    hold both (p = 6, m = 12, 3:4:2, budget 0.25: 273 where memory × time says 197.5; optimum 300)."""
+    hold both (p = 6, m = 12, 3:4:2, budget 0.25: 273 where memory × time says 197.5; optimum 300).
+    Returns the bound and what the microbatches hold in all, in activations × time (``m`` times the
+    larger of ``Σ_q L_q`` and the lifespans' sum: :func:`_ramps` starts from it)."""
     v = len(st)
     if k <= 0 or v == 0:
-        return 0.0
+        return 0.0, 0.0
     reach = [[0.0] * v for _ in range(v)]  # reach[i][j]: shortest chain from F(st[j])'s start to W(st[i])'s end
     for j in range(v):
         for i in range(j + 1):
@@ -298,6 +310,7 @@ def _levels(st: list[int], m: int, k: int, head_f: list[float], head_b: list[flo
                 hold[q] = max(hold[q], min(reach[i][top] for i in [*range(q - 1), top]))
     a, e = divmod(k, v)
     best = 0.0
+    total = m * max(math.fsum(hold[1:]), math.fsum(life[s] for s in st))
     for r in range(1, v + 1):
         g = (v - r + 1) * a + max(0, e - (r - 1))
         if g <= 0:
@@ -306,7 +319,25 @@ def _levels(st: list[int], m: int, k: int, head_f: list[float], head_b: list[flo
         if r == 1:
             need = max(need, math.fsum(life[s] for s in st))
         best = max(best, head_f[st[r - 1]] + m * need / g)
-    return best
+    return best, total
+
+
+def _ramps(head: float, held: float, k: int, f: float, rel: float) -> float:
+    """The *ramps* bound of one device (docs/theory.md §6, bound 8): its microbatches hold ``held``
+    activations × time in all, after its first arrival ``head``, at most ``k`` at once. Its
+    forwards run one at a time, at least ``f`` each, and an activation is taken at a forward's
+    start, so in ``[head + (i − 1) f, head + i f)`` at most ``i`` are held; its releases (the ends
+    of its ``W`` s, or fused ``BW`` s, at least ``rel`` each) end one at a time, so in the ``i``-th
+    ``rel`` before the makespan ``T`` at most ``i`` are. When ``T ≥ head + (k − 1)(f + rel)`` the
+    two ramps do not meet and the cap leaves ``k(k − 1)(f + rel) / 2`` unused in them:
+    ``T ≥ head + (held + k(k − 1)(f + rel) / 2) / k``. Memory × time (``head + held / k``) proves
+    the condition wherever it is at least ``head + (k − 1)(f + rel)`` — always where memory binds;
+    elsewhere this returns 0."""
+    if k <= 0 or held <= 0:
+        return 0.0
+    if held / k < (k - 1) * (f + rel):
+        return 0.0
+    return head + (held + k * (k - 1) * (f + rel) / 2) / k
 
 
 def _recompute_trade(head: float, work: float, m: int, cap: float,

@@ -174,8 +174,9 @@ def test_ramps_add_what_the_cap_cannot_hold_at_the_ends():
     """Where memory binds, the cap cannot be full while the first forwards start one at a time nor
     while the last releases end one at a time: V-shape p = 16, m = 32, F:B:W = 2:1:1 at a quarter
     of 1F1B's memory (k = 8 half-activations, chunk F = 1 and W = 0.5) gives memory × time's 217
-    plus (k − 1)(F + W) / 2 = 5.25 (and the fused backward's levels plus (k − 1)(F + BW) / 2). Where memory does not bind (a cap above what the lifespans need) it
-    adds nothing, and without a cap, or with a lever, it is absent or 0."""
+    plus (k − 1)(F + W) / 2 = 5.25 (and the fused backward's levels plus (k − 1)(F + BW) / 2).
+    Where memory does not bind (a cap above what the lifespans need) it adds nothing, and without
+    a cap, or with a lever, it is absent or 0."""
     P, c = Placement.v_shape(16), cm.Costs(2, 1, 1)
     got = makespan_bounds(P, 32, c, 4.0)
     assert got["levels"] == got["memory"] == 217.0

@@ -310,16 +310,14 @@ def _levels(st: list[int], m: int, k: int, head_f: list[float], head_b: list[flo
                 hold[q] = max(hold[q], min(reach[i][top] for i in [*range(q - 1), top]))
     a, e = divmod(k, v)
     best = 0.0
-    total = m * max(math.fsum(hold[1:]), math.fsum(life[s] for s in st))
+    whole = max(math.fsum(hold[1:]), math.fsum(life[s] for s in st))  # one microbatch, every level
     for r in range(1, v + 1):
         g = (v - r + 1) * a + max(0, e - (r - 1))
         if g <= 0:
             break
-        need = math.fsum(hold[r:])
-        if r == 1:
-            need = max(need, math.fsum(life[s] for s in st))
+        need = whole if r == 1 else math.fsum(hold[r:])
         best = max(best, head_f[st[r - 1]] + m * need / g)
-    return best, total
+    return best, m * whole
 
 
 def _ramps(head: float, held: float, k: int, f: float, rel: float) -> float:

@@ -52,7 +52,7 @@ import math
 import numpy as np
 
 from ctrlmem.model.ir import Placement
-from ctrlmem.search.encoding import CandidateSet, concat
+from ctrlmem.search.encoding import CandidateSet
 from ctrlmem.search.engine import LRU, Family, Incumbent, Query
 from ctrlmem.search.families.lists import caps
 from ctrlmem.search.kernels import ints, kernel
@@ -373,11 +373,15 @@ def _arrays(placement: Placement, copies: int = 1):
 
 
 def _fits(placement: Placement, durations, cap: int, P: int, iters: int, seeds: int, start=None, steps=_STEPS,
-          copies: int = 1):
+          copies: int = 1, failed: set | None = None):
     """A block of period ``P`` within ``cap``: ``(P, x, delays)`` from the first local search that
     finds one — from the delays ``start`` (a longer period's block) if given, then from no delays
     with ``seeds`` fixed seeds (the copies of a block of several microbatches started ``P/copies``
-    apart) — or ``None``."""
+    apart) — or ``None``.
+
+    ``failed``: the restarts of one block search (the same cap, costs, steps and ``iters``) known
+    to find nothing, as ``(P, seed, starting delays)``; a restart in it is skipped (the search is
+    deterministic: it would fail again) and each one that fails is added."""
     dF, dB, dW, (comm,) = durations
     dev, stages, nst = _arrays(placement, copies)
     S = placement.num_stages
@@ -391,9 +395,14 @@ def _fits(placement: Placement, durations, cap: int, P: int, iters: int, seeds: 
             delta[S::S] = np.arange(1, copies) * P // copies
         else:
             delta = first.copy()
+        key = (P, seed, delta.tobytes())
+        if failed is not None and key in failed:
+            continue
         if _search(dev, stages, nst, dF, dB, dW, int(comm), act, int(cap), int(P),
                    int(iters), PATIENCE, int(seed), steps, delta, x, S):
             return P, x.copy(), delta
+        if failed is not None:
+            failed.add(key)
     return None
 
 
@@ -412,27 +421,28 @@ def _one_block(placement: Placement, durations, cap: int, iters: int, seeds: int
     lo = _chain_bounds(placement, dF, dB, dW, comm, cap)
     hi = min(MAX_SLOTS, int(math.ceil(SPAN * lo)))
     steps = _steps(scale)
-    best = _fits(placement, durations, cap, hi, iters, seeds, None, steps) if hi >= lo else None
+    failed: set = set()  # the restarts that found nothing: the descent below tries some of them again
+    best = _fits(placement, durations, cap, hi, iters, seeds, None, steps, failed=failed) if hi >= lo else None
     if best is None:
         return None
     a = lo  # bisection with one restart a period, from the delays of the shortest block so far ...
     while a < best[0]:
         mid = (a + best[0]) // 2
-        got = _fits(placement, durations, cap, mid, iters, 1, best[2], steps)
+        got = _fits(placement, durations, cap, mid, iters, 1, best[2], steps, failed=failed)
         if got is None:
             a = mid + 1
         else:
             best = got
-    return _shorten(placement, durations, cap, best, lo, iters, seeds, steps)  # ... then every restart
+    return _shorten(placement, durations, cap, best, lo, iters, seeds, steps, failed=failed)  # ... then every restart
 
 
 def _shorten(placement: Placement, durations, cap: int, best, lo: int, iters: int, seeds: int, steps,
-             copies: int = 1):
+             copies: int = 1, failed: set | None = None):
     """From the block ``best`` (``(P, x, delays)``), one slot shorter at a time down to the lower
     bound ``lo``, each from the last block's delays and ``seeds`` fresh restarts, until a period
-    has none found: the shortest block found."""
+    has none found: the shortest block found (``failed``: see :func:`_fits`)."""
     while best[0] > lo:
-        got = _fits(placement, durations, cap, best[0] - 1, iters, seeds, best[2], steps, copies)
+        got = _fits(placement, durations, cap, best[0] - 1, iters, seeds, best[2], steps, copies, failed)
         if got is None:
             break
         best = got
@@ -556,7 +566,6 @@ class CyclicFamily(Family):
             return  # see COPIES_MAX_P
         base = P.num_stages // p
         top = min(int(math.floor(q.cap * base + 1e-9)), int(math.floor(TOP * base * p)))
-        out = []
         seen = set()
         grid = caps(p, top, base)
         if self.finer and p > FINER_ALL_CAPS_P:
@@ -582,6 +591,5 @@ class CyclicFamily(Family):
                 continue
             seen.add(keys.tobytes())
             what = "cyclic block" if self.copies == 1 else f"cyclic block of {self.copies} microbatches"
-            out.append(CandidateSet(P, q.m, False, keys[None], (f"{what}, period {got[0]} slots{at}, cap {h}",)))
-        if out:
-            yield concat(out)
+            # one set a cap, so the search times it now: a better candidate lets the bound stop the caps below
+            yield CandidateSet(P, q.m, False, keys[None], (f"{what}, period {got[0]} slots{at}, cap {h}",))

@@ -155,6 +155,25 @@ def _peak(d, stages, nst, x, dW, act, P):  # pragma: no cover - compiled
     return base + top
 
 
+@kernel(inline=True)
+def _peak_floor(d, stages, nst, x, dB, dW, act, P):  # pragma: no cover - compiled
+    """A lower bound on device ``d``'s exact periodic peak (:func:`_peak`) for every ``W`` placement:
+    its stages' lifespans are at least ``B`` end + ``W`` − ``F`` start, and with lifespans no shorter
+    the device holds at least their average over the period, and at least the floors plus the
+    largest activation whose arc is not empty (a longer lifespan keeps that arc or adds to the floors)."""
+    held = 0
+    base = 0
+    arc = 0
+    for j in range(nst[d]):
+        s = stages[d, j]
+        life = x[1, s] + dB[s] + dW[s] - x[0, s]
+        held += act[s] * life
+        base += act[s] * (life // P)
+        if life % P != 0 and act[s] > arc:
+            arc = act[s]
+    return max((held + P - 1) // P, base + arc)
+
+
 @kernel
 def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res, S0, limit):  # pragma: no cover - compiled
     """Lay the block out with forward delays ``delta`` (see the module docstring) into ``x``
@@ -194,6 +213,16 @@ def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, re
             return 0
         x[1, s] = t
         _mark(occ, dev[s], t, dB[s], P, 1)
+    if limit >= 0:  # the devices' peaks are at least those of the shortest lifespans (each W at its B's end)
+        excess = 0
+        total = 0
+        for d in range(p):
+            lo = _peak_floor(d, stages, nst, x, dB, dW, act, P)
+            if lo > cap:
+                excess += lo - cap
+            total += lo
+        if excess * _BIG + total > limit:
+            return 2
     excess = 0
     total = 0
     for d in range(p):
@@ -276,6 +305,8 @@ def _search(dev, stages, nst, dF, dB, dW, comm, act, cap, P, iters, patience, se
             j = 1 + state % (S - 1)
             old_j = delta[j]
             delta[j] = 0
+        if delta[i] == old_i and (j < 0 or delta[j] == old_j):
+            continue  # the delays did not change (a delay below 0 is 0): the same layout, kept as it is
         ok = _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res, S0, cur)
         if ok == 1 and res[0] * _BIG + res[1] <= cur:
             if res[0] * _BIG + res[1] < cur:

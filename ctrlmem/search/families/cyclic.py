@@ -202,20 +202,16 @@ def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, re
             return 0
         x[0, s] = t
         _mark(occ, dev[s], t, dF[s], P, 1)
-    for v in range(S - 1, -1, -1):
-        s = (K - 1 - v % K) * S0 + v // K
-        if s % S0 == S0 - 1:
-            t = x[0, s] + dF[s]
-        else:
-            t = x[1, s + 1] + dB[s + 1] + (comm if dev[s] != dev[s + 1] else 0)
-        t = _place(occ, dev[s], t, dB[s], P)
-        if t < 0:
-            return 0
-        x[1, s] = t
-        _mark(occ, dev[s], t, dB[s], P, 1)
-    if limit >= 0:  # the devices' peaks are at least those of the shortest lifespans (each W at its B's end)
+    if limit >= 0:  # the backwards start no earlier than their chain from the copy's last forward
         excess = 0
         total = 0
+        for i in range(K):
+            last = i * S0 + S0 - 1
+            t = x[0, last] + dF[last]
+            for s in range(last, i * S0 - 1, -1):
+                if s < last:
+                    t += dB[s + 1] + (comm if dev[s] != dev[s + 1] else 0)
+                x[1, s] = t
         for d in range(p):
             lo = _peak_floor(d, stages, nst, x, dB, dW, act, P)
             if lo > cap:
@@ -223,6 +219,31 @@ def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, re
             total += lo
         if excess * _BIG + total > limit:
             return 2
+    # a device whose backwards are all laid out peaks at least at its floor (each W at its B's end):
+    # the key is at least the floors' so far, checked as each device's last backward is laid out
+    nb = np.zeros(p, np.int64)
+    excess = 0
+    total = 0
+    for v in range(S - 1, -1, -1):
+        s = (K - 1 - v % K) * S0 + v // K
+        if s % S0 == S0 - 1:
+            t = x[0, s] + dF[s]
+        else:
+            t = x[1, s + 1] + dB[s + 1] + (comm if dev[s] != dev[s + 1] else 0)
+        d = dev[s]
+        t = _place(occ, d, t, dB[s], P)
+        if t < 0:
+            return 0
+        x[1, s] = t
+        _mark(occ, d, t, dB[s], P, 1)
+        nb[d] += 1
+        if limit >= 0 and nb[d] == nst[d]:
+            lo = _peak_floor(d, stages, nst, x, dB, dW, act, P)
+            if lo > cap:
+                excess += lo - cap
+            total += lo
+            if excess * _BIG + total > limit:
+                return 2
     excess = 0
     total = 0
     for d in range(p):

@@ -17,9 +17,11 @@ from ctrlmem.model.ir import Placement
 from ctrlmem.search import Incumbent, Query
 from ctrlmem.search.encoding import CandidateSet
 from ctrlmem.search.engine import clear_caches
-from ctrlmem.search.families.cyclic import (COPIES_FINER_MAX_P, COPIES_MAX_P, FINER, RESOLUTION, CyclicFamily, _fits, _one_block, _steps,
-                                            block_order, copies_block, cyclic_block, quantisation_error, quantise,
-                                            resolutions)
+from ctrlmem.search.families import cyclic
+from ctrlmem.search.families.cyclic import (COPIES_FINER_MAX_P, COPIES_MAX_P, FINER, RESOLUTION, CyclicFamily, _arrays,
+                                            _evaluate, _fits, _one_block, _peak, _peak_floor, _steps, block_order,
+                                            copies_block, cyclic_block, quantisation_error, quantise, resolutions)
+from ctrlmem.search.kernels import ints
 
 
 def _block_schedule(placement, m, period, x):
@@ -169,6 +171,81 @@ def test_the_finer_family_above_p16_searches_every_other_cap_and_stays_monotone(
     assert small and small <= large
     found = {int(lab.rsplit("cap ", 1)[1]) for lab in large}
     assert found <= {20, 16, 12, 8, 4} and 20 in found
+
+
+@settings(max_examples=25, deadline=None)
+@given(p=st.integers(2, 8), data=st.data(), sequential=st.booleans(), copies=st.sampled_from([1, 2]),
+       fbw=st.tuples(st.sampled_from([1, 2, 3]), st.sampled_from([1, 2, 3, 4]), st.sampled_from([1, 2])),
+       comm=st.sampled_from([0.0, 0.1, 0.5]))
+def test_a_layout_stops_early_only_when_it_would_be_rejected(p, data, sequential, copies, fbw, comm):
+    """The layout of any delays stops early (returns 2) only where the whole layout's key —
+    summed excess of the devices' peaks over the cap, then their sum — exceeds the limit (or a
+    pass would find no slots); where it does not stop, it is the whole layout, slot for slot.
+    Every device's floor (each ``W`` at its ``B``'s end) is at most its exact peak."""
+    placement = Placement.sequential(p) if sequential else Placement.v_shape(p)
+    S0 = placement.num_stages
+    S = copies * S0
+    dF, dB, dW, (comm_slots,) = quantise(placement, cm.Costs(*fbw, comm))
+    dF, dB, dW = (ints(list(t) * copies) for t in (dF, dB, dW))
+    dev, stages, nst = _arrays(placement, copies)
+    act = np.ones(S, dtype=np.int64)
+    work = max(int(sum(dF[s] + dB[s] + dW[s] for s in range(S) if dev[s] == d)) for d in range(p))
+    P = data.draw(st.integers(work, 3 * work))
+    cap = data.draw(st.integers(1, 2 * copies * p))
+    delta = ints(data.draw(st.lists(st.integers(0, P), min_size=S, max_size=S)))
+
+    def layout(limit):
+        occ, x, res = np.zeros((p, P), np.int64), np.zeros((3, S), np.int64), np.zeros(2, np.int64)
+        return _evaluate(delta, dev, stages, nst, dF, dB, dW, comm_slots, act, cap, P, occ, x, res, S0, limit), x, res
+
+    ok, x, res = layout(-1)
+    if ok == 1:
+        key = int(res[0]) * (1 << 40) + int(res[1])
+        for d in range(p):
+            assert _peak_floor(d, stages, nst, x, dB, dW, act, P) <= _peak(d, stages, nst, x, dW, act, P)
+        for limit in (key - 1, key, key + 1, max(0, key - (1 << 40)), int(res[1])):
+            got, x2, res2 = layout(limit)
+            if key > limit:
+                assert got == 2
+            else:
+                assert got == 1 and x2.tolist() == x.tolist() and res2.tolist() == res.tolist()
+    else:  # a pass finds no slots: with a limit it fails or stops, never completes
+        assert layout(data.draw(st.integers(0, 1 << 42)))[0] in (0, 2)
+
+
+def test_skipping_the_restarts_that_failed_before_changes_no_block(monkeypatch):
+    """A block search never runs a restart it already ran and saw fail (same period, seed and
+    starting delays: the local search is deterministic); without that memory it finds the same
+    blocks, with more restarts."""
+    cases = [(Placement.v_shape(6), cm.Costs(3, 4, 2, 0.1), 2), (Placement.v_shape(8), cm.Costs(1, 2, 2), 1),
+             (Placement.sequential(6), cm.Costs(2, 1, 1, 0.3), 2)]
+    runs = [0]
+    search = cyclic._search
+
+    def counted(*args):
+        runs[0] += 1
+        return search(*args)
+
+    def blocks():
+        runs[0] = 0
+        out = []
+        for placement, costs, scale in cases:
+            dur = quantise(placement, costs, scale * RESOLUTION)
+            base = placement.num_stages // placement.num_devices
+            for cap in range(base * 2, base * placement.num_devices // 2 + 1, 2):
+                out.append(_one_block(placement, dur, cap, 3000, 5, scale))
+        return out, runs[0]
+
+    monkeypatch.setattr(cyclic, "_search", counted)
+    with_memory, fewer = blocks()
+    fits = cyclic._fits
+    monkeypatch.setattr(cyclic, "_fits", lambda *a, failed=None, **k: fits(*a[:9], **k))  # every restart run
+    without, more = blocks()
+    assert fewer < more and sum(b is not None for b in without) >= 5
+    for a, b in zip(with_memory, without, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a[0] == b[0] and a[1].tolist() == b[1].tolist() and a[2].tolist() == b[2].tolist()
 
 
 def test_deterministic_and_independent_of_the_cache():

@@ -382,10 +382,19 @@ def resolutions(placement: Placement, costs) -> tuple[int, ...]:
     """The resolutions the family lays blocks out at: :data:`RESOLUTION`, and where its slots are
     not exact (:func:`quantisation_error`), also the one of :data:`FINER` nearest the costs (ties:
     the coarser, whose search is faster)."""
-    if quantisation_error(placement, costs, RESOLUTION) <= 1e-9:
-        return (RESOLUTION,)
-    finer = min(FINER, key=lambda r: (quantisation_error(placement, costs, r), r))
-    return (RESOLUTION, finer)
+    key = (placement, costs)
+    got = _RESOLUTIONS.get(key)
+    if got is None:
+        if quantisation_error(placement, costs, RESOLUTION) <= 1e-9:
+            got = (RESOLUTION,)
+        else:
+            got = (RESOLUTION, min(FINER, key=lambda r: (quantisation_error(placement, costs, r), r)))
+        _RESOLUTIONS.put(key, got)
+    return got
+
+
+#: :func:`resolutions` per placement and costs (each search of a sweep asks again)
+_RESOLUTIONS = LRU(256)
 
 
 def _chain_bounds(placement: Placement, dF, dB, dW, comm, cap: int, copies: int = 1) -> int:
@@ -547,24 +556,32 @@ def block_order(placement: Placement, m: int, P: int, x: np.ndarray) -> np.ndarr
     """The block repeated over ``m`` microbatches, each device's passes in start order, as the
     engine's pass keys (``int64[p, 3·v·m]``): microbatch ``j`` at ``x + j·P`` for a block of one
     microbatch (``x[k, s]``); for a block of ``K`` (``x[k, i·S + s]``, :func:`copies_block`)
-    microbatch ``j`` at copy ``j mod K``'s slots plus ``⌊j / K⌋·P``."""
+    microbatch ``j`` at copy ``j mod K``'s slots plus ``⌊j / K⌋·P``. Ties in time go by key."""
     S, p = placement.num_stages, placement.num_devices
     K = x.shape[1] // S
-    dev = np.asarray(placement.stage_device)
-    sm = S * m
-    rows = []
-    for d in range(p):
-        times, keys = [], []
-        for i in range(K):
-            j = np.arange(i, m, K, dtype=np.int64)
-            for s in np.nonzero(dev == d)[0]:
-                for k in range(3):
-                    times.append(x[k, i * S + s] + (j // K) * P)
-                    keys.append(k * sm + s * m + j)
-        t = np.concatenate(times)
-        kk = np.concatenate(keys)
-        rows.append(kk[np.lexsort((kk, t))])
-    return ints(np.stack(rows))
+    j = np.arange(m, dtype=np.int64)
+    # times[k, s, j]: copy j mod K's start of pass kind k of stage s, shifted by its repeats; the keys
+    # k·S·m + s·m + j are the same array's flat positions
+    times = np.asarray(x, dtype=np.int64).reshape(3, K, S)[:, j % K, :].transpose(0, 2, 1) + (j // K) * P
+    keys = np.arange(3 * S * m, dtype=np.int64).reshape(3, S, m)
+    mine = np.array([[s for s in range(S) if placement.stage_device[s] == d] for d in range(p)], dtype=np.int64)
+    t = times[:, mine, :].transpose(1, 0, 2, 3).reshape(p, -1)  # [d, (k, stage of d, j)]
+    kk = keys[:, mine, :].transpose(1, 0, 2, 3).reshape(p, -1)
+    order = np.lexsort((kk, t), axis=-1)
+    return ints(np.take_along_axis(kk, order, axis=-1))
+
+
+#: a cap's candidate keys: the same block repeated for the same ``m`` at every budget of a sweep
+_ORDERS = LRU(1024)
+
+
+def _cached_order(placement: Placement, m: int, P: int, x: np.ndarray) -> np.ndarray:
+    key = (placement, m, P, x.shape, x.tobytes())
+    got = _ORDERS.get(key)
+    if got is None:
+        got = _ORDERS.put(key, block_order(placement, m, P, x))
+        got.flags.writeable = False
+    return got
 
 
 #: the one-microbatch blocks (with their delays), shared by the families of one resolution: a block
@@ -638,7 +655,7 @@ class CyclicFamily(Family):
             got = self.block(P, durations, h, max(1, round(r / RESOLUTION)))
             if not got:
                 continue
-            keys = block_order(P, q.m, got[0], got[1])
+            keys = _cached_order(P, q.m, got[0], got[1])
             if keys.tobytes() in seen:
                 continue
             seen.add(keys.tobytes())

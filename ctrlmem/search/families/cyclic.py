@@ -28,7 +28,11 @@ shortens its own stage's lifespan and moves its arc. For a period, a fixed-seed 
 the delays (one delay changed at a time, kept when the summed excess of the devices' exact periodic
 peaks over the cap, then their sum, is no larger) looks for a block within the cap; the period is
 bisected between a lower bound and twice it, then shortened one slot at a time while a block is
-found (:func:`cyclic_block`). The block repeated ``m`` times,
+found (:func:`cyclic_block`). Most steps are rejected and most restarts find nothing, so the search
+skips what cannot change its course: a layout stops as soon as its key is sure to exceed the one to
+beat (the devices' peak floors after the forwards and as each device's backwards are done, then
+device by device), a step that changes no delay is not laid out, and a restart already seen to
+fail (same period, seed and starting delays) is not run again. The block repeated ``m`` times,
 each device's passes in start order, is the candidate (the engine times it with the real costs:
 the repeat squeezed, ramps included). Its peak is the block's exact periodic peak (a device's
 memory follows its order).
@@ -42,7 +46,8 @@ finds a shorter period.
 Deterministic (MINSTD), cached per (placement, quantised costs, cap); cost-adapted like the
 list family. Split backward only (``B`` and ``W``), any placement whose devices hold one or two
 stages (the V-shape and one stage per device). Monotone: a cap's candidates include every
-smaller cap's.
+smaller cap's. Each cap's candidate is yielded as found, so the engine's bound can stop the
+caps below.
 """
 
 from __future__ import annotations

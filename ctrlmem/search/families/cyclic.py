@@ -179,6 +179,16 @@ def _peak_floor(d, stages, nst, x, dB, dW, act, P):  # pragma: no cover - compil
     return max((held + P - 1) // P, base + arc)
 
 
+@kernel(inline=True)
+def _add_peak(res, peak, cap):  # pragma: no cover - compiled
+    """Add a device's peak (or a floor of it) to ``res`` (summed excess over ``cap``, summed peaks):
+    the key ``res[0]·2⁴⁰ + res[1]`` so far (both sums only grow, device by device)."""
+    if peak > cap:
+        res[0] += peak - cap
+    res[1] += peak
+    return res[0] * _BIG + res[1]
+
+
 @kernel
 def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res, S0, limit):  # pragma: no cover - compiled
     """Lay the block out with forward delays ``delta`` (see the module docstring) into ``x``
@@ -208,8 +218,6 @@ def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, re
         x[0, s] = t
         _mark(occ, dev[s], t, dF[s], P, 1)
     if limit >= 0:  # the backwards start no earlier than their chain from the copy's last forward
-        excess = 0
-        total = 0
         for i in range(K):
             last = i * S0 + S0 - 1
             t = x[0, last] + dF[last]
@@ -217,18 +225,16 @@ def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, re
                 if s < last:
                     t += dB[s + 1] + (comm if dev[s] != dev[s + 1] else 0)
                 x[1, s] = t
+        res[:] = 0
+        key = 0
         for d in range(p):
-            lo = _peak_floor(d, stages, nst, x, dB, dW, act, P)
-            if lo > cap:
-                excess += lo - cap
-            total += lo
-        if excess * _BIG + total > limit:
+            key = _add_peak(res, _peak_floor(d, stages, nst, x, dB, dW, act, P), cap)
+        if key > limit:
             return 2
     # a device whose backwards are all laid out peaks at least at its floor (each W at its B's end):
     # the key is at least the floors' so far, checked as each device's last backward is laid out
     nb = np.zeros(p, np.int64)
-    excess = 0
-    total = 0
+    res[:] = 0
     for v in range(S - 1, -1, -1):
         s = (K - 1 - v % K) * S0 + v // K
         if s % S0 == S0 - 1:
@@ -243,14 +249,9 @@ def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, re
         _mark(occ, d, t, dB[s], P, 1)
         nb[d] += 1
         if limit >= 0 and nb[d] == nst[d]:
-            lo = _peak_floor(d, stages, nst, x, dB, dW, act, P)
-            if lo > cap:
-                excess += lo - cap
-            total += lo
-            if excess * _BIG + total > limit:
+            if _add_peak(res, _peak_floor(d, stages, nst, x, dB, dW, act, P), cap) > limit:
                 return 2
-    excess = 0
-    total = 0
+    res[:] = 0
     for d in range(p):
         n = nst[d]
         n0 = n // K  # one copy's stages (stages[d] lists them copy by copy): W stage by stage, copies in turn
@@ -283,13 +284,9 @@ def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, re
             t = _place(occ, d, x[1, s] + dB[s], dW[s], P)
             x[2, s] = t
             _mark(occ, d, t, dW[s], P, 1)
-        if best > cap:
-            excess += best - cap
-        total += best
-        if limit >= 0 and excess * _BIG + total > limit:
+        key = _add_peak(res, best, cap)
+        if limit >= 0 and key > limit:
             return 2
-    res[0] = excess
-    res[1] = total
     return 1
 
 

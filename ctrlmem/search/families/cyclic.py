@@ -380,6 +380,10 @@ def quantisation_error(placement: Placement, costs, resolution: int) -> float:
     return max(err, abs(got[3][0] * slot - float(costs.comm)) / shortest)
 
 
+#: :func:`resolutions` per placement and costs (each search of a sweep asks again)
+_RESOLUTIONS = LRU(256)
+
+
 def resolutions(placement: Placement, costs) -> tuple[int, ...]:
     """The resolutions the family lays blocks out at: :data:`RESOLUTION`, and where its slots are
     not exact (:func:`quantisation_error`), also the one of :data:`FINER` nearest the costs (ties:
@@ -394,9 +398,6 @@ def resolutions(placement: Placement, costs) -> tuple[int, ...]:
         _RESOLUTIONS.put(key, got)
     return got
 
-
-#: :func:`resolutions` per placement and costs (each search of a sweep asks again)
-_RESOLUTIONS = LRU(256)
 
 
 def _chain_bounds(placement: Placement, dF, dB, dW, comm, cap: int, copies: int = 1) -> int:
@@ -658,9 +659,10 @@ class CyclicFamily(Family):
             if not got:
                 continue
             keys = _cached_order(P, q.m, got[0], got[1])
-            if keys.tobytes() in seen:
+            raw = keys.tobytes()
+            if raw in seen:
                 continue
-            seen.add(keys.tobytes())
+            seen.add(raw)
             what = "cyclic block" if self.copies == 1 else f"cyclic block of {self.copies} microbatches"
             # one set a cap, so the search times it now: a better candidate lets the bound stop the caps below
             yield CandidateSet(P, q.m, False, keys[None], (f"{what}, period {got[0]} slots{at}, cap {h}",))

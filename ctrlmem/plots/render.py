@@ -162,29 +162,31 @@ class StaticRenderer:
         out: concurrent.futures.Future = concurrent.futures.Future()
         started = time.monotonic()
 
+        # The outcome is set before the session is retired: stopping it fails the image still
+        # being drawn (its tab's pipe closes), and that failure must not overtake the deadline's.
         def settle(fut: concurrent.futures.Future) -> None:
-            if out.done():
-                return
             exc = fut.exception() if not fut.cancelled() else concurrent.futures.CancelledError()
-            if exc is None:
-                out.set_result(fut.result())
-                return
+            try:
+                if exc is None:
+                    out.set_result(fut.result())
+                    return
+                out.set_exception(exc)
+            except concurrent.futures.InvalidStateError:
+                return  # the deadline came first
             self._discard(session)
-            out.set_exception(exc)
 
         def expire() -> None:
-            if out.done():
-                return
             stage = ("starting Chromium (kaleido)" if not session.opened.done()
                      else f"drawing the {fmt.upper()} in Chromium (kaleido)")
-            self._discard(session)
             try:
                 out.set_exception(ExportTimeout(
                     f"{stage} did not finish within {deadline:g} s (after {time.monotonic() - started:.0f} s); "
                     "that Chromium was stopped and the next try starts a fresh one"))
             except concurrent.futures.InvalidStateError:
-                pass
-            inner.cancel()
+                return  # the image (or its failure) came first
+            # stopping the session ends the drawing too; cancelling ``inner`` instead would leave
+            # the drawing task's own failure (its closed pipe) unread, logged at exit
+            self._discard(session)
 
         timer = threading.Timer(deadline, expire)
         timer.daemon = True

@@ -133,6 +133,22 @@ def test_bound_never_exceeds_a_schedule_within_the_cap(p, extra, data, per_stage
         assert span_bound(seq, m, zc)(max(r.peak_memory)) <= max(r.device_spans) + 1e-9
 
 
+def test_bound_sees_an_odd_number_of_half_activations():
+    """With three half-activations a device (p = 6, m = 12, 3:4:2, budget 0.25) only one
+    microbatch at a time can hold both of its stages: the span bound counts it (the levels, from
+    the device's first forward), 265.5 where work and memory × time give 190, below the 300 the
+    search reaches (the proven optimum's makespan, docs/theory.md §6); at p = 16, m = 128,
+    3:4:2:0.1 the cap of 5.5 a is ruled out next to the 1503.3 v-shape finds at 8 a."""
+    P, costs = Placement.v_shape(6), cm.Costs(3, 4, 2)
+    bound = span_bound(P, 12, costs)
+    assert bound(1.5) == pytest.approx(265.5)
+    r = cm.simulate(cm.build("v-shape", 6, 12, costs=costs, memory_limit=0.25), costs)
+    assert bound(1.5) <= max(r.device_spans) == 300
+    assert bound(2.0) < bound(1.5) and bound(1.0) > bound(1.5)
+    big = span_bound(Placement.v_shape(16), 128, cm.Costs(3, 4, 2, 0.1))
+    assert big(5.5) > 1503.3 > big(6.0)
+
+
 def test_bound_never_exceeds_the_proven_optimum():
     """On small instances solved to optimality by CP-SAT, the bound at the budget is at most the
     optimum's longest span."""

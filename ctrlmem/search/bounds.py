@@ -13,7 +13,8 @@ every schedule (any order) whose devices peak at most at ``C`` has, on each devi
   activations only between the start of its first pass and the end of its last, never more than
   ``C`` at once, so ``C · span_d ≥ ∫ memory_d(t) dt ≥ m · Σ_{s on d} act_s · ℓ_s``.
 
-So ``span ≥ max_d max(work_d, m · Σ_{s on d} act_s ℓ_s / C)``. The second term is what makes
+So ``span ≥ max_d max(work_d, m · Σ_{s on d} act_s ℓ_s / C)``; :func:`span_bound` also takes the
+makespan bounds *levels* and *ramps* (below) measured from each device's first pass. The second term is what makes
 small budgets slow (it is the paper's *repeating bubble* when the budget is below what the
 lifespans need, docs/theory.md §3); it decreases as ``C`` grows, which is what the search uses:
 a cap whose bound exceeds the best span found cannot hold the winner. docs/theory.md §6 has the
@@ -50,30 +51,61 @@ def shortest_lifespans(placement: Placement, costs: Costs) -> list[float]:
 
 
 @lru_cache(maxsize=256)
-def _terms(placement: Placement, m: int, costs: Costs) -> tuple[tuple[float, float], ...]:
+def _terms(placement: Placement, m: int, costs: Costs) -> tuple[tuple, ...]:
+    """Per device: its work, what its microbatches hold (memory × time, ``a`` × time), and what
+    :func:`_levels` and :func:`_ramps` need, with the chains measured from the device's own first
+    forward (a span starts there)."""
     S, p = placement.num_stages, placement.num_devices
     f, b, w = costs.stage_times(S, p)
     act = p / S
     life = shortest_lifespans(placement, costs)
+    head_f, head_b, _, _ = chains(placement, costs)
     out = []
     for d in range(p):
-        st = placement.stages_of(d)
+        st = sorted(placement.stages_of(d))
         work = m * math.fsum(f[s] + b[s] + w[s] for s in st)
         held = m * math.fsum(act * life[s] for s in st)
-        out.append((work, held))
+        h0 = head_f[st[0]]  # the device's first pass is a forward of its lowest stage
+        out.append((work, held, st, [x - h0 for x in head_f], [x - h0 for x in head_b],
+                    min(f[s] for s in st), min(w[s] for s in st)))
     return tuple(out)
 
 
 def span_bound(placement: Placement, m: int, costs: Costs) -> Callable[[float], float]:
     """``bound(cap)``: a lower bound on the longest device span of any schedule of ``placement``
     and ``m`` microbatches under ``costs`` whose devices peak at most at ``cap`` (``a``); the
-    default memory model (each stage's activation ``p/S``, released at its ``W``)."""
+    default memory model (each stage's activation ``p/S``, released at its ``W``, or fused ``BW``).
+
+    Per device the largest of its work, memory × time (``held / cap``) and, with the cap in whole
+    activations ``k``, the makespan bounds *levels* and *ramps* (:func:`_levels`, :func:`_ramps`;
+    docs/theory.md §6, bounds 6 and 8) measured from the device's first pass instead of time 0: a
+    device's span starts at a forward of its lowest stage, every level-``r`` window of a microbatch
+    starts at least the chain from that forward to its ``r``-th stage's forward later, its forwards'
+    ramp starts with the span and its releases' ramp (each a ``W`` or ``BW``, at least the shortest
+    ``w``) ends with it. So an odd number of half-activations on the V-shape, where only some
+    microbatches can hold both of a device's stages, is bounded as the makespan is."""
     terms = _terms(placement, m, costs)
+    _, b, w = costs.stage_times(placement.num_stages, placement.num_devices)
+    life = shortest_lifespans(placement, costs)
+    act = placement.num_devices / placement.num_stages
+    seen: dict[float, float] = {}
 
     def bound(cap: float) -> float:
         if cap <= 0:
             return math.inf
-        return max(max(work, held / cap) for work, held in terms) * (1 - 1e-12)
+        got = seen.get(cap)
+        if got is not None:
+            return got
+        k = math.floor(cap / act + 1e-9)
+        best = 0.0
+        for work, held, st, head_f, head_b, f_min, w_min in terms:
+            best = max(best, work, held / cap)
+            if k >= 1:
+                lev, held_all = _levels(st, m, k, head_f, head_b, b, w, life)
+                best = max(best, lev, _ramps(0.0, held_all, k, f_min, w_min))
+        if len(seen) < 4096:
+            seen[cap] = best * (1 - 1e-12)
+        return best * (1 - 1e-12)
 
     return bound
 

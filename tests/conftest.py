@@ -41,6 +41,36 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: (-slow[str(item.path)], rank[str(item.path)]))
 
 
+# ---------------------------------------------------------------- where the suite's CPU time goes
+
+_CPU_LOG = os.environ.get("CTRLMEM_TEST_CPU_LOG")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With ``CTRLMEM_TEST_CPU_LOG=FILE``: one line per test appended to ``FILE`` (every worker
+    appends): the CPU seconds of the test's process, of the processes it started and waited for,
+    the wall seconds (set-up and tear-down included), and the test's id, tab-separated. On 2 cores
+    the suite's wall time follows its CPU time, so this is where to look when it grows
+    (``sort -rn FILE | head``)."""
+    if not _CPU_LOG:
+        yield
+        return
+    import resource
+    import time
+
+    def cpu(who):
+        r = resource.getrusage(who)
+        return r.ru_utime + r.ru_stime
+
+    own, kids, t0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN), time.perf_counter()
+    yield
+    line = (f"{cpu(resource.RUSAGE_SELF) - own:.2f}\t{cpu(resource.RUSAGE_CHILDREN) - kids:.2f}\t"
+            f"{time.perf_counter() - t0:.2f}\t{item.nodeid}\n")
+    with open(_CPU_LOG, "a", encoding="utf-8") as fh:
+        fh.write(line)
+
+
 # ---------------------------------------------------------------- the suite leaves the checkout untouched
 
 # Created by running the tests themselves (bytecode, pytest's and hypothesis's caches) or by the

@@ -295,7 +295,8 @@ def makespan_bounds(placement: Placement, m: int, costs: Costs, cap: float | Non
                 # highest-stage forward comes after its own entry; the one after that only when
                 # this one has released everything
                 cycle = max(max(head_b[s] + b[s] + w[s] for s in st) - head_f[top],
-                            min(head_b[s] + b[s] + w[s] for s in st) - head_f[low])
+                            min(head_b[s] + b[s] + w[s] for s in st) - head_f[low],
+                            _one_window(sorted(st), head_f, head_b, f, b, w))
                 out["one at a time"] = max(out["one at a time"],
                                            head_f[top] + (m - 1) * cycle + f[top] + tail_f[top])
             if n_act < len(st) * m:
@@ -350,6 +351,81 @@ def _levels(st: list[int], m: int, k: int, head_f: list[float], head_b: list[flo
         need = whole if r == 1 else math.fsum(hold[r:])
         best = max(best, head_f[st[r - 1]] + m * need / g)
     return best, m * whole
+
+
+#: devices with at most this many stages get :func:`_one_window` (its orders grow as (3v − 1)!)
+_WINDOW_MAX_STAGES = 2
+
+
+def _one_window(st: list[int], head_f: list[float], head_b: list[float], f: list[float], b: list[float],
+                w: list[float]) -> float:
+    """The shortest time from one forward of a device's highest stage to the next, when the cap
+    holds one microbatch's activations on it (bound 5 of docs/theory.md §6, its *window*; stages
+    ``st`` ascending, at most :data:`_WINDOW_MAX_STAGES`, else 0).
+
+    At the start of microbatch ``j``'s forward of the top stage the device holds ``j``'s ``v``
+    activations, so nothing else is on it: the next microbatch takes its first activation only
+    after a release of ``j`` (its ``i``-th after ``i`` of them), and its own top forward only once
+    ``j`` has released all. So between the two top forwards the device runs exactly ``j``'s
+    backwards and ``W`` s and the next microbatch's lower forwards, one at a time, each at least
+    the shortest chain after the pass it depends on (through the other devices, with the hops).
+    The least such window over every order of those passes (each started as early as the order
+    allows: the best order's earliest start is optimal, all constraints being minimum delays) is
+    what the bound multiplies by ``m − 1``. It sees what the two chains alone do not: on the
+    bottom device of the V-shape (stages ``p − 1`` and ``p``) the backward chain goes on at once
+    on the same device, so the top stage's ``W`` and the next forward queue behind it (p = 6,
+    m = 6, F = B = W at the smallest budget: 47.5 → 52.5, the proven optimum)."""
+    v = len(st)
+    if v == 0 or v > _WINDOW_MAX_STAGES:
+        return 0.0
+    top = st[-1]
+    # passes after the top forward (which runs in [0, f[top])): ("B", s), ("W", s) of j,
+    # ("F", s) of the next microbatch for the lower stages
+    passes = [("B", s) for s in st] + [("W", s) for s in st] + [("F", s) for s in st[:-1]]
+    higher = {st[i]: st[i + 1] for i in range(v - 1)}  # the next stage up on this device
+    lower = {st[i + 1]: st[i] for i in range(v - 1)}
+    best = math.inf
+
+    def place(done: dict, t_free: float, released: int, left: list) -> None:
+        nonlocal best
+        if t_free >= best:
+            return
+        if not left:
+            below = st[-2] if v > 1 else None
+            start = t_free if below is None else max(
+                t_free, done[("F", below)] + head_f[top] - head_f[below] - f[below])
+            best = min(best, start)
+            return
+        for i, (kind, s) in enumerate(left):
+            if kind == "B":
+                if s == top:
+                    ready = f[top] + head_b[top] - head_f[top] - f[top]
+                elif ("B", higher[s]) in done:
+                    ready = done[("B", higher[s])] + head_b[s] - head_b[higher[s]] - b[higher[s]]
+                else:
+                    continue
+                dur = b[s]
+            elif kind == "W":
+                if ("B", s) not in done:
+                    continue
+                ready, dur = done[("B", s)], w[s]
+            else:  # the next microbatch's forward of a lower stage: after as many releases as it is high
+                need = st.index(s) + 1
+                if released < need:
+                    continue
+                ready = 0.0 if s == st[0] else (
+                    done[("F", lower[s])] + head_f[s] - head_f[lower[s]] - f[lower[s]]
+                    if ("F", lower[s]) in done else math.inf)
+                if ready == math.inf:
+                    continue
+                dur = f[s]
+            end = max(t_free, ready) + dur
+            done[(kind, s)] = end
+            place(done, end, released + (kind == "W"), left[:i] + left[i + 1:])
+            del done[(kind, s)]
+
+    place({}, f[top], 0, passes)
+    return 0.0 if best == math.inf else best
 
 
 def _ramps(head: float, held: float, k: int, f: float, rel: float) -> float:

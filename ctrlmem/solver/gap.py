@@ -253,7 +253,7 @@ def relaxed(inst: Instance, placement: str, seconds: float = RELAX_SECONDS) -> d
             "devices": len(got)}
 
 
-SOLVER_VERSION = "improve-2"  # 2: the levels bound (a stronger floor for the whole model)
+SOLVER_VERSION = "improve-3"  # 2: the levels bound (a stronger floor for the whole model); 3: the one-at-a-time window
 """Part of the cache key of :func:`measure_all`: change it when :func:`ctrlmem.improve` changes."""
 
 

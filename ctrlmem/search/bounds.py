@@ -103,9 +103,10 @@ def span_bound(placement: Placement, m: int, costs: Costs) -> Callable[[float], 
             if k >= 1:
                 lev, held_all = _levels(st, m, k, head_f, head_b, b, w, life)
                 best = max(best, lev, _ramps(0.0, held_all, k, f_min, w_min))
+        best *= 1 - 1e-12
         if len(seen) < 4096:
-            seen[cap] = best * (1 - 1e-12)
-        return best * (1 - 1e-12)
+            seen[cap] = best
+        return best
 
     return bound
 
@@ -383,7 +384,6 @@ def _one_window(st: list[int], head_f: list[float], head_b: list[float], f: list
     # ("F", s) of the next microbatch for the lower stages
     passes = [("B", s) for s in st] + [("W", s) for s in st] + [("F", s) for s in st[:-1]]
     higher = {st[i]: st[i + 1] for i in range(v - 1)}  # the next stage up on this device
-    lower = {st[i + 1]: st[i] for i in range(v - 1)}
     best = math.inf
 
     def place(done: dict, t_free: float, released: int, left: list) -> None:
@@ -398,8 +398,8 @@ def _one_window(st: list[int], head_f: list[float], head_b: list[float], f: list
             return
         for i, (kind, s) in enumerate(left):
             if kind == "B":
-                if s == top:
-                    ready = f[top] + head_b[top] - head_f[top] - f[top]
+                if s == top:  # its chain from the top forward's start (at 0)
+                    ready = head_b[top] - head_f[top]
                 elif ("B", higher[s]) in done:
                     ready = done[("B", higher[s])] + head_b[s] - head_b[higher[s]] - b[higher[s]]
                 else:
@@ -410,15 +410,10 @@ def _one_window(st: list[int], head_f: list[float], head_b: list[float], f: list
                     continue
                 ready, dur = done[("B", s)], w[s]
             else:  # the next microbatch's forward of a lower stage: after as many releases as it is high
-                need = st.index(s) + 1
-                if released < need:
+                # (with at most two stages only the lowest; its arrival from the device before is not bounded)
+                if released < st.index(s) + 1:
                     continue
-                ready = 0.0 if s == st[0] else (
-                    done[("F", lower[s])] + head_f[s] - head_f[lower[s]] - f[lower[s]]
-                    if ("F", lower[s]) in done else math.inf)
-                if ready == math.inf:
-                    continue
-                dur = f[s]
+                ready, dur = 0.0, f[s]
             end = max(t_free, ready) + dur
             done[(kind, s)] = end
             place(done, end, released + (kind == "W"), left[:i] + left[i + 1:])

@@ -110,27 +110,43 @@ _BIG = 1 << 40
 
 @kernel(inline=True)
 def _place(occ, d, t, ln, P):  # pragma: no cover - compiled
-    """The earliest start ``>= t`` whose slots modulo ``P`` are free on device ``d``; -1 if none."""
+    """The earliest start ``>= t`` whose slots modulo ``P`` are free on device ``d``; -1 if none
+    (also for a pass longer than the period, which would cover its own slots again)."""
     if ln == 0:
         return t
+    if ln > P:
+        return -1
     # a start whose window meets a taken slot: every later start up to that slot meets it too, so
-    # the next candidate is the slot after it (checked from the window's end: the longest skip)
-    tt = t
-    while tt < t + P:
-        r = tt % P
+    # the next candidate is the slot after it (checked from the window's end: the longest skip).
+    # A slot is the start's residue plus an offset, below 2P: wrapped by a subtraction, not a modulo
+    r = t % P
+    skipped = 0
+    while skipped < P:
         j = ln - 1
-        while j >= 0 and occ[d, (r + j) % P] == 0:
+        while j >= 0:
+            q = r + j
+            if q >= P:
+                q -= P
+            if occ[d, q] != 0:
+                break
             j -= 1
         if j < 0:
-            return tt
-        tt += j + 1
+            return t + skipped
+        skipped += j + 1
+        r += j + 1
+        if r >= P:
+            r -= P
     return -1
 
 
 @kernel(inline=True)
 def _mark(occ, d, t, ln, P, val):  # pragma: no cover - compiled
-    for j in range(ln):
-        occ[d, (t + j) % P] = val
+    q = t % P
+    for _ in range(ln):
+        occ[d, q] = val
+        q += 1
+        if q == P:
+            q = 0
 
 
 @kernel(inline=True)
@@ -302,7 +318,7 @@ def _search(dev, stages, nst, dF, dB, dW, comm, act, cap, P, iters, patience, se
     last strict improvement); 1, the block in ``x_out`` and its delays in ``delta`` when found."""
     S = dev.shape[0]
     p = stages.shape[0]
-    occ = np.zeros((p, P), np.int64)
+    occ = np.zeros((p, P), np.uint8)  # a byte a slot: the layout clears it every step
     x = np.zeros((3, S), np.int64)
     res = np.zeros(2, np.int64)
     if _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, res, S0, -1) == 0:

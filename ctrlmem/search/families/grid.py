@@ -39,6 +39,7 @@ once per ``p`` for ``2p + 2`` microbatches and its periodic stable phase lengthe
 
 from __future__ import annotations
 
+import functools
 import itertools
 from functools import lru_cache
 
@@ -115,18 +116,36 @@ def _fill_w(slots: list[int]) -> list[int] | None:
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def _next_row(prev: tuple[int, int, int, int], k: int) -> tuple[int, ...] | None:
+    """The row of the device below ``prev`` (its F, f, B, b slots) with the ``F`` / ``B`` step ``k``,
+    ``W`` and ``w`` filled in; ``None`` where two passes meet. Cached: a grid of every p asks a few
+    hundred distinct rows thousands of times."""
+    nxt = [(prev[0] + k) % T, (prev[1] - 1) % T, (prev[2] + k) % T, (prev[3] - 1) % T]
+    if len(set(nxt)) < 4:
+        return None
+    got = _fill_w(nxt)
+    return None if got is None else tuple(got)
+
+
+@functools.lru_cache(maxsize=None)
+def _first_row(first: tuple[int, int, int, int]) -> tuple[int, ...] | None:
+    got = _fill_w(list(first))
+    return None if got is None else tuple(got)
+
+
 def _block(p: int, first: tuple[int, int, int, int], k0: int, k1: int, len0: int) -> list[list[int]] | None:
-    rows = [_fill_w(list(first))]
+    row = _first_row(tuple(first))
+    if row is None:
+        return None
+    rows = [list(row)]
+    prev = row[:4]
     for i in range(p - 1):
-        k = k0 if i < len0 else k1
-        prev = rows[-1]
-        nxt = [(prev[0] + k) % T, (prev[1] - 1) % T, (prev[2] + k) % T, (prev[3] - 1) % T]
-        if len(set(nxt)) < 4:
+        got = _next_row(prev, k0 if i < len0 else k1)
+        if got is None:
             return None
-        nxt = _fill_w(nxt)
-        if nxt is None:
-            return None
-        rows.append(nxt)
+        rows.append(list(got))
+        prev = got[:4]
     return rows
 
 

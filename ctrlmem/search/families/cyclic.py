@@ -439,9 +439,21 @@ def _chain_bounds(placement: Placement, dF, dB, dW, comm, cap: int, copies: int 
     return max(copies * max(work), max(math.ceil(copies * h / cap) for h in held))
 
 
+#: :func:`_arrays` per placement and copies (every period of every cap's search asks again)
+_ARRAYS = LRU(256)
+
+
 def _arrays(placement: Placement, copies: int = 1):
     """The kernels' view of a block of ``copies`` microbatches: each stage's device, each device's
-    stages copy by copy, and their count (see :func:`_evaluate`)."""
+    stages copy by copy, and their count (see :func:`_evaluate`; the kernels only read them)."""
+    key = (placement, copies)
+    got = _ARRAYS.get(key)
+    if got is None:
+        got = _ARRAYS.put(key, _make_arrays(placement, copies))
+    return got
+
+
+def _make_arrays(placement: Placement, copies: int):
     S, p = placement.num_stages, placement.num_devices
     dev = ints(list(placement.stage_device) * copies)
     nst = ints([sum(1 for s in range(copies * S) if dev[s] == d) for d in range(p)])

@@ -795,7 +795,8 @@ def peaked_blocks(p: int, M: int) -> tuple[tuple[int, tuple, tuple], ...]:
     return tuple(out)
 
 
-on_clear(peaked_blocks.cache_clear)
+for _fn in (peaked_blocks, _next_row, _first_row):
+    on_clear(_fn.cache_clear)
 
 
 def _label(params: tuple, release: bool) -> str:

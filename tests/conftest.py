@@ -28,12 +28,73 @@ def python_exe():
     return sys.executable
 
 
+# Tests that took 2 CPU seconds or more each in a `--fast` run (CTRLMEM_TEST_CPU_LOG, 2026-12-07,
+# summed over their parameters): they run in the whole suite only, as the ones marked slow do, so
+# that `--fast` stays a two-minute check (it took 3 min 4 s with them: 328 s of CPU on 2 workers).
+# Each area keeps cheaper tests in `--fast`; the one real multi-process run
+# (test_one_small_run_is_exact_and_complete) and the one papermill run
+# (test_schedule_figures_notebook_executes_one_figure) stay there on purpose.
+HEAVY = frozenset(f"tests/{name}" for name in """
+test_improve_levers.py::test_improve_reorders_recompute_passes_within_the_budget
+test_improve_levers.py::test_a_fixed_recompute_under_a_budget_is_never_longer_than_the_budgets_order_recomputed
+test_improve_levers.py::test_a_fixed_recompute_under_a_budget_uses_the_memory_it_frees
+test_improve.py::test_valid_within_budget_never_longer
+test_improve_offload.py::test_a_tighter_budget_is_kept
+test_optimal_levers.py::test_recompute_never_loses_and_stays_within_the_budget
+test_optimal_offload.py::test_bounds_with_offload_stay_below_proven_optima
+test_adaptive.py::test_v_shape_respects_limit_and_improves_with_it
+test_adaptive.py::test_v_shape_no_worse_than_fixed_v_schedules
+test_adaptive.py::test_v_shape_zero_bubble_at_full_memory
+test_simulate.py::test_a_second_simulation_times_every_pass_as_the_event_loop_does
+test_search.py::test_results_do_not_depend_on_what_is_cached
+test_search.py::test_families_every_candidate_is_a_valid_schedule
+test_learned_families.py::test_families_monotone_in_the_cap
+test_authors_dev.py::test_fixed_patterns_and_zb_within_one_percent_small
+test_ui.py::test_a_plans_winner_opens_in_the_explorer_as_the_plan_simulated_it
+test_ui.py::test_a_measured_run_is_drawn_under_its_simulation_and_kept_in_the_state
+test_plan_cli.py::test_plan_prints_a_ranked_table_and_writes_csv_and_json
+test_plan_cli.py::test_plan_form_command_line_reproduces_the_plan_and_emit_writes_its_files
+test_plan_models.py::test_expert_parallelism_divides_the_experts_per_gpu
+test_plan.py::test_memory_breakdown_adds_up
+test_plan.py::test_a_second_plan_reuses_every_build
+test_plan_recompute.py::test_budgeted_searches_order_with_every_forward_recomputed
+test_reproduce.py::test_table4_marks_unregistered_methods_pending
+test_reproduce_product.py::test_running_a_notebook_does_not_dirty_it
+test_explorer_background.py::test_every_element_names_the_state_it_belongs_to
+test_explorer_background.py::test_a_newer_edit_replaces_the_older_builds
+test_explorer_background.py::test_state_file_round_trip_and_draw_state_is_identical
+test_explorer_background.py::test_a_cost_edit_shows_the_previous_order_resimulated_then_the_adapted_one
+test_explorer_background.py::test_bubble_vs_budget_streams_sampled_budgets_and_goes_past_one_where_a_bubble_is_left
+test_background.py::test_stage_costs_are_learned_from_the_first_build
+test_background.py::test_a_newer_submission_stops_what_it_no_longer_needs
+test_background.py::test_a_background_build_is_the_build
+test_explorer_background.py::test_comparisons_show_the_peak_memory_over_time_and_the_pareto_front
+test_explorer_background.py::test_building_blocks_and_lifespans_are_comparisons_too
+test_plan_cli.py::test_plan_form_replans_replace_both_figures_and_nothing_fits_clears_them
+test_plan_recompute.py::test_full_recomputation_plans_split_backward_schedules_with_less_activation_and_r_time
+test_cyclic.py::test_the_search_gets_shorter_where_memory_binds
+test_optimal_offload.py::test_free_copies_at_one_microbatch_per_device
+test_relax.py::test_between_the_closed_forms_and_the_optimum
+test_improve_levers.py::test_a_deterministic_improve_that_settles_ends_within_its_budget
+test_improve.py::test_explorer_optimizes_in_the_background_and_saves_the_order
+""".split())
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Test files with more slow tests run first, each file's tests in their own order (files of
+    """The tests of :data:`HEAVY` are marked slow (before ``-m`` selects). Test files with more
+    slow tests run first, each file's tests in their own order (files of
     equal count keep theirs). With scripts/test.sh's workers (xdist --dist loadfile
     --no-loadscope-reorder: whole files handed out in this order) the long files start early and
     the many short fast-only files even out the end, instead of a long file (the browser's, the
     Slurm one) starting last while the other worker idles."""
+    names = {item.nodeid.split("[")[0] for item in items}
+    unknown = HEAVY - names
+    if unknown and len(names) > 1000:  # the whole suite collected: a renamed heavy test must be renamed here
+        raise pytest.UsageError(f"tests/conftest.py HEAVY names tests that do not exist: {sorted(unknown)}")
+    for item in items:
+        if item.nodeid.split("[")[0] in HEAVY and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
     slow: dict[str, int] = {}
     for item in items:
         slow[str(item.path)] = slow.get(str(item.path), 0) + (item.get_closest_marker("slow") is not None)

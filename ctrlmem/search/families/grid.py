@@ -39,7 +39,6 @@ once per ``p`` for ``2p + 2`` microbatches and its periodic stable phase lengthe
 
 from __future__ import annotations
 
-import functools
 import itertools
 from functools import lru_cache
 
@@ -101,7 +100,10 @@ _SURVEY_PATTERNS = {(1, 2, 3), (3, 4, 5), (1, 3, 2), (2, 3, 4), (2, 3, 5), (1, 2
 _WIDE_PATTERNS = {(1, 2, 3), (2, 3, 4), (1, 3, 2)}
 
 
-def _fill_w(slots: list[int]) -> list[int] | None:
+@lru_cache(maxsize=None)
+def _fill_w(slots: tuple[int, int, int, int]) -> tuple[int, ...] | None:
+    """A device's row: its ``F, f, B, b`` slots, then ``W`` and ``w`` each at the first free slot
+    after its ``B`` / ``b`` (``None`` when none is free). Cached, as :func:`_next_row`."""
     used = set(slots)
     out = list(slots)
     for back in (2, 3):
@@ -113,39 +115,30 @@ def _fill_w(slots: list[int]) -> list[int] | None:
                 break
         else:
             return None
-    return out
+    return tuple(out)
 
 
-@functools.lru_cache(maxsize=None)
-def _next_row(prev: tuple[int, int, int, int], k: int) -> tuple[int, ...] | None:
-    """The row of the device below ``prev`` (its F, f, B, b slots) with the ``F`` / ``B`` step ``k``,
-    ``W`` and ``w`` filled in; ``None`` where two passes meet. Cached: a grid of every p asks a few
-    hundred distinct rows thousands of times."""
-    nxt = [(prev[0] + k) % T, (prev[1] - 1) % T, (prev[2] + k) % T, (prev[3] - 1) % T]
+@lru_cache(maxsize=None)
+def _next_row(prev: tuple[int, ...], k: int) -> tuple[int, ...] | None:
+    """The row of the device below ``prev`` (its F, f, B, b slots first) with the ``F`` / ``B`` step
+    ``k``; ``None`` where two passes meet. Cached: a grid of every p asks a few hundred distinct rows
+    thousands of times."""
+    nxt = ((prev[0] + k) % T, (prev[1] - 1) % T, (prev[2] + k) % T, (prev[3] - 1) % T)
     if len(set(nxt)) < 4:
         return None
-    got = _fill_w(nxt)
-    return None if got is None else tuple(got)
-
-
-@functools.lru_cache(maxsize=None)
-def _first_row(first: tuple[int, int, int, int]) -> tuple[int, ...] | None:
-    got = _fill_w(list(first))
-    return None if got is None else tuple(got)
+    return _fill_w(nxt)
 
 
 def _block(p: int, first: tuple[int, int, int, int], k0: int, k1: int, len0: int) -> list[list[int]] | None:
-    row = _first_row(tuple(first))
+    row = _fill_w(tuple(first))
     if row is None:
         return None
     rows = [list(row)]
-    prev = row[:4]
     for i in range(p - 1):
-        got = _next_row(prev, k0 if i < len0 else k1)
-        if got is None:
+        row = _next_row(row, k0 if i < len0 else k1)
+        if row is None:
             return None
-        rows.append(list(got))
-        prev = got[:4]
+        rows.append(list(row))
     return rows
 
 
@@ -795,7 +788,7 @@ def peaked_blocks(p: int, M: int) -> tuple[tuple[int, tuple, tuple], ...]:
     return tuple(out)
 
 
-for _fn in (peaked_blocks, _next_row, _first_row):
+for _fn in (peaked_blocks, _next_row, _fill_w):
     on_clear(_fn.cache_clear)
 
 

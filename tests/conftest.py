@@ -88,12 +88,12 @@ def pytest_collection_modifyitems(config, items):
     --no-loadscope-reorder: whole files handed out in this order) the long files start early and
     the many short fast-only files even out the end, instead of a long file (the browser's, the
     Slurm one) starting last while the other worker idles."""
-    names = {item.nodeid.split("[")[0] for item in items}
-    unknown = HEAVY - names
-    if unknown and len(names) > 1000:  # the whole suite collected: a renamed heavy test must be renamed here
+    function = {item: item.nodeid.split("[")[0] for item in items}  # the id without parameters
+    unknown = HEAVY - set(function.values())
+    if unknown and len(items) > 1000:  # the whole suite collected: a renamed heavy test must be renamed here
         raise pytest.UsageError(f"tests/conftest.py HEAVY names tests that do not exist: {sorted(unknown)}")
-    for item in items:
-        if item.nodeid.split("[")[0] in HEAVY and item.get_closest_marker("slow") is None:
+    for item, name in function.items():
+        if name in HEAVY and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.slow)
     slow: dict[str, int] = {}
     for item in items:

@@ -357,3 +357,33 @@ def test_pair_blocks_stay_monotone_and_stop_above_their_largest_p():
     finer = Placement.v_shape(COPIES_FINER_MAX_P + 2)
     assert list(CyclicFamily(finer=True, copies=2).sets(Query(finer, 2 * COPIES_FINER_MAX_P + 4, cm.Costs(4, 5, 3, 0.3),
                                                               4.0), Incumbent())) == []
+
+
+# -- benchmarks/check_block_period.py: the CP-SAT block model the docs' claims about the search use ----
+
+
+def _block_model():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "check_block_period.py"
+    spec = importlib.util.spec_from_file_location("check_block_period", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("p,costs,cap", [(4, (3, 4, 2), 4), (4, (2, 1, 1), 3), (3, (1, 2, 2, 0.5), 3)])
+def test_block_model_accepts_the_familys_block_and_refuses_below_the_work(p, costs, cap):
+    """The CP-SAT model of one periodic block says the family's own period has a block (it does:
+    the family laid one out), and that no period below a device's work has one; so its verdicts
+    on the periods between are about the same blocks the family searches."""
+    model = _block_model()
+    P = Placement.v_shape(p)
+    dur = quantise(P, cm.Costs(*costs), RESOLUTION)
+    found = cyclic_block(P, dur, cap)
+    assert found is not None
+    assert model.period_status(P, dur, cap, found[0], 20.0, workers=1) in ("OPTIMAL", "FEASIBLE")
+    work = max(sum(dur[0][s] + dur[1][s] + dur[2][s] for s in range(P.num_stages) if P.stage_device[s] == d)
+               for d in range(p))
+    assert model.period_status(P, dur, cap, work - 1, 20.0, workers=1) == "INFEASIBLE"

@@ -111,9 +111,10 @@ _CPU_LOG = os.environ.get("CTRLMEM_TEST_CPU_LOG")
 def pytest_runtest_protocol(item, nextitem):
     """With ``CTRLMEM_TEST_CPU_LOG=FILE``: one line per test appended to ``FILE`` (every worker
     appends): the CPU seconds of the test's process, of the processes it started and waited for,
-    the wall seconds (set-up and tear-down included), and the test's id, tab-separated. On 2 cores
-    the suite's wall time follows its CPU time, so this is where to look when it grows
-    (``sort -rn FILE | head``)."""
+    the wall seconds (set-up and tear-down included), the test's id, the xdist worker and the
+    clock time at its end (Unix seconds), tab-separated. On 2 cores the suite's wall time follows
+    its CPU time, so this is where to look when it grows (``sort -rn FILE | head``); the last two
+    columns show each worker's timeline (which file ran last, and how long one worker ran alone)."""
     if not _CPU_LOG:
         yield
         return
@@ -127,7 +128,8 @@ def pytest_runtest_protocol(item, nextitem):
     own, kids, t0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN), time.perf_counter()
     yield
     line = (f"{cpu(resource.RUSAGE_SELF) - own:.2f}\t{cpu(resource.RUSAGE_CHILDREN) - kids:.2f}\t"
-            f"{time.perf_counter() - t0:.2f}\t{item.nodeid}\n")
+            f"{time.perf_counter() - t0:.2f}\t{item.nodeid}\t{os.environ.get('PYTEST_XDIST_WORKER', 'main')}\t"
+            f"{time.time():.1f}\n")
     with open(_CPU_LOG, "a", encoding="utf-8") as fh:
         fh.write(line)
 

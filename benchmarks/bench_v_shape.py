@@ -40,7 +40,10 @@ CPU time of the build calls, and each tree's certified gaps (makespan over that 
 bound, ``makespan_bound``, and with ``--relax SECONDS`` the one-device relaxation where a device has
 at most 100 passes: median, worst, how many within 15 %). ``--held-out 2``: a second set, drawn after
 the finer cyclic blocks were written (20 ``v-shape`` instances, p = 9, 11, 14, 18, m = 2p–4p, F of 1–4
-with B 1–1.6 F, W 0.5–1 F and a hop of 2–25 % of F, budgets 0.25–0.5). ``--improve SECONDS`` (needs a
+with B 1–1.6 F, W 0.5–1 F and a hop of 2–25 % of F, budgets 0.25–0.5); ``--held-out 3``: a third, of
+forward-heavy costs (24 ``v-shape`` instances, p = 10–24, m = 2p–3p, B of 1–2 with F 1.4–2.4 B, W
+0.6–1.1 B and a hop of up to 10 % of B, budgets 0.2–0.4), drawn after the block search was seen to
+miss the shortest block at F = 2B = 2W (docs/theory.md §12). ``--improve SECONDS`` (needs a
 baseline): also ``cm.improve`` for that long (deterministic, one worker) from each of the baseline's
 schedules, and how many of each tree's schedules are within 2 % of what it finds, with the median and
 worst excess (issue 30's measure; 60 s takes about 40 minutes for set 1).
@@ -251,9 +254,17 @@ def second_set():  # drawn after the finer cyclic blocks were written (seed 4545
         f = rnd.choice([1, 2, 3, 4]); b = round(f * rnd.uniform(1.0, 1.6), 1); w = round(f * rnd.uniform(0.5, 1.0), 1)
         c = round(f * rnd.uniform(0.02, 0.25), 2)
         yield "v-shape", p, m, (f, b, w, c), rnd.choice([0.25, 0.3, 0.34, 0.4, 0.45, 0.5])
+def third_set():  # F-heavy (seed 51), drawn after the block search's miss at F = 2B = 2W was found
+    rnd = random.Random(51)
+    for _ in range(24):
+        p = rnd.choice([10, 12, 14, 16, 20, 24]); m = rnd.choice([2 * p, 3 * p])
+        b = rnd.choice([1, 1.5, 2]); f = round(b * rnd.uniform(1.4, 2.4), 1); w = round(b * rnd.uniform(0.6, 1.1), 1)
+        c = round(b * rnd.uniform(0, 0.1), 2)
+        yield "v-shape", p, m, (f, b, w, c), rnd.choice([0.2, 0.25, 0.3, 0.34, 0.4])
 improve_s = float(os.environ.get("CTRLMEM_BENCH_IMPROVE", "0"))
 out = []
-for name, p, m, mix, lim in (second_set() if os.environ.get("CTRLMEM_BENCH_SET") == "2" else first_set()):
+which = os.environ.get("CTRLMEM_BENCH_SET", "1")
+for name, p, m, mix, lim in {"1": first_set, "2": second_set, "3": third_set}[which]():
     costs = cm.Costs(*mix)
     clear_caches()
     t = cpu()
@@ -356,9 +367,9 @@ def main() -> None:
                     help="the lever search on 62 cases against --baseline: makespans and peaks that differ, CPU totals")
     ap.add_argument("--low-memory", action="store_true",
                     help="the held-out low-memory set (40 instances, budgets 0.25-0.5) against --baseline")
-    ap.add_argument("--held-out", type=int, choices=(1, 2), default=1,
-                    help="with --low-memory: set 1 (issue 30's, 40 instances, both searches) or set 2 (20 v-shape "
-                         "instances with random costs, drawn later)")
+    ap.add_argument("--held-out", type=int, choices=(1, 2, 3), default=1,
+                    help="with --low-memory: set 1 (issue 30's, 40 instances, both searches), set 2 (20 v-shape "
+                         "instances with random costs, drawn later) or set 3 (24 v-shape instances, forward-heavy costs)")
     ap.add_argument("--improve", type=float, default=0.0, metavar="SECONDS",
                     help="with --low-memory and a baseline: also cm.improve for SECONDS from each of the baseline's "
                          "schedules, and how many of each tree's are within 2 %% of it")

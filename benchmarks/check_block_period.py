@@ -19,7 +19,8 @@ interval and its copy one period later, over two periods); and each device's exa
 within the cap — a stage of lifespan ``ℓ = n·T + r`` holds ``n`` activations all the time and one
 more over an arc of ``r`` from its forward's start, so per device the floors ``n`` plus a cumulative
 of the arcs (each with its copy one period later) stay within the cap. The window of the second
-period counts exactly; the others undercount, so nothing is wrongly refused. It is a check for
+period counts exactly; the others undercount, and the horizon leaves room for every gap of the
+chain to be up to a period long (no block needs more), so nothing is wrongly refused. It is a check for
 developers (it solves for seconds to minutes); the search never calls a solver.
 """
 
@@ -43,7 +44,11 @@ def period_status(placement: Placement, durations, cap: int, period: int, second
     S, p, dev = placement.num_stages, placement.num_devices, placement.stage_device
     dF, dB, dW, (comm,) = durations
     model = cp_model.CpModel()
-    horizon = sum(dF) + sum(dB) + max(dW) + 2 * comm * p + 3 * period + 40 * max(dF)
+    # a gap of a period or more between two consecutive passes of the chain (or between a B and its
+    # W) can lose a period without moving any pass's slot modulo the period and only shortens
+    # lifespans, so some block of this period, if any, has every such gap below a period: the
+    # chain at its shortest plus one period per gap bounds it
+    horizon = sum(dF) + sum(dB) + max(dW) + 2 * comm * S + (2 * S + 1) * period
     start, phase = {}, {}
     busy = [[] for _ in range(p)]
     arcs = [[] for _ in range(p)]
@@ -106,6 +111,8 @@ def main() -> None:
         costs = cm.Costs(*[float(x) for x in args.costs.split(",")])
     except (TypeError, ValueError) as e:
         ap.error(f"--costs must be F,B,W or F,B,W,comm (numbers): {e}")
+    if not args.seconds > 0:
+        ap.error(f"--seconds must be a positive number of CP-SAT seconds per period, got {args.seconds:g}")
     if not 0 < args.budget <= cyclic.TOP:
         ap.error(f"--budget must be in (0, {cyclic.TOP:g}], the caps the cyclic family searches; got {args.budget:g}")
     placement = Placement.v_shape(args.p)

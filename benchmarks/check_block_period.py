@@ -2,9 +2,12 @@
 
     .venv/bin/python benchmarks/check_block_period.py -p 16 --costs 2,1,1 --budget 0.25
     .venv/bin/python benchmarks/check_block_period.py -p 16 --costs 3,4,2 --budget 0.25 --seconds 60
+    .venv/bin/python benchmarks/check_block_period.py -p 10 --costs 1.7,1,0.8,0.06 --budget 0.4 --resolution finer
 
 For the V-shape at ``p`` devices, costs ``F,B,W[,comm]`` quantised as the cyclic family quantises
-them (:data:`ctrlmem.search.families.cyclic.RESOLUTION` slots for the shortest chunk pass), and the
+them (:data:`ctrlmem.search.families.cyclic.RESOLUTION` slots for the shortest chunk pass; with
+``--resolution finer`` the finer resolution its second family lays blocks out at, where two slots
+miss the costs; or a number of slots), and the
 cap the family searches at ``budget`` (the largest cap of its grid at that fraction of 1F1B's
 memory), it prints the family's period (slots), the lower bound the family starts from (a device's
 work and Little's law over the shortest lifespans), and then, from one slot below the family's
@@ -104,6 +107,9 @@ def main() -> None:
     ap.add_argument("--costs", required=True, help="F,B,W[,comm] of one device-stage, e.g. 2,1,1")
     ap.add_argument("--budget", type=float, required=True, help="fraction of 1F1B's activation memory, e.g. 0.25")
     ap.add_argument("--seconds", type=float, default=30.0, help="CP-SAT seconds per period (default 30)")
+    ap.add_argument("--resolution", default=str(cyclic.RESOLUTION),
+                    help=f"slots for the shortest chunk pass: a number, or 'finer' for the finer family's "
+                         f"(default {cyclic.RESOLUTION}, the coarse family's)")
     args = ap.parse_args()
     if args.p < 2:
         ap.error(f"-p must be at least 2, got {args.p}")
@@ -116,7 +122,20 @@ def main() -> None:
     if not 0 < args.budget <= cyclic.TOP:
         ap.error(f"--budget must be in (0, {cyclic.TOP:g}], the caps the cyclic family searches; got {args.budget:g}")
     placement = Placement.v_shape(args.p)
-    durations = cyclic.quantise(placement, costs, cyclic.RESOLUTION)
+    if args.resolution == "finer":
+        resolution = cyclic.resolutions(placement, costs)[-1]
+        if resolution == cyclic.RESOLUTION:
+            print(f"{cyclic.RESOLUTION} slots a shortest pass are exact for these costs: the finer family "
+                  f"searches nothing; checking {cyclic.RESOLUTION}")
+    else:
+        try:
+            resolution = int(args.resolution)
+        except ValueError:
+            ap.error(f"--resolution must be a whole number of slots or 'finer', got {args.resolution!r}")
+        if resolution < 1:
+            ap.error(f"--resolution must be at least 1 slot, got {resolution}")
+    finer = resolution != cyclic.RESOLUTION
+    durations = cyclic.quantise(placement, costs, resolution)
     if durations is None:
         ap.error("these costs have no pass time to quantise (every chunk pass is 0)")
     base = placement.num_stages // args.p
@@ -127,10 +146,12 @@ def main() -> None:
     dF, dB, dW, (comm,) = durations
     lower = cyclic._chain_bounds(placement, dF, dB, dW, comm, cap)
     t = time.process_time()
-    found = cyclic.cyclic_block(placement, durations, cap)
+    # as the family searches this resolution: fewer restarts and its delay changes scaled when finer
+    found = cyclic.cyclic_block(placement, durations, cap, seeds=cyclic.FINER_SEEDS if finer else cyclic.SEEDS,
+                                scale=max(1, round(resolution / cyclic.RESOLUTION)))
     took = time.process_time() - t
     print(f"p = {args.p}, costs {args.costs}, budget {args.budget:g}: cap {cap} half-activations; "
-          f"slots F/B/W/comm {dF[0]}/{dB[0]}/{dW[0]}/{comm}")
+          f"{resolution} slots a shortest pass, F/B/W/comm {dF[0]}/{dB[0]}/{dW[0]}/{comm}")
     print(f"lower bound {lower} slots; the family's block: {found[0] if found else 'none'} slots ({took:.2f} s of CPU)")
     if not found:
         return

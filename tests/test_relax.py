@@ -81,6 +81,26 @@ def test_never_above_a_schedule_within_the_cap(p, extra, data, comm, limit):
             assert b.bound <= r.makespan + 1e-6, (name, b, r.makespan)
 
 
+@settings(max_examples=25, deadline=None)
+@given(p=st.integers(2, 5), m=st.integers(2, 9), data=st.data(), comm=st.sampled_from([0.0, 0.3, 0.04]),
+       placement=st.sampled_from(["v-shape", "sequential"]), fused=st.booleans())
+def test_the_memory_precedences_keep_the_relaxations_optimum(p, m, data, comm, placement, fused):
+    """The cap's implied precedences (`precedences=True`, the default) cut no schedule of the
+    relaxation: wherever both solves prove their optimum, it is the same, at every cap from one
+    microbatch's activations up (costs with two decimals; some passes round down to nothing at
+    the model's scale, where the precedences that would need them are left out)."""
+    x = st.one_of(st.floats(0.5, 4.0, allow_nan=False).map(lambda v: round(v, 2)), st.sampled_from([0.04, 0.11]))
+    costs = cm.Costs(data.draw(x), data.draw(x), data.draw(x), comm)
+    P = Placement.v_shape(p) if placement == "v-shape" else Placement.sequential(p)
+    act = p / P.num_stages
+    cap = data.draw(st.integers(P.num_stages // p, 2 * p)) * act
+    devices = [data.draw(st.integers(0, p - 1))]
+    got = [relaxed_bounds(P, m, costs, cap, fused=fused, seconds=5, devices=devices, precedences=on)[0]
+           for on in (False, True)]
+    if all(r.proven for r in got):
+        assert got[0].bound == got[1].bound, got
+
+
 def test_the_smallest_cap_has_a_schedule():
     """One activation per device with one stage per device (microbatches one at a time, a hop of
     half a pass): the relaxation's horizon allows the serial schedule, and its bound is below

@@ -17,7 +17,9 @@ give 150.5; the optimum cm.improve proves is 193).
 
 The microbatches are identical, so the model runs every pass type in microbatch order: any
 schedule of the relaxation, its microbatches relabelled per pass type by start time, is again one
-(the chains' delays and the memory count hold for the sorted times). Times are scaled to
+(the chains' delays and the memory count hold for the sorted times). In that order the cap
+implies precedences (a forward waits for the release the cap needs, :func:`_memory_precedences`),
+given to CP-SAT as well: the same optimum, proven sooner or bounded higher. Times are scaled to
 integers and rounded down, so the bound stays a bound for costs of any precision.
 
 CP-SAT proves the relaxation's optimum in seconds when the device has up to ~100 passes (the
@@ -67,16 +69,49 @@ def _scale(values: list[float]) -> int:
     return 10
 
 
+def _memory_precedences(model, mbs: list[dict], timed: list[int], st: list[int], k: int, fused: bool) -> None:
+    """The cap's consequences as precedences (redundant: they hold in every schedule of the
+    relaxation whose pass types run in microbatch order, so the optimum is the same; CP-SAT's
+    bound reasoning sees chains where it saw a cumulative).
+
+    Take the device's stages in chain order, ``st[i]`` the ``i``-th from the lowest. When ``F`` of
+    ``st[i]`` starts for microbatch ``j``, that microbatch holds its ``i`` lower stages (their
+    forwards came first, their releases come after its backward) and takes one more activation.
+    So with ``k`` whole activations on the device:
+
+    - of the ``k − i`` microbatches before ``j`` that started ``st[i]``, one has released it: the
+      earliest (the releases run in microbatch order): ``F(st[i], j) ≥ release(st[i], j − k + i)``;
+    - for a lower stage ``u = st[q]``, ``q < i``: of the microbatches ``j − k + i .. j`` holding
+      ``u`` (each started it before ``j`` did), one other than ``j`` has released it, the earliest:
+      ``F(st[i], j) ≥ release(u, j − k + i)``.
+
+    Only for the stages in ``timed``, whose forward lasts a (scaled) unit at least: microbatch
+    ``j``'s lower stages are then held when ``F(st[i], j)`` starts even with every other pass of
+    its chain rounded down to nothing."""
+    def release(var, s):
+        return var[("B", s)][1] if fused else var[("W", s)][1]
+
+    for j, var in enumerate(mbs):
+        at = j - k  # + i below
+        for i, s in enumerate(st):
+            if s not in timed or at + i < 0 or at + i >= j:
+                continue
+            before = mbs[at + i]
+            for u in st[: i + 1]:
+                model.Add(var[("F", s)][0] >= release(before, u))
+
+
 def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused: bool = False,
                    seconds: float = SECONDS, devices: list[int] | None = None, seed: int = 0,
-                   wall_factor: float = 4.0) -> list[DeviceBound]:
+                   wall_factor: float = 4.0, precedences: bool = True) -> list[DeviceBound]:
     """The one-device relaxation of every device in ``devices`` (all by default) of ``placement``
     with ``m`` microbatches, ``costs`` and a per-device cap of ``cap`` (``a``; the default memory
     model: each stage's activation ``p/S``, released at its ``W``, or at its fused ``BW`` with
     ``fused``). Each solve is deterministic: ``seconds`` solver-seconds (CP-SAT's deterministic
     time × ``DET_SECONDS``, one worker, ``seed``), never past ``wall_factor × seconds`` of wall
     time (a safety limit: a solve that reaches it returns what it proved, which then depends on
-    the machine)."""
+    the machine). ``precedences``: add the cap's implied precedences (:func:`_memory_precedences`;
+    the same optimum, a higher bound where the solve stops before proving it)."""
     from ortools.sat.python import cp_model  # noqa: PLC0415 - ortools takes ~1 s to import; only the solver needs it
 
     if m < 1:
@@ -126,6 +161,7 @@ def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused
         T = model.NewIntVar(0, horizon, "T")
         busy, held = [], []
         prev: dict = {}
+        mbs = []  # each microbatch's pass variables
         for _ in range(m):
             var = {}
             for x in kinds:
@@ -146,6 +182,9 @@ def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused
                 size = model.NewIntVar(0, horizon, "")
                 held.append(model.NewIntervalVar(var[("F", s)][0], size, end, ""))
             prev = var
+            mbs.append(var)
+        if precedences:
+            _memory_precedences(model, mbs, [s for s in st if lo(f[s]) >= 1], st, k, fused)
         model.AddNoOverlap(busy)
         model.AddCumulative(held, [1] * len(held), k)
         model.Minimize(T)

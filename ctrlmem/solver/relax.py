@@ -19,7 +19,8 @@ The microbatches are identical, so the model runs every pass type in microbatch 
 schedule of the relaxation, its microbatches relabelled per pass type by start time, is again one
 (the chains' delays and the memory count hold for the sorted times). In that order the cap
 implies precedences (a forward waits for the release the cap needs, :func:`_memory_precedences`),
-given to CP-SAT as well: the same optimum, proven sooner or bounded higher. Times are scaled to
+given to CP-SAT as well: the same optimum, usually proven sooner or bounded higher (where not,
+the model without them is solved too). Times are scaled to
 integers and rounded down, so the bound stays a bound for costs of any precision.
 
 CP-SAT proves the relaxation's optimum in seconds when the device has up to ~100 passes (the
@@ -110,8 +111,10 @@ def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused
     ``fused``). Each solve is deterministic: ``seconds`` solver-seconds (CP-SAT's deterministic
     time × ``DET_SECONDS``, one worker, ``seed``), never past ``wall_factor × seconds`` of wall
     time (a safety limit: a solve that reaches it returns what it proved, which then depends on
-    the machine). ``precedences``: add the cap's implied precedences (:func:`_memory_precedences`;
-    the same optimum, a higher bound where the solve stops before proving it)."""
+    the machine). ``precedences``: solve each device with the cap's implied precedences
+    (:func:`_memory_precedences`: the same optimum, usually proven sooner or bounded higher) and,
+    where that solve stops before a proof, without them too, keeping the higher bound (each solve
+    ``seconds``); ``False``: without them only."""
     from ortools.sat.python import cp_model  # noqa: PLC0415 - ortools takes ~1 s to import; only the solver needs it
 
     if m < 1:
@@ -153,51 +156,60 @@ def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused
         tail = {("F", s): tail_f[s] for s in st} | {("B", s): tail_b[s] for s in st} | {("W", s): 0.0 for s in st}
         kinds = chain + ([] if fused else [("W", s) for s in st])
         passes = len(kinds) * m
-        model = cp_model.CpModel()
-        # the microbatches one after another, each alone (its passes at their chain times, its W s after):
-        # a schedule within any cap that holds one microbatch, so the optimum is below it
-        alone = max(at[x] + dur[x] + tail[x] for x in chain) + math.fsum(w[s] for s in st)
-        horizon = math.ceil((m * alone + math.fsum(dur.values())) * scale) + 10
-        T = model.NewIntVar(0, horizon, "T")
-        busy, held = [], []
-        prev: dict = {}
-        mbs = []  # each microbatch's pass variables
-        for _ in range(m):
-            var = {}
-            for x in kinds:
-                s0 = model.NewIntVar(0, horizon, "")
-                e0 = model.NewIntVar(0, horizon, "")
-                busy.append(model.NewIntervalVar(s0, lo(dur[x]), e0, ""))
-                var[x] = (s0, e0)
-                model.Add(T >= e0 + lo(tail[x]))
-                if x in prev:  # identical microbatches: every pass type in microbatch order
-                    model.Add(s0 >= prev[x][0])
-            model.Add(var[chain[0]][0] >= lo(at[chain[0]]))
-            for a, c in zip(chain, chain[1:]):
-                model.Add(var[c][0] >= var[a][1] + lo(at[c] - at[a] - dur[a]))
-            for s in st:
-                end = var[("B", s)][1] if fused else var[("W", s)][1]
-                if not fused:
-                    model.Add(var[("W", s)][0] >= var[("B", s)][1])
-                size = model.NewIntVar(0, horizon, "")
-                held.append(model.NewIntervalVar(var[("F", s)][0], size, end, ""))
-            prev = var
-            mbs.append(var)
-        if precedences:
-            _memory_precedences(model, mbs, [s for s in st if lo(f[s]) >= 1], st, k, fused)
-        model.AddNoOverlap(busy)
-        model.AddCumulative(held, [1] * len(held), k)
-        model.Minimize(T)
-        solver = cp_model.CpSolver()
-        prm = solver.parameters
-        prm.num_workers = 1
-        prm.random_seed = seed
-        prm.max_deterministic_time = max(0.002, seconds / DET_SECONDS)
-        prm.max_time_in_seconds = max(0.05, wall_factor * seconds)
-        code = solve(solver, model)
-        if code == cp_model.INFEASIBLE:  # pragma: no cover - the relaxation always has a schedule
-            raise RuntimeError(f"relaxed_bounds: device {d}'s relaxation has no schedule (cap {cap:g})")
-        proven = code == cp_model.OPTIMAL
-        value = solver.ObjectiveValue() if proven else solver.BestObjectiveBound()
+
+        # with the cap's precedences first; where that solve stops short of a proof, the model
+        # without them as well (on some devices CP-SAT proves that one sooner: V-shape p = 6, m = 12,
+        # the profiled mix at 0.25, device 5), the higher bound kept
+        value, proven = -math.inf, False
+        for with_precedences in ((True, False) if precedences else (False,)):
+            model = cp_model.CpModel()
+            # the microbatches one after another, each alone (its passes at their chain times, its W s after):
+            # a schedule within any cap that holds one microbatch, so the optimum is below it
+            alone = max(at[x] + dur[x] + tail[x] for x in chain) + math.fsum(w[s] for s in st)
+            horizon = math.ceil((m * alone + math.fsum(dur.values())) * scale) + 10
+            T = model.NewIntVar(0, horizon, "T")
+            busy, held = [], []
+            prev: dict = {}
+            mbs = []  # each microbatch's pass variables
+            for _ in range(m):
+                var = {}
+                for x in kinds:
+                    s0 = model.NewIntVar(0, horizon, "")
+                    e0 = model.NewIntVar(0, horizon, "")
+                    busy.append(model.NewIntervalVar(s0, lo(dur[x]), e0, ""))
+                    var[x] = (s0, e0)
+                    model.Add(T >= e0 + lo(tail[x]))
+                    if x in prev:  # identical microbatches: every pass type in microbatch order
+                        model.Add(s0 >= prev[x][0])
+                model.Add(var[chain[0]][0] >= lo(at[chain[0]]))
+                for a, c in zip(chain, chain[1:]):
+                    model.Add(var[c][0] >= var[a][1] + lo(at[c] - at[a] - dur[a]))
+                for s in st:
+                    end = var[("B", s)][1] if fused else var[("W", s)][1]
+                    if not fused:
+                        model.Add(var[("W", s)][0] >= var[("B", s)][1])
+                    size = model.NewIntVar(0, horizon, "")
+                    held.append(model.NewIntervalVar(var[("F", s)][0], size, end, ""))
+                prev = var
+                mbs.append(var)
+            if with_precedences:
+                _memory_precedences(model, mbs, [s for s in st if lo(f[s]) >= 1], st, k, fused)
+            model.AddNoOverlap(busy)
+            model.AddCumulative(held, [1] * len(held), k)
+            model.Minimize(T)
+            solver = cp_model.CpSolver()
+            prm = solver.parameters
+            prm.num_workers = 1
+            prm.random_seed = seed
+            prm.max_deterministic_time = max(0.002, seconds / DET_SECONDS)
+            prm.max_time_in_seconds = max(0.05, wall_factor * seconds)
+            code = solve(solver, model)
+            if code == cp_model.INFEASIBLE:  # pragma: no cover - the relaxation always has a schedule
+                raise RuntimeError(f"relaxed_bounds: device {d}'s relaxation has no schedule (cap {cap:g})")
+            proven = code == cp_model.OPTIMAL
+            # both models bound the same optimum; a proven one is it
+            value = max(value, solver.ObjectiveValue() if proven else solver.BestObjectiveBound())
+            if proven:
+                break
         out.append(DeviceBound(d, value / scale, proven, passes))
     return out

@@ -101,6 +101,44 @@ def test_the_memory_precedences_keep_the_relaxations_optimum(p, m, data, comm, p
         assert got[0].bound == got[1].bound, got
 
 
+@pytest.mark.slow  # ~10 s of CPU
+@settings(max_examples=20, deadline=None)
+@given(p=st.integers(2, 4), m=st.integers(3, 8), window=st.integers(2, 4), data=st.data(),
+       comm=st.sampled_from([0.0, 0.3, 0.04]), placement=st.sampled_from(["v-shape", "sequential"]),
+       fused=st.booleans())
+def test_windows_chained_never_above_the_whole_relaxation(p, m, window, data, comm, placement, fused):
+    """A bound from windows of a few microbatches chained (`window`) is a bound on the relaxation
+    itself: never above its proven optimum for all `m` microbatches, nor above what the searches
+    build within the cap (costs with two decimals, some rounding to nothing)."""
+    x = st.one_of(st.floats(0.5, 4.0, allow_nan=False).map(lambda v: round(v, 2)), st.sampled_from([0.04, 0.11]))
+    costs = cm.Costs(data.draw(x), data.draw(x), data.draw(x), comm)
+    P = Placement.v_shape(p) if placement == "v-shape" else Placement.sequential(p)
+    cap = data.draw(st.integers(P.num_stages // p, 2 * p)) * p / P.num_stages
+    whole = relaxed_bounds(P, m, costs, cap, fused=fused, seconds=5)
+    chained = relaxed_bounds(P, m, costs, cap, fused=fused, seconds=5, window=window)
+    for w, c in zip(whole, chained):
+        assert c.window == (window if m > window else 0)
+        if w.proven:
+            assert c.bound <= w.bound + 1e-6, (w, c)
+    limit = cap / p
+    name = "v-shape" if placement == "v-shape" else "zb"
+    if not fused and limit <= 1.0:
+        r = cm.simulate(cm.build(name, p, m, costs=costs, memory_limit=limit), costs)
+        assert max(c.bound for c in chained) <= r.makespan + 1e-6
+
+
+@pytest.mark.slow  # ~20 s of CPU
+def test_windows_chained_see_what_the_closed_forms_miss():
+    """V-shape p = 6, m = 24, 3:4:2 at 0.375, the bottom device: the whole relaxation proves nothing
+    above the closed forms (296.25) at this size; windows of 12 chained give 315.5, every window
+    proven (v-shape builds 373.5, cm.improve 60 s found 370)."""
+    P = Placement.v_shape(6)
+    costs = cm.Costs(3, 4, 2)
+    got = relaxed_bounds(P, 24, costs, 2.25, devices=[5], window=12)[0]
+    assert got.proven and got.window == 12 and got.bound == 315.5
+    assert makespan_bound(P, 24, costs, 2.25) == pytest.approx(296.25) and 296.25 < got.bound
+
+
 def test_the_smallest_cap_has_a_schedule():
     """One activation per device with one stage per device (microbatches one at a time, a hop of
     half a pass): the relaxation's horizon allows the serial schedule, and its bound is below
@@ -129,6 +167,11 @@ def test_bad_input_is_named():
     for bad in (True, 1.0):  # a flag or a float is not a device index
         with pytest.raises(ValueError, match="is not one of the placement's 0..3"):
             relaxed_bounds(P, 4, cm.Costs(1, 1, 1), 1.0, devices=[bad])
+    for bad in (1, True, 2.5, 0):
+        with pytest.raises(ValueError, match="window must be a whole number of microbatches, at least 2"):
+            relaxed_bounds(P, 4, cm.Costs(1, 1, 1), 1.0, window=bad)
+    with pytest.raises(ValueError, match="device 0 has 2400 passes a window, more than the 2000"):
+        relaxed_bounds(P, 1000, cm.Costs(1, 1, 1), 1.0, window=400)
     import numpy as np
 
     (got,) = relaxed_bounds(P, 2, cm.Costs(1, 1, 1), 1.0, seconds=1.0, devices=[np.int64(3)])
@@ -153,6 +196,15 @@ def test_cli(capsys):
     assert main(["bound", "-p", "16", "-m", "64", "--memory-limit", "0.25", "--relax", "0", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["one_device"] == [] and got["best"] == "ramps"  # memory × time with its ramps
+    assert main(["bound", "-p", "4", "-m", "8", "--memory-limit", "0.25", "--placement", "sequential",
+                 "--costs", "1,1,1,0.5", "--relax", "5", "--window", "3", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)  # windows of 3 chained: still bounds, never above the whole
+    assert got["window"] == 3 and all(d["window"] == 3 for d in got["one_device"])
+    assert all(d["bound"] <= w + 1e-9 for d, w in zip(got["one_device"], [96.0, 75.0, 54.0, 33.0]))
+    assert main(["bound", "-p", "4", "-m", "8", "--memory-limit", "0.25", "--window", "3", "--relax", "0"]) == 2
+    assert "--window chains the one-device relaxation, which --relax 0 turns off" in capsys.readouterr().err
+    assert main(["bound", "-p", "4", "-m", "8", "--memory-limit", "0.25", "--window", "1"]) == 2
+    assert "must be an integer >= 2 (microbatches), got 1" in capsys.readouterr().err
     assert main(["bound", "-p", "4", "-m", "8", "--memory-limit", "0.1"]) == 2
     assert "the smallest budget is 1/p = 0.25" in capsys.readouterr().err
     assert main(["bound", "-p", "8", "-m", "400", "--memory-limit", "0.5"]) == 2

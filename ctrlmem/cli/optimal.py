@@ -85,7 +85,10 @@ def _cmd_bound(args: argparse.Namespace) -> int:
         if cap < 1 - 1e-9:  # both placements: one microbatch's activations on a device are 1 a
             raise ValueError(f"bound: --memory-limit {args.memory_limit:g} holds less than one microbatch's activations "
                              f"on a device; the smallest budget is 1/p = {1 / p:.4g}")
-        devices = relaxed_bounds(P, m, costs, cap, fused=args.fused, seconds=relax)
+        devices = relaxed_bounds(P, m, costs, cap, fused=args.fused, seconds=relax, window=args.window)
+    elif args.window is not None:
+        raise ValueError("bound: --window chains the one-device relaxation, which --relax 0 turns off; "
+                         "give --relax SECONDS or leave --window out")
     best_name, best = max(closed.items(), key=lambda kv: kv[1])
     if devices and max(r.bound for r in devices) > best:
         top = max(devices, key=lambda r: r.bound)
@@ -94,15 +97,20 @@ def _cmd_bound(args: argparse.Namespace) -> int:
         print(json.dumps({"num_devices": p, "num_microbatches": m, "costs": costs.to_dict(),
                           "memory_limit": args.memory_limit, "placement": args.placement, "fused": args.fused,
                           "closed_forms": closed, "one_device": [dataclasses.asdict(r) for r in devices],
-                          "relax_seconds": relax, "lower_bound": best, "best": best_name}))
+                          "relax_seconds": relax, "window": args.window, "lower_bound": best, "best": best_name}))
         return 0
     lim = "none" if args.memory_limit is None else f"{args.memory_limit:g}"
     print(f"bound: p={p} m={m} costs={args.costs} memory_limit={lim} placement={args.placement}"
           f"{' fused backward' if args.fused else ''}")
     print("  closed forms (docs/theory.md §6): " + ", ".join(f"{k} {v:g}" for k, v in closed.items()))
     if devices:
-        print(f"  one-device relaxation ({relax:g} solver-seconds a device; * = its optimum proven): "
-              + ", ".join(f"{r.device}: {r.bound:g}{'*' if r.proven else ''}" for r in devices))
+        if devices[0].window:
+            print(f"  one-device relaxation, windows of {devices[0].window} microbatches chained ({relax:g} "
+                  f"solver-seconds a solve; * = every window's solve proven): "
+                  + ", ".join(f"{r.device}: {r.bound:g}{'*' if r.proven else ''}" for r in devices))
+        else:
+            print(f"  one-device relaxation ({relax:g} solver-seconds a device; * = its optimum proven): "
+                  + ", ".join(f"{r.device}: {r.bound:g}{'*' if r.proven else ''}" for r in devices))
     print(f"  every schedule within the budget takes at least {best:g} ({best_name})")
     return 0
 
@@ -126,6 +134,10 @@ def add_commands(subparsers) -> None:
                    metavar="SECONDS",
                    help="solver-seconds per device for the one-device relaxation (deterministic; 0: closed forms "
                         f"only; default {RELAX_SECONDS:g} with --memory-limit, else 0)")
+    b.add_argument("--window", type=int_arg(minimum=2, what="microbatches"), default=None, metavar="N",
+                   help="where m is larger, bound each device's relaxation from windows of at most N microbatches "
+                        "chained (2N - 1 solves a device, --relax seconds each; V-shape: about 12-14 is where "
+                        "CP-SAT still proves a window in seconds) instead of solving all m at once")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.set_defaults(func=_cmd_bound)
     p = subparsers.add_parser(

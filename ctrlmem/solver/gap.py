@@ -247,7 +247,7 @@ def relax_runs(inst: Instance, placement: str) -> bool:
 def relaxed(inst: Instance, placement: str, seconds: float = RELAX_SECONDS) -> dict:
     """The one-device relaxation of every device of ``inst`` on ``placement``: the best bound, and
     on how many devices CP-SAT proved the relaxation's optimum."""
-    # the plain model, as the recorded grid was solved (RELAX_VERSION relax-1): of the 132 of its 195
+    # the plain model, as the recorded grid was solved (RELAX_VERSION relax-1): of the 122 of its 195
     # relaxations solved again with the cap's precedences, two rose (V-shape p = 8, m = 16, 3:4:2 at
     # 0.25: 292.5 -> 296; at 0.375: 204.5 -> 206) and the rest were equal; solving the grid with them
     # is for a regeneration that bumps RELAX_VERSION

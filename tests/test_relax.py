@@ -128,6 +128,7 @@ def test_windows_chained_never_above_the_whole_relaxation(p, m, window, data, co
         assert max(c.bound for c in chained) <= r.makespan + 1e-6
 
 
+@pytest.mark.slow  # ~3 s of CPU: the full tier runs it
 def test_windows_chained_see_what_the_closed_forms_miss():
     """V-shape p = 6, m = 24, F = B = W at 0.375, the bottom device (144 passes: beyond what CP-SAT
     proves whole): windows of 10 chained give 93.5, every window proven, where the closed forms give

@@ -28,7 +28,7 @@ V-shape with m ≤ 16, one stage per device with m ≤ 32, whatever ``p``: p = 1
 a device); beyond it the bound is what the search proved within its time, often below the closed
 forms (which :func:`relaxed_bounds` then does not improve) — unless it is asked for windows
 (``window``): the relaxations of a few consecutive microbatches, which CP-SAT proves, chained into a
-bound for any ``m`` (:func:`chained_bound`).
+bound for any ``m`` (:func:`_chained_bound`).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused
     ``seconds``); ``False``: without them only.
 
     ``window``: where ``m`` is larger, the relaxation of ``m`` microbatches is not solved whole but
-    bounded from windows of at most ``window`` consecutive microbatches (:func:`chained_bound`:
+    bounded from windows of at most ``window`` consecutive microbatches (:func:`_chained_bound`:
     ``2·window − 1`` solves a device, each of ``seconds``); a device's passes then only count per
     window, so any ``m`` is taken."""
     if m < 1:
@@ -152,7 +152,7 @@ def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused
     for d in (int(x) for x in devices):  # numpy integers in, plain ints in the results
         dev = _Device(placement, costs, d, k, fused, seconds, seed, wall_factor, precedences)
         if chained:
-            bound, proven = chained_bound(dev, m, window)
+            bound, proven = _chained_bound(dev, m, window)
             out.append(DeviceBound(d, bound, proven, dev.passes(m), window))
         else:
             value, proven = dev.solve(m, "makespan")
@@ -270,7 +270,7 @@ class _Device:
         return (solver.ObjectiveValue() if proven else solver.BestObjectiveBound()), proven
 
 
-def chained_bound(dev: _Device, m: int, window: int) -> tuple[float, bool]:
+def _chained_bound(dev: _Device, m: int, window: int) -> tuple[float, bool]:
     """A lower bound on the relaxation of ``m`` microbatches from windows of at most ``window``.
 
     Write ``E(n)`` for the least start of the last microbatch's first pass on the device over

@@ -104,13 +104,11 @@ def _cmd_bound(args: argparse.Namespace) -> int:
           f"{' fused backward' if args.fused else ''}")
     print("  closed forms (docs/theory.md §6): " + ", ".join(f"{k} {v:g}" for k, v in closed.items()))
     if devices:
-        if devices[0].window:
-            print(f"  one-device relaxation, windows of {devices[0].window} microbatches chained ({relax:g} "
-                  f"solver-seconds a solve; * = every window's solve proven): "
-                  + ", ".join(f"{r.device}: {r.bound:g}{'*' if r.proven else ''}" for r in devices))
-        else:
-            print(f"  one-device relaxation ({relax:g} solver-seconds a device; * = its optimum proven): "
-                  + ", ".join(f"{r.device}: {r.bound:g}{'*' if r.proven else ''}" for r in devices))
+        w = devices[0].window
+        how = (f", windows of {w} microbatches chained ({relax:g} solver-seconds a solve; * = every window's solve "
+               f"proven)" if w else f" ({relax:g} solver-seconds a device; * = its optimum proven)")
+        print(f"  one-device relaxation{how}: "
+              + ", ".join(f"{r.device}: {r.bound:g}{'*' if r.proven else ''}" for r in devices))
     print(f"  every schedule within the budget takes at least {best:g} ({best_name})")
     return 0
 

@@ -55,7 +55,9 @@ proves the relaxation within them up to ~100 passes a device."""
 @dataclass(frozen=True)
 class DeviceBound:
     """One device's relaxation: ``bound`` (a lower bound on every schedule's makespan), whether
-    CP-SAT proved the relaxation's optimum (``proven``), and the model's size (``passes``)."""
+    CP-SAT proved the relaxation's optimum (``proven``), and the model's size (``passes``). With
+    ``window`` (not 0) the bound comes from windows of that many microbatches chained, and
+    ``proven`` says that every solve the chain used was proven."""
 
     device: int
     bound: float
@@ -148,9 +150,12 @@ def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused
         if k < v:  # F of the device's highest stage holds all of a microbatch's activations there
             raise ValueError(f"relaxed_bounds: a cap of {cap:g} a holds {k} whole activations of {p / S:g} a; "
                              f"device {d} needs {v} for one microbatch: give cap >= {v * p / S:g}")
+    times = chains(placement, costs, fused)  # every device's chain times, from the whole pipeline
+    _, _, tail_b, (f, b, _) = times
+    tail_f = forward_tails(placement, costs, f, b, tail_b)
     out = []
     for d in (int(x) for x in devices):  # numpy integers in, plain ints in the results
-        dev = _Device(placement, costs, d, k, fused, seconds, seed, wall_factor, precedences)
+        dev = _Device(placement, times, tail_f, d, k, fused, seconds, seed, wall_factor, precedences)
         if chained:
             bound, proven = _chained_bound(dev, m, window)
             out.append(DeviceBound(d, bound, proven, dev.passes(m), window))
@@ -163,10 +168,9 @@ def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused
 class _Device:
     """One device's relaxation, solved for any number of microbatches (:meth:`solve`)."""
 
-    def __init__(self, placement: Placement, costs: Costs, d: int, k: int, fused: bool, seconds: float,
-                 seed: int, wall_factor: float, precedences: bool) -> None:
-        head_f, head_b, tail_b, (f, b, w) = chains(placement, costs, fused)
-        tail_f = forward_tails(placement, costs, f, b, tail_b)
+    def __init__(self, placement: Placement, times, tail_f: list[float], d: int, k: int, fused: bool,
+                 seconds: float, seed: int, wall_factor: float, precedences: bool) -> None:
+        head_f, head_b, tail_b, (f, b, w) = times  # ctrlmem.search.bounds.chains
         self.scale = _scale([*f, *b, *w, *head_f, *head_b, *tail_b, *tail_f])
         self.st = st = sorted(placement.stages_of(d))
         # the device's passes of one microbatch in chain order (F up, B down), then the W s
@@ -186,7 +190,9 @@ class _Device:
         # a schedule within any cap that holds one microbatch, so the smallest makespan is below it
         self.alone = max(at[x] + dur[x] + tail[x] for x in chain) + math.fsum(w[s] for s in st)
         self.total = math.fsum(dur.values())
-        self.d, self.k, self.fused, self.f = d, k, fused, f
+        # the stages whose forward lasts a scaled unit at least (see _memory_precedences)
+        self.timed = [s for s in st if self.lo(f[s]) >= 1]
+        self.d, self.k, self.fused = d, k, fused
         self.seconds, self.seed, self.wall_factor, self.precedences = seconds, seed, wall_factor, precedences
 
     def lo(self, x: float) -> int:
@@ -251,7 +257,7 @@ class _Device:
             prev = var
             mbs.append(var)
         if with_precedences:
-            _memory_precedences(model, mbs, [s for s in st if self.lo(self.f[s]) >= 1], st, self.k, self.fused)
+            _memory_precedences(model, mbs, self.timed, st, self.k, self.fused)
         model.AddNoOverlap(busy)
         model.AddCumulative(held, [1] * len(held), self.k)
         if objective == "entry":
@@ -296,7 +302,7 @@ def _chained_bound(dev: _Device, m: int, window: int) -> tuple[float, bool]:
     E.update({n: dev.solve(n, "entry") for n in range(2, n_max + 1)})
     # x[j]: a lower bound on the start of microbatch j's first pass; how[j]: whether it used proven solves only
     x = [r] + [-math.inf] * (m - 1)
-    how = [True] + [True] * (m - 1)
+    how = [True] * m
     for j in range(1, m):
         for n in range(2, min(n_max, j + 1) + 1):
             got = x[j - n + 1] - r + E[n][0]

@@ -6,6 +6,7 @@ Units: ``Costs`` are full-stage pass times (the profiled mix in ms); budgets fra
 """
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,8 @@ import ctrlmem as cm
 from ctrlmem.solver import gap
 
 pytest.importorskip("ortools")
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_grids():
@@ -33,6 +36,12 @@ def test_grids():
     assert sum(pl == "v-shape" for _, pl in relax) == 75
     assert all(3 * i.m * (2 if pl == "v-shape" else 1) <= gap.RELAX_PASSES for i, pl in relax)
     assert {(i.p, i.m) for i, pl in relax if pl == "v-shape"} == {(6, 6), (6, 12), (8, 8), (8, 16), (16, 16)}
+    # chained windows on the V-shape at p = 6, 8 where m is more than a window of 12, budgets 0.25,
+    # 0.375, 0.5, every mix: 3 sizes x 5 mixes x 3 budgets (at m = 16 beside the whole relaxation)
+    win = [(i, pl) for i in full for pl in gap.HEURISTICS if gap.window_runs(i, pl)]
+    assert len(win) == 3 * 5 * 3 and {pl for _, pl in win} == {"v-shape"}
+    assert {(i.p, i.m) for i, _ in win} == {(6, 24), (8, 16), (8, 32)}
+    assert {i.budget for i, _ in win} == {0.25, 0.375, 0.5} and all(i.m > gap.WINDOW for i, _ in win)
     assert all(i.improve for i in full if i.p <= 4)
     assert not any(i.budget == 0.5 for i in full if i.p == 2)  # the same as the smallest, listed once
     with pytest.raises(ValueError, match="size must be"):
@@ -94,14 +103,59 @@ def test_artifact_quick(tmp_path):
     assert (tmp_path / "b" / "optimality-gap.json").read_bytes() == (tmp_path / "optimality-gap.json").read_bytes()
 
 
-def test_the_relaxation_joins_the_bounds():
-    """A one-device relaxation above the closed forms becomes the row's best lower bound, by name."""
+def test_the_relaxations_join_the_bounds():
+    """A one-device relaxation, whole or from chained windows, above the closed forms becomes the
+    row's best lower bound, by name; below them it is listed and changes nothing."""
     inst = gap.Instance(6, 12, "3:4:2", 0.375, False)
     built = gap.heuristics(inst, "v-shape")
     plain = gap.measure(inst, "v-shape", built=built)
-    assert plain["lower_bound"] == 153.75 and "one device" not in plain["bounds"]
+    assert plain["lower_bound"] == 153.75 and not {"one device", "windows"} & set(plain["bounds"])
     row = gap.measure(inst, "v-shape", built=built, relax={"relaxed": 184.5, "device": 5, "proven": 6, "devices": 6})
     assert row["bounds"]["one device"] == 184.5 and row["lower_bound"] == 184.5
+    row = gap.measure(inst, "v-shape", built=built, windows={"windows": 170.0, "device": 5, "window": 4, "proven": True})
+    assert row["bounds"]["windows"] == 170.0 and row["lower_bound"] == 170.0
+    both = gap.measure(inst, "v-shape", built=built, relax={"relaxed": 160.0, "device": 5, "proven": 6, "devices": 6},
+                       windows={"windows": 170.0, "device": 5, "window": 4, "proven": True})
+    assert both["lower_bound"] == 170.0
+    low = gap.measure(inst, "v-shape", built=built, windows={"windows": 150.0, "device": 5, "window": 4, "proven": True})
+    assert low["bounds"]["windows"] == 150.0 and low["lower_bound"] == 153.75
+
+
+def test_windowed_is_the_bottom_devices_chained_relaxation():
+    """:func:`gap.windowed` bounds the bottom device from chained windows: the value
+    :func:`relaxed_bounds` gives that device with the same window, at most what ``v-shape`` builds
+    within the budget (p = 3, m = 8, 1:1:1 at 0.5: windows of 4; where the windows beat the closed
+    forms: tests/test_relax.py)."""
+    from ctrlmem.solver.relax import relaxed_bounds
+
+    inst = gap.Instance(3, 8, "1:1:1", 0.5, False)
+    got = gap.windowed(inst, "v-shape", window=4, seconds=2.0)
+    direct = relaxed_bounds(cm.Placement.v_shape(3), 8, inst.costs, 1.5, devices=[2], seconds=2.0, window=4)[0]
+    assert got == {"windows": direct.bound, "device": 2, "window": 4, "proven": direct.proven}
+    heur, _ = gap.heuristics(inst, "v-shape")
+    assert heur["v-shape"]["fits"] and got["windows"] <= heur["v-shape"]["makespan"] + 1e-9
+
+
+def test_the_committed_windows_bound_every_schedule_of_their_rows():
+    """In the committed artifact every row :func:`gap.window_runs` names carries the windows' bound,
+    no other row does, and the bound is below every heuristic that fits and every makespan
+    ``cm.improve`` found there (a bound above a schedule within the budget would be wrong)."""
+    rows = json.loads((ROOT / "figures" / "optimality-gap.json").read_text())["rows"]
+    seen = 0
+    for r in rows:
+        inst = gap.Instance(r["p"], r["m"], r["mix"], r["budget"], r["improve"] is not None)
+        if not gap.window_runs(inst, r["placement"]):
+            assert "windows" not in r["bounds"]
+            continue
+        seen += 1
+        w = r["bounds"]["windows"]
+        assert r["lower_bound"] >= w
+        for h in r["heuristics"].values():
+            if h["fits"]:
+                assert h["makespan"] >= w - 1e-9
+        for mk in (r["improve"] or {}).values():
+            assert mk >= w - 1e-9
+    assert seen == 45
 
 
 def test_summary_counts_the_budgets_where_memory_binds():

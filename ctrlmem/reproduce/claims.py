@@ -490,7 +490,8 @@ def claim_optimality_gap(out: Path) -> Claim:
     return Claim(OPTIMALITY_CLAIM, source, verdict, "; ".join(found) + f" ({size})", evidence,
                  "simulated heuristics against CP-SAT (cm.improve: deterministic solver time, one worker) and the "
                  "lower bounds of docs/theory.md §6 (closed forms, the whole CP-SAT model's on small instances, the "
-                 "one-device relaxation at p ≥ 6 where a device has at most 96 passes); rule: reproduced when every proven p ≤ 4 row is "
+                 "one-device relaxation at p ≥ 6 where a device has at most 96 passes, from chained windows on the V-shape's "
+                 "bottom device at p = 6, 8 where m is over 12); rule: reproduced when every proven p ≤ 4 row is "
                  "within 2 %, p = 8 and 16 are measured and cm.improve never lengthens; partly when only the last")
 
 

@@ -387,3 +387,18 @@ def test_block_model_accepts_the_familys_block_and_refuses_below_the_work(p, cos
     work = max(sum(dur[0][s] + dur[1][s] + dur[2][s] for s in range(P.num_stages) if P.stage_device[s] == d)
                for d in range(p))
     assert model.period_status(P, dur, cap, work - 1, 20.0, workers=1) == "INFEASIBLE"
+
+
+def test_block_model_of_two_microbatches_accepts_the_block_repeated_and_refuses_below_twice_the_work():
+    """With ``copies=2`` the model holds two chains, each on the devices' slots and in their memory:
+    the family's one-microbatch block twice (the second a period later) is a block of two within
+    twice its period, and no block of two fits below twice a device's work."""
+    model = _block_model()
+    P = Placement.v_shape(3)
+    dur = quantise(P, cm.Costs(1, 2, 2, 0.5), RESOLUTION)
+    found = cyclic_block(P, dur, 3)
+    assert found is not None
+    assert model.period_status(P, dur, 3, 2 * found[0], 20.0, workers=1, copies=2) in ("OPTIMAL", "FEASIBLE")
+    work = max(sum(dur[0][s] + dur[1][s] + dur[2][s] for s in range(P.num_stages) if P.stage_device[s] == d)
+               for d in range(3))
+    assert model.period_status(P, dur, 3, 2 * work - 1, 20.0, workers=1, copies=2) == "INFEASIBLE"

@@ -31,7 +31,8 @@ def python_exe():
 # Tests that took 2 CPU seconds or more each in a `--fast` run (CTRLMEM_TEST_CPU_LOG, 2026-12-07,
 # summed over their parameters): they run in the whole suite only, as the ones marked slow do, so
 # that `--fast` stays a two-minute check (it took 3 min 4 s with them: 328 s of CPU on 2 workers).
-# Each area keeps cheaper tests in `--fast`; the one real multi-process run
+# Each area keeps cheaper tests in `--fast`; the last six were added after a `--fast` run of 1 min
+# 57 s–2 min 7 s (2026-12-07, later: 196 s of CPU; they took 14.8 s of it). The one real multi-process run
 # (test_one_small_run_is_exact_and_complete) and the one papermill run
 # (test_schedule_figures_notebook_executes_one_figure) stay there on purpose.
 HEAVY = frozenset(f"tests/{name}" for name in """
@@ -77,6 +78,12 @@ test_optimal_offload.py::test_free_copies_at_one_microbatch_per_device
 test_relax.py::test_between_the_closed_forms_and_the_optimum
 test_improve_levers.py::test_a_deterministic_improve_that_settles_ends_within_its_budget
 test_improve.py::test_explorer_optimizes_in_the_background_and_saves_the_order
+test_adaptive.py::test_v_shape_never_beats_lower_bound
+test_adaptive.py::test_v_shape_at_literal_half_is_below_v_half_memory
+test_levers.py::test_auto_levers_that_offload_then_recompute_give_a_valid_schedule
+test_levers.py::test_auto_levers_are_at_least_each_lever_alone_and_one_f1b_r
+test_explorer_background.py::test_a_budgeted_schedule_with_no_order_yet_is_listed_as_building
+test_explorer_background.py::test_stop_adapting_keeps_what_is_shown_and_says_so
 """.split())
 
 

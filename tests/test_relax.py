@@ -205,6 +205,8 @@ def test_cli(capsys):
     assert all(d["bound"] <= w + 1e-9 for d, w in zip(got["one_device"], [96.0, 75.0, 54.0, 33.0]))
     assert main(["bound", "-p", "4", "-m", "8", "--memory-limit", "0.25", "--window", "3", "--relax", "0"]) == 2
     assert "--window chains the one-device relaxation, which --relax 0 turns off" in capsys.readouterr().err
+    assert main(["bound", "-p", "4", "-m", "8", "--window", "3"]) == 2  # no cap: the flag that is missing is named
+    assert "--window chains the one-device relaxation, which needs --memory-limit" in capsys.readouterr().err
     assert main(["bound", "-p", "4", "-m", "8", "--memory-limit", "0.25", "--window", "1"]) == 2
     assert "must be an integer >= 2 (microbatches), got 1" in capsys.readouterr().err
     assert main(["bound", "-p", "4", "-m", "8", "--memory-limit", "0.1"]) == 2

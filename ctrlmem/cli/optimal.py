@@ -78,6 +78,9 @@ def _cmd_bound(args: argparse.Namespace) -> int:
     closed = makespan_bounds(P, m, costs, cap, fused=args.fused)
     devices = []
     relax = args.relax if args.relax is not None else (RELAX_SECONDS if cap is not None else 0.0)
+    if args.window is not None and cap is None:
+        raise ValueError("bound: --window chains the one-device relaxation, which needs --memory-limit (without a "
+                         "cap there is nothing to chain); give --memory-limit or leave --window out")
     if relax > 0:
         if cap is None:
             raise ValueError("bound: --relax needs --memory-limit (without a cap the relaxation is the per-device "

@@ -338,11 +338,11 @@ def measure_all(size: str = "full", jobs: int = 1, checkpoints: tuple[float, ...
     def rkey(inst, pl):
         return json.dumps([inst.p, inst.m, inst.mix, inst.budget, pl, "relax", RELAX_SECONDS, RELAX_VERSION])
 
-    todo = [(inst, pl) for inst, pl in tasks if inst.improve and seeds[(inst, pl)] and key(inst, pl) not in done]
     def wkey(inst, pl):
         return json.dumps([inst.p, inst.m, inst.mix, inst.budget, pl, "windows", WINDOW, WINDOW_SECONDS,
                            WINDOW_VERSION])
 
+    todo = [(inst, pl) for inst, pl in tasks if inst.improve and seeds[(inst, pl)] and key(inst, pl) not in done]
     todo_r = [(inst, pl) for inst, pl in tasks if relax_runs(inst, pl) and rkey(inst, pl) not in done]
     todo_w = [(inst, pl) for inst, pl in tasks if window_runs(inst, pl) and wkey(inst, pl) not in done]
     log.info("optimality gap: %d measurements, %d solver runs, %d relaxations and %d windowed relaxations to do, "

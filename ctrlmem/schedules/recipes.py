@@ -14,6 +14,7 @@ from ctrlmem.search.families import (
     LateAcceptanceFamily, ListFamily, LongLateAcceptanceFamily, MediumLateAcceptanceFamily, PeriodicFamily, PolishFamily, RelocateFamily, ZBCapFamily, ZBFixedFamily,
     ZBVFamily,
 )
+from ctrlmem.search.families.lahc import SMALL_LONG_MIN_P
 
 __all__ = ["V_SPLIT", "V_FUSED", "SEQUENTIAL"]
 
@@ -33,7 +34,7 @@ V_SPLIT = _BASE + [_POLISH, _RELOCATE, _PERIODIC, LateAcceptanceFamily(_BASE + [
 #: the best of every family above, then a longer one at 1/4, 3/8, 1/2 from the best of all; last,
 #: so theirs are unchanged
 V_SPLIT.append(MediumLateAcceptanceFamily(list(V_SPLIT)))
-V_SPLIT.append(LongLateAcceptanceFamily(list(V_SPLIT)))
+V_SPLIT.append(LongLateAcceptanceFamily(list(V_SPLIT), small_min_p=SMALL_LONG_MIN_P))
 #: cyclic blocks in finer slots where two a pass miss the costs: after the climbs, so their starts
 #: (and results) are unchanged and a finer block only adds a candidate
 V_SPLIT.append(CyclicFamily(finer=True))

@@ -31,8 +31,11 @@ the lower bound is left as it is. Deterministic. For pipelines of at most :data:
 passes per stage pair (``p·m``), split backward; above that, up to :data:`MEDIUM_MAX_PM`, the
 V-shape search climbs once per quarter of 1F1B's memory (:class:`MediumLateAcceptanceFamily`),
 then once more at ``¼, ⅜, ½`` of it for about the same time whatever the size
-(:class:`LongLateAcceptanceFamily`; the ``zb`` search has this one only). Monotone: a cap's
-candidates include every smaller cap's.
+(:class:`LongLateAcceptanceFamily`; the ``zb`` search has this one only). That long climb also runs
+on the V-shape's small pipelines from :data:`SMALL_LONG_MIN_P` devices on, after the climbs at every
+cap, :data:`SMALL_WORK` ``/ (p·m)`` timings long: at p = 6 and 8 with m = p those climbs left
+schedules 2–11 % above what ``cm.improve`` proves (docs/theory.md §12, "Small pipelines on many
+devices"). Monotone: a cap's candidates include every smaller cap's.
 """
 
 from __future__ import annotations
@@ -40,14 +43,14 @@ from __future__ import annotations
 import numpy as np
 
 from ctrlmem.search.encoding import CandidateSet, concat, tables
-from ctrlmem.search.engine import Incumbent, Query
+from ctrlmem.search.engine import Family, Incumbent, Query
 from ctrlmem.search.kernels import kernel
 from ctrlmem.search.timing import time_candidate, work_arrays, durations
 from ctrlmem.search.families.lists import PerCapFamily
 from ctrlmem.search.families.relocate import keeps_order, move_pass, peak_ok, random_move, distinct, ranked
 
-__all__ = ["LateAcceptanceFamily", "MediumLateAcceptanceFamily", "LongLateAcceptanceFamily", "lahc_keys", "LAHC_MAX_PM", "MEDIUM_MAX_PM", "MEDIUM_WORK", "LONG_EIGHTHS", "LONG_EVALS_MAX", "STARTS", "SEEDS", "EVALS", "HISTORY", "PATIENCE",
-           "REACH"]
+__all__ = ["LateAcceptanceFamily", "MediumLateAcceptanceFamily", "LongLateAcceptanceFamily", "lahc_keys", "LAHC_MAX_PM", "MEDIUM_MAX_PM", "MEDIUM_WORK", "LONG_EIGHTHS", "LONG_EVALS_MAX", "SMALL_LONG_MIN_P", "SMALL_WORK",
+           "SMALL_EVALS_MAX", "STARTS", "SEEDS", "EVALS", "HISTORY", "PATIENCE", "REACH"]
 
 LAHC_MAX_PM = 64
 #: the largest ``p·m`` the medium tier (:class:`MediumLateAcceptanceFamily`) climbs
@@ -58,6 +61,14 @@ LONG_EIGHTHS = (2, 3, 4)
 MEDIUM_WORK = 12_000 * 256
 #: the most timings of one long climb
 LONG_EVALS_MAX = 48_000
+#: from this ``p`` on, small pipelines (``p·m <=`` :data:`LAHC_MAX_PM`) get the long climbs too
+#: (V-shape): at p ≤ 4 their other climbs reach the optimum, at p = 6 and 8 with m = p they left
+#: schedules 2–11 % above what ``cm.improve`` proves (docs/theory.md §12, "Small pipelines on many devices")
+SMALL_LONG_MIN_P = 5
+#: timings × ``p·m`` of one long climb on a small pipeline
+SMALL_WORK = 100_000 * 64
+#: the most timings of one long climb on a small pipeline
+SMALL_EVALS_MAX = 100_000
 STARTS = 3
 SEEDS = 2
 EVALS = 12_000
@@ -215,7 +226,10 @@ class LongLateAcceptanceFamily(MediumLateAcceptanceFamily):
     costs about ``p·m``, so each climb takes about the same time whatever the size), the history
     and the patience in proportion (``HISTORY`` and ``PATIENCE`` per ``EVALS``). Last in the V-shape
     search (after :class:`MediumLateAcceptanceFamily`, so nothing it found is lost) and in ``zb``'s
-    (where it is the only medium climb: that search is otherwise 0.01–0.02 s).
+    (where it is the only medium climb: that search is otherwise 0.01–0.02 s). With ``small_min_p``
+    (the V-shape search: :data:`SMALL_LONG_MIN_P`) it climbs small pipelines (``p·m <=``
+    :data:`LAHC_MAX_PM`) of that many devices or more too, :data:`SMALL_WORK` ``/ (p·m)`` timings
+    (at most :data:`SMALL_EVALS_MAX`), after their climbs at every cap.
 
     Measured (docs/theory.md §12, "A longer climb"): the quarters' single 12,000-timing climb left
     the half-budget rows 3–6 % above ``cm.improve``'s 60 s and gained nothing at 0.375 (between
@@ -223,12 +237,26 @@ class LongLateAcceptanceFamily(MediumLateAcceptanceFamily):
 
     name = "late-acceptance-long"
 
+    def __init__(self, others: list[Family], small_min_p: int | None = None) -> None:
+        super().__init__(others)
+        self.small_min_p = small_min_p
+
+    def applies(self, q: Query) -> bool:
+        if super().applies(q):
+            return True
+        p = q.placement.num_devices
+        return (not q.fused and self.small_min_p is not None and p >= self.small_min_p
+                and p * q.m <= LAHC_MAX_PM)
+
     def grid(self, p: int, top: int, base: int) -> list[int]:
         one = base * p
         return sorted({h for h in (max(base, one * k // 8) for k in LONG_EIGHTHS) if h <= top})
 
     def climb(self, cs: CandidateSet, index: int, sub: Query, seed: int) -> CandidateSet | None:
         pm = sub.placement.num_devices * sub.m
-        evals = min(LONG_EVALS_MAX, max(EVALS, MEDIUM_WORK // pm))
+        if pm <= LAHC_MAX_PM:
+            evals = min(SMALL_EVALS_MAX, max(EVALS, SMALL_WORK // pm))
+        else:
+            evals = min(LONG_EVALS_MAX, max(EVALS, MEDIUM_WORK // pm))
         return lahc_keys(cs, index, sub.costs, sub.cap, sub.by_makespan, seed + 1, evals,
                          HISTORY * evals // EVALS, PATIENCE * evals // EVALS)

@@ -24,10 +24,14 @@ def test_grids():
     # 435 rows plus 0.25 and 0.375 at p = 6, 8, 16 (3 sizes x 3 m x 5 mixes x 2 budgets), heuristics only
     assert len(full) == 435 + 90 and {i.p for i in full} == {2, 3, 4, 6, 8, 16}
     assert {i.budget for i in full if i.p >= 6} >= {"min", 0.25, 0.375, 0.5}
-    # cm.improve at the low budgets at p = 6, 8 (m = 2p, 4p; 3:4:2 and profiled), not at p = 16
-    assert sum(i.improve for i in full if i.budget in gap.LOW_BUDGETS) == 16
+    # cm.improve at the low budgets at p = 6, 8 (m = 2p, 4p: 3:4:2 and profiled; m = p: every mix), not at p = 16
+    assert sum(i.improve for i in full if i.budget in gap.LOW_BUDGETS) == 16 + 2 * 5 * 2
     assert not any(i.improve for i in full if i.budget in gap.LOW_BUDGETS and i.p == 16)
-    assert sum(i.improve for i in full) == 262
+    # m = p at p = 6, 8: every mix at every budget up to 0.5 (the smallest, 0.25, 0.375, 0.5)
+    assert {(i.mix, i.budget) for i in full if i.improve and i.p in (6, 8) and i.m == i.p} == {
+        (mix, b) for mix in gap.MIXES for b in ("min", 0.25, 0.375, 0.5)}
+    assert not any(i.improve for i in full if i.p == 16 and i.m == i.p)
+    assert sum(i.improve for i in full) == 262 + 2 * 5 * 4
     # the one-device relaxation at p >= 6, budgets 0.25, 0.375, 0.5, every mix, wherever a device has at
     # most 96 passes: V-shape m = p, 2p at p = 6, 8 and m = p at p = 16 (5 sizes); one stage per device
     # m = p, 2p, 4p at p = 6, 8 and m = p, 2p at p = 16 (8 sizes)

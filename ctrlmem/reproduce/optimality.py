@@ -50,7 +50,7 @@ def optimality_gap(quick: bool, out: str | Path = "figures") -> Table:
         f"lower bound on the makespan of any schedule within the budget (the closed forms of docs/theory.md §6, and on "
         f"instances of at most 1,500 passes the whole CP-SAT model's{'' if quick else ', and at p ≥ 6, budgets 0.25–0.5, wherever a device has at most 96 passes (V-shape m ≤ 16, one stage per device m ≤ 32) the one-device relaxation solved by CP-SAT (docs/theory.md §6, bound 7; 30 solver-seconds a device), and on the V-shape at p = 6, 8, budgets 0.25–0.5, m over 12 (m = 24 at p = 6; 16 and 32 at p = 8) the relaxation of the bottom device from chained windows of 12 microbatches (10 solver-seconds a solve)'}), and ran cm.improve from the budgeted heuristic "
         f"(v-shape / zb) for {marks[0]:g} and {marks[1]:g} solver-seconds (CP-SAT deterministic time × {DET_SECONDS:g}, "
-        f"one worker, fixed seeds: reproducible on any machine){'' if quick else ' on every instance at p ≤ 4 and, at p ≥ 6, on m ∈ {2p, 4p}, mixes 3:4:2 and profiled, budgets 1/p, 0.5, 1.0 (at p = 6, 8 also 0.25, 0.375)'}. "
+        f"one worker, fixed seeds: reproducible on any machine){'' if quick else ' on every instance at p ≤ 4 and, at p ≥ 6, on m ∈ {2p, 4p}, mixes 3:4:2 and profiled, budgets 1/p, 0.5, 1.0 (at p = 6, 8 also 0.25, 0.375), and at p = 6, 8 with m = p on every mix and budget from 1/p to 0.5'}. "
         f"Each value is a makespan over the best bound: 1.000 is proven optimal; above it, the certified gap (the true "
         f"distance to the optimum is at most that).")
     t.grid = True

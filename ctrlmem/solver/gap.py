@@ -19,8 +19,9 @@ p ∈ {2, 3, 4, 6, 8, 16}, m ∈ {p, 2p, 4p}, budgets smallest feasible / 0.5 / 
 p ≥ 6 also 0.25 / 0.375),
 mixes 1:1:1, 3:4:2, 2:1:1, 1:2:2 and the profiled H200 mix with its hop — with ``cm.improve`` on
 every instance at p ≤ 4 and, at p ≥ 6, on m ∈ {2p, 4p}, mixes 3:4:2 and profiled, budgets
-smallest / 0.5 / 1.0 and at p = 6, 8 also 0.25 / 0.375 (the bound and the heuristics on every instance). docs/reproduce.md gives the
-sizes and times.
+smallest / 0.5 / 1.0 and at p = 6, 8 also 0.25 / 0.375, and at p = 6, 8 with m = p on every mix and
+budget up to 0.5 (at most 384 passes: the whole model proves most of them in seconds) (the bound and
+the heuristics on every instance). docs/reproduce.md gives the sizes and times.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ microbatch's activation per device)."""
 LOW_BUDGETS = (0.25, 0.375)
 """Budgets between the smallest and V-Min's added at ``p ≥ 6``, so every budget from ``1/p`` to 0.5
 has rows there (heuristics and bounds everywhere; ``cm.improve`` at p = 6 and 8, where its whole
-model, up to 1,500 passes, proves optima or a bound at m = 2p)."""
+model, up to 1,500 passes, proves optima or a bound at m = p and 2p)."""
 ALL_BUDGETS = ("min", *LOW_BUDGETS, *BUDGETS[1:])
 
 
@@ -149,7 +150,8 @@ def instances(size: str = "full") -> list[Instance]:
                     if budget != "min" and abs(budget - 1 / p) < 1e-12:
                         continue
                     run = p <= 4 or (m > p and mix in ("3:4:2", "profiled") and (
-                        budget in ("min", 0.5, 1.0) or (p <= 8 and budget in LOW_BUDGETS)))
+                        budget in ("min", 0.5, 1.0) or (p <= 8 and budget in LOW_BUDGETS))) or (
+                        m == p and p <= 8 and budget in ("min", *LOW_BUDGETS, 0.5))
                     out.append(Instance(p, m, mix, budget, run))
     return out
 

@@ -87,6 +87,23 @@ def test_table_a_regenerates_byte_identical(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_committed_tables_regenerate_byte_identical(tmp_path):
+    """The committed full-size tables that take seconds to build (Tables 1, 2, 8, 9, the exact
+    values, the closed forms, Fig. 9–10's [CALC] check) regenerate byte for byte from the code
+    as it is: a search change that moves one of their numbers must regenerate the file with it
+    (fig9-10.md had been left behind one, 2026-12-01 to 12-07)."""
+    names = ("table1", "table2", "table8", "table9", "table-a", "closed-forms", "fig9-10")
+    args = [a for name in names for a in ("--only", name)]
+    proc = subprocess.run([sys.executable, "-m", "ctrlmem.cli", "reproduce", "--out", str(tmp_path), *args],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for name in names:
+        for ext in (".md", ".html"):
+            got, want = tmp_path / f"{name}{ext}", REPO / "figures" / f"{name}{ext}"
+            assert got.read_bytes() == want.read_bytes(), f"figures/{name}{ext} is not what the code builds now"
+
+
+@pytest.mark.slow
 def test_svg_and_html_figures_regenerate_byte_identical(tmp_path):
     """A schedule figure written twice by ctrlmem.plots.figio gives identical SVG and HTML bytes (plotly's
     random div id, trace uids and kaleido's SVG ids are replaced by content-derived ones)."""

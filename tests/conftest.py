@@ -32,7 +32,8 @@ def python_exe():
 # summed over their parameters): they run in the whole suite only, as the ones marked slow do, so
 # that `--fast` stays a two-minute check (it took 3 min 4 s with them: 328 s of CPU on 2 workers).
 # Each area keeps cheaper tests in `--fast`; the last six were added after a `--fast` run of 1 min
-# 57 s–2 min 7 s (2026-12-07, later: 196 s of CPU; they took 14.8 s of it). The one real multi-process run
+# 57 s–2 min 7 s (2026-12-07, later: 196 s of CPU; they took 14.8 s of it), the last two after one of
+# 2 min 8 s (211 s of CPU; 9.6 s of it: the long climb of small pipelines made both heavier). The one real multi-process run
 # (test_one_small_run_is_exact_and_complete) and the one papermill run
 # (test_schedule_figures_notebook_executes_one_figure) stay there on purpose.
 HEAVY = frozenset(f"tests/{name}" for name in """
@@ -84,6 +85,8 @@ test_levers.py::test_auto_levers_that_offload_then_recompute_give_a_valid_schedu
 test_levers.py::test_auto_levers_are_at_least_each_lever_alone_and_one_f1b_r
 test_explorer_background.py::test_a_budgeted_schedule_with_no_order_yet_is_listed_as_building
 test_explorer_background.py::test_stop_adapting_keeps_what_is_shown_and_says_so
+test_learned_families.py::test_small_pipelines_on_many_devices_climb_long_too
+test_plan.py::test_rows_marked_as_fitting_fit_and_the_others_do_not
 """.split())
 
 

@@ -331,8 +331,8 @@ def test_long_late_acceptance_climbs_on_from_the_medium_ones_at_eighths_and_is_m
 
 
 def test_small_pipelines_on_many_devices_climb_long_too():
-    """p·m ≤ 64 with p ≥ 5 (m about p): the V-shape search also runs the long climb at ¼, ⅜ and
-    ½ of 1F1B's memory, and the makespans come within 2 % of what the solver proves. At p = 6,
+    """p·m ≤ 64 with p ≥ 5 (m about p): the V-shape search also runs the long climb, at every cap
+    from ¼ to ½ of 1F1B's memory, and the makespans come within 2 % of what the solver proves. At p = 6,
     m = 6, 3:4:2 and ⅜ of 1F1B's memory the search without it gave 115, `cm.improve` proves 107
     from that schedule in under a second; at p = 8, m = 8, 2:1:1, ⅜ 66.5 against 60 (found in
     seconds). Never longer than without it, within the cap, valid; p ≤ 4 and ``zb`` run as before."""
@@ -349,6 +349,12 @@ def test_small_pipelines_on_many_devices_climb_long_too():
     assert not long_.applies(Query(Placement.v_shape(4), 16, costs, 2.0))  # p <= 4: the small climbs reach the optima
     assert not long_.applies(Query(Placement.v_shape(6), 6, costs, 2.0, fused=True))
     assert not zb_long.applies(Query(Placement.sequential(8), 8, costs, 3.0))
+    # small: every cap from 1/4 to 1/2 of 1F1B's memory (a budget between them climbs at its own cap);
+    # medium: the three
+    assert long_.caps_for(Query(Placement.v_shape(8), 8, costs, 4.0), 16, 2) == [4, 5, 6, 7, 8]
+    assert long_.caps_for(Query(Placement.v_shape(8), 8, costs, 3.5), 7, 2) == [4, 5, 6, 7]
+    assert long_.caps_for(Query(Placement.v_shape(8), 16, costs, 4.0), 16, 2) == [4, 6, 8]
+    assert long_.caps_for(Query(Placement.v_shape(5), 12, costs, 2.5), 10, 2) == [2, 3, 4, 5]
     for p, c, cap, was, optimum in ((6, costs, 2.25, 115.0, 107.0), (8, cm.Costs(2, 1, 1), 3.0, 66.5, 60.0)):
         q = Query(Placement.v_shape(p), p, c, cap, objective="makespan")
         old, new = search(q, before), search(q, upto)

@@ -33,7 +33,8 @@ V-shape search climbs once per quarter of 1F1B's memory (:class:`MediumLateAccep
 then once more at ``¼, ⅜, ½`` of it for about the same time whatever the size
 (:class:`LongLateAcceptanceFamily`; the ``zb`` search has this one only). That long climb also runs
 on the V-shape's small pipelines from :data:`SMALL_LONG_MIN_P` devices on, after the climbs at every
-cap, :data:`SMALL_WORK` ``/ (p·m)`` timings long: at p = 6 and 8 with m = p those climbs left
+cap, at every cap of the list family's grid from ¼ to ½ of 1F1B's memory, :data:`SMALL_WORK`
+``/ (p·m)`` timings long: at p = 6 and 8 with m = p those climbs left
 schedules 2–11 % above what ``cm.improve`` proves (docs/theory.md §12, "Small pipelines on many
 devices"). Monotone: a cap's candidates include every smaller cap's.
 """
@@ -46,7 +47,7 @@ from ctrlmem.search.encoding import CandidateSet, concat, tables
 from ctrlmem.search.engine import Family, Incumbent, Query
 from ctrlmem.search.kernels import kernel
 from ctrlmem.search.timing import time_candidate, work_arrays, durations
-from ctrlmem.search.families.lists import PerCapFamily
+from ctrlmem.search.families.lists import PerCapFamily, caps
 from ctrlmem.search.families.relocate import keeps_order, move_pass, peak_ok, random_move, distinct, ranked
 
 __all__ = ["LateAcceptanceFamily", "MediumLateAcceptanceFamily", "LongLateAcceptanceFamily", "lahc_keys", "LAHC_MAX_PM", "MEDIUM_MAX_PM", "MEDIUM_WORK", "LONG_EIGHTHS", "LONG_EVALS_MAX", "SMALL_LONG_MIN_P", "SMALL_WORK",
@@ -228,8 +229,9 @@ class LongLateAcceptanceFamily(MediumLateAcceptanceFamily):
     search (after :class:`MediumLateAcceptanceFamily`, so nothing it found is lost) and in ``zb``'s
     (where it is the only medium climb: that search is otherwise 0.01–0.02 s). With ``small_min_p``
     (the V-shape search: :data:`SMALL_LONG_MIN_P`) it climbs small pipelines (``p·m <=``
-    :data:`LAHC_MAX_PM`) of that many devices or more too, :data:`SMALL_WORK` ``/ (p·m)`` timings
-    (at most :data:`SMALL_EVALS_MAX`), after their climbs at every cap.
+    :data:`LAHC_MAX_PM`) of that many devices or more too, at every cap from ¼ to ½
+    (:meth:`caps_for`), :data:`SMALL_WORK` ``/ (p·m)`` timings (at most :data:`SMALL_EVALS_MAX`),
+    after their climbs at every cap.
 
     Measured (docs/theory.md §12, "A longer climb"): the quarters' single 12,000-timing climb left
     the half-budget rows 3–6 % above ``cm.improve``'s 60 s and gained nothing at 0.375 (between
@@ -251,6 +253,17 @@ class LongLateAcceptanceFamily(MediumLateAcceptanceFamily):
     def grid(self, p: int, top: int, base: int) -> list[int]:
         one = base * p
         return sorted({h for h in (max(base, one * k // 8) for k in LONG_EIGHTHS) if h <= top})
+
+    def caps_for(self, q: Query, top: int, base: int) -> list[int]:
+        """Medium pipelines: :meth:`grid` (¼, ⅜, ½ of 1F1B's memory). Small ones: every cap of the
+        list family's grid from ¼ to ½ (those three among them), so a budget between them climbs at
+        its own cap too; a small pipeline's climbs are cheap."""
+        p = q.placement.num_devices
+        if p * q.m > LAHC_MAX_PM:
+            return self.grid(p, top, base)
+        one = base * p
+        lo, hi = max(base, one * LONG_EIGHTHS[0] // 8), one * LONG_EIGHTHS[-1] // 8
+        return [h for h in caps(p, top, base) if lo <= h <= hi]
 
     def climb(self, cs: CandidateSet, index: int, sub: Query, seed: int) -> CandidateSet | None:
         pm = sub.placement.num_devices * sub.m

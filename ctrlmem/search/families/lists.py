@@ -396,13 +396,17 @@ class PerCapFamily(Family):
         the family monotone, since a budget's caps include every smaller budget's."""
         return caps(p, top, base)
 
+    def caps_for(self, q: Query, top: int, base: int) -> list[int]:
+        """The caps tried for ``q`` (default: :meth:`grid`, the same for every ``m``)."""
+        return self.grid(q.placement.num_devices, top, base)
+
     def sets(self, q: Query, progress: Incumbent):
         if not self.applies(q):
             return
         P = q.placement
         base = P.num_stages // P.num_devices
         done: list[CandidateSet] = []
-        for h in self.grid(P.num_devices, self.top(q, base), base):
+        for h in self.caps_for(q, self.top(q, base), base):
             key = (P, q.m, q.fused, q.costs, h, q.objective)
             got = self._cache.get(key)
             if got is None:

@@ -165,6 +165,27 @@ def test_sigint_on_the_command_line(tmp_path):
     assert "interrupted" in err and "Traceback" not in err
 
 
+def test_sigint_during_the_solvers_import_is_an_interruption(monkeypatch, capsys):
+    """Ctrl-C while ortools' C extension is being imported (the first solver call) surfaces as that
+    import's ``ImportError("initialization failed")``: the command still says "interrupted" and exits
+    130, without a traceback (it printed one and exited 1 when the signal came 4 s into a loaded run)."""
+    from ctrlmem.cli import app, args as cli_args
+
+    def interrupted_import(*a, **k):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise ImportError("initialization failed")  # noqa: B904 - the interrupt as context only, as the import gives it
+
+    monkeypatch.setattr(cli_args, "improve", interrupted_import)
+    assert app.main(["simulate", "v-half", "-p", "4", "-m", "8", "--optimize", "5"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted (SIGINT)" in err and "Traceback" not in err
+    monkeypatch.setattr(cli_args, "improve", lambda *a, **k: (_ for _ in ()).throw(ImportError("no ortools")))
+    with pytest.raises(ImportError, match="no ortools"):  # an ImportError of its own is not an interruption
+        app.main(["simulate", "v-half", "-p", "4", "-m", "8", "--optimize", "5"])
+
+
 def test_bad_input_named():
     s = cm.build("v-half", 4, 8)
     with pytest.raises(TypeError, match="schedule must be a ctrlmem Schedule"):

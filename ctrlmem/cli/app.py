@@ -278,6 +278,19 @@ def _raise_terminated(signum, frame) -> None:
     raise Terminated(signum)
 
 
+def _interruption(exc: BaseException) -> BaseException | None:
+    """The ``KeyboardInterrupt`` or :class:`Terminated` an exception was raised while handling (its
+    ``__context__`` / ``__cause__`` chain), if any: a signal that lands inside a C extension's import
+    (ortools', on the first solver call) comes out as that import's ``ImportError``."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, (KeyboardInterrupt, Terminated)):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
     try:
@@ -316,6 +329,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ctrlmem {args.command}: terminated ({name}); everything it started has been stopped",
               file=sys.stderr)
         return 128 + exc.signum
+    except Exception as exc:  # e.g. Ctrl-C during a C extension's import surfaces as its ImportError
+        cause = _interruption(exc)
+        if isinstance(cause, KeyboardInterrupt):
+            print(f"ctrlmem {args.command}: interrupted (SIGINT); everything it started has been stopped",
+                  file=sys.stderr)
+            return 130
+        if isinstance(cause, Terminated):
+            print(f"ctrlmem {args.command}: terminated ({signal.Signals(cause.signum).name}); everything it "
+                  "started has been stopped", file=sys.stderr)
+            return 128 + cause.signum
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

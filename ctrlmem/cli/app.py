@@ -291,6 +291,17 @@ def _interruption(exc: BaseException) -> BaseException | None:
     return None
 
 
+def _stopped(command: str, exc: BaseException) -> int:
+    """Say that ``command`` was stopped by ``exc`` (a ``KeyboardInterrupt`` or :class:`Terminated`)
+    and return its exit status: 130 for SIGINT, 128 + the signal's number otherwise."""
+    if isinstance(exc, Terminated):
+        print(f"ctrlmem {command}: terminated ({signal.Signals(exc.signum).name}); everything it started has been "
+              "stopped", file=sys.stderr)
+        return 128 + exc.signum
+    print(f"ctrlmem {command}: interrupted (SIGINT); everything it started has been stopped", file=sys.stderr)
+    return 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
     try:
@@ -320,26 +331,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"ctrlmem {args.command}: error: {os_error_message(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"ctrlmem {args.command}: interrupted (SIGINT); everything it started has been stopped",
-              file=sys.stderr)
-        return 130
-    except Terminated as exc:
-        name = signal.Signals(exc.signum).name
-        print(f"ctrlmem {args.command}: terminated ({name}); everything it started has been stopped",
-              file=sys.stderr)
-        return 128 + exc.signum
+    except (KeyboardInterrupt, Terminated) as exc:
+        return _stopped(args.command, exc)
     except Exception as exc:  # e.g. Ctrl-C during a C extension's import surfaces as its ImportError
         cause = _interruption(exc)
-        if isinstance(cause, KeyboardInterrupt):
-            print(f"ctrlmem {args.command}: interrupted (SIGINT); everything it started has been stopped",
-                  file=sys.stderr)
-            return 130
-        if isinstance(cause, Terminated):
-            print(f"ctrlmem {args.command}: terminated ({signal.Signals(cause.signum).name}); everything it "
-                  "started has been stopped", file=sys.stderr)
-            return 128 + cause.signum
-        raise
+        if cause is None:
+            raise
+        return _stopped(args.command, cause)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

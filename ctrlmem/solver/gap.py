@@ -20,8 +20,8 @@ p ≥ 6 also 0.25 / 0.375),
 mixes 1:1:1, 3:4:2, 2:1:1, 1:2:2 and the profiled H200 mix with its hop — with ``cm.improve`` on
 every instance at p ≤ 4 and, at p ≥ 6, on m ∈ {2p, 4p}, mixes 3:4:2 and profiled, budgets
 smallest / 0.5 / 1.0 and at p = 6, 8 also 0.25 / 0.375, and at p = 6, 8 with m = p on every mix and
-budget up to 0.5 (at most 384 passes: the whole model proves most of them in seconds) (the bound and
-the heuristics on every instance). docs/reproduce.md gives the sizes and times.
+budget up to 0.5, where the whole model (at most 384 passes) proves most of them in seconds; the bound
+and the heuristics on every instance. docs/reproduce.md gives the sizes and times.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def test_periodic_moves_reach_what_single_moves_cannot(p, m, costs, limit):
     from ctrlmem.schedules.recipes import V_SPLIT
 
     at = next(i for i, fam in enumerate(V_SPLIT) if isinstance(fam, PeriodicFamily))
-    optimum = cm.optimal(p, m, costs=costs, memory_limit=limit, time_limit=30, workers=1)
+    optimum = cm.optimal(p, m, costs=costs, memory_limit=limit, time_limit=30, workers=1, deterministic=True)
     assert optimum.status == "optimal"
     found = search(Query(Placement.v_shape(p), m, costs, limit * p), V_SPLIT[:at])
     assert found.makespan > optimum.makespan
@@ -184,7 +184,8 @@ def test_periodic_in_the_zb_search():
 def test_moves_on_every_device_reach_the_zb_optimum(costs, before):
     """One stage per device, p = 4, m = 4, budget 0.75: the same move made on every device at once
     reaches the optimum (cm.optimal, < 1 s), one above before the periodic family."""
-    optimum = cm.optimal(4, 4, costs=costs, memory_limit=0.75, placement="sequential", time_limit=30, workers=1)
+    optimum = cm.optimal(4, 4, costs=costs, memory_limit=0.75, placement="sequential", time_limit=30, workers=1,
+                         deterministic=True)
     assert optimum.status == "optimal"
     r = cm.simulate(cm.build("zb", 4, 4, costs=costs, memory_limit=0.75), costs)
     assert r.makespan == optimum.makespan < before
@@ -215,7 +216,7 @@ def test_late_acceptance_reaches_what_strict_descents_cannot(costs):
     from ctrlmem.schedules.recipes import V_SPLIT
 
     p, m, limit = 3, 3, 0.5
-    optimum = cm.optimal(p, m, costs=costs, memory_limit=limit, time_limit=30, workers=1)
+    optimum = cm.optimal(p, m, costs=costs, memory_limit=limit, time_limit=30, workers=1, deterministic=True)
     assert optimum.status == "optimal"
     at = next(i for i, fam in enumerate(V_SPLIT) if isinstance(fam, LateAcceptanceFamily))
     q = Query(Placement.v_shape(p), m, costs, limit * p, objective="makespan")
@@ -251,6 +252,62 @@ def test_late_acceptance_never_worse_valid_and_deterministic(p, extra, fbw, comm
     assert key(tm) <= key(start) + 1e-9
     again = lahc_keys(cs, 0, costs, cap, by_makespan, seed)
     assert np.array_equal(again.keys, got.keys)
+
+
+@settings(max_examples=8)
+@given(p=st.integers(2, 4), extra=st.integers(0, 6), fbw=st.tuples(*(st.integers(1, 4),) * 3),
+       comm=st.sampled_from([0.0, 0.25]), by_makespan=st.booleans(), seed=st.integers(1, 5),
+       evals=st.integers(50, 1500), more=st.integers(0, 3000), patience=st.integers(5, 300),
+       later=st.integers(0, 2000))
+def test_a_longer_or_more_patient_climb_never_ends_worse(p, extra, fbw, comm, by_makespan, seed, evals, more,
+                                                         patience, later):
+    """The same climb (start, seed, history) allowed more timings or more patience goes the same way
+    as far as the shorter one went and then on, so its best is never worse: what makes the V-shape
+    search's patient long climb on medium pipelines never longer than the climb it extends."""
+    m = p + extra
+    costs = cm.Costs(*fbw, comm)
+    cs = from_schedules([("start", cm.build("v-shape", p, m, costs=costs, memory_limit=0.5))])
+    cap = float(cs.peak[0])
+    key = (lambda t: (t.makespan[0], t.span[0])) if by_makespan else (lambda t: (t.span[0], t.makespan[0]))
+    got = [lahc_keys(cs, 0, costs, cap, by_makespan, seed, e, 20, q)
+           for e, q in ((evals, patience), (evals + more, patience + later))]
+    scores = [key(timed(x if x is not None else cs, costs)) for x in got]
+    assert scores[1][0] <= scores[0][0] + 1e-9
+    if got[0] is not None:  # the longer climb met the shorter one's best, so it kept it or better
+        assert got[1] is not None
+
+
+def test_the_v_shape_searchs_long_climb_on_medium_pipelines_is_patient():
+    """V-shape, 64 < p·m ≤ 256: the long climb goes on until an eighth of its timings has passed
+    without a new best (``PATIENT_WORK / (p·m)`` timings, 100,000 at p·m = 256, at most 200,000),
+    the same climb otherwise (seed, history), so never longer than the climb it extends, at every
+    cap of the list family's grid from ¼ to ½ of 1F1B's memory (as on small pipelines); ``zb``'s
+    and the small pipelines' run as before. Shorter where its plateaus are long (simulated,
+    makespan objective): p = 6, m = 12 at ½ of 1F1B's memory, 2:1:1 71 -> 69.5, 1:2:2 77 -> 75.5;
+    3:4:2 at ⅜ 195 -> 194.5; p = 8, m = 16, 3:4:2 at ½ 203.5 -> 198 (`cm.improve` 60 s: 196.5)."""
+    from ctrlmem.schedules.recipes import SEQUENTIAL, V_SPLIT
+    from ctrlmem.search.engine import clear_caches
+    from ctrlmem.search.families.lahc import LongLateAcceptanceFamily, PATIENT_EVALS_MAX, PATIENT_SHARE, PATIENT_WORK
+
+    long_ = next(f for f in V_SPLIT if type(f) is LongLateAcceptanceFamily)
+    assert long_.patient and not next(f for f in SEQUENTIAL if type(f) is LongLateAcceptanceFamily).patient
+    assert (PATIENT_WORK // 256, PATIENT_EVALS_MAX, PATIENT_SHARE) == (100_000, 200_000, 8)
+    cases = ((cm.Costs(2, 1, 1), 0.5), (cm.Costs(1, 2, 2), 0.5), (cm.Costs(3, 4, 2), 0.375))
+    got = {}
+    try:
+        for patient in (False, True):
+            long_.patient = patient
+            clear_caches()
+            for costs_, limit in cases:
+                s = cm.build("v-shape", 6, 12, costs=costs_, memory_limit=limit, objective="makespan")
+                r = cm.simulate(s, costs_)
+                assert max(r.peak_memory) <= limit * 6 + 1e-9 and s.placement == Placement.v_shape(6)
+                got[patient, costs_.f] = r.makespan
+    finally:
+        long_.patient = True
+        clear_caches()
+    assert got == {(False, 2.0): 71.0, (False, 1.0): 77.0, (False, 3.0): 195.0,
+                   (True, 2.0): 69.5, (True, 1.0): 75.5, (True, 3.0): 194.5}
 
 
 def test_medium_late_acceptance_only_adds_climbs_at_quarters_and_is_monotone():
@@ -350,10 +407,11 @@ def test_small_pipelines_on_many_devices_climb_long_too():
     assert not long_.applies(Query(Placement.v_shape(6), 6, costs, 2.0, fused=True))
     assert not zb_long.applies(Query(Placement.sequential(8), 8, costs, 3.0))
     # small: every cap from 1/4 to 1/2 of 1F1B's memory (a budget between them climbs at its own cap);
-    # medium: the three
+    # medium: the same where the climb is patient (the V-shape search's), the three in zb's
     assert long_.caps_for(Query(Placement.v_shape(8), 8, costs, 4.0), 16, 2) == [4, 5, 6, 7, 8]
     assert long_.caps_for(Query(Placement.v_shape(8), 8, costs, 3.5), 7, 2) == [4, 5, 6, 7]
-    assert long_.caps_for(Query(Placement.v_shape(8), 16, costs, 4.0), 16, 2) == [4, 6, 8]
+    assert long_.caps_for(Query(Placement.v_shape(8), 16, costs, 4.0), 16, 2) == [4, 5, 6, 7, 8]
+    assert zb_long.caps_for(Query(Placement.sequential(8), 16, costs, 4.0), 8, 1) == [2, 3, 4]
     assert long_.caps_for(Query(Placement.v_shape(5), 12, costs, 2.5), 10, 2) == [2, 3, 4, 5]
     for p, c, cap, was, optimum in ((6, costs, 2.25, 115.0, 107.0), (8, cm.Costs(2, 1, 1), 3.0, 66.5, 60.0)):
         q = Query(Placement.v_shape(p), p, c, cap, objective="makespan")

@@ -31,10 +31,10 @@ _PERIODIC = PeriodicFamily(_BASE + [_POLISH, _RELOCATE], seeds=[_FIRST])
 V_SPLIT = _BASE + [_POLISH, _RELOCATE, _PERIODIC, LateAcceptanceFamily(_BASE + [_POLISH, _RELOCATE, _PERIODIC]),
            CyclicFamily()]
 #: medium pipelines (64 < p·m <= 256): one late-acceptance climb at each quarter of 1F1B's memory, from
-#: the best of every family above, then a longer one at 1/4, 3/8, 1/2 from the best of all; last,
-#: so theirs are unchanged
+#: the best of every family above, then a longer one from the best of all (patient: on until an
+#: eighth of its timings brings no new best, at every cap from 1/4 to 1/2); last, so theirs are unchanged
 V_SPLIT.append(MediumLateAcceptanceFamily(list(V_SPLIT)))
-V_SPLIT.append(LongLateAcceptanceFamily(list(V_SPLIT), small_min_p=SMALL_LONG_MIN_P))
+V_SPLIT.append(LongLateAcceptanceFamily(list(V_SPLIT), small_min_p=SMALL_LONG_MIN_P, patient=True))
 #: cyclic blocks in finer slots where two a pass miss the costs: after the climbs, so their starts
 #: (and results) are unchanged and a finer block only adds a candidate
 V_SPLIT.append(CyclicFamily(finer=True))

@@ -31,7 +31,13 @@ the lower bound is left as it is. Deterministic. For pipelines of at most :data:
 passes per stage pair (``p·m``), split backward; above that, up to :data:`MEDIUM_MAX_PM`, the
 V-shape search climbs once per quarter of 1F1B's memory (:class:`MediumLateAcceptanceFamily`),
 then once more at ``¼, ⅜, ½`` of it for about the same time whatever the size
-(:class:`LongLateAcceptanceFamily`; the ``zb`` search has this one only). That long climb also runs
+(:class:`LongLateAcceptanceFamily`; the ``zb`` search has this one only). In the V-shape search that
+long climb on a medium pipeline is *patient*: the same climb (seed, history) going on until an
+eighth of its timings has passed without a new best, :data:`PATIENT_WORK` ``/ (p·m)`` timings at
+most (its 2,000-timing patience stopped it within a few thousand timings, on plateaus that a
+climb of 100,000 crosses), and at every cap of the list family's grid from ¼ to ½ of 1F1B's
+memory, so that a budget between the three climbs at its own cap (docs/theory.md §12, "A patient
+climb"). That long climb also runs
 on the V-shape's small pipelines from :data:`SMALL_LONG_MIN_P` devices on, after the climbs at every
 cap, at every cap of the list family's grid from ¼ to ½ of 1F1B's memory, :data:`SMALL_WORK`
 ``/ (p·m)`` timings long: at p = 6 and 8 with m = p those climbs left
@@ -51,7 +57,7 @@ from ctrlmem.search.families.lists import PerCapFamily, caps
 from ctrlmem.search.families.relocate import keeps_order, move_pass, peak_ok, random_move, distinct, ranked
 
 __all__ = ["LateAcceptanceFamily", "MediumLateAcceptanceFamily", "LongLateAcceptanceFamily", "lahc_keys", "LAHC_MAX_PM", "MEDIUM_MAX_PM", "MEDIUM_WORK", "LONG_EIGHTHS", "LONG_EVALS_MAX", "SMALL_LONG_MIN_P", "SMALL_WORK",
-           "SMALL_EVALS_MAX", "STARTS", "SEEDS", "EVALS", "HISTORY", "PATIENCE", "REACH"]
+           "SMALL_EVALS_MAX", "PATIENT_WORK", "PATIENT_EVALS_MAX", "PATIENT_SHARE", "STARTS", "SEEDS", "EVALS", "HISTORY", "PATIENCE", "REACH"]
 
 LAHC_MAX_PM = 64
 #: the largest ``p·m`` the medium tier (:class:`MediumLateAcceptanceFamily`) climbs
@@ -70,6 +76,13 @@ SMALL_LONG_MIN_P = 5
 SMALL_WORK = 100_000 * 64
 #: the most timings of one long climb on a small pipeline
 SMALL_EVALS_MAX = 100_000
+#: timings × ``p·m`` of the V-shape search's long climb on a medium pipeline
+#: (:class:`LongLateAcceptanceFamily` with ``patient``): 100,000 at p·m = 256
+PATIENT_WORK = 100_000 * 256
+#: the most timings of one such climb (p·m = 128 and below)
+PATIENT_EVALS_MAX = 200_000
+#: such a climb stops when this share of its timings (an eighth) has passed without a new best
+PATIENT_SHARE = 8
 STARTS = 3
 SEEDS = 2
 EVALS = 12_000
@@ -231,7 +244,12 @@ class LongLateAcceptanceFamily(MediumLateAcceptanceFamily):
     (the V-shape search: :data:`SMALL_LONG_MIN_P`) it climbs small pipelines (``p·m <=``
     :data:`LAHC_MAX_PM`) of that many devices or more too, at every cap from ¼ to ½
     (:meth:`caps_for`), :data:`SMALL_WORK` ``/ (p·m)`` timings (at most :data:`SMALL_EVALS_MAX`),
-    after their climbs at every cap.
+    after their climbs at every cap. With ``patient`` (the V-shape search), a medium pipeline's
+    climb goes on until one :data:`PATIENT_SHARE`-th of its timings has passed without a new best,
+    up to ``PATIENT_WORK / (p·m)`` timings (at most :data:`PATIENT_EVALS_MAX`), with the same seed
+    and history (it passes every schedule the shorter climb passes, so it is never longer than
+    that climb from the same start), at every cap from ¼ to ½ as on small pipelines
+    (docs/theory.md §12, "A patient climb").
 
     Measured (docs/theory.md §12, "A longer climb"): the quarters' single 12,000-timing climb left
     the half-budget rows 3–6 % above ``cm.improve``'s 60 s and gained nothing at 0.375 (between
@@ -239,9 +257,10 @@ class LongLateAcceptanceFamily(MediumLateAcceptanceFamily):
 
     name = "late-acceptance-long"
 
-    def __init__(self, others: list[Family], small_min_p: int | None = None) -> None:
+    def __init__(self, others: list[Family], small_min_p: int | None = None, patient: bool = False) -> None:
         super().__init__(others)
         self.small_min_p = small_min_p
+        self.patient = patient
 
     def applies(self, q: Query) -> bool:
         if super().applies(q):
@@ -255,11 +274,11 @@ class LongLateAcceptanceFamily(MediumLateAcceptanceFamily):
         return sorted({h for h in (max(base, one * k // 8) for k in LONG_EIGHTHS) if h <= top})
 
     def caps_for(self, q: Query, top: int, base: int) -> list[int]:
-        """Medium pipelines: :meth:`grid` (¼, ⅜, ½ of 1F1B's memory). Small ones: every cap of the
-        list family's grid from ¼ to ½ (those three among them), so a budget between them climbs at
-        its own cap too; a small pipeline's climbs are cheap."""
+        """Medium pipelines: :meth:`grid` (¼, ⅜, ½ of 1F1B's memory). Small ones, and medium ones
+        with ``patient``: every cap of the list family's grid from ¼ to ½ (those three among them),
+        so a budget between them climbs at its own cap too (where a patient climb gains most)."""
         p = q.placement.num_devices
-        if p * q.m > LAHC_MAX_PM:
+        if p * q.m > LAHC_MAX_PM and not self.patient:
             return self.grid(p, top, base)
         one = base * p
         lo, hi = max(base, one * LONG_EIGHTHS[0] // 8), one * LONG_EIGHTHS[-1] // 8
@@ -271,5 +290,10 @@ class LongLateAcceptanceFamily(MediumLateAcceptanceFamily):
             evals = min(SMALL_EVALS_MAX, max(EVALS, SMALL_WORK // pm))
         else:
             evals = min(LONG_EVALS_MAX, max(EVALS, MEDIUM_WORK // pm))
-        return lahc_keys(cs, index, sub.costs, sub.cap, sub.by_makespan, seed + 1, evals,
-                         HISTORY * evals // EVALS, PATIENCE * evals // EVALS)
+        history, patience = HISTORY * evals // EVALS, PATIENCE * evals // EVALS
+        if self.patient and pm > LAHC_MAX_PM:
+            # the same climb (seed, history), only on for longer: it meets every schedule the
+            # climb above does, so its best is never longer
+            evals = max(evals, min(PATIENT_EVALS_MAX, PATIENT_WORK // pm))
+            patience = max(patience, evals // PATIENT_SHARE)
+        return lahc_keys(cs, index, sub.costs, sub.cap, sub.by_makespan, seed + 1, evals, history, patience)

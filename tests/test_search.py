@@ -188,6 +188,7 @@ from ctrlmem.search.families import cyclic, lahc
 # the plain-Python run at full length, 12 s at an eighth
 lahc.EVALS, lahc.PATIENCE, lahc.MEDIUM_WORK, lahc.LONG_EVALS_MAX = 500, 80, 500 * 256, 2_000
 lahc.SMALL_WORK, lahc.SMALL_EVALS_MAX = 2_000 * 64, 2_000
+lahc.PATIENT_WORK, lahc.PATIENT_EVALS_MAX = 2_000 * 256, 4_000  # the V-shape's patient climbs likewise
 # the cyclic blocks' local searches likewise shorter (they took 15 of the plain run's 26 s at full
 # length, 5 s at a fifth)
 cyclic.ITERS, cyclic.PATIENCE, cyclic.COPIES_ITERS = 250, 40, 160

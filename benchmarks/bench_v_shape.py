@@ -43,7 +43,11 @@ the finer cyclic blocks were written (20 ``v-shape`` instances, p = 9, 11, 14, 1
 with B 1–1.6 F, W 0.5–1 F and a hop of 2–25 % of F, budgets 0.25–0.5); ``--held-out 3``: a third, of
 forward-heavy costs (24 ``v-shape`` instances, p = 10–24, m = 2p–3p, B of 1–2 with F 1.4–2.4 B, W
 0.6–1.1 B and a hop of up to 10 % of B, budgets 0.2–0.4), drawn after the block search was seen to
-miss the shortest block at F = 2B = 2W (docs/theory.md §12). ``--improve SECONDS`` (needs a
+miss the shortest block at F = 2B = 2W (docs/theory.md §12); ``--held-out 4``: small pipelines on many
+devices (16 ``v-shape`` instances, p = 5–8, m = p or 2p with p·m ≤ 64, F 1–3, B 0.6–1.8 F, W 0.4–1 B,
+a hop up to 15 % of F, budgets 0.25–0.5); ``--held-out 5``: medium pipelines (16 ``v-shape``
+instances with 64 < p·m ≤ 256, p = 5–10, the same cost ranges), drawn for the patient climb
+(docs/theory.md §12, "A patient climb"). ``--improve SECONDS`` (needs a
 baseline): also ``cm.improve`` for that long (deterministic, one worker) from each of the baseline's
 schedules, and how many of each tree's schedules are within 2 % of what it finds, with the median and
 worst excess (issue 30's measure; 60 s takes about 40 minutes for set 1).
@@ -261,10 +265,28 @@ def third_set():  # F-heavy (seed 51), drawn after the block search's miss at F 
         b = rnd.choice([1, 1.5, 2]); f = round(b * rnd.uniform(1.4, 2.4), 1); w = round(b * rnd.uniform(0.6, 1.1), 1)
         c = round(b * rnd.uniform(0, 0.1), 2)
         yield "v-shape", p, m, (f, b, w, c), rnd.choice([0.2, 0.25, 0.3, 0.34, 0.4])
+def fourth_set():  # small pipelines on many devices (seed 54): p = 5-8, p*m <= 64, v-shape
+    rnd = random.Random(54)
+    for _ in range(16):
+        p = rnd.choice([5, 7, 6, 8]); m = rnd.choice([p, 2 * p]) if 2 * p * p <= 64 else p
+        f = round(rnd.uniform(1, 3), 1); b = round(f * rnd.uniform(0.6, 1.8), 1); w = round(b * rnd.uniform(0.4, 1.0), 1)
+        c = round(f * rnd.uniform(0, 0.15), 2)
+        yield "v-shape", p, m, (f, b, w, c), rnd.choice([0.25, 0.3, 0.375, 0.45, 0.5])
+def fifth_set():  # medium pipelines (seed 55): 64 < p*m <= 256, v-shape
+    rnd = random.Random(55)
+    n = 0
+    while n < 16:
+        p = rnd.choice([5, 6, 7, 8, 9, 10, 12, 16]); m = rnd.choice([2 * p, 3 * p, 4 * p, 24, 32])
+        if not 64 < p * m <= 256:
+            continue
+        n += 1
+        f = round(rnd.uniform(1, 3), 1); b = round(f * rnd.uniform(0.6, 1.8), 1); w = round(b * rnd.uniform(0.4, 1.0), 1)
+        c = round(f * rnd.uniform(0, 0.15), 2)
+        yield "v-shape", p, m, (f, b, w, c), rnd.choice([0.25, 0.3, 0.375, 0.45, 0.5])
 improve_s = float(os.environ.get("CTRLMEM_BENCH_IMPROVE", "0"))
 out = []
 which = os.environ.get("CTRLMEM_BENCH_SET", "1")
-for name, p, m, mix, lim in {"1": first_set, "2": second_set, "3": third_set}[which]():
+for name, p, m, mix, lim in {"1": first_set, "2": second_set, "3": third_set, "4": fourth_set, "5": fifth_set}[which]():
     costs = cm.Costs(*mix)
     clear_caches()
     t = cpu()
@@ -367,9 +389,10 @@ def main() -> None:
                     help="the lever search on 62 cases against --baseline: makespans and peaks that differ, CPU totals")
     ap.add_argument("--low-memory", action="store_true",
                     help="the held-out low-memory set (40 instances, budgets 0.25-0.5) against --baseline")
-    ap.add_argument("--held-out", type=int, choices=(1, 2, 3), default=1,
+    ap.add_argument("--held-out", type=int, choices=(1, 2, 3, 4, 5), default=1,
                     help="with --low-memory: set 1 (issue 30's, 40 instances, both searches), set 2 (20 v-shape "
-                         "instances with random costs, drawn later) or set 3 (24 v-shape instances, forward-heavy costs)")
+                         "instances with random costs, drawn later), set 3 (24 v-shape instances, forward-heavy costs), "
+                         "set 4 (16 small pipelines, p = 5-8) or set 5 (16 medium pipelines, 64 < p*m <= 256)")
     ap.add_argument("--improve", type=float, default=0.0, metavar="SECONDS",
                     help="with --low-memory and a baseline: also cm.improve for SECONDS from each of the baseline's "
                          "schedules, and how many of each tree's are within 2 %% of it")

@@ -33,7 +33,9 @@ def python_exe():
 # that `--fast` stays a two-minute check (it took 3 min 4 s with them: 328 s of CPU on 2 workers).
 # Each area keeps cheaper tests in `--fast`; the last six were added after a `--fast` run of 1 min
 # 57 s–2 min 7 s (2026-12-07, later: 196 s of CPU; they took 14.8 s of it), the last two after one of
-# 2 min 8 s (211 s of CPU; 9.6 s of it: the long climb of small pipelines made both heavier). The one real multi-process run
+# 2 min 8 s (211 s of CPU; 9.6 s of it: the long climb of small pipelines made both heavier), the last
+# seven after one of 2 min 25 s (236 s of CPU; 52 s of it: the patient climb on medium pipelines made
+# them heavier, one is its own test). The one real multi-process run
 # (test_one_small_run_is_exact_and_complete) and the one papermill run
 # (test_schedule_figures_notebook_executes_one_figure) stay there on purpose.
 HEAVY = frozenset(f"tests/{name}" for name in """
@@ -87,6 +89,13 @@ test_explorer_background.py::test_a_budgeted_schedule_with_no_order_yet_is_liste
 test_explorer_background.py::test_stop_adapting_keeps_what_is_shown_and_says_so
 test_learned_families.py::test_small_pipelines_on_many_devices_climb_long_too
 test_plan.py::test_rows_marked_as_fitting_fit_and_the_others_do_not
+test_learned_families.py::test_the_v_shape_searchs_long_climb_on_medium_pipelines_is_patient
+test_learned_families.py::test_long_late_acceptance_climbs_on_from_the_medium_ones_at_eighths_and_is_monotone
+test_plan_models.py::test_memory_breakdown_adds_up_with_receive_buffers_and_experts
+test_cyclic.py::test_the_search_gets_shorter_with_blocks_of_two_microbatches
+test_simulate.py::test_timeline_properties
+test_plan.py::test_more_gb_never_gives_a_slower_best_plan
+test_adaptive.py::test_v_shape_p8_m32_values
 """.split())
 
 

@@ -265,13 +265,14 @@ def third_set():  # F-heavy (seed 51), drawn after the block search's miss at F 
         b = rnd.choice([1, 1.5, 2]); f = round(b * rnd.uniform(1.4, 2.4), 1); w = round(b * rnd.uniform(0.6, 1.1), 1)
         c = round(b * rnd.uniform(0, 0.1), 2)
         yield "v-shape", p, m, (f, b, w, c), rnd.choice([0.2, 0.25, 0.3, 0.34, 0.4])
+def random_costs(rnd):  # sets 4 and 5: F 1-3, B 0.6-1.8 F, W 0.4-1 B, a hop up to 15 % of F
+    f = round(rnd.uniform(1, 3), 1); b = round(f * rnd.uniform(0.6, 1.8), 1); w = round(b * rnd.uniform(0.4, 1.0), 1)
+    return f, b, w, round(f * rnd.uniform(0, 0.15), 2)
 def fourth_set():  # small pipelines on many devices (seed 54): p = 5-8, p*m <= 64, v-shape
     rnd = random.Random(54)
     for _ in range(16):
         p = rnd.choice([5, 7, 6, 8]); m = rnd.choice([p, 2 * p]) if 2 * p * p <= 64 else p
-        f = round(rnd.uniform(1, 3), 1); b = round(f * rnd.uniform(0.6, 1.8), 1); w = round(b * rnd.uniform(0.4, 1.0), 1)
-        c = round(f * rnd.uniform(0, 0.15), 2)
-        yield "v-shape", p, m, (f, b, w, c), rnd.choice([0.25, 0.3, 0.375, 0.45, 0.5])
+        yield "v-shape", p, m, random_costs(rnd), rnd.choice([0.25, 0.3, 0.375, 0.45, 0.5])
 def fifth_set():  # medium pipelines (seed 55): 64 < p*m <= 256, v-shape
     rnd = random.Random(55)
     n = 0
@@ -280,9 +281,7 @@ def fifth_set():  # medium pipelines (seed 55): 64 < p*m <= 256, v-shape
         if not 64 < p * m <= 256:
             continue
         n += 1
-        f = round(rnd.uniform(1, 3), 1); b = round(f * rnd.uniform(0.6, 1.8), 1); w = round(b * rnd.uniform(0.4, 1.0), 1)
-        c = round(f * rnd.uniform(0, 0.15), 2)
-        yield "v-shape", p, m, (f, b, w, c), rnd.choice([0.25, 0.3, 0.375, 0.45, 0.5])
+        yield "v-shape", p, m, random_costs(rnd), rnd.choice([0.25, 0.3, 0.375, 0.45, 0.5])
 improve_s = float(os.environ.get("CTRLMEM_BENCH_IMPROVE", "0"))
 out = []
 which = os.environ.get("CTRLMEM_BENCH_SET", "1")

@@ -81,7 +81,7 @@ SMALL_EVALS_MAX = 100_000
 PATIENT_WORK = 100_000 * 256
 #: the most timings of one such climb (p·m = 128 and below)
 PATIENT_EVALS_MAX = 200_000
-#: such a climb stops when this share of its timings (an eighth) has passed without a new best
+#: such a climb stops once ``1 / PATIENT_SHARE`` of its timings (an eighth) brings no new best
 PATIENT_SHARE = 8
 STARTS = 3
 SEEDS = 2

@@ -33,23 +33,37 @@ def durations(placement: Placement, m: int, fused: bool, costs: Costs) -> np.nda
 
 
 @kernel(inline=True)
-def time_candidate(keys, c, dep, cross, dur, comm, end, ptr, free, first, out):  # pragma: no cover - compiled
+def time_candidate(keys, c, dep, cross, dur, comm, end, start, stamp, ptr, free, first, out):  # pragma: no cover - compiled
     """Candidate ``c``: as-soon-as-possible run of every device's order. Devices are swept
     forwards and backwards, each advancing as far as its inputs allow, until all passes ran (or
     none can: a deadlock, everything inf). ``out`` gets the longest span, the makespan, the sum
-    of the device spans and the sum of every pass's end time; ``end``, ``ptr``, ``free``,
-    ``first`` are work arrays (``n`` passes, ``p`` devices); ``out`` has room for five: the
-    fifth is the sum of the devices' end times."""
+    of the device spans and the sum of every pass's end time; ``end``, ``start``, ``stamp``,
+    ``ptr``, ``free``, ``first`` are work arrays (:func:`work_arrays`; ``end`` and ``start`` keep
+    each pass's times, which :func:`retime` starts from); ``out`` has room for five: the fifth
+    is the sum of the devices' end times."""
     p = keys.shape[1]
     L = keys.shape[2]
-    n = dep.shape[0]
-    for i in range(n):
-        end[i] = -1.0
     for d in range(p):
         ptr[d] = 0
         free[d] = 0.0
         first[d] = 0.0
-    remaining = p * L
+    flow = _sweep(keys, c, dep, cross, dur, comm, end, start, end, start, stamp, -np.inf, ptr, free, first, p * L)
+    _totals(free, first, flow, out)
+
+
+@kernel(inline=True)
+def _sweep(keys, c, dep, cross, dur, comm, end0, start0, end, start, stamp, t0, ptr, free, first, remaining):  # pragma: no cover - compiled
+    """Run ``remaining`` passes: device ``d`` from position ``ptr[d]`` on, free at ``free[d]``;
+    devices swept forwards and backwards, each advancing as far as its inputs allow. A pass's
+    input has run when it ran in this sweep (``stamp`` equal to the sweep's number, its time in
+    ``end``) or when it started before ``t0`` in the timing ``end0`` / ``start0`` (:func:`retime`;
+    ``-inf``: no such timing). Each pass run gets ``start``, ``end`` and the sweep's stamp.
+    Returns the sum of the end times of the passes run, −1 on a deadlock (no device can advance)."""
+    p = keys.shape[1]
+    n = dep.shape[0]
+    L = keys.shape[2]
+    stamp[n] += 1  # this sweep's number (stamp[n] counts them)
+    cur = stamp[n]
     flow = 0.0
     while remaining > 0:
         moved = 0
@@ -63,8 +77,11 @@ def time_candidate(keys, c, dep, cross, dur, comm, end, ptr, free, first, out): 
                 q = dep[k]
                 t = t_free
                 if q >= 0:
-                    e = end[q]
-                    if e < 0.0:
+                    if stamp[q] == cur:
+                        e = end[q]
+                    elif start0[q] < t0:
+                        e = end0[q]
+                    else:
                         break
                     if cross[k] != 0:
                         e = e + comm
@@ -72,17 +89,26 @@ def time_candidate(keys, c, dep, cross, dur, comm, end, ptr, free, first, out): 
                         t = e
                 if i == 0:
                     first[d] = t
+                start[k] = t
                 t_free = t + dur[k]
                 end[k] = t_free
+                stamp[k] = cur
                 flow += t_free
                 i += 1
             moved += i - start_i
             ptr[d] = i
             free[d] = t_free
         if moved == 0:
-            break
+            return -1.0
         remaining -= moved
-    if remaining > 0:
+    return flow
+
+
+@kernel(inline=True)
+def _totals(free, first, flow, out):  # pragma: no cover - compiled
+    """``out`` from the devices' first starts and last ends (all inf after a deadlock: ``flow`` −1)."""
+    p = free.shape[0]
+    if flow < 0.0:
         for j in range(5):
             out[j] = np.inf
         return
@@ -106,20 +132,147 @@ def time_candidate(keys, c, dep, cross, dur, comm, end, ptr, free, first, out): 
 
 
 @kernel(inline=True)
+def retime(keys, c, d, lo, t0, dep, cross, dur, comm, end0, start0, end, start, stamp, ptr, free, first, cut, out):  # pragma: no cover - compiled
+    """Candidate ``c`` timed again after a change to device ``d``'s order at positions ``lo`` and
+    later, from its timing before the change (``end0``, ``start0``; ``t0``: the start there of the
+    pass that was at position ``lo``). A pass that started before ``t0`` waited for nothing that
+    started at ``t0`` or later (a pass starts no earlier than its input or the pass before it on
+    its device), so on each device only the passes from the first that started at ``t0`` or
+    later (``cut``) run again, into ``end`` and ``start``: the times :func:`time_candidate` gives,
+    bit for bit (each is the same ``max`` and ``+`` of the same inputs), for about half the
+    work. ``out`` as :func:`time_candidate`'s (``out[3]``: the passes run again only).
+    :func:`keep` makes the new times those of the candidate; nothing to undo otherwise."""
+    p = keys.shape[1]
+    L = keys.shape[2]
+    remaining = 0
+    for e in range(p):
+        a = 0
+        b = lo if e == d else L  # device d's positions before lo are as they were
+        while a < b:  # the first position that started at t0 or later (starts grow along a device)
+            h = (a + b) // 2
+            if start0[keys[c, e, h]] < t0:
+                a = h + 1
+            else:
+                b = h
+        cut[e] = a
+        ptr[e] = a
+        free[e] = end0[keys[c, e, a - 1]] if a > 0 else 0.0
+        first[e] = start0[keys[c, e, 0]] if a > 0 else 0.0
+        remaining += L - a
+    flow = _sweep(keys, c, dep, cross, dur, comm, end0, start0, end, start, stamp, t0, ptr, free, first, remaining)
+    _totals(free, first, flow, out)
+
+
+@kernel(inline=True)
+def keep(keys, c, end0, start0, end, start, cut):  # pragma: no cover - compiled
+    """After :func:`retime`: its times become the timing ``end0``, ``start0``."""
+    for e in range(keys.shape[1]):
+        for i in range(cut[e], keys.shape[2]):
+            k = keys[c, e, i]
+            end0[k] = end[k]
+            start0[k] = start[k]
+
+
+@kernel
+def order_tables(keys, c, dep):  # pragma: no cover - compiled
+    """For :func:`closes_cycle`: each pass's device and position in candidate ``c``, and who
+    waits for each pass (``head[k]:head[k + 1]`` of ``users``)."""
+    p = keys.shape[1]
+    L = keys.shape[2]
+    n = dep.shape[0]
+    device = np.zeros(n, np.int64)
+    pos = np.zeros(n, np.int64)
+    for d in range(p):
+        for i in range(L):
+            device[keys[c, d, i]] = d
+            pos[keys[c, d, i]] = i
+    head = np.zeros(n + 1, np.int64)
+    for k in range(n):
+        if dep[k] >= 0:
+            head[dep[k] + 1] += 1
+    for k in range(n):
+        head[k + 1] += head[k]
+    users = np.zeros(max(head[n], 1), np.int64)
+    fill = head[:n].copy()
+    for k in range(n):
+        if dep[k] >= 0:
+            users[fill[dep[k]]] = k
+            fill[dep[k]] += 1
+    return device, pos, head, users
+
+
+@kernel(inline=True)
+def closes_cycle(keys, c, d, i, j, dep, device, pos, head, users, start, seen, stack):  # pragma: no cover - compiled
+    """Whether moving the pass at position ``i`` of device ``d`` to position ``j`` makes candidate
+    ``c`` (whose as-soon-as-possible starts are ``start``; ``device``, ``pos``, ``head``, ``users``
+    from :func:`order_tables`, up to date) deadlock — without timing it. The move adds one edge that
+    can close a cycle: moved earlier, the pass ``k`` now runs before ``x``, the pass that was at
+    ``j``, so a cycle is a path from ``x`` to ``k``'s input; moved later, after ``x``, the pass that
+    was at ``j``: a path from ``k``'s users to ``x``. Every other edge on such a path is one of the
+    order before the move, along which starts never decrease, so the search stops at passes that
+    started after the path's end: a few passes' worth of time, where timing would run half the
+    pipeline to find the deadlock. ``seen`` (``int64[n + 1]``, ``seen[n]`` the last search's
+    number) and ``stack`` (``int64[n]``) are work arrays."""
+    L = keys.shape[2]
+    seen[dep.shape[0]] += 1
+    mark = seen[dep.shape[0]]
+    k = keys[c, d, i]
+    top = 0
+    if j < i:
+        target = dep[k]
+        if target < 0:
+            return False
+        x = keys[c, d, j]
+        seen[x] = mark
+        stack[0] = x
+        top = 1
+    else:
+        target = keys[c, d, j]
+        for u in range(head[k], head[k + 1]):  # not k's own next pass: that edge goes
+            y = users[u]
+            if start[y] <= start[target] and seen[y] != mark:
+                seen[y] = mark
+                stack[top] = y
+                top += 1
+    limit = start[target]
+    while top > 0:
+        top -= 1
+        y = stack[top]
+        if y == target:
+            return True
+        e = device[y]
+        nxt = pos[y] + 1
+        if nxt < L:
+            z = keys[c, e, nxt]
+            if start[z] <= limit and seen[z] != mark:
+                seen[z] = mark
+                stack[top] = z
+                top += 1
+        for u in range(head[y], head[y + 1]):
+            z = users[u]
+            if start[z] <= limit and seen[z] != mark:
+                seen[z] = mark
+                stack[top] = z
+                top += 1
+    return False
+
+
+@kernel(inline=True)
 def work_arrays(n, p):  # pragma: no cover - compiled
-    """The work arrays of :func:`time_candidate` for ``n`` passes on ``p`` devices: ``(end, ptr, free,
-    first, out)``; ``out`` gets the longest span, the makespan, the sum of the device spans, the
-    sum of every pass's end time and the sum of the devices' end times."""
-    return np.empty(n), np.zeros(p, np.int64), np.zeros(p), np.zeros(p), np.empty(5)
+    """The work arrays of :func:`time_candidate` for ``n`` passes on ``p`` devices: ``(end, start,
+    stamp, ptr, free, first, out)``; ``out`` gets the longest span, the makespan, the sum of the
+    device spans, the sum of every pass's end time and the sum of the devices' end times."""
+    return (np.empty(n), np.empty(n), np.zeros(n + 1, np.int64), np.zeros(p, np.int64), np.zeros(p), np.zeros(p),
+            np.empty(5))
 
 
 @kernel
 def asap(keys, dep, cross, dur, comm, span, make, total):  # pragma: no cover - compiled; py_func tested
     """For each candidate: :func:`time_candidate` (longest span, makespan, sum of the device spans)."""
     K, p, L = keys.shape
-    end, ptr, free, first, out = work_arrays(dep.shape[0], p)
+    end, start, stamp, ptr, free, first, out = work_arrays(dep.shape[0], p)
     for c in range(K):
-        time_candidate(keys, c, dep, cross, dur, comm, end, ptr, free, first, out)
+        time_candidate(keys, c, dep, cross, dur, comm, end, start, stamp, ptr, free, first, out)
         span[c] = out[0]
         make[c] = out[1]
         total[c] = out[2]

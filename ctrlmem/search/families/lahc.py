@@ -17,7 +17,13 @@ parameter, no temperature, and only comparisons (so the compiled and the plain P
 agree bit for bit, :mod:`ctrlmem.search.kernels`). The moves are those of :mod:`.relocate`:
 one pass of a device to another position up to :data:`REACH` away, never before its own input
 on the device nor after its own output, drawn by a fixed-seed generator; a move is made only
-when the device's peak stays within the cap and the schedule still runs. The score is the
+when the device's peak stays within the cap and the schedule still runs. Whether it runs is
+decided before timing it, by a search for the one cycle the move can close over the few passes
+that started between the two positions (:func:`ctrlmem.search.timing.closes_cycle`; about half
+the moves of a climb deadlock, and timing found each only after running half the pipeline); a
+move is timed from the times before it: only the passes that started at or after the old start
+of the moved position's pass run again (:func:`ctrlmem.search.timing.retime`: the same times bit
+for bit, for about half the work; nothing to undo when the move is not kept). The score is the
 query's objective (longest span, or makespan), then the sum of the device spans (span) or of
 the devices' end times (makespan): a move that ends a device earlier without shortening the
 schedule yet counts as progress.
@@ -52,7 +58,7 @@ import numpy as np
 from ctrlmem.search.encoding import CandidateSet, concat, tables
 from ctrlmem.search.engine import Family, Incumbent, Query
 from ctrlmem.search.kernels import kernel
-from ctrlmem.search.timing import time_candidate, work_arrays, durations
+from ctrlmem.search.timing import closes_cycle, keep, order_tables, retime, time_candidate, work_arrays, durations
 from ctrlmem.search.families.lists import PerCapFamily, caps
 from ctrlmem.search.families.relocate import keeps_order, move_pass, peak_ok, random_move, distinct, ranked
 
@@ -109,8 +115,12 @@ def _lahc(keys, dep, cross, dur, comm, delta, cap, reach, max_evals, history, pa
     ``patience`` timings after the last new best."""
     p = keys.shape[1]
     L = keys.shape[2]
-    end, ptr, free, first, res = work_arrays(dep.shape[0], p)  # res: span, makespan, sums (time_candidate)
-    time_candidate(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
+    n = dep.shape[0]
+    end, start, stamp, ptr, free, first, res = work_arrays(n, p)  # res: span, makespan, sums (time_candidate)
+    time_candidate(keys, 0, dep, cross, dur, comm, end, start, stamp, ptr, free, first, res)
+    end2, start2, cut = np.empty(n), np.empty(n), np.empty(p, np.int64)  # a move's timing (retime)
+    device, pos, head, users = order_tables(keys, 0, dep)  # closes_cycle
+    seen, stack = np.zeros(n + 1, np.int64), np.empty(n, np.int64)
     # the score: the objective, then the sum of the device ends (makespan) or of the spans (span)
     c0 = res[1] if by_makespan else res[0]
     c1 = res[4] if by_makespan else res[2]
@@ -129,12 +139,20 @@ def _lahc(keys, dep, cross, dur, comm, delta, cap, reach, max_evals, history, pa
         row = keys[0, d]
         if j < 0 or j >= L or j == i or not keeps_order(row, i, j, dep):
             continue
+        timed = np.isfinite(c0)  # the current order's times are in end, start
+        if timed and closes_cycle(keys, 0, d, i, j, dep, device, pos, head, users, start, seen, stack):
+            continue  # the move deadlocks (what timing it would find, for a fraction of the work)
+        lo = min(i, j)
+        t0 = start[row[lo]]
         move_pass(row, i, j)
-        ok = peak_ok(row, delta, cap)
-        if ok:
-            time_candidate(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
-            ok = np.isfinite(res[0])
-        if not ok:
+        if not peak_ok(row, delta, cap):
+            move_pass(row, j, i)
+            continue
+        if timed:  # only the passes the move can delay are timed again
+            retime(keys, 0, d, lo, t0, dep, cross, dur, comm, end, start, end2, start2, stamp, ptr, free, first, cut, res)
+        else:  # the order climbed from deadlocks: no times to start from
+            time_candidate(keys, 0, dep, cross, dur, comm, end, start, stamp, ptr, free, first, res)
+        if not np.isfinite(res[0]):
             move_pass(row, j, i)
             continue
         v = evals % history
@@ -143,6 +161,10 @@ def _lahc(keys, dep, cross, dur, comm, delta, cap, reach, max_evals, history, pa
         n1 = res[4] if by_makespan else res[2]
         if _le2(n0, n1, h0[v], h1[v]) or _le2(n0, n1, c0, c1):  # late acceptance
             c0, c1 = n0, n1
+            if timed:
+                keep(keys, 0, end, start, end2, start2, cut)
+            for t in range(lo, max(i, j) + 1):
+                pos[row[t]] = t
             if not _le2(b0, b1, c0, c1):
                 b0, b1 = c0, c1
                 best[:, :, :] = keys

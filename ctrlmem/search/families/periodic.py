@@ -69,8 +69,8 @@ def _periodic(keys, dep, cross, dur, comm, delta, m, S, stages, cap, reach, max_
     p = keys.shape[1]
     L = keys.shape[2]
     v = stages.shape[1]
-    end, ptr, free, first, res = work_arrays(dep.shape[0], p)  # res: span, makespan, sums (time_candidate)
-    time_candidate(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
+    end, start, stamp, ptr, free, first, res = work_arrays(dep.shape[0], p)  # res: span, makespan, sums (time_candidate)
+    time_candidate(keys, 0, dep, cross, dur, comm, end, start, stamp, ptr, free, first, res)
     c0, c1, c2 = res[0], res[1], res[3]
     save = np.empty((p, L), np.int64)
     evals = 0
@@ -124,7 +124,7 @@ def _periodic(keys, dep, cross, dur, comm, delta, m, S, stages, cap, reach, max_
                                 ok = False
                         ok = ok and moved > 0
                         if ok:
-                            time_candidate(keys, 0, dep, cross, dur, comm, end, ptr, free, first, res)
+                            time_candidate(keys, 0, dep, cross, dur, comm, end, start, stamp, ptr, free, first, res)
                             evals += 1
                             ok = np.isfinite(res[0]) and lex_less3(res[0], res[1], res[3], c0, c1, c2)
                         if ok:

@@ -139,15 +139,17 @@ def _lahc(keys, dep, cross, dur, comm, delta, cap, reach, max_evals, history, pa
         row = keys[0, d]
         if j < 0 or j >= L or j == i or not keeps_order(row, i, j, dep):
             continue
+        move_pass(row, i, j)
+        within = peak_ok(row, delta, cap)
+        move_pass(row, j, i)
+        if not within:
+            continue
         timed = np.isfinite(c0)  # the current order's times are in end, start
         if timed and closes_cycle(keys, 0, d, i, j, dep, device, pos, head, users, start, seen, stack):
             continue  # the move deadlocks (what timing it would find, for a fraction of the work)
         lo = min(i, j)
         t0 = start[row[lo]]
         move_pass(row, i, j)
-        if not peak_ok(row, delta, cap):
-            move_pass(row, j, i)
-            continue
         if timed:  # only the passes the move can delay are timed again
             retime(keys, 0, d, lo, t0, dep, cross, dur, comm, end, start, end2, start2, stamp, ptr, free, first, cut, res)
         else:  # the order climbed from deadlocks: no times to start from

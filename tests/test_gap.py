@@ -88,6 +88,32 @@ def test_measure_all_reads_its_cache(tmp_path, monkeypatch):
     assert all(g["never_worse"] for d in s.values() for g in d["improve"].values())
 
 
+def test_a_solver_run_cut_short_by_the_wall_clock_is_used_but_not_cached(tmp_path, monkeypatch, caplog):
+    """A ``cm.improve`` run that its wall-clock safety limit stopped (``cut_short``: what it found
+    depends on the machine) is used in the run that made it, with a warning naming the instance,
+    but never written to the cache: the next run solves it again instead of replaying one machine's
+    result into an artifact that must regenerate byte for byte."""
+    real = gap.solve
+    calls = []
+
+    def solve(inst, seed, checkpoints):
+        rec = real(inst, seed, checkpoints)
+        calls.append(inst)
+        return {**rec, "cut_short": True} if len(calls) == 1 else rec
+
+    cache = tmp_path / "runs.jsonl"
+    monkeypatch.setattr(gap, "solve", solve)
+    with caplog.at_level("WARNING", logger="ctrlmem.solver.gap"):
+        first = gap.measure_all("quick", cache=cache)
+    lines = cache.read_text().splitlines()
+    assert len(first) == 20 and len(calls) == 20 and len(lines) == 19
+    assert not any("cut_short" in line for line in lines)
+    assert [r for r in caplog.records if "safety limit" in r.getMessage() and f"p={calls[0].p}" in r.getMessage()]
+    again = gap.measure_all("quick", cache=cache)  # only the one run not cached is solved again
+    assert len(calls) == 21 and calls[-1] == calls[0] and again == first
+    assert len(cache.read_text().splitlines()) == 20
+
+
 @pytest.mark.slow
 def test_artifact_quick(tmp_path):
     """The quick artifact: a grid per placement and p without paper values, the verdict line, the

@@ -111,6 +111,35 @@ def test_deterministic_gives_the_same_schedule():
     a = cm.improve(s, C342, 0.5, time_limit=2, deterministic=True, seed=3)
     b = cm.improve(s, C342, 0.5, time_limit=2, deterministic=True, seed=3)
     assert a.schedule.to_text() == b.schedule.to_text() and a.trace == b.trace
+    assert not a.cut_short and not b.cut_short
+
+
+def test_a_deterministic_run_stopped_by_the_wall_clock_says_so(monkeypatch, caplog):
+    """A deterministic run that the wall-clock safety limit stops before its solver-seconds are
+    spent (here a clock that runs 4 s a reading: a machine far slower than the budget assumed)
+    returns ``cut_short`` and warns: its result is the machine's, not the reproducible one."""
+    import time as real_time
+
+    from ctrlmem.solver import improve as improve_module
+
+    class SlowMachine:
+        def __init__(self):
+            self.readings = 0
+
+        def monotonic(self):
+            self.readings += 1
+            return real_time.monotonic() + 4.0 * self.readings
+
+        def __getattr__(self, name):
+            return getattr(real_time, name)
+
+    s = cm.build("v-shape", 4, 8, costs=C342, memory_limit=0.5)
+    monkeypatch.setattr(improve_module, "time", SlowMachine())
+    with caplog.at_level("WARNING", logger="ctrlmem.solver.improve"):
+        r = cm.improve(s, C342, 0.5, time_limit=2, deterministic=True, seed=3)
+    assert r.cut_short
+    assert any("safety limit" in rec.getMessage() for rec in caplog.records)
+    assert r.makespan <= cm.simulate(s, C342).makespan + 1e-9  # still never longer than its input
 
 
 @pytest.mark.slow  # a signal during an exact search: the full tier runs it, --fast does not

@@ -46,6 +46,7 @@ def _cmd_optimal(args: argparse.Namespace) -> int:
             "max_span": max(sim.device_spans), "schedule": r.schedule.to_text(),
             "recompute": args.recompute, "recomputed_forwards": recomputed,
             "offload": args.offload, "offload_cost": costs.offload, "offloaded_forwards": offloaded,
+            "cut_short": r.cut_short,
         }))
     else:
         lim = "none" if args.memory_limit is None else f"{args.memory_limit:g}"
@@ -53,6 +54,9 @@ def _cmd_optimal(args: argparse.Namespace) -> int:
               f"placement={args.placement}")
         print(f"  status {r.status} after {r.wall_s:.1f} s; makespan {r.makespan:g}, lower bound "
               f"{r.lower_bound:g} (gap {100 * r.gap:.2f} %)")
+        if r.cut_short:
+            print("  stopped by the wall-clock safety limit before its deterministic budget was spent: this result "
+                  "depends on this machine's speed and load (run again on a quieter machine for the reproducible one)")
         if r.seed[0]:
             print(f"  heuristic seed {r.seed[0]}: makespan {r.seed[1]:g} ({r.seed[1] / r.makespan:.4f}x the solver's)")
         else:

@@ -190,9 +190,12 @@ def solve(inst: Instance, seed_text: str, checkpoints: tuple[float, ...]) -> dic
     res = improve(seed, inst.costs, inst.limit, time_limit=max(checkpoints), workers=1, deterministic=True)
     at = {f"{c:g}": _round(min(mk for t, mk in res.trace if t <= c + 1e-9)) for c in checkpoints}
     at[f"{max(checkpoints):g}"] = _round(res.makespan)
-    return {"improve": at, "solver_bounds": {k: _round(v) for k, v in dict(res.bounds).items()},
-            "status": res.status, "lower_bound": _round(res.lower_bound),
-            "optimum": _round(res.makespan) if res.status == "optimal" else None}
+    out = {"improve": at, "solver_bounds": {k: _round(v) for k, v in dict(res.bounds).items()},
+           "status": res.status, "lower_bound": _round(res.lower_bound),
+           "optimum": _round(res.makespan) if res.status == "optimal" else None}
+    if res.cut_short:  # machine-dependent: measure_all does not cache it
+        out["cut_short"] = True
+    return out
 
 
 def measure(inst: Instance, placement: str, checkpoints: tuple[float, ...] = (10.0, 60.0),
@@ -354,7 +357,13 @@ def measure_all(size: str = "full", jobs: int = 1, checkpoints: tuple[float, ...
 
     def keep(i, rec):
         done[keys[i]] = rec
-        if cache is not None:
+        if rec.get("cut_short"):  # the safety limit stopped it: this machine's result, not the run's
+            t = names[i]
+            log.warning("optimality gap: p=%d %s %s: cm.improve was stopped by its wall-clock safety limit before "
+                        "its solver-seconds were spent (a slow or busy machine); its result is used in this run "
+                        "but not cached, and the artifact may not regenerate byte for byte: run again on a "
+                        "quieter machine", t[0].p, t[0].label, t[1])
+        elif cache is not None:
             Path(cache).parent.mkdir(parents=True, exist_ok=True)
             with open(cache, "a") as fh:
                 fh.write(json.dumps({"_key": keys[i], **rec}, sort_keys=True) + "\n")

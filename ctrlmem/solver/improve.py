@@ -683,20 +683,28 @@ def improve(
             size = min(_WINDOW_MAX, len(pb.keys), int(size * 1.25) + 1)
         else:
             size = max(_WINDOW_MIN, int(size * 0.8))
-    if deterministic and time.monotonic() - t0 > wall_cap - 0.5:
-        log.warning("improve: %s stopped by the wall-clock safety limit (%g s) before its deterministic budget of %g "
-                    "solver-seconds was spent; this result depends on the machine's speed", name, wall_cap, seconds)
+    cut = _cut_short(deterministic, t0, wall_cap, name, seconds)
     log.info("improve: %s %d windows, makespan %g -> %g (bound %g) in %.1f s", name, steps, sim.makespan,
              best[1][0], lower, time.monotonic() - t0)
     if not changed:
-        return result(None, sim.makespan, lower, 0.0, pb)
+        return dataclasses.replace(result(None, sim.makespan, lower, 0.0, pb), cut_short=cut)
     final = result(best[0], best[1][0], lower, 0.0, pb)
     check = simulate(final.schedule, costs)  # the result as the simulator times it
     if check.makespan > sim.makespan + 1e-9 or max(check.peak_memory) > cap_a + 1e-9:  # pragma: no cover - a bug
         log.error("improve: the improved schedule failed its final check; returning the input")
-        return result(None, sim.makespan, lower, 0.0, pb)
+        return dataclasses.replace(result(None, sim.makespan, lower, 0.0, pb), cut_short=cut)
     return OptimalResult(final.schedule, check.makespan, final.lower_bound, final.status, final.seed,
-                         final.wall_s, final.scale, final.trace, final.bounds)
+                         final.wall_s, final.scale, final.trace, final.bounds, cut_short=cut)
+
+
+def _cut_short(deterministic: bool, t0: float, wall_cap: float, name: str, seconds: float) -> bool:
+    """Whether a deterministic run ended at the wall-clock safety limit (``OptimalResult.cut_short``),
+    with a warning: its result then depends on the machine's speed and load."""
+    if not (deterministic and time.monotonic() - t0 > wall_cap - 0.5):
+        return False
+    log.warning("improve: %s stopped by the wall-clock safety limit (%g s) before its deterministic budget of %g "
+                "solver-seconds was spent; this result depends on the machine's speed", name, wall_cap, seconds)
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -847,7 +855,7 @@ def _improve_copies(schedule: Schedule, sim, costs: Costs, limit: float, seconds
     status = "optimal" if make <= lower * (1 + 1e-9) + 1e-12 else "feasible"
     return OptimalResult(best[0], make, make if status == "optimal" else min(lower, make), status,
                          (name, sim.makespan), time.monotonic() - t0, pb.scale, tuple(trace),
-                         tuple(sorted(bounds.items())))
+                         tuple(sorted(bounds.items())), cut_short=_cut_short(deterministic, t0, wall_cap, name, seconds))
 
 
 def _pass(pb: _Problem, key: int) -> Pass:

@@ -82,6 +82,10 @@ class OptimalResult:
             (:func:`ctrlmem.improve`; empty from :func:`optimal`).
         bounds: each lower bound by name, ``(name, value)`` (:func:`ctrlmem.improve`: the closed
             forms of :func:`ctrlmem.search.bounds.makespan_bounds` and ``"solver"``).
+        cut_short: a ``deterministic`` run that the wall-clock safety limit stopped before its
+            solver-seconds were spent: what it found depends on the machine's speed and load (a
+            slow or busy machine stops it sooner), so it is not the reproducible result; run it
+            again on a quieter machine, or with a larger limit.
     """
 
     schedule: Schedule
@@ -93,6 +97,7 @@ class OptimalResult:
     scale: int
     trace: tuple = ()
     bounds: tuple = ()
+    cut_short: bool = False
 
     @property
     def gap(self) -> float:
@@ -525,7 +530,8 @@ def optimal(
     t0 = time.perf_counter()
     code = solve(solver, model)  # in a thread: Ctrl-C / SIGTERM stop it at once (ctrlmem.solver.threaded)
     wall_s = time.perf_counter() - t0
-    if deterministic and time.monotonic() > deadline - 1:
+    cut_short = deterministic and time.monotonic() > deadline - 1
+    if cut_short:
         log.warning("optimal: stopped by the wall-clock safety limit (%g s) before its deterministic budget of %g "
                     "solver-seconds was spent; this result depends on the machine's speed", wall, seconds)
     bound = solver.BestObjectiveBound() / k if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
@@ -578,7 +584,8 @@ def optimal(
     lower = min(bound, make)
     if status == "optimal":
         lower = make
-    return OptimalResult(sched, make, lower, status, (seed[0], seed_make) if seed else ("", math.inf), wall_s, k)
+    return OptimalResult(sched, make, lower, status, (seed[0], seed_make) if seed else ("", math.inf), wall_s, k,
+                         cut_short=cut_short)
 
 
 def _hint(model, seed: Schedule, costs: Costs, k: int, B: list[int], st: dict, en: dict, use: dict, lanes,

@@ -213,3 +213,33 @@ def test_cli(capsys):
     assert "the smallest budget is 1/p = 0.25" in capsys.readouterr().err
     assert main(["bound", "-p", "8", "-m", "400", "--memory-limit", "0.5"]) == 2
     assert "more than the 2000 a relaxation takes" in capsys.readouterr().err
+
+
+def test_a_solve_stopped_by_the_wall_clock_says_so(caplog):
+    """A relaxation whose solve the wall-clock safety limit stopped before its solver-seconds were
+    spent (here a limit of 0.05 s for 30 solver-seconds) is marked ``cut_short``, with a warning:
+    its bound is still valid but depends on the machine. One that spends its solver-seconds unproven
+    is not marked."""
+    costs = cm.Costs(3, 4, 2, 0.1)
+    with caplog.at_level("WARNING", logger="ctrlmem.solver.relax"):
+        (cut,) = relaxed_bounds(Placement.v_shape(6), 12, costs, 0.25 * 6, seconds=30, devices=[5], wall_factor=1e-9)
+    assert cut.cut_short and not cut.proven
+    assert any("safety limit" in r.getMessage() for r in caplog.records)
+    (spent,) = relaxed_bounds(Placement.v_shape(6), 12, costs, 0.25 * 6, seconds=0.5, devices=[5])
+    assert not spent.proven and not spent.cut_short
+
+
+def test_the_gap_grid_marks_a_relaxation_cut_short(monkeypatch):
+    """The optimality-gap grid's relaxation records carry ``cut_short`` when a device's solve was
+    stopped by the wall clock (so that its cache leaves them out), and only then."""
+    from ctrlmem.solver import gap
+    from ctrlmem.solver.relax import DeviceBound
+
+    inst = gap.Instance(6, 6, "3:4:2", 0.5, False)
+    for flag in (False, True):
+        monkeypatch.setattr(gap, "relaxed_bounds", lambda *a, flag=flag, **k: [
+            DeviceBound(0, 50.0, True, 18), DeviceBound(1, 60.0, False, 18, cut_short=flag)])
+        assert gap.relaxed(inst, "v-shape").get("cut_short", False) is flag
+        monkeypatch.setattr(gap, "relaxed_bounds", lambda *a, flag=flag, **k: [
+            DeviceBound(5, 70.0, False, 36, 12, cut_short=flag)])
+        assert gap.windowed(inst, "v-shape").get("cut_short", False) is flag

@@ -265,7 +265,7 @@ def relaxed(inst: Instance, placement: str, seconds: float = RELAX_SECONDS) -> d
                          precedences=False)
     best = max(got, key=lambda r: r.bound)
     return {"relaxed": _round(best.bound), "device": best.device, "proven": sum(r.proven for r in got),
-            "devices": len(got)}
+            "devices": len(got), **({"cut_short": True} if any(r.cut_short for r in got) else {})}
 
 
 WINDOW = 12
@@ -300,7 +300,8 @@ def windowed(inst: Instance, placement: str, window: int = WINDOW, seconds: floa
     solve it used was proven."""
     got = relaxed_bounds(_placement(inst, placement), inst.m, inst.costs, inst.limit * inst.p,
                          devices=[inst.p - 1], seconds=seconds, window=window)[0]
-    return {"windows": _round(got.bound), "device": got.device, "window": got.window, "proven": bool(got.proven)}
+    return {"windows": _round(got.bound), "device": got.device, "window": got.window, "proven": bool(got.proven),
+            **({"cut_short": True} if got.cut_short else {})}
 
 
 SOLVER_VERSION = "improve-3"  # 2: the levels bound (a stronger floor for the whole model); 3: the one-at-a-time window
@@ -359,10 +360,10 @@ def measure_all(size: str = "full", jobs: int = 1, checkpoints: tuple[float, ...
         done[keys[i]] = rec
         if rec.get("cut_short"):  # the safety limit stopped it: this machine's result, not the run's
             t = names[i]
-            log.warning("optimality gap: p=%d %s %s: cm.improve was stopped by its wall-clock safety limit before "
-                        "its solver-seconds were spent (a slow or busy machine); its result is used in this run "
-                        "but not cached, and the artifact may not regenerate byte for byte: run again on a "
-                        "quieter machine", t[0].p, t[0].label, t[1])
+            log.warning("optimality gap: p=%d %s %s: %s was stopped by its wall-clock safety limit before its "
+                        "solver-seconds were spent (a slow or busy machine); its result is used in this run but not "
+                        "cached, and the artifact may not regenerate byte for byte: run again on a quieter machine",
+                        t[0].p, t[0].label, t[1], "cm.improve" if i < len(todo) else "a one-device relaxation")
         elif cache is not None:
             Path(cache).parent.mkdir(parents=True, exist_ok=True)
             with open(cache, "a") as fh:

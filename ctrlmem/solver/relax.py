@@ -33,6 +33,7 @@ bound for any ``m`` (:func:`_chained_bound`).
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ from ctrlmem.search.bounds import chains, forward_tails
 from ctrlmem.solver.threaded import DET_SECONDS, solve
 
 __all__ = ["DeviceBound", "relaxed_bounds", "MAX_PASSES", "SECONDS"]
+
+log = logging.getLogger(__name__)
 
 MAX_PASSES = 2_000
 """The most passes a device's relaxation takes (one model per device; beyond a few hundred CP-SAT
@@ -57,13 +60,16 @@ class DeviceBound:
     """One device's relaxation: ``bound`` (a lower bound on every schedule's makespan), whether
     CP-SAT proved the relaxation's optimum (``proven``), and the model's size (``passes``). With
     ``window`` (not 0) the bound comes from windows of that many microbatches chained, and
-    ``proven`` says that every solve the chain used was proven."""
+    ``proven`` says that every solve the chain used was proven. ``cut_short``: a solve it used
+    reached the wall-clock safety limit before its solver-seconds were spent, so the bound (still
+    valid) depends on the machine's speed and load, not only on the inputs."""
 
     device: int
     bound: float
     proven: bool
     passes: int
     window: int = 0
+    cut_short: bool = False
 
 
 def _scale(values: list[float]) -> int:
@@ -158,10 +164,10 @@ def relaxed_bounds(placement: Placement, m: int, costs: Costs, cap: float, fused
         dev = _Device(placement, times, tail_f, d, k, fused, seconds, seed, wall_factor, precedences)
         if chained:
             bound, proven = _chained_bound(dev, m, window)
-            out.append(DeviceBound(d, bound, proven, dev.passes(m), window))
+            out.append(DeviceBound(d, bound, proven, dev.passes(m), window, dev.cut_short))
         else:
             value, proven = dev.solve(m, "makespan")
-            out.append(DeviceBound(d, value, proven, dev.passes(m)))
+            out.append(DeviceBound(d, value, proven, dev.passes(m), cut_short=dev.cut_short))
     return out
 
 
@@ -194,6 +200,7 @@ class _Device:
         self.timed = [s for s in st if self.lo(f[s]) >= 1]
         self.d, self.k, self.fused = d, k, fused
         self.seconds, self.seed, self.wall_factor, self.precedences = seconds, seed, wall_factor, precedences
+        self.cut_short = False  # a solve stopped by the wall clock, not by its deterministic budget
 
     def lo(self, x: float) -> int:
         return math.floor(x * self.scale + 1e-9)
@@ -273,6 +280,12 @@ class _Device:
         if code == cp_model.INFEASIBLE:  # pragma: no cover - the relaxation always has a schedule
             raise RuntimeError(f"relaxed_bounds: device {self.d}'s relaxation has no schedule (cap {self.k} activations)")
         proven = code == cp_model.OPTIMAL
+        # unproven with its deterministic budget unspent: only the wall clock stops a one-worker solve so
+        if not proven and solver.response_proto.deterministic_time < prm.max_deterministic_time * 0.98:
+            self.cut_short = True
+            log.warning("relaxed_bounds: device %d's solve stopped at the wall-clock safety limit (%g s) before its "
+                        "%g solver-seconds were spent; its bound depends on the machine's speed", self.d,
+                        prm.max_time_in_seconds, self.seconds)
         return (solver.ObjectiveValue() if proven else solver.BestObjectiveBound()), proven
 
 

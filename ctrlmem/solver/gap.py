@@ -190,12 +190,9 @@ def solve(inst: Instance, seed_text: str, checkpoints: tuple[float, ...]) -> dic
     res = improve(seed, inst.costs, inst.limit, time_limit=max(checkpoints), workers=1, deterministic=True)
     at = {f"{c:g}": _round(min(mk for t, mk in res.trace if t <= c + 1e-9)) for c in checkpoints}
     at[f"{max(checkpoints):g}"] = _round(res.makespan)
-    out = {"improve": at, "solver_bounds": {k: _round(v) for k, v in dict(res.bounds).items()},
-           "status": res.status, "lower_bound": _round(res.lower_bound),
-           "optimum": _round(res.makespan) if res.status == "optimal" else None}
-    if res.cut_short:  # machine-dependent: measure_all does not cache it
-        out["cut_short"] = True
-    return out
+    return {"improve": at, "solver_bounds": {k: _round(v) for k, v in dict(res.bounds).items()},
+            "status": res.status, "lower_bound": _round(res.lower_bound),
+            "optimum": _round(res.makespan) if res.status == "optimal" else None, **cut_mark(res.cut_short)}
 
 
 def measure(inst: Instance, placement: str, checkpoints: tuple[float, ...] = (10.0, 60.0),
@@ -265,7 +262,7 @@ def relaxed(inst: Instance, placement: str, seconds: float = RELAX_SECONDS) -> d
                          precedences=False)
     best = max(got, key=lambda r: r.bound)
     return {"relaxed": _round(best.bound), "device": best.device, "proven": sum(r.proven for r in got),
-            "devices": len(got), **({"cut_short": True} if any(r.cut_short for r in got) else {})}
+            "devices": len(got), **cut_mark(any(r.cut_short for r in got))}
 
 
 WINDOW = 12
@@ -301,7 +298,30 @@ def windowed(inst: Instance, placement: str, window: int = WINDOW, seconds: floa
     got = relaxed_bounds(_placement(inst, placement), inst.m, inst.costs, inst.limit * inst.p,
                          devices=[inst.p - 1], seconds=seconds, window=window)[0]
     return {"windows": _round(got.bound), "device": got.device, "window": got.window, "proven": bool(got.proven),
-            **({"cut_short": True} if got.cut_short else {})}
+            **cut_mark(got.cut_short)}
+
+
+def cut_mark(cut_short: bool) -> dict:
+    """``{"cut_short": True}`` for a solver run its wall-clock safety limit stopped (what it found
+    depends on the machine: :func:`cache_run` leaves it out), else nothing: the records of runs that
+    ended as planned stay as they were."""
+    return {"cut_short": True} if cut_short else {}
+
+
+def cache_run(cache: str | Path | None, key: str, rec: dict, what: str) -> None:
+    """Append a finished solver run ``rec`` under ``key`` to the JSON-lines ``cache`` (none:
+    nothing) — unless it was cut short (:func:`cut_mark`): then a warning naming ``what`` and no
+    line, so that a quieter run solves it again instead of replaying one machine's result into an
+    artifact that must regenerate byte for byte."""
+    if rec.get("cut_short"):
+        log.warning("%s: stopped by its wall-clock safety limit before its solver-seconds were spent (a slow or busy "
+                    "machine); used in this run but not cached, and the artifact may not regenerate byte for byte: "
+                    "run again on a quieter machine", what)
+        return
+    if cache is not None:
+        Path(cache).parent.mkdir(parents=True, exist_ok=True)
+        with open(cache, "a") as fh:
+            fh.write(json.dumps({"_key": key, **rec}, sort_keys=True) + "\n")
 
 
 SOLVER_VERSION = "improve-3"  # 2: the levels bound (a stronger floor for the whole model); 3: the one-at-a-time window
@@ -358,17 +378,9 @@ def measure_all(size: str = "full", jobs: int = 1, checkpoints: tuple[float, ...
 
     def keep(i, rec):
         done[keys[i]] = rec
-        if rec.get("cut_short"):  # the safety limit stopped it: this machine's result, not the run's
-            t = names[i]
-            log.warning("optimality gap: p=%d %s %s: %s was stopped by its wall-clock safety limit before its "
-                        "solver-seconds were spent (a slow or busy machine); its result is used in this run but not "
-                        "cached, and the artifact may not regenerate byte for byte: run again on a quieter machine",
-                        t[0].p, t[0].label, t[1], "cm.improve" if i < len(todo) else "a one-device relaxation")
-        elif cache is not None:
-            Path(cache).parent.mkdir(parents=True, exist_ok=True)
-            with open(cache, "a") as fh:
-                fh.write(json.dumps({"_key": keys[i], **rec}, sort_keys=True) + "\n")
         t = names[i]
+        cache_run(cache, keys[i], rec, f"optimality gap: p={t[0].p} {t[0].label} {t[1]}: "
+                  + ("cm.improve" if i < len(todo) else "a one-device relaxation"))
         log.info("optimality gap: p=%d %s %s: %s (%d to go)", t[0].p, t[0].label, t[1],
                  rec.get("status", f"one-device bound {rec.get('relaxed', rec.get('windows'))}"),
                  sum(1 for x in keys if x not in done))

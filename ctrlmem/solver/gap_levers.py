@@ -38,6 +38,7 @@ from ctrlmem.model.ir import Op, Placement, Schedule
 from ctrlmem.model.simulate import simulate
 from ctrlmem.schedules.registry import build
 from ctrlmem.search.bounds import makespan_bounds
+from ctrlmem.solver.gap import cache_run, cut_mark
 from ctrlmem.solver.improve import improve
 from ctrlmem.solver.optimal import lever_search, optimal
 
@@ -161,7 +162,7 @@ def solve(inst: Instance, placement: str, run: str, seed_text: str | None, secon
         except ValueError as exc:
             return {"why": "refused: " + str(exc).split(";")[0][:160]}
         return {"makespan": _round(res.makespan), "status": res.status, "lower_bound": _round(res.lower_bound),
-                **_cut(res)}
+                **cut_mark(res.cut_short)}
     try:
         res = optimal(p, m, costs, limit, placement, time_limit=seconds, workers=1, recompute=lev["recompute"],
                       offload=lev["offload"], deterministic=True)
@@ -169,13 +170,7 @@ def solve(inst: Instance, placement: str, run: str, seed_text: str | None, secon
         return {"why": str(exc).split(";")[0][:160]}
     rec, off = _levers_used(res.schedule)
     return {"makespan": _round(res.makespan), "status": res.status, "lower_bound": _round(res.lower_bound),
-            "recomputed": rec, "offloaded": off, **_cut(res)}
-
-
-def _cut(res) -> dict:
-    """``{"cut_short": True}`` for a run its wall-clock safety limit stopped (its result depends on
-    the machine: :func:`measure_all` does not cache it), else nothing."""
-    return {"cut_short": True} if res.cut_short else {}
+            "recomputed": rec, "offloaded": off, **cut_mark(res.cut_short)}
 
 
 def measure(inst: Instance, placement: str, solved: dict, built: tuple[dict, str | None]) -> dict:
@@ -240,15 +235,7 @@ def measure_all(size: str = "full", jobs: int = 1, seconds: float | None = None,
 
     def keep(t, rec):
         done[key(*t)] = rec
-        if rec.get("cut_short"):  # the safety limit stopped it: this machine's result, not the run's
-            log.warning("optimality gap with levers: p=%d %s %s %s %s: stopped by its wall-clock safety limit before "
-                        "its solver-seconds were spent (a slow or busy machine); used in this run but not cached, "
-                        "and the artifact may not regenerate byte for byte: run again on a quieter machine",
-                        t[0].p, t[0].label, t[0].lever, t[1], t[2])
-        elif cache is not None:
-            Path(cache).parent.mkdir(parents=True, exist_ok=True)
-            with open(cache, "a") as fh:
-                fh.write(json.dumps({"_key": key(*t), **rec}, sort_keys=True) + "\n")
+        cache_run(cache, key(*t), rec, f"optimality gap with levers: p={t[0].p} {t[0].label} {t[0].lever} {t[1]} {t[2]}")
         log.info("optimality gap with levers: p=%d %s %s %s %s: %s (%d to go)", t[0].p, t[0].label, t[0].lever, t[1],
                  t[2], rec.get("status", rec.get("why", "-")), sum(1 for x in todo if key(*x) not in done))
 

@@ -19,7 +19,8 @@ from ctrlmem.search.encoding import CandidateSet
 from ctrlmem.search.engine import clear_caches
 from ctrlmem.search.families import cyclic
 from ctrlmem.search.families.cyclic import (COPIES_FINER_MAX_P, COPIES_MAX_P, FINER, RESOLUTION, CyclicFamily, _arrays,
-                                            _evaluate, _fits, _one_block, _peak, _peak_floor, _steps, block_order,
+                                            _evaluate, _fits, _mark, _one_block, _peak, _peak_floor, _place, _steps,
+                                            block_order,
                                             copies_block, cyclic_block, quantisation_error, quantise, resolutions)
 from ctrlmem.search.kernels import ints
 
@@ -211,6 +212,50 @@ def test_a_layout_stops_early_only_when_it_would_be_rejected(p, data, sequential
                 assert got == 1 and x2.tolist() == x.tolist() and res2.tolist() == res.tolist()
     else:  # a pass finds no slots: with a limit it fails or stops, never completes
         assert layout(data.draw(st.integers(0, 1 << 42)))[0] in (0, 2)
+
+
+@settings(max_examples=25, deadline=None)
+@given(p=st.integers(2, 8), data=st.data(), sequential=st.booleans(), copies=st.sampled_from([1, 2]),
+       fbw=st.tuples(st.sampled_from([1, 2, 3]), st.sampled_from([1, 2, 3, 4]), st.sampled_from([1, 2])),
+       comm=st.sampled_from([0.0, 0.1, 0.5]))
+def test_each_device_lays_its_ws_out_in_the_order_of_the_lower_peak(p, data, sequential, copies, fbw, comm):
+    """Whatever the delays, each device's ``W`` s are where the order (its stages one way round or
+    the other) with the lower exact peak puts them — the first order on a tie — each ``W`` in the
+    first free slots after its ``B`` (the layout skips the second order where the first meets the
+    device's floor, and does not lay the chosen one out twice: the same slots either way)."""
+    placement = Placement.sequential(p) if sequential else Placement.v_shape(p)
+    S0 = placement.num_stages
+    S = copies * S0
+    dF, dB, dW, (comm_slots,) = quantise(placement, cm.Costs(*fbw, comm))
+    dF, dB, dW = (ints(list(t) * copies) for t in (dF, dB, dW))
+    dev, stages, nst = _arrays(placement, copies)
+    act = np.ones(S, dtype=np.int64)
+    work = max(int(sum(dF[s] + dB[s] + dW[s] for s in range(S) if dev[s] == d)) for d in range(p))
+    P = data.draw(st.integers(work, 2 * work))  # tight periods and short delays: where the orders differ
+    delta = ints(data.draw(st.lists(st.integers(0, 4), min_size=S, max_size=S)))
+    occ, x, res = np.zeros((p, P), np.uint8), np.zeros((3, S), np.int64), np.zeros(2, np.int64)
+    if _evaluate(delta, dev, stages, nst, dF, dB, dW, comm_slots, act, 2 * copies * p, P, occ, x, res, S0, -1) != 1:
+        return
+    for d in range(p):
+        n = int(nst[d])
+        n0 = n // copies
+        peaks, starts = [], []
+        for o in range(2 if n0 == 2 else 1):
+            own = np.zeros((p, P), np.uint8)  # device d's forwards and backwards, then its Ws in order o
+            for s in (int(t) for t in stages[d, :n]):
+                _mark(own, d, int(x[0, s]), int(dF[s]), P, 1)
+                _mark(own, d, int(x[1, s]), int(dB[s]), P, 1)
+            y = x.copy()
+            for jj in range(n):
+                s = int(stages[d, (jj % copies) * n0 + (jj // copies if o == 0 else n0 - 1 - jj // copies)])
+                y[2, s] = _place(own, d, int(y[1, s] + dB[s]), int(dW[s]), P)
+                assert y[2, s] >= 0
+                _mark(own, d, int(y[2, s]), int(dW[s]), P, 1)
+            peaks.append(_peak(d, stages, nst, y, dW, act, P))
+            starts.append([int(y[2, s]) for s in stages[d, :n]])
+        best = int(np.argmin(peaks))  # the first of equal peaks
+        assert [int(x[2, s]) for s in stages[d, :n]] == starts[best], (d, peaks)
+        assert _peak(d, stages, nst, x, dW, act, P) == peaks[best]
 
 
 def test_skipping_the_restarts_that_failed_before_changes_no_block(monkeypatch):

@@ -273,7 +273,10 @@ def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, re
         n0 = n // K  # one copy's stages (stages[d] lists them copy by copy): W stage by stage, copies in turn
         best = -1
         best_o = -1
-        for o in range(2 if n0 == 2 else 1):
+        kept = -1  # the order whose Ws are still marked in occ (the one chosen): not laid out again
+        orders = 2 if n0 == 2 else 1
+        floor = _peak_floor(d, stages, nst, x, dB, dW, act, P) if orders == 2 else 0
+        for o in range(orders):
             placed = 0
             for jj in range(n):
                 j = (jj % K) * n0 + (jj // K if o == 0 else n0 - 1 - jj // K)
@@ -285,21 +288,30 @@ def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, re
                 _mark(occ, d, t, dW[s], P, 1)
                 placed += 1
             pk = _peak(d, stages, nst, x, dW, act, P) if placed == n else -1
-            for jj in range(placed):
-                j = (jj % K) * n0 + (jj // K if o == 0 else n0 - 1 - jj // K)
-                s = stages[d, j]
-                _mark(occ, d, x[2, s], dW[s], P, 0)
-            if pk >= 0 and (best < 0 or pk < best):
+            better = pk >= 0 and (best < 0 or pk < best)
+            # chosen for good: the last order, or one at the floor no W placement goes below (the
+            # other order would have to be strictly lower to be chosen)
+            final = better and (o == orders - 1 or pk <= floor)
+            if not final:
+                for jj in range(placed):
+                    j = (jj % K) * n0 + (jj // K if o == 0 else n0 - 1 - jj // K)
+                    s = stages[d, j]
+                    _mark(occ, d, x[2, s], dW[s], P, 0)
+            if better:
                 best = pk
                 best_o = o
+            if final:
+                kept = o
+                break
         if best_o < 0:
             return 0
-        for jj in range(n):
-            j = (jj % K) * n0 + (jj // K if best_o == 0 else n0 - 1 - jj // K)
-            s = stages[d, j]
-            t = _place(occ, d, x[1, s] + dB[s], dW[s], P)
-            x[2, s] = t
-            _mark(occ, d, t, dW[s], P, 1)
+        if kept != best_o:  # laid out again on the same slots: the same starts
+            for jj in range(n):
+                j = (jj % K) * n0 + (jj // K if best_o == 0 else n0 - 1 - jj // K)
+                s = stages[d, j]
+                t = _place(occ, d, x[1, s] + dB[s], dW[s], P)
+                x[2, s] = t
+                _mark(occ, d, t, dW[s], P, 1)
         key = _add_peak(res, best, cap)
         if limit >= 0 and key > limit:
             return 2

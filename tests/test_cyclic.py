@@ -174,6 +174,21 @@ def test_the_finer_family_above_p16_searches_every_other_cap_and_stays_monotone(
     assert found <= {20, 16, 12, 8, 4} and 20 in found
 
 
+def _block_arrays(p, sequential, copies, fbw, comm):
+    """The layout kernels' arrays for a random block: stages per microbatch, all stages, the
+    quantised pass times and hop, each stage's device, each device's stages and count, the
+    activations, and the most work a device has in one period (the shortest period)."""
+    placement = Placement.sequential(p) if sequential else Placement.v_shape(p)
+    S0 = placement.num_stages
+    S = copies * S0
+    dF, dB, dW, (comm_slots,) = quantise(placement, cm.Costs(*fbw, comm))
+    dF, dB, dW = (ints(list(t) * copies) for t in (dF, dB, dW))
+    dev, stages, nst = _arrays(placement, copies)
+    act = np.ones(S, dtype=np.int64)
+    work = max(int(sum(dF[s] + dB[s] + dW[s] for s in range(S) if dev[s] == d)) for d in range(p))
+    return S0, S, dF, dB, dW, comm_slots, dev, stages, nst, act, work
+
+
 @settings(max_examples=25, deadline=None)
 @given(p=st.integers(2, 8), data=st.data(), sequential=st.booleans(), copies=st.sampled_from([1, 2]),
        fbw=st.tuples(st.sampled_from([1, 2, 3]), st.sampled_from([1, 2, 3, 4]), st.sampled_from([1, 2])),
@@ -183,14 +198,7 @@ def test_a_layout_stops_early_only_when_it_would_be_rejected(p, data, sequential
     summed excess of the devices' peaks over the cap, then their sum — exceeds the limit (or a
     pass would find no slots); where it does not stop, it is the whole layout, slot for slot.
     Every device's floor (each ``W`` at its ``B``'s end) is at most its exact peak."""
-    placement = Placement.sequential(p) if sequential else Placement.v_shape(p)
-    S0 = placement.num_stages
-    S = copies * S0
-    dF, dB, dW, (comm_slots,) = quantise(placement, cm.Costs(*fbw, comm))
-    dF, dB, dW = (ints(list(t) * copies) for t in (dF, dB, dW))
-    dev, stages, nst = _arrays(placement, copies)
-    act = np.ones(S, dtype=np.int64)
-    work = max(int(sum(dF[s] + dB[s] + dW[s] for s in range(S) if dev[s] == d)) for d in range(p))
+    S0, S, dF, dB, dW, comm_slots, dev, stages, nst, act, work = _block_arrays(p, sequential, copies, fbw, comm)
     P = data.draw(st.integers(work, 3 * work))
     cap = data.draw(st.integers(1, 2 * copies * p))
     delta = ints(data.draw(st.lists(st.integers(0, P), min_size=S, max_size=S)))
@@ -223,15 +231,8 @@ def test_each_device_lays_its_ws_out_in_the_order_of_the_lower_peak(p, data, seq
     the other) with the lower exact peak puts them — the first order on a tie — each ``W`` in the
     first free slots after its ``B`` (the layout skips the second order where the first meets the
     device's floor, and does not lay the chosen one out twice: the same slots either way)."""
-    placement = Placement.sequential(p) if sequential else Placement.v_shape(p)
-    S0 = placement.num_stages
-    S = copies * S0
-    dF, dB, dW, (comm_slots,) = quantise(placement, cm.Costs(*fbw, comm))
-    dF, dB, dW = (ints(list(t) * copies) for t in (dF, dB, dW))
-    dev, stages, nst = _arrays(placement, copies)
-    act = np.ones(S, dtype=np.int64)
-    work = max(int(sum(dF[s] + dB[s] + dW[s] for s in range(S) if dev[s] == d)) for d in range(p))
-    P = data.draw(st.integers(work, 2 * work))  # tight periods and short delays: where the orders differ
+    S0, S, dF, dB, dW, comm_slots, dev, stages, nst, act, work = _block_arrays(p, sequential, copies, fbw, comm)
+    P = data.draw(st.integers(work, 2 * work))  # tight periods, short delays: Ws compete for slots
     delta = ints(data.draw(st.lists(st.integers(0, 4), min_size=S, max_size=S)))
     occ, x, res = np.zeros((p, P), np.uint8), np.zeros((3, S), np.int64), np.zeros(2, np.int64)
     if _evaluate(delta, dev, stages, nst, dF, dB, dW, comm_slots, act, 2 * copies * p, P, occ, x, res, S0, -1) != 1:

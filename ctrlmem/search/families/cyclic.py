@@ -273,7 +273,7 @@ def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, re
         n0 = n // K  # one copy's stages (stages[d] lists them copy by copy): W stage by stage, copies in turn
         best = -1
         best_o = -1
-        kept = -1  # the order whose Ws are still marked in occ (the one chosen): not laid out again
+        laid = False  # the chosen order's Ws are still marked in occ: not laid out again
         orders = 2 if n0 == 2 else 1
         floor = _peak_floor(d, stages, nst, x, dB, dW, act, P) if orders == 2 else 0
         for o in range(orders):
@@ -301,11 +301,11 @@ def _evaluate(delta, dev, stages, nst, dF, dB, dW, comm, act, cap, P, occ, x, re
                 best = pk
                 best_o = o
             if final:
-                kept = o
+                laid = True
                 break
         if best_o < 0:
             return 0
-        if kept != best_o:  # laid out again on the same slots: the same starts
+        if not laid:  # laid out again on the same slots: the same starts
             for jj in range(n):
                 j = (jj % K) * n0 + (jj // K if best_o == 0 else n0 - 1 - jj // K)
                 s = stages[d, j]
